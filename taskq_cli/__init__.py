@@ -1,0 +1,1 @@
+"""taskq_cli: the ``taskq`` command line (typer + rich) and the ``taskq top`` dashboard."""

@@ -1,0 +1,5 @@
+"""``python -m taskq_cli`` runs the ``taskq`` command."""
+
+from taskq_cli.app import main
+
+main()

@@ -1,0 +1,93 @@
+"""``taskq migrate up|status``: apply and inspect the forward-only schema migrations."""
+
+from __future__ import annotations
+
+import typer
+
+from taskq_cli import output
+from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_core.backend.postgres.connection import connect
+from taskq_core.backend.postgres.migrate import (
+    MigrateResult,
+    MigrationState,
+    migrate_up,
+    migration_status,
+)
+
+app = typer.Typer(help="Apply and inspect schema migrations.", no_args_is_help=True)
+
+
+async def _up(dsn: str, schema: str) -> MigrateResult:
+    conn = await connect(dsn)
+    try:
+        return await migrate_up(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def _status(dsn: str, schema: str) -> list[MigrationState]:
+    conn = await connect(dsn)
+    try:
+        return await migration_status(conn, schema)
+    finally:
+        await conn.close()
+
+
+def _warn_drift(names: list[str]) -> None:
+    for name in names:
+        output.warn(f"migration {name} changed after it was applied (checksum drift)")
+
+
+@app.command("up")
+def up(ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None) -> None:
+    """Apply every pending migration (safe to run concurrently: an advisory lock serializes it)."""
+    settings = load_settings(ctx, dsn, schema)
+    result = run_async(_up(settings.pg_dsn, settings.schema_name))
+    _warn_drift(result.drift)
+    if result.applied:
+        output.info(
+            f"applied {len(result.applied)} migration(s) to schema {settings.schema_name}: "
+            + ", ".join(result.applied)
+        )
+    else:
+        output.info(f"schema {settings.schema_name} is up to date")
+
+
+@app.command("status")
+def status(
+    ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None, json: JsonOption = False
+) -> None:
+    """List applied and pending migrations; warn when an applied file has changed."""
+    settings = load_settings(ctx, dsn, schema)
+    states = run_async(_status(settings.pg_dsn, settings.schema_name))
+    _warn_drift([f"{s.version}_{s.name}" for s in states if s.status == "drift"])
+    if json:
+        output.print_json(
+            {
+                "schema": settings.schema_name,
+                "migrations": [
+                    {
+                        "version": s.version,
+                        "name": s.name,
+                        "status": s.status,
+                        "applied_at": s.applied_at,
+                    }
+                    for s in states
+                ],
+                "pending": sum(1 for s in states if s.status == "pending"),
+            }
+        )
+        return
+    output.print_table(
+        ["version", "name", "status", "applied at"],
+        [
+            (
+                s.version,
+                s.name,
+                s.status,
+                s.applied_at and s.applied_at.isoformat(timespec="seconds"),
+            )
+            for s in states
+        ],
+        title=f"schema {settings.schema_name}",
+    )

@@ -1,0 +1,54 @@
+"""Option types shared by every command, and how they merge into TaskqSettings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from taskq_core.settings import TaskqSettings
+
+T = TypeVar("T")
+
+DsnOption = Annotated[
+    str | None,
+    typer.Option("--dsn", help="PostgreSQL DSN, 'embedded' or 'embedded:PATH' (TASKQ_PG_DSN)."),
+]
+SchemaOption = Annotated[
+    str | None, typer.Option("--schema", help="Schema holding TaskQ's tables (TASKQ_SCHEMA_NAME).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+YesOption = Annotated[bool, typer.Option("--yes", help="Confirm a bulk operation.")]
+
+
+@dataclass
+class GlobalOptions:
+    """Values given on ``taskq`` itself, before the subcommand."""
+
+    dsn: str | None = None
+    schema: str | None = None
+    debug: bool = False
+
+
+def global_options(ctx: typer.Context) -> GlobalOptions:
+    """The root options, found on the outermost context."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, GlobalOptions):
+        root.obj = GlobalOptions()
+    return root.obj
+
+
+def load_settings(
+    ctx: typer.Context, dsn: str | None, schema: str | None, **extra: Any
+) -> TaskqSettings:
+    """Settings from env/.env, with root flags, then subcommand flags, winning in that order."""
+    root = global_options(ctx)
+    return TaskqSettings.load(pg_dsn=dsn or root.dsn, schema_name=schema or root.schema, **extra)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine to completion."""
+    return asyncio.run(coro)

@@ -1,0 +1,75 @@
+"""Names shared by every process: identifier guard, NOTIFY channels, lock keys and exit codes.
+
+Anything that two processes must spell the same way lives here, so a worker, the CLI and an
+external script can never disagree on a channel or an advisory-lock key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from uuid import UUID
+
+from taskq_core.errors import InvalidIdentifierError
+
+IDENT_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# PostgreSQL truncates identifiers past 63 bytes; channel names add a prefix, so keep headroom.
+MAX_SCHEMA_LENGTH: Final = 40
+
+DEFAULT_SCHEMA: Final = "taskq"
+DEFAULT_QUEUE: Final = "default"
+DEFAULT_DSN: Final = "postgresql://taskq:taskq@localhost:5432/taskq"
+
+EXIT_OK: Final = 0
+EXIT_ERROR: Final = 1
+EXIT_WATCHDOG: Final = 2
+EXIT_IDLE_FAILURES: Final = 3
+EXIT_IDLE_MAX_RUNTIME: Final = 4
+
+MIGRATE_LOCK_PREFIX: Final = "taskq:migrate:"
+LEADER_LOCK_PREFIX: Final = "taskq:maintenance_leader:"
+PRUNE_LOCK_PREFIX: Final = "taskq:prune:"
+
+RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
+
+
+def validate_identifier(name: str, *, what: str = "schema name") -> str:
+    """Return ``name`` if it is a plain SQL identifier, else raise InvalidIdentifierError.
+
+    asyncpg cannot bind identifiers, so this guard runs before every interpolation.
+    """
+    if not isinstance(name, str) or not IDENT_RE.fullmatch(name):
+        raise InvalidIdentifierError(
+            f"invalid {what} {name!r}: use letters, digits and underscores, "
+            "not starting with a digit"
+        )
+    if len(name) > MAX_SCHEMA_LENGTH:
+        raise InvalidIdentifierError(
+            f"invalid {what} {name!r}: at most {MAX_SCHEMA_LENGTH} characters"
+        )
+    return name
+
+
+def wake_channel(schema: str) -> str:
+    """Channel that carries 'new dispatchable work' for one schema."""
+    return f"taskq_wake_{validate_identifier(schema)}"
+
+
+def events_channel(schema: str) -> str:
+    """Channel that carries JSON events (cancel requests) for one schema."""
+    return f"taskq_events_{validate_identifier(schema)}"
+
+
+def worker_channel(schema: str, worker_id: UUID) -> str:
+    """Channel targeted at one worker of one schema."""
+    return f"taskq_worker_{validate_identifier(schema)}_{worker_id.hex}"
+
+
+def migrate_lock_key(schema: str) -> str:
+    """Advisory-lock name that serializes `migrate up` per schema."""
+    return MIGRATE_LOCK_PREFIX + validate_identifier(schema)
+
+
+def leader_lock_key(schema: str) -> str:
+    """Advisory-lock name the maintenance leader holds per schema."""
+    return LEADER_LOCK_PREFIX + validate_identifier(schema)

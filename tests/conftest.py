@@ -1,0 +1,141 @@
+"""Shared fixtures: one PostgreSQL server per session, a fresh migrated schema per test.
+
+``TASKQ_TEST_DSN`` points the suite at an existing server; otherwise one embedded server is
+started for the session, tuned for tests (no fsync), and removed at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from taskq_core import embedded
+from taskq_core.backend.postgres.migrate import migrate_up
+
+TASKQ_BIN = str(Path(sys.executable).parent / "taskq")
+_schema_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class PgTarget:
+    """A database a test may use: the server DSN and the test's own schema."""
+
+    dsn: str
+    schema: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for a `taskq` subprocess aimed at this schema."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+        base.update(TASKQ_PG_DSN=self.dsn, TASKQ_SCHEMA_NAME=self.schema, NO_COLOR="1")
+        base.update(extra)
+        return base
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """DSN of the session's PostgreSQL server."""
+    given = os.environ.get("TASKQ_TEST_DSN")
+    if given:
+        yield given
+        return
+    root = Path(tempfile.mkdtemp(prefix="taskq-test-pg-"))
+    data_dir = root / "pgdata"
+    dsn = embedded.ensure_server(data_dir)
+    _tune_for_tests(dsn)
+    try:
+        yield dsn
+    finally:
+        embedded.stop(data_dir)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _tune_for_tests(dsn: str) -> None:
+    import asyncio
+
+    async def tune() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+
+    asyncio.run(tune())
+
+
+def new_schema_name() -> str:
+    """A schema name no other test in any process uses."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return f"t_{worker}_{os.getpid()}_{next(_schema_ids)}"
+
+
+@pytest.fixture
+async def pg(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
+    """A freshly migrated schema of the test's own, dropped afterwards."""
+    schema = new_schema_name()
+    conn = await asyncpg.connect(pg_server_dsn)
+    try:
+        await migrate_up(conn, schema)
+    finally:
+        await conn.close()
+    yield PgTarget(pg_server_dsn, schema)
+    await _drop_schema(pg_server_dsn, schema)
+
+
+@pytest.fixture
+async def empty_schema(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
+    """A schema name that does not exist yet (for migration tests), dropped afterwards."""
+    schema = new_schema_name()
+    yield PgTarget(pg_server_dsn, schema)
+    await _drop_schema(pg_server_dsn, schema)
+
+
+async def _drop_schema(dsn: str, schema: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await conn.close()
+
+
+@dataclass
+class CliResult:
+    """What one in-process `taskq` run produced."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def taskq_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> Iterator[object]:
+    """Run `taskq ARGS...` in-process with a clean TASKQ_* environment; returns CliResult."""
+    from taskq_cli.app import run
+
+    for key in list(os.environ):
+        if key.startswith("TASKQ_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(tmp_path)
+
+    def invoke(*args: str, env: dict[str, str] | None = None) -> CliResult:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        code = run(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    yield invoke

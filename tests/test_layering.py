@@ -1,0 +1,35 @@
+"""taskq_core must never pull in the CLI stack: checked in a clean interpreter and in source."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+FORBIDDEN = ("taskq_cli", "typer", "textual", "rich")
+
+
+def test_importing_taskq_core_loads_no_cli_or_tui_modules() -> None:
+    # rich is left out here: structlog imports it on its own when it is installed.
+    code = (
+        "import sys, taskq_core, taskq_core.settings, taskq_core.backend.postgres.migrate;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('taskq_cli', 'typer', 'textual')];"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_no_taskq_core_module_imports_the_cli_stack() -> None:
+    root = Path(__file__).resolve().parents[1] / "taskq_core"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+    assert offenders == []

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from taskq_core.errors import ConfigError
+from taskq_core.settings import TaskqSettings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("TASKQ_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults_follow_the_worker_guide() -> None:
+    settings = TaskqSettings.load()
+    assert settings.pg_dsn == "postgresql://taskq:taskq@localhost:5432/taskq"
+    assert settings.schema_name == "taskq"
+    assert settings.queues == ["default"]
+    assert settings.heartbeat_interval == 10.0
+    assert settings.lock_lease == 60.0
+    assert settings.max_retry_backoff == timedelta(hours=24)
+    assert settings.sweep_interval == 30.0
+    assert settings.scheduled_wake_interval == 1.0
+    assert settings.worker_pool_size == 12
+
+
+def test_environment_and_dotenv_are_read_and_flags_win(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("TASKQ_SCHEMA_NAME=from_dotenv\nTASKQ_MAX_CONCURRENCY=3\n")
+    monkeypatch.setenv("TASKQ_MAX_CONCURRENCY", "5")
+    monkeypatch.setenv("TASKQ_QUEUES", "a, b,c")
+    settings = TaskqSettings.load()
+    assert settings.schema_name == "from_dotenv"
+    assert settings.max_concurrency == 5
+    assert settings.queues == ["a", "b", "c"]
+    assert TaskqSettings.load(schema_name="flag").schema_name == "flag"
+
+
+def test_split_dsns_fall_back_to_the_main_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKQ_PG_DSN", "postgresql://u@h/db")
+    settings = TaskqSettings.load()
+    assert settings.direct_dsn == settings.pooled_dsn == "postgresql://u@h/db"
+    monkeypatch.setenv("TASKQ_PG_DSN_POOLED", "postgresql://u@bouncer/db")
+    settings = TaskqSettings.load()
+    assert settings.direct_dsn == "postgresql://u@h/db"
+    assert settings.pooled_dsn == "postgresql://u@bouncer/db"
+
+
+def test_durations_accept_human_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKQ_HEARTBEAT_INTERVAL", "2s")
+    monkeypatch.setenv("TASKQ_LOCK_LEASE", "PT1M")
+    monkeypatch.setenv("TASKQ_MAX_RETRY_BACKOFF", "2h")
+    settings = TaskqSettings.load()
+    assert settings.heartbeat_interval == 2.0
+    assert settings.lock_lease == 60.0
+    assert settings.max_retry_backoff == timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        (
+            {"TASKQ_LOCK_LEASE": "30", "TASKQ_HEARTBEAT_INTERVAL": "10"},
+            ["TASKQ_LOCK_LEASE", "TASKQ_HEARTBEAT_INTERVAL"],
+        ),
+        (
+            {"TASKQ_CANCELLATION_GRACE_PERIOD": "50", "TASKQ_CLEANUP_GRACE_PERIOD": "30"},
+            ["TASKQ_CANCELLATION_GRACE_PERIOD", "TASKQ_TERMINATION_GRACE_PERIOD"],
+        ),
+        (
+            {
+                "TASKQ_CANCELLATION_GRACE_PERIOD": "40",
+                "TASKQ_CLEANUP_GRACE_PERIOD": "20",
+                "TASKQ_TERMINATION_GRACE_PERIOD": "200",
+            },
+            ["TASKQ_CANCELLATION_GRACE_PERIOD", "TASKQ_LOCK_LEASE"],
+        ),
+    ],
+)
+def test_every_invariant_violation_names_the_variables(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], names: list[str]
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        TaskqSettings.load()
+    message = str(caught.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("TASKQ_MAX_CONCURRENCY", "many"),
+        ("TASKQ_MAX_CONCURRENCY", "0"),
+        ("TASKQ_LOCK_LEASE", "soon"),
+        ("TASKQ_PG_DSN", "mysql://x"),
+        ("TASKQ_SCHEMA_NAME", "x;drop"),
+        ("TASKQ_LOG_FORMAT", "xml"),
+        ("TASKQ_PRUNE_SCHEDULE_UTC", "25:00"),
+        ("TASKQ_NOTIFY_ENABLED", "perhaps"),
+    ],
+)
+def test_malformed_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        TaskqSettings.load()
+    assert key in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_embedded_dsns_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKQ_PG_DSN", "embedded")
+    assert TaskqSettings.load().pg_dsn == "embedded"
+    assert TaskqSettings.load(pg_dsn="embedded:/tmp/x").pg_dsn == "embedded:/tmp/x"
