@@ -1,0 +1,580 @@
+"""The Backend protocol: the one seam between TaskQ and its storage, and the types it speaks.
+
+Worker, client, CLI and TUI talk only to this protocol. PostgresBackend implements it with
+asyncpg (every time predicate on the database clock); InMemoryBackend implements it with dicts
+and an injected Clock. Both pass the conformance suite in ``tests/conformance``.
+
+Bump BACKEND_PROTOCOL_VERSION when an existing member's observable contract changes in a way an
+old implementation would silently mishandle; both implementations assert it at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from uuid import UUID
+
+from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus, parse_status
+
+BACKEND_PROTOCOL_VERSION = 1
+
+RetryKind = Literal["transient", "indefinite", "non_retryable"]
+QueueMode = Literal["strict_fifo", "round_robin"]
+SnoozeOutcome = Literal["scheduled", "failed", "noop"]
+RetryAfterOutcome = Literal[
+    "scheduled", "failed:DeadlineExceeded", "failed:MaxAttemptsExceeded", "noop"
+]
+CancelOutcome = Literal["cancelled", "requested", "already_requested", "terminal", "not_found"]
+
+
+class _Unset:
+    """Marker for 'leave this field as it is' in partial updates (None means 'clear')."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueArgs:
+    """Everything needed to insert one job. Relative times are resolved on the backend's clock.
+
+    ``delay`` > 0 makes the job ``scheduled`` with ``scheduled_at = now() + delay``; otherwise it
+    is ``pending`` with ``scheduled_at = now()``. ``schedule_to_close`` is a relative deadline
+    from enqueue time (``jobs.schedule_to_close = now() + schedule_to_close``).
+    """
+
+    actor: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    delay: timedelta | None = None
+    identity_key: str | None = None
+    fairness_key: str | None = None
+    schedule_to_close: timedelta | None = None
+    retry_kind: RetryKind = "transient"
+    max_attempts: int = 3
+    result_ttl: timedelta | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    trace_id: str | None = None
+    span_id: str | None = None
+    job_id: UUID | None = None  # None: the backend assigns a UUIDv7
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A snapshot of one ``jobs`` row."""
+
+    id: UUID
+    actor: str
+    queue: str
+    payload: dict[str, Any]
+    status: JobStatus
+    priority: int
+    scheduled_at: datetime
+    created_at: datetime
+    retry_kind: RetryKind
+    max_attempts: int
+    attempt: int
+    locked_by_worker: UUID | None
+    lock_expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_phase: int
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    identity_key: str | None
+    fairness_key: str | None
+    schedule_to_close: datetime | None
+    result: Any
+    result_ttl: timedelta | None
+    result_expires_at: datetime | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+    metadata: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    progress_seq: int
+    progress_state: dict[str, Any] | None
+    updated_at: datetime
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job has finished for good."""
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """What went wrong in an attempt."""
+
+    error_class: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One execution attempt (``job_attempts``)."""
+
+    id: int
+    job_id: UUID
+    attempt: int
+    worker_id: UUID | None
+    outcome: str  # succeeded|failed|retried|snoozed|retry_after|cancelled|crashed|abandoned
+    started_at: datetime | None
+    finished_at: datetime
+    duration_ms: float | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One audit event (``job_events``): a state change, a cancel request or a reclaim."""
+
+    id: int
+    job_id: UUID
+    occurred_at: datetime
+    kind: str  # state_change | cancel_request | reclaim
+    from_status: JobStatus | None
+    to_status: JobStatus | None
+    worker_id: UUID | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelFlag:
+    """A running job of this worker whose cancel was requested."""
+
+    job_id: UUID
+    cancel_phase: int
+    cancel_requested_at: datetime | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    """What one heartbeat transaction did and saw."""
+
+    leases_extended: int
+    cancel_flags: list[CancelFlag]
+
+
+@dataclass(frozen=True, slots=True)
+class BulkCancelResult:
+    """Outcome of ``cancel_where``: cancelled at once vs. flagged for their running worker."""
+
+    cancelled: int
+    requested: int
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a listing or bulk operation targets.
+
+    ``status`` is one status or a sequence (an empty sequence matches nothing); unknown names
+    raise ValueError here, so both backends fail identically. ``active=True`` selects the
+    non-terminal statuses, ``active=False`` the terminal ones; it excludes ``status``.
+    Results are ordered newest first (``created_at DESC, id DESC``).
+    """
+
+    status: JobStatus | str | Sequence[JobStatus | str] | None = None
+    active: bool | None = None
+    queue: str | None = None
+    actor: str | None = None
+    ids: Sequence[UUID] | None = None
+    limit: int | None = 100
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.active is not None:
+            raise ValueError("JobFilter: status and active are mutually exclusive")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError("JobFilter: limit must not be negative")
+        self.statuses()  # validates names
+
+    def statuses(self) -> frozenset[JobStatus] | None:
+        """The statuses this filter allows, or None for 'any status'."""
+        if self.active is True:
+            return frozenset(ACTIVE_STATUSES)
+        if self.active is False:
+            return frozenset(TERMINAL_STATUSES)
+        if self.status is None:
+            return None
+        if isinstance(self.status, str):
+            return frozenset({parse_status(self.status)})
+        return frozenset(parse_status(str(s)) for s in self.status)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatusCount:
+    """Jobs of one status in one queue."""
+
+    queue: str
+    status: JobStatus
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """What a worker registers at start."""
+
+    id: UUID
+    hostname: str
+    pid: int
+    queues: list[str]
+    actors: list[str]
+    concurrency: int
+    label: str | None = None
+    workgroup_instance: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """A ``workers`` row, with leadership resolved."""
+
+    id: UUID
+    hostname: str
+    pid: int
+    label: str | None
+    workgroup_instance: str | None
+    queues: list[str]
+    actors: list[str]
+    concurrency: int
+    version: str | None
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    status: str  # running | stopped
+    is_leader: bool
+    running_jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRow:
+    """The ``maintenance_leader`` row."""
+
+    worker_id: UUID
+    elected_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ActorDeclaration:
+    """An actor as the code declares it, for ActorConfig sync."""
+
+    actor: str
+    queue: str
+    metadata: dict[str, Any]
+    max_concurrent: int | None
+    max_pending: int | None
+    result_ttl: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class ActorConfigRow:
+    """An ``actor_config`` row (capacity fields are operator-owned)."""
+
+    actor: str
+    queue: str
+    metadata: dict[str, Any]
+    max_concurrent: int | None
+    max_pending: int | None
+    result_ttl: timedelta | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ActorConfigDrift:
+    """One structural field that differs between the code and the stored row."""
+
+    actor: str
+    field: Literal["queue", "metadata"]
+    stored: Any
+    declared: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ActorConfigSyncResult:
+    """What ``sync_actor_configs`` did: rows created, capacity overrides seen, drift."""
+
+    created: list[str]
+    capacity_overrides: list[tuple[str, str, Any, Any]]  # actor, field, stored, declared
+    drift: list[ActorConfigDrift]
+    overwritten: bool  # drift was written over (force=True)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """A queue as operators see it: its settings (defaults when no row) and job counts."""
+
+    name: str
+    mode: QueueMode
+    max_concurrent: int | None
+    paused: bool
+    has_row: bool
+    counts: dict[JobStatus, int]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Storage operations TaskQ needs. All times in predicates come from the backend's clock."""
+
+    BACKEND_PROTOCOL_VERSION: ClassVar[int]
+    supports_transactional_simulation: ClassVar[bool]
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+
+    # --- enqueue -------------------------------------------------------------------------
+    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+        """Insert one job, record a state_change event, NOTIFY the wake channel.
+
+        With ``connection`` (PG: an asyncpg connection in the caller's transaction; memory: a
+        handle from ``transaction()``), the insert commits or rolls back with the caller.
+        """
+
+    async def enqueue_batch(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> list[JobRow]:
+        """Insert all jobs in one transaction, one row per item in order; one NOTIFY."""
+
+    async def enqueue_batch_fast(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> int:
+        """Bulk insert (PG: COPY) returning the count; no rows returned; one NOTIFY."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """A caller-owned transaction whose handle can be passed as ``connection=``."""
+
+    # --- dispatch ------------------------------------------------------------------------
+    async def dispatch_batch(
+        self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
+    ) -> list[JobRow]:
+        """Atomically claim up to ``limit`` due pending jobs of ``queues``: -> running.
+
+        Honours per-queue mode (strict_fifo / round_robin by fairness_key), paused queues,
+        queue and actor ``max_concurrent`` (read every call), identity-key serialization.
+        Sets attempt+1, locked_by_worker, lock_expires_at = now() + lock_lease, started_at.
+        """
+
+    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
+        """Re-pend jobs this worker claimed but never started (shutdown drain); attempt-1."""
+
+    # --- heartbeat -----------------------------------------------------------------------
+    async def heartbeat(
+        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+    ) -> HeartbeatResult:
+        """One transaction: touch the worker row, extend this worker's running leases and
+        reservation leases, ping the leader row when leading, and read cancel flags."""
+
+    # --- terminal and rescheduling writes (guarded: status running AND owned) --------------
+    async def mark_succeeded(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        result: Any,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+    ) -> bool:
+        """running -> succeeded with the result; False when the row is not ours any more.
+
+        result_expires_at = finished_at + (actor_config.result_ttl, else the job's result_ttl,
+        else ``fallback_result_ttl``; none of them: no expiry).
+        """
+
+    async def mark_failed_or_retry(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        error: ErrorInfo,
+        retry_delay: timedelta | None,
+    ) -> JobRow | None:
+        """``retry_delay`` None: -> failed. Else -> scheduled at now() + delay, unless that
+        passes schedule_to_close, then -> failed with DeadlineExceeded. None when not ours."""
+
+    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+        """running -> cancelled (cooperative exit after a cancel request)."""
+
+    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
+        """cancel_phase 1 -> 2 for a running job this worker owns, with an event."""
+
+    async def mark_abandoned(self, job_id: UUID) -> bool:
+        """running with cancel_phase 2 -> abandoned."""
+
+    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
+        """running -> scheduled at now() + delay without consuming an attempt (metadata
+        snooze_count + 1); past schedule_to_close -> failed with DeadlineExceeded."""
+
+    async def mark_retry_after(
+        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+    ) -> RetryAfterOutcome:
+        """Like snooze, but ``consume_budget`` counts the attempt: a transient job with no
+        attempts left fails with MaxAttemptsExceeded."""
+
+    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
+        """Heartbeat lost: this worker's running jobs -> scheduled (retryable) or crashed,
+        each with a HeartbeatLost attempt. Returns how many rows changed."""
+
+    # --- history -------------------------------------------------------------------------
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """Every attempt of a job, oldest first."""
+
+    async def get_events(self, job_id: UUID) -> list[EventRow]:
+        """Every event of a job, oldest first."""
+
+    async def poll_reclaim_events(
+        self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
+    ) -> list[EventRow]:
+        """Reclaim events with id > after_id older than the visibility delay, by id."""
+
+    # --- cancel --------------------------------------------------------------------------
+    async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
+        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 + NOTIFY."""
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """``write_cancel_request`` for every non-terminal job the filter matches."""
+
+    async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
+        """Running jobs of this worker with a cancel requested."""
+
+    # --- admin ---------------------------------------------------------------------------
+    async def retry_job(self, job_id: UUID) -> bool:
+        """failed/crashed/cancelled -> pending (attempt budget restarts); False otherwise."""
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """``retry_job`` for every retryable job the filter matches; returns the count."""
+
+    # --- sweeps (no `now` argument: the backend's clock decides) -------------------------
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending; NOTIFY when any moved."""
+
+    async def deadline_sweep(self) -> int:
+        """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded)."""
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Running jobs whose lease expired (plus the cancel graces + 60s when a cancel is in
+        flight): retries left -> pending, else crashed (cancelled when a cancel was requested);
+        a crashed attempt and a 'reclaim' event in the same transaction."""
+
+    async def expire_results(self) -> int:
+        """Clear results whose result_expires_at has passed."""
+
+    # --- reads ---------------------------------------------------------------------------
+    async def get(self, job_id: UUID) -> JobRow | None:
+        """One job, or None."""
+
+    async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, newest first."""
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status)."""
+
+    async def count_active_jobs(self, queues: Sequence[str]) -> int:
+        """Pending + scheduled + running jobs in these queues."""
+
+    async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
+        """Pending + scheduled jobs per actor (for max_pending back-pressure)."""
+
+    async def get_actor_max_pending(self) -> dict[str, int | None]:
+        """Stored max_pending per actor that has an actor_config row."""
+
+    # --- workers and leadership ----------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert (or refresh) this worker's row, status running."""
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row, most recently seen first."""
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """Try to become (or stay) the maintenance leader; True while leading.
+
+        PG: a session advisory lock on a dedicated connection; losing that connection loses
+        leadership. The leader row is upserted on success.
+        """
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Give up leadership (no-op when not leading)."""
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+
+    # --- actor config --------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows from the code; never overwrite capacity; report structural
+        drift (queue, metadata), overwriting it only with ``force``. One transaction."""
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by name."""
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row."""
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+
+    # --- queues --------------------------------------------------------------------------
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row in ``queues``, by name."""
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue (None when it has neither jobs nor a row)."""
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+
+    # --- wake-ups ------------------------------------------------------------------------
+    def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever new dispatchable work may exist (wake NOTIFY)."""
+
+    def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever a cancel request is written (events NOTIFY)."""
+
+
+def check_protocol_version(implementation: str, declared: int) -> None:
+    """Raise at import when an implementation targets another protocol version."""
+    if declared != BACKEND_PROTOCOL_VERSION:
+        raise RuntimeError(
+            f"{implementation} implements Backend protocol v{declared}, "
+            f"but taskq_core expects v{BACKEND_PROTOCOL_VERSION}"
+        )

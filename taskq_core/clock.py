@@ -1,0 +1,49 @@
+"""Injectable time: SystemClock in production, FakeClock (stepped by hand) in tests.
+
+Worker code never calls ``datetime.now()`` or ``time.monotonic()`` directly; it asks its clock.
+Predicates on rows never use this clock at all: the database's clock owns them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Wall time for stamps, monotonic time for intervals."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The real clocks."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._mono = 1000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, delta: timedelta | float) -> None:
+        """Move both clocks forward by ``delta`` (seconds or a timedelta)."""
+        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds

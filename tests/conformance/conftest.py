@@ -1,0 +1,115 @@
+"""The conformance harness: every test here runs against both backends.
+
+A test takes the ``harness`` fixture and uses ``harness.backend``; ``harness.now()`` reads the
+backend's clock and ``harness.travel(seconds)`` makes that much time pass for every time
+predicate (memory: the FakeClock moves; Postgres: every stored timestamp of the test's schema
+moves back). Postgres-only semantics are marked ``@pytest.mark.postgres_only("reason")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import pytest
+
+from taskq_core.backend.protocol import Backend
+from taskq_core.clock import FakeClock
+from tests.conftest import PgTarget
+
+# Every timestamp column a time predicate can look at, per table.
+_TIME_COLUMNS = {
+    "jobs": [
+        "scheduled_at",
+        "created_at",
+        "lock_expires_at",
+        "started_at",
+        "finished_at",
+        "cancel_requested_at",
+        "schedule_to_close",
+        "result_expires_at",
+        "updated_at",
+    ],
+    "job_events": ["occurred_at"],
+    "job_attempts": ["started_at", "finished_at"],
+    "workers": ["started_at", "last_seen_at", "stopped_at"],
+    "maintenance_leader": ["elected_at", "last_seen_at"],
+    "reservation_slots": ["lease_expires_at"],
+}
+
+
+@dataclass
+class Harness:
+    """One backend under test plus control over its clock."""
+
+    kind: str
+    backend: Backend
+    clock: FakeClock | None = None
+    pg: PgTarget | None = None
+
+    async def now(self) -> datetime:
+        """The backend's idea of now."""
+        if self.clock is not None:
+            return self.clock.now()
+        assert self.pg is not None
+        conn = await asyncpg.connect(self.pg.dsn)
+        try:
+            value: datetime = await conn.fetchval("SELECT clock_timestamp()")
+            return value
+        finally:
+            await conn.close()
+
+    async def travel(self, seconds: float) -> None:
+        """Let ``seconds`` pass for every time predicate of the backend."""
+        if self.clock is not None:
+            self.clock.advance(seconds)
+            return
+        assert self.pg is not None
+        conn = await asyncpg.connect(self.pg.dsn)
+        try:
+            async with conn.transaction():
+                for table, columns in _TIME_COLUMNS.items():
+                    sets = ", ".join(f"{c} = {c} - make_interval(secs => $1)" for c in columns)
+                    await conn.execute(f"UPDATE {self.pg.schema}.{table} SET {sets}", seconds)
+        finally:
+            await conn.close()
+
+    async def sql(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        """Run SQL on the test schema (Postgres only; ``{schema}`` is substituted)."""
+        assert self.pg is not None, "sql() is only for postgres_only tests"
+        conn = await asyncpg.connect(self.pg.dsn)
+        try:
+            return list(await conn.fetch(query.replace("{schema}", self.pg.schema), *args))
+        finally:
+            await conn.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "postgres_only(reason): semantics only the Postgres backend has"
+    )
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """The backend under test, once per implementation."""
+    marker = request.node.get_closest_marker("postgres_only")
+    if request.param == "memory":
+        if marker is not None:
+            pytest.skip(f"postgres only: {marker.args[0] if marker.args else ''}")
+        from taskq_core.backend.memory import InMemoryBackend
+
+        clock = FakeClock()
+        memory = InMemoryBackend(clock=clock)
+        yield Harness("memory", memory, clock=clock)
+        await memory.close()
+        return
+    pg: PgTarget = request.getfixturevalue("pg")
+    from taskq_core.backend.postgres.backend import PostgresBackend
+
+    backend = await PostgresBackend.connect(pg.dsn, pg.schema)
+    yield Harness("postgres", backend, pg=pg)
+    await backend.close()
