@@ -79,17 +79,23 @@ def new_schema_name() -> str:
     return f"t_{worker}_{os.getpid()}_{next(_schema_ids)}"
 
 
-@pytest.fixture
-async def pg(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
-    """A freshly migrated schema of the test's own, dropped afterwards."""
+async def create_migrated_schema(dsn: str) -> str:
+    """Create and migrate a schema no other test uses; return its name."""
     schema = new_schema_name()
-    conn = await asyncpg.connect(pg_server_dsn)
+    conn = await asyncpg.connect(dsn)
     try:
         await migrate_up(conn, schema)
     finally:
         await conn.close()
+    return schema
+
+
+@pytest.fixture
+async def pg(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
+    """A freshly migrated schema of the test's own, dropped afterwards."""
+    schema = await create_migrated_schema(pg_server_dsn)
     yield PgTarget(pg_server_dsn, schema)
-    await _drop_schema(pg_server_dsn, schema)
+    await drop_schema(pg_server_dsn, schema)
 
 
 @pytest.fixture
@@ -97,10 +103,10 @@ async def empty_schema(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
     """A schema name that does not exist yet (for migration tests), dropped afterwards."""
     schema = new_schema_name()
     yield PgTarget(pg_server_dsn, schema)
-    await _drop_schema(pg_server_dsn, schema)
+    await drop_schema(pg_server_dsn, schema)
 
 
-async def _drop_schema(dsn: str, schema: str) -> None:
+async def drop_schema(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

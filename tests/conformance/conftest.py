@@ -18,7 +18,7 @@ import pytest
 
 from taskq_core.backend.protocol import Backend
 from taskq_core.clock import FakeClock
-from tests.conftest import PgTarget
+from tests.conftest import PgTarget, create_migrated_schema, drop_schema
 
 # Every timestamp column a time predicate can look at, per table.
 _TIME_COLUMNS = {
@@ -94,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(params=["memory", "postgres"])
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Harness]:
     """The backend under test, once per implementation."""
     marker = request.node.get_closest_marker("postgres_only")
     if request.param == "memory":
@@ -107,9 +107,12 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         yield Harness("memory", memory, clock=clock)
         await memory.close()
         return
-    pg: PgTarget = request.getfixturevalue("pg")
     from taskq_core.backend.postgres.backend import PostgresBackend
 
+    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
     backend = await PostgresBackend.connect(pg.dsn, pg.schema)
-    yield Harness("postgres", backend, pg=pg)
-    await backend.close()
+    try:
+        yield Harness("postgres", backend, pg=pg)
+    finally:
+        await backend.close()
+        await drop_schema(pg.dsn, pg.schema)
