@@ -1,0 +1,1183 @@
+"""InMemoryBackend: the Backend protocol over plain dicts, for fast worker and client tests.
+
+It mirrors the Postgres schema row for row and the SQL statement for statement: every time
+predicate reads the injected Clock, rows are stored as mutable records and handed out as frozen
+snapshots, JSON columns round-trip through ``json`` as jsonb would, and ``transaction()``
+simulates a caller-owned transaction by buffering enqueues until the block exits cleanly.
+Single-threaded by contract: one event loop, no sharing across threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    UNSET,
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    AttemptRow,
+    BulkCancelResult,
+    CancelFlag,
+    CancelOutcome,
+    EnqueueArgs,
+    ErrorInfo,
+    EventRow,
+    HeartbeatResult,
+    JobFilter,
+    JobRow,
+    LeaderRow,
+    QueueMode,
+    QueueRow,
+    QueueStatusCount,
+    RetryAfterOutcome,
+    RetryKind,
+    SnoozeOutcome,
+    WorkerInfo,
+    WorkerRow,
+    check_protocol_version,
+)
+from taskq_core.clock import Clock, SystemClock
+from taskq_core.constants import RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
+from taskq_core.ids import uuid7
+from taskq_core.statemachine import (
+    ACTIVE_STATUSES,
+    RETRYABLE_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    assert_valid_transition,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from taskq_core.backend.protocol import Backend
+
+_IMPLEMENTED_PROTOCOL_VERSION = 1
+check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
+
+# A cancelled job whose worker died is reclaimed only after the cancel graces plus this much
+# headroom, so a merely slow cancellation is never mistaken for a crash.
+_CANCEL_RECLAIM_HEADROOM = timedelta(seconds=60)
+_ZERO = timedelta(0)
+_LOCK_EXPIRED = ErrorInfo("WorkerCrashed", "the worker's lock expired without a terminal write")
+_RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_retryable"})
+_QUEUE_MODES: frozenset[QueueMode] = frozenset({"strict_fifo", "round_robin"})
+_STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
+_PENDING, _SCHEDULED, _RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+_RowT = TypeVar("_RowT", bound="DataclassInstance")
+
+
+def _json(value: Any) -> Any:
+    """A deep copy with jsonb semantics: tuples become lists, NaN and non-JSON values raise."""
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+# --- stored rows ---------------------------------------------------------------------------
+_JSON_COLUMNS = frozenset({"payload", "result", "metadata", "progress_state", "detail"})
+
+
+def _freeze(record: object, row_type: type[_RowT], **extra: Any) -> _RowT:
+    """The frozen ``row_type`` for a mutable record, sharing nothing mutable with it."""
+    values = {f.name: getattr(record, f.name) for f in fields(row_type) if f.name not in extra}
+    for name in _JSON_COLUMNS.intersection(values):
+        values[name] = _json(values[name])
+    return row_type(**values, **extra)
+
+
+@dataclass(slots=True)
+class _Job:
+    """A mutable ``jobs`` row: JobRow's fields, defaulted as the schema defaults them."""
+
+    id: UUID
+    actor: str
+    queue: str
+    payload: dict[str, Any]
+    status: JobStatus
+    priority: int
+    scheduled_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    retry_kind: RetryKind
+    max_attempts: int
+    identity_key: str | None
+    fairness_key: str | None
+    schedule_to_close: datetime | None
+    result_ttl: timedelta | None
+    metadata: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    attempt: int = 0
+    locked_by_worker: UUID | None = None
+    lock_expires_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_phase: int = 0
+    cancel_requested_at: datetime | None = None
+    cancel_reason: str | None = None
+    result: Any = None
+    result_expires_at: datetime | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    error_traceback: str | None = None
+    progress_seq: int = 0
+    progress_state: dict[str, Any] | None = None
+
+    def snapshot(self) -> JobRow:
+        """A frozen copy that shares nothing mutable with this record."""
+        return _freeze(self, JobRow)
+
+    def clear_lock(self) -> None:
+        """Forget the worker lease (the row is no longer running)."""
+        self.locked_by_worker = None
+        self.lock_expires_at = None
+
+    def clear_cancel(self) -> None:
+        """Forget any cancel request (a fresh attempt starts without one)."""
+        self.cancel_phase = 0
+        self.cancel_requested_at = None
+        self.cancel_reason = None
+
+    def set_error(
+        self, error_class: str | None, message: str | None, traceback: str | None = None
+    ) -> None:
+        """Record (or, with None, clear) the last error on the row."""
+        self.error_class, self.error_message, self.error_traceback = error_class, message, traceback
+
+
+@dataclass(slots=True)
+class _Worker:
+    """A mutable ``workers`` row."""
+
+    info: WorkerInfo
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None = None
+    status: str = "running"
+
+
+@dataclass(slots=True)
+class _ActorConfig:
+    """A mutable ``actor_config`` row."""
+
+    actor: str
+    queue: str
+    metadata: dict[str, Any]
+    max_concurrent: int | None
+    max_pending: int | None
+    result_ttl: timedelta | None
+    created_at: datetime
+    updated_at: datetime
+
+    def snapshot(self) -> ActorConfigRow:
+        """A frozen copy."""
+        return _freeze(self, ActorConfigRow)
+
+
+@dataclass(slots=True)
+class _Queue:
+    """A mutable ``queues`` row."""
+
+    mode: QueueMode = "strict_fifo"
+    max_concurrent: int | None = None
+    paused: bool = False
+
+
+class MemoryTransaction:
+    """The handle ``InMemoryBackend.transaction()`` yields; pass it as ``connection=``.
+
+    Enqueues made through it are buffered and become visible only when the ``async with``
+    block exits without an exception; an exception discards them, like a rolled-back COMMIT.
+    """
+
+    def __init__(self, backend: InMemoryBackend) -> None:
+        self.backend = backend
+        self.open = True
+        self.buffered: list[_Job] = []
+
+
+# --- the backend ---------------------------------------------------------------------------
+class InMemoryBackend:
+    """The Backend protocol held in Python dicts, with an injectable clock (tests only)."""
+
+    BACKEND_PROTOCOL_VERSION: ClassVar[int] = _IMPLEMENTED_PROTOCOL_VERSION
+    supports_transactional_simulation: ClassVar[bool] = True
+
+    def __init__(self, *, clock: Clock | None = None, dispatch_oversample: int = 2) -> None:
+        if dispatch_oversample < 1:
+            raise ValueError("dispatch_oversample must be at least 1")
+        self._clock: Clock = clock or SystemClock()
+        self._oversample = dispatch_oversample
+        self._jobs: dict[UUID, _Job] = {}
+        self._attempts: dict[UUID, list[AttemptRow]] = {}
+        self._events: list[EventRow] = []
+        self._workers: dict[UUID, _Worker] = {}
+        self._leader: LeaderRow | None = None
+        self._actor_configs: dict[str, _ActorConfig] = {}
+        self._queues: dict[str, _Queue] = {}
+        self._wake_subscribers: set[asyncio.Event] = set()
+        self._cancel_subscribers: set[asyncio.Event] = set()
+        self._event_ids = itertools.count(1)
+        self._attempt_ids = itertools.count(1)
+
+    async def close(self) -> None:
+        """Nothing to release; idempotent."""
+
+    # --- shared record keeping ---------------------------------------------------------------
+    def _now(self) -> datetime:
+        return self._clock.now()
+
+    def _record_event(
+        self,
+        job: _Job,
+        kind: str,
+        from_status: JobStatus | None,
+        to_status: JobStatus | None,
+        worker_id: UUID | None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        event = EventRow(
+            id=next(self._event_ids),
+            job_id=job.id,
+            occurred_at=self._now(),
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            worker_id=worker_id,
+            detail=_json(detail or {}),
+        )
+        self._events.append(event)
+
+    def _transition(
+        self,
+        job: _Job,
+        to_status: JobStatus,
+        *,
+        worker_id: UUID | None = None,
+        checked: bool = True,
+        kind: str = "state_change",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Move ``job`` to ``to_status`` and write its event (a state_change unless ``kind``).
+
+        ``checked=False`` is for operator retry, which re-pends terminal rows on purpose.
+        """
+        from_status = job.status
+        if checked:
+            assert_valid_transition(from_status, to_status, job.id)
+        job.status = to_status
+        job.updated_at = self._now()
+        if to_status in TERMINAL_STATUSES:
+            job.finished_at = job.updated_at
+        self._record_event(job, kind, from_status, to_status, worker_id, detail)
+
+    def _record_attempt(
+        self, job: _Job, outcome: str, worker_id: UUID | None, error: ErrorInfo | None = None
+    ) -> None:
+        now = self._now()
+        duration = None
+        if job.started_at is not None:
+            duration = (now - job.started_at).total_seconds() * 1000.0
+        self._attempts.setdefault(job.id, []).append(
+            AttemptRow(
+                id=next(self._attempt_ids),
+                job_id=job.id,
+                attempt=job.attempt,
+                worker_id=worker_id,
+                outcome=outcome,
+                started_at=job.started_at,
+                finished_at=now,
+                duration_ms=duration,
+                error_class=error.error_class if error else None,
+                error_message=error.message if error else None,
+                error_traceback=error.traceback if error else None,
+            )
+        )
+
+    def _owned_running(self, job_id: UUID, worker_id: UUID) -> _Job | None:
+        """The guard of every worker write: running AND locked by this worker."""
+        job = self._jobs.get(job_id)
+        if job is None or job.status is not _RUNNING or job.locked_by_worker != worker_id:
+            return None
+        return job
+
+    def _wake(self) -> None:
+        for event in self._wake_subscribers:
+            event.set()
+
+    def _matching(self, filter: JobFilter, among: frozenset[JobStatus]) -> list[_Job]:
+        """Jobs the filter matches whose status is also in ``among``, newest first, limited."""
+        allowed = filter.statuses()
+        allowed = among if allowed is None else allowed & among
+        ids = None if filter.ids is None else set(filter.ids)
+        found = [
+            job
+            for job in self._jobs.values()
+            if job.status in allowed
+            and (filter.queue is None or job.queue == filter.queue)
+            and (filter.actor is None or job.actor == filter.actor)
+            and (ids is None or job.id in ids)
+        ]
+        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        return found if filter.limit is None else found[: filter.limit]
+
+    # --- enqueue -----------------------------------------------------------------------------
+    def _new_job(self, args: EnqueueArgs, now: datetime) -> _Job:
+        if args.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
+        if args.retry_kind not in _RETRY_KINDS:
+            raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+        delay = args.delay if args.delay is not None and args.delay > timedelta(0) else None
+        deadline = args.schedule_to_close
+        return _Job(
+            id=args.job_id or uuid7(),
+            actor=args.actor,
+            queue=args.queue,
+            payload=_json(args.payload),
+            status=_PENDING if delay is None else _SCHEDULED,
+            priority=args.priority,
+            scheduled_at=now if delay is None else now + delay,
+            created_at=now,
+            updated_at=now,
+            retry_kind=args.retry_kind,
+            max_attempts=args.max_attempts,
+            identity_key=args.identity_key,
+            fairness_key=args.fairness_key,
+            schedule_to_close=None if deadline is None else now + deadline,
+            result_ttl=args.result_ttl,
+            metadata=_json(args.metadata),
+            trace_id=args.trace_id,
+            span_id=args.span_id,
+        )
+
+    def _transaction_handle(self, connection: Any) -> MemoryTransaction:
+        if not isinstance(connection, MemoryTransaction):
+            raise TypeError(
+                "InMemoryBackend: connection= must be a handle from this backend's "
+                f"transaction(), got {type(connection).__name__}"
+            )
+        if connection.backend is not self:
+            raise ValueError("InMemoryBackend: the transaction handle belongs to another backend")
+        if not connection.open:
+            raise ValueError("InMemoryBackend: the transaction handle is already closed")
+        return connection
+
+    def _insert(self, args_list: Sequence[EnqueueArgs], connection: Any) -> list[_Job]:
+        """Build all rows first (so a bad item inserts nothing), then store or buffer them."""
+        handle = None if connection is None else self._transaction_handle(connection)
+        now = self._now()
+        jobs = [self._new_job(args, now) for args in args_list]
+        taken = set(self._jobs)
+        if handle is not None:
+            taken.update(job.id for job in handle.buffered)
+        for job in jobs:
+            if job.id in taken:
+                raise ValueError(f"a job with id {job.id} already exists")
+            taken.add(job.id)
+        if handle is not None:
+            handle.buffered.extend(jobs)
+        else:
+            self._commit(jobs)
+        return jobs
+
+    def _commit(self, jobs: Iterable[_Job]) -> None:
+        any_pending = False
+        for job in jobs:
+            self._jobs[job.id] = job
+            any_pending = any_pending or job.status is _PENDING
+        if any_pending:
+            self._wake()
+
+    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+        """Insert one job (buffered when ``connection`` is a transaction handle)."""
+        return self._insert([args], connection)[0].snapshot()
+
+    async def enqueue_batch(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> list[JobRow]:
+        """Insert all jobs at once, one row per item in order; one wake-up."""
+        return [job.snapshot() for job in self._insert(args_list, connection)]
+
+    async def enqueue_batch_fast(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> int:
+        """Insert all jobs at once and return the count."""
+        return len(self._insert(args_list, connection))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        """A simulated transaction: buffered enqueues commit on clean exit, vanish on error."""
+        handle = MemoryTransaction(self)
+        try:
+            yield handle
+        except BaseException:
+            handle.buffered.clear()
+            raise
+        finally:
+            handle.open = False
+        # Ids may have been taken outside the transaction meanwhile: a unique violation
+        # at COMMIT, which rolls the whole transaction back.
+        clashes = [job.id for job in handle.buffered if job.id in self._jobs]
+        if clashes:
+            raise ValueError(f"a job with id {clashes[0]} already exists")
+        self._commit(handle.buffered)
+
+    # --- dispatch ----------------------------------------------------------------------------
+    def _actor_cap(self, actor: str) -> int | None:
+        config = self._actor_configs.get(actor)
+        return None if config is None else config.max_concurrent
+
+    def _queue_row(self, name: str) -> _Queue:
+        return self._queues.get(name) or _Queue()
+
+    @staticmethod
+    def _dispatch_order(mode: QueueMode, jobs: list[_Job]) -> list[_Job]:
+        """strict_fifo: priority DESC, scheduled_at, id. round_robin: the same order within
+        each fairness_key cohort (NULL keys are one cohort), cohorts interleaved by rank."""
+        fifo = sorted(jobs, key=lambda job: (-job.priority, job.scheduled_at, job.id))
+        if mode == "strict_fifo":
+            return fifo
+        ranks: Counter[str | None] = Counter()
+        ranked: list[tuple[int, _Job]] = []
+        for job in fifo:
+            ranks[job.fairness_key] += 1
+            ranked.append((ranks[job.fairness_key], job))
+        ranked.sort(key=lambda pair: (pair[0], -pair[1].priority, pair[1].scheduled_at, pair[1].id))
+        return [job for _, job in ranked]
+
+    async def dispatch_batch(
+        self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
+    ) -> list[JobRow]:
+        """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running.
+
+        Mirrors the dispatch CTE: per queue mode ordering, paused queues skipped, actor and
+        queue ``max_concurrent`` against the running counts, at most one running job per
+        (actor, identity_key), and a per-actor candidate window of residual * oversample.
+        Queues of different modes are served mode group by mode group, in the order given.
+        """
+        if limit <= 0:
+            return []
+        now = self._now()
+        running = [job for job in self._jobs.values() if job.status is _RUNNING]
+        actor_load = Counter(job.actor for job in running)
+        queue_load = Counter(job.queue for job in running)
+        busy: set[tuple[str, str | None]] = {
+            (job.actor, job.identity_key) for job in running if job.identity_key is not None
+        }
+        groups: dict[QueueMode, list[str]] = {}
+        for name in dict.fromkeys(queues):
+            row = self._queue_row(name)
+            if not row.paused:
+                groups.setdefault(row.mode, []).append(name)
+        claimed: list[_Job] = []
+        for mode, names in groups.items():
+            wanted = set(names)
+            by_actor: dict[str, list[_Job]] = {}
+            for job in self._jobs.values():
+                if job.status is _PENDING and job.queue in wanted and job.scheduled_at <= now:
+                    by_actor.setdefault(job.actor, []).append(job)
+            candidates: list[_Job] = []
+            for actor, jobs in by_actor.items():
+                cap = self._actor_cap(actor)
+                residual = limit if cap is None else min(limit, cap - actor_load[actor])
+                window = self._dispatch_order(mode, jobs)[: max(residual, 0) * self._oversample]
+                candidates.extend(window)
+            for job in self._dispatch_order(mode, candidates):
+                if len(claimed) >= limit:
+                    break
+                actor_cap = self._actor_cap(job.actor)
+                queue_cap = self._queue_row(job.queue).max_concurrent
+                if actor_cap is not None and actor_load[job.actor] >= actor_cap:
+                    continue
+                if queue_cap is not None and queue_load[job.queue] >= queue_cap:
+                    continue
+                identity = (job.actor, job.identity_key)
+                if job.identity_key is not None and identity in busy:
+                    continue
+                actor_load[job.actor] += 1
+                queue_load[job.queue] += 1
+                if job.identity_key is not None:
+                    busy.add(identity)
+                claimed.append(job)
+        for job in claimed:
+            self._transition(job, _RUNNING, worker_id=worker_id)
+            job.attempt += 1
+            job.locked_by_worker = worker_id
+            job.lock_expires_at = now + lock_lease
+            job.started_at = now
+        return [job.snapshot() for job in claimed]
+
+    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
+        """Re-pend jobs this worker claimed but never started; the attempt is given back."""
+        released = 0
+        for job_id in dict.fromkeys(job_ids):
+            job = self._owned_running(job_id, worker_id)
+            if job is None:
+                continue
+            self._transition(job, _PENDING, worker_id=worker_id)
+            job.attempt = max(job.attempt - 1, 0)
+            job.clear_lock()
+            job.started_at = None
+            released += 1
+        if released:
+            self._wake()
+        return released
+
+    # --- heartbeat ---------------------------------------------------------------------------
+    async def heartbeat(
+        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+    ) -> HeartbeatResult:
+        """Touch the worker row, extend this worker's leases, ping the leader row, read flags."""
+        now = self._now()
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            worker.last_seen_at = now
+        extended = 0
+        for job in self._jobs.values():
+            if job.status is _RUNNING and job.locked_by_worker == worker_id:
+                job.lock_expires_at = now + lock_lease
+                job.updated_at = now
+                extended += 1
+        if is_leader and self._leader is not None and self._leader.worker_id == worker_id:
+            self._leader = replace(self._leader, last_seen_at=now)
+        return HeartbeatResult(
+            leases_extended=extended, cancel_flags=await self.poll_cancel_flags(worker_id)
+        )
+
+    # --- terminal and rescheduling writes ----------------------------------------------------
+    async def mark_succeeded(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        result: Any,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+    ) -> bool:
+        """running -> succeeded; result_expires_at from the stored, job or fallback TTL."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None:
+            return False
+        stored = _json(result)
+        config = self._actor_configs.get(job.actor)
+        ttl = config.result_ttl if config is not None else None
+        ttl = ttl if ttl is not None else job.result_ttl
+        ttl = ttl if ttl is not None else fallback_result_ttl
+        self._record_attempt(job, "succeeded", worker_id)
+        self._transition(job, JobStatus.SUCCEEDED, worker_id=worker_id)
+        job.result = stored
+        job.result_expires_at = None if ttl is None else job.updated_at + ttl
+        job.lock_expires_at = None
+        return True
+
+    def _fail(self, job: _Job, worker_id: UUID, error: ErrorInfo) -> None:
+        """running -> failed with ``error`` as the job's last error."""
+        self._transition(job, JobStatus.FAILED, worker_id=worker_id)
+        job.set_error(error.error_class, error.message, error.traceback)
+        job.lock_expires_at = None
+
+    def _reschedule(self, job: _Job, worker_id: UUID, run_at: datetime) -> None:
+        self._transition(job, _SCHEDULED, worker_id=worker_id)
+        job.scheduled_at = run_at
+        job.clear_lock()
+
+    @staticmethod
+    def _passes_deadline(job: _Job, at: datetime) -> bool:
+        return job.schedule_to_close is not None and at > job.schedule_to_close
+
+    async def mark_failed_or_retry(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        error: ErrorInfo,
+        retry_delay: timedelta | None,
+    ) -> JobRow | None:
+        """No delay: -> failed. Else -> scheduled at now + delay, or failed DeadlineExceeded
+        when that passes schedule_to_close. None when the row is not ours any more."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None:
+            return None
+        run_at = None if retry_delay is None else self._now() + retry_delay
+        if run_at is None:
+            self._record_attempt(job, "failed", worker_id, error)
+            self._fail(job, worker_id, error)
+        elif self._passes_deadline(job, run_at):
+            # The attempt keeps the actor's own error; the job records why it stopped.
+            self._record_attempt(job, "failed", worker_id, error)
+            message = f"retry would start after schedule_to_close (last error: {error.message})"
+            self._fail(job, worker_id, ErrorInfo("DeadlineExceeded", message, error.traceback))
+        else:
+            self._record_attempt(job, "retried", worker_id, error)
+            self._reschedule(job, worker_id, run_at)
+            job.set_error(error.error_class, error.message, error.traceback)
+        return job.snapshot()
+
+    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+        """running -> cancelled (the actor stopped after a cancel request)."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None:
+            return False
+        self._record_attempt(job, "cancelled", worker_id)
+        self._transition(job, JobStatus.CANCELLED, worker_id=worker_id)
+        job.lock_expires_at = None
+        return True
+
+    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
+        """cancel_phase 1 -> 2 on a running job this worker owns, with an event."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None or job.cancel_phase != 1:
+            return False
+        job.cancel_phase = 2
+        job.updated_at = self._now()
+        detail = {"cancel_phase_from": 1, "cancel_phase_to": 2}
+        self._record_event(job, "state_change", _RUNNING, _RUNNING, worker_id, detail)
+        return True
+
+    async def mark_abandoned(self, job_id: UUID) -> bool:
+        """running with cancel_phase 2 -> abandoned (forced cancel never finished)."""
+        job = self._jobs.get(job_id)
+        if job is None or job.status is not _RUNNING or job.cancel_phase != 2:
+            return False
+        worker_id = job.locked_by_worker
+        self._record_attempt(job, "abandoned", worker_id)
+        self._transition(job, JobStatus.ABANDONED, worker_id=worker_id)
+        job.lock_expires_at = None
+        return True
+
+    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
+        """running -> scheduled at now + delay, attempt given back, snooze_count + 1."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None:
+            return "noop"
+        run_at = self._now() + delay
+        if self._passes_deadline(job, run_at):
+            message = "snooze would start after schedule_to_close"
+            self._fail_attempt(job, worker_id, ErrorInfo("DeadlineExceeded", message))
+            return "failed"
+        self._record_attempt(job, "snoozed", worker_id)
+        self._reschedule(job, worker_id, run_at)
+        job.attempt = max(job.attempt - 1, 0)
+        job.metadata["snooze_count"] = int(job.metadata.get("snooze_count", 0)) + 1
+        return "scheduled"
+
+    def _fail_attempt(self, job: _Job, worker_id: UUID, error: ErrorInfo) -> None:
+        """The backend ends the attempt itself (deadline or budget): failed attempt + row."""
+        self._record_attempt(job, "failed", worker_id, error)
+        self._fail(job, worker_id, error)
+
+    async def mark_retry_after(
+        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+    ) -> RetryAfterOutcome:
+        """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
+        transient job with no attempts left fails with MaxAttemptsExceeded."""
+        job = self._owned_running(job_id, worker_id)
+        if job is None:
+            return "noop"
+        run_at = self._now() + delay
+        if self._passes_deadline(job, run_at):
+            message = "retry-after would start after schedule_to_close"
+            self._fail_attempt(job, worker_id, ErrorInfo("DeadlineExceeded", message))
+            return "failed:DeadlineExceeded"
+        if consume_budget and job.retry_kind == "transient" and job.attempt >= job.max_attempts:
+            message = f"all {job.max_attempts} attempts used; retry-after refused"
+            self._fail_attempt(job, worker_id, ErrorInfo("MaxAttemptsExceeded", message))
+            return "failed:MaxAttemptsExceeded"
+        self._record_attempt(job, "retry_after", worker_id)
+        self._reschedule(job, worker_id, run_at)
+        if not consume_budget:
+            job.attempt = max(job.attempt - 1, 0)
+        return "scheduled"
+
+    def _can_retry(self, job: _Job, now: datetime) -> bool:
+        """Retry branch of reclaim/isolation: budget left (transient) or deadline open."""
+        if job.retry_kind == "transient":
+            return job.attempt < job.max_attempts
+        if job.retry_kind == "indefinite":
+            return job.schedule_to_close is None or job.schedule_to_close > now
+        return False
+
+    def _orphan(
+        self,
+        job: _Job,
+        error: ErrorInfo,
+        *,
+        retry_as: JobStatus,
+        retry_at: datetime,
+        kind: str,
+        reason: str,
+    ) -> None:
+        """Settle a running job whose worker is gone, with a crashed attempt and one event.
+
+        Retry branch: -> ``retry_as`` at ``retry_at`` with the cancel request dropped (no live
+        worker could honour it in the next attempt). Otherwise terminal: cancelled when a
+        cancel was requested (the caller's request is the honest label), else crashed.
+        """
+        now = self._now()
+        worker_id = job.locked_by_worker
+        self._record_attempt(job, "crashed", worker_id, error)
+        if self._can_retry(job, now):
+            target = retry_as
+            job.scheduled_at = retry_at
+            job.clear_cancel()
+        else:
+            cancelled = job.cancel_requested_at is not None
+            target = JobStatus.CANCELLED if cancelled else JobStatus.CRASHED
+        detail = {
+            "from_state": _RUNNING.value,
+            "to_state": target.value,
+            "reason": reason,
+            "worker_id": None if worker_id is None else str(worker_id),
+        }
+        self._transition(job, target, worker_id=worker_id, kind=kind, detail=detail)
+        job.clear_lock()
+        job.set_error(error.error_class, error.message)
+
+    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
+        """This worker lost its heartbeat: its running jobs -> scheduled (retries left) or
+        crashed (cancelled when a cancel was requested), each with a HeartbeatLost attempt."""
+        error = ErrorInfo("HeartbeatLost", f"worker {worker_id} lost its heartbeat")
+        retry_at = self._now() + retry_delay
+        orphans = [
+            job
+            for job in self._jobs.values()
+            if job.status is _RUNNING and job.locked_by_worker == worker_id
+        ]
+        for job in orphans:
+            self._orphan(
+                job,
+                error,
+                retry_as=_SCHEDULED,
+                retry_at=retry_at,
+                kind="state_change",
+                reason="heartbeat_lost",
+            )
+        return len(orphans)
+
+    # --- history -----------------------------------------------------------------------------
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """Every attempt of a job, oldest first."""
+        return list(self._attempts.get(job_id, []))
+
+    async def get_events(self, job_id: UUID) -> list[EventRow]:
+        """Every event of a job, oldest first."""
+        return [_freeze(e, EventRow) for e in self._events if e.job_id == job_id]
+
+    async def poll_reclaim_events(
+        self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
+    ) -> list[EventRow]:
+        """Reclaim events with id > after_id that are at least the visibility delay old."""
+        if visibility_delay is None:
+            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        horizon = self._now() - visibility_delay
+        found = [
+            _freeze(e, EventRow)
+            for e in self._events
+            if e.kind == "reclaim" and e.id > after_id and e.occurred_at <= horizon
+        ]
+        return found[: max(limit, 0)]
+
+    # --- cancel ------------------------------------------------------------------------------
+    def _request_cancel(self, job: _Job, reason: str | None) -> CancelOutcome:
+        if job.status in TERMINAL_STATUSES:
+            return "terminal"
+        if job.status is _RUNNING and job.cancel_requested_at is not None:
+            return "already_requested"
+        now = self._now()
+        job.cancel_requested_at = now
+        job.cancel_reason = reason
+        job.updated_at = now
+        from_status = job.status
+        if from_status is _RUNNING:
+            job.cancel_phase = 1
+            detail = {"reason": reason, "cancel_phase": 1}
+            self._record_event(job, "cancel_request", _RUNNING, _RUNNING, None, detail)
+            for event in self._cancel_subscribers:
+                event.set()
+            return "requested"
+        assert_valid_transition(from_status, JobStatus.CANCELLED, job.id)
+        job.status = JobStatus.CANCELLED
+        job.finished_at = now
+        self._record_event(job, "cancel_request", from_status, job.status, None, {"reason": reason})
+        return "cancelled"
+
+    async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
+        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 (+ cancel wake)."""
+        job = self._jobs.get(job_id)
+        return "not_found" if job is None else self._request_cancel(job, reason)
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """Cancel every non-terminal job the filter matches (its limit applies)."""
+        outcomes = Counter(
+            self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
+        )
+        return BulkCancelResult(cancelled=outcomes["cancelled"], requested=outcomes["requested"])
+
+    async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
+        """Running jobs of this worker with a cancel requested, oldest request first."""
+        flagged = [
+            job
+            for job in self._jobs.values()
+            if job.status is _RUNNING
+            and job.locked_by_worker == worker_id
+            and job.cancel_requested_at is not None
+        ]
+        flagged.sort(key=lambda job: (job.cancel_requested_at, job.id))
+        return [
+            CancelFlag(job.id, job.cancel_phase, job.cancel_requested_at, job.cancel_reason)
+            for job in flagged
+        ]
+
+    # --- admin -------------------------------------------------------------------------------
+    def _retry(self, job: _Job) -> bool:
+        if job.status not in RETRYABLE_STATUSES:
+            return False
+        self._transition(job, _PENDING, checked=False, detail={"reason": "operator_retry"})
+        job.scheduled_at = job.updated_at
+        job.attempt = 0
+        job.finished_at = job.started_at = None
+        job.result = job.result_expires_at = None
+        job.clear_lock()
+        job.clear_cancel()
+        job.set_error(None, None)
+        return True
+
+    async def retry_job(self, job_id: UUID) -> bool:
+        """failed/crashed/cancelled -> pending with a fresh attempt budget; False otherwise."""
+        job = self._jobs.get(job_id)
+        retried = job is not None and self._retry(job)
+        if retried:
+            self._wake()
+        return retried
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """Retry every retryable job the filter matches (its limit applies)."""
+        count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
+        if count:
+            self._wake()
+        return count
+
+    # --- sweeps ------------------------------------------------------------------------------
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending (scheduled_at kept as their FIFO key); wake on any."""
+        now = self._now()
+        due = [j for j in self._jobs.values() if j.status is _SCHEDULED and j.scheduled_at <= now]
+        for job in due:
+            self._transition(job, _PENDING)
+        if due:
+            self._wake()
+        return len(due)
+
+    async def deadline_sweep(self) -> int:
+        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded)."""
+        now = self._now()
+        late = [
+            job
+            for job in self._jobs.values()
+            if job.status in (_PENDING, _SCHEDULED)
+            and job.schedule_to_close is not None
+            and job.schedule_to_close < now
+        ]
+        for job in late:
+            self._transition(job, JobStatus.FAILED)
+            job.set_error("DeadlineExceeded", "schedule_to_close passed before the job ran")
+        return len(late)
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Running jobs whose lease expired (cancel in flight: plus both graces and 60s)
+        -> pending when retries are left, else crashed (cancelled if a cancel was requested).
+        Each gets a crashed attempt (WorkerCrashed) and one 'reclaim' event."""
+        now = self._now()
+        cancel_headroom = cancel_grace + cleanup_grace + _CANCEL_RECLAIM_HEADROOM
+        expired = [
+            job
+            for job in self._jobs.values()
+            if job.status is _RUNNING
+            and job.lock_expires_at is not None
+            and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
+        ]
+        for job in expired:
+            self._orphan(
+                job,
+                _LOCK_EXPIRED,
+                retry_as=_PENDING,
+                retry_at=now,
+                kind="reclaim",
+                reason="lock_expired",
+            )
+        if expired:
+            self._wake()
+        return len(expired)
+
+    async def expire_results(self) -> int:
+        """Clear results whose result_expires_at has passed."""
+        now = self._now()
+        expired = [
+            job
+            for job in self._jobs.values()
+            if job.result_expires_at is not None and job.result_expires_at < now
+        ]
+        for job in expired:
+            job.result = job.result_expires_at = None
+            job.updated_at = now
+        return len(expired)
+
+    # --- reads -------------------------------------------------------------------------------
+    async def get(self, job_id: UUID) -> JobRow | None:
+        """One job, or None."""
+        job = self._jobs.get(job_id)
+        return None if job is None else job.snapshot()
+
+    async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, newest first (created_at DESC, id DESC)."""
+        return [job.snapshot() for job in self._matching(filter, frozenset(JobStatus))]
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status), by queue then status in enum order."""
+        counts = Counter((job.queue, job.status) for job in self._jobs.values())
+        keys = sorted(counts, key=lambda key: (key[0], _STATUS_ORDER[key[1]]))
+        return [QueueStatusCount(queue, status, counts[queue, status]) for queue, status in keys]
+
+    async def count_active_jobs(self, queues: Sequence[str]) -> int:
+        """Pending + scheduled + running jobs in these queues."""
+        wanted = set(queues)
+        return sum(
+            1 for j in self._jobs.values() if j.queue in wanted and j.status in ACTIVE_STATUSES
+        )
+
+    async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
+        """Pending + scheduled jobs per requested actor (actors with none are left out)."""
+        wanted = set(actors)
+        counts = Counter(
+            job.actor
+            for job in self._jobs.values()
+            if job.actor in wanted and job.status in (_PENDING, _SCHEDULED)
+        )
+        return dict(counts)
+
+    async def get_actor_max_pending(self) -> dict[str, int | None]:
+        """Stored max_pending of every actor with an actor_config row."""
+        return {name: row.max_pending for name, row in self._actor_configs.items()}
+
+    # --- workers and leadership --------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert or refresh this worker's row, status running."""
+        now = self._now()
+        info = replace(info, queues=list(info.queues), actors=list(info.actors))
+        existing = self._workers.get(info.id)
+        started_at = now if existing is None else existing.started_at
+        self._workers[info.id] = _Worker(info, started_at=started_at, last_seen_at=now)
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            worker.status, worker.stopped_at = "stopped", self._now()
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker, most recently seen first, with leadership and running jobs resolved."""
+        running = Counter(j.locked_by_worker for j in self._jobs.values() if j.status is _RUNNING)
+        leader_id = None if self._leader is None else self._leader.worker_id
+        workers = sorted(
+            self._workers.values(), key=lambda w: (w.last_seen_at, w.info.id), reverse=True
+        )
+        return [
+            _freeze(
+                w.info,
+                WorkerRow,
+                started_at=w.started_at,
+                last_seen_at=w.last_seen_at,
+                stopped_at=w.stopped_at,
+                status=w.status,
+                is_leader=w.info.id == leader_id,
+                running_jobs=running[w.info.id],
+                queues=list(w.info.queues),
+                actors=list(w.info.actors),
+            )
+            for w in workers
+        ]
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """The first worker to ask leads until it releases; the leader row is upserted."""
+        now = self._now()
+        if self._leader is None:
+            self._leader = LeaderRow(worker_id, elected_at=now, last_seen_at=now)
+        elif self._leader.worker_id == worker_id:
+            self._leader = replace(self._leader, last_seen_at=now)
+        else:
+            return False
+        return True
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Give up leadership (no-op when not leading)."""
+        if self._leader is not None and self._leader.worker_id == worker_id:
+            self._leader = None
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+        return self._leader
+
+    # --- actor config ------------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows; report (never write) capacity differences; report structural
+        drift and overwrite it only with ``force``. All or nothing, like one transaction."""
+        now = self._now()
+        created: list[str] = []
+        overrides: list[tuple[str, str, Any, Any]] = []
+        drift: list[ActorConfigDrift] = []
+        additions: dict[str, _ActorConfig] = {}
+        for decl in declared:
+            metadata = _json(decl.metadata)  # validate before anything is stored
+            row = self._actor_configs.get(decl.actor) or additions.get(decl.actor)
+            if row is None:
+                additions[decl.actor] = _ActorConfig(
+                    decl.actor,
+                    decl.queue,
+                    metadata,
+                    decl.max_concurrent,
+                    decl.max_pending,
+                    decl.result_ttl,
+                    created_at=now,
+                    updated_at=now,
+                )
+                created.append(decl.actor)
+                continue
+            for name in ("max_concurrent", "max_pending", "result_ttl"):
+                stored, wanted = getattr(row, name), getattr(decl, name)
+                if stored != wanted:
+                    overrides.append((decl.actor, name, stored, wanted))
+            if row.queue != decl.queue:
+                drift.append(ActorConfigDrift(decl.actor, "queue", row.queue, decl.queue))
+            if row.metadata != metadata:
+                drift.append(
+                    ActorConfigDrift(decl.actor, "metadata", _json(row.metadata), metadata)
+                )
+        self._actor_configs.update(additions)
+        if force:
+            for item in drift:
+                row = self._actor_configs[item.actor]
+                setattr(row, item.field, _json(item.declared))
+                row.updated_at = now
+        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by actor name."""
+        return [self._actor_configs[name].snapshot() for name in sorted(self._actor_configs)]
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row, or None."""
+        row = self._actor_configs.get(actor)
+        return None if row is None else row.snapshot()
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        row = self._actor_configs.get(actor)
+        if row is None:
+            return None
+        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
+            if value is not UNSET and value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        if max_concurrent is not UNSET:
+            row.max_concurrent = max_concurrent
+        if max_pending is not UNSET:
+            row.max_pending = max_pending
+        if result_ttl is not UNSET:
+            row.result_ttl = result_ttl
+        row.updated_at = self._now()
+        return row.snapshot()
+
+    # --- queues ------------------------------------------------------------------------------
+    def _queue_snapshot(self, name: str) -> QueueRow | None:
+        counts = Counter(job.status for job in self._jobs.values() if job.queue == name)
+        row = self._queues.get(name)
+        if row is None and not counts:
+            return None
+        settings = row or _Queue()
+        ordered = {status: counts[status] for status in JobStatus if counts[status]}
+        return QueueRow(
+            name=name,
+            mode=settings.mode,
+            max_concurrent=settings.max_concurrent,
+            paused=settings.paused,
+            has_row=row is not None,
+            counts=ordered,
+        )
+
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row, by name."""
+        names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
+        return [row for name in names if (row := self._queue_snapshot(name)) is not None]
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue, or None when it has neither jobs nor a row."""
+        return self._queue_snapshot(name)
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        if mode is not UNSET and mode not in _QUEUE_MODES:
+            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
+        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        row = self._queues.setdefault(name, _Queue())
+        if mode is not UNSET:
+            row.mode = mode
+        if max_concurrent is not UNSET:
+            row.max_concurrent = max_concurrent
+        if paused is not UNSET:
+            row.paused = bool(paused)
+        snapshot = self._queue_snapshot(name)
+        assert snapshot is not None  # the row exists now
+        return snapshot
+
+    # --- wake-ups ----------------------------------------------------------------------------
+    @asynccontextmanager
+    async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set whenever new dispatchable work may exist, registered while inside."""
+        async with self._subscription(self._wake_subscribers) as event:
+            yield event
+
+    @asynccontextmanager
+    async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set whenever a running job gets a cancel request, registered while inside."""
+        async with self._subscription(self._cancel_subscribers) as event:
+            yield event
+
+    @staticmethod
+    @asynccontextmanager
+    async def _subscription(subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
+        event = asyncio.Event()
+        subscribers.add(event)
+        try:
+            yield event
+        finally:
+            subscribers.discard(event)
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(backend: InMemoryBackend) -> Backend:
+        return backend  # mypy checks every signature against the protocol here

@@ -1,0 +1,306 @@
+"""What only the in-memory backend has: simulated transactions, in-process wake events, the
+injected clock and snapshot isolation. Behaviour shared with Postgres lives in tests/conformance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid4
+
+import pytest
+
+from taskq_core.backend import protocol
+from taskq_core.backend.memory import InMemoryBackend
+from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter
+from taskq_core.clock import FakeClock
+from taskq_core.statemachine import JobStatus
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def backend(clock: FakeClock) -> InMemoryBackend:
+    return InMemoryBackend(clock=clock)
+
+
+async def _all_jobs(backend: InMemoryBackend) -> list[protocol.JobRow]:
+    return await backend.list_jobs(JobFilter(limit=None))
+
+
+async def _status(backend: InMemoryBackend, job_id: UUID) -> JobStatus:
+    row = await backend.get(job_id)
+    assert row is not None
+    return row.status
+
+
+async def _running_job(
+    backend: InMemoryBackend, args: EnqueueArgs | None = None
+) -> tuple[UUID, UUID]:
+    """Enqueue one job, dispatch it, and return (job id, worker id)."""
+    worker = uuid4()
+    job = await backend.enqueue(args or EnqueueArgs("resize"))
+    claimed = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    assert [row.id for row in claimed] == [job.id]
+    return job.id, worker
+
+
+# --- the protocol seam ---------------------------------------------------------------------
+def test_backend_satisfies_the_protocol_and_declares_its_version(
+    backend: InMemoryBackend,
+) -> None:
+    assert isinstance(backend, Backend)
+    assert InMemoryBackend.BACKEND_PROTOCOL_VERSION == protocol.BACKEND_PROTOCOL_VERSION
+    assert InMemoryBackend.supports_transactional_simulation is True
+
+
+def test_oversample_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="dispatch_oversample"):
+        InMemoryBackend(dispatch_oversample=0)
+
+
+# --- simulated transactions ----------------------------------------------------------------
+async def test_transactional_enqueue_becomes_visible_only_on_clean_exit(
+    backend: InMemoryBackend,
+) -> None:
+    async with backend.transaction() as tx:
+        row = await backend.enqueue(EnqueueArgs("resize"), connection=tx)
+        await backend.enqueue_batch([EnqueueArgs("resize"), EnqueueArgs("resize")], connection=tx)
+        assert await backend.enqueue_batch_fast([EnqueueArgs("resize")], connection=tx) == 1
+        assert await backend.get(row.id) is None
+        assert await _all_jobs(backend) == []
+    assert len(await _all_jobs(backend)) == 4
+    assert await backend.get(row.id) == row
+
+
+async def test_transactional_enqueue_rolled_back_leaves_no_job(backend: InMemoryBackend) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        async with backend.transaction() as tx:
+            await backend.enqueue(EnqueueArgs("resize"), connection=tx)
+            raise RuntimeError("boom")
+    assert await _all_jobs(backend) == []
+    assert await backend.dispatch_batch(uuid4(), ["default"], 10, LEASE) == []
+
+
+async def test_closed_transaction_handle_is_rejected(backend: InMemoryBackend) -> None:
+    async with backend.transaction() as tx:
+        pass
+    with pytest.raises(ValueError, match="already closed"):
+        await backend.enqueue(EnqueueArgs("resize"), connection=tx)
+
+
+async def test_handle_of_another_backend_is_rejected(backend: InMemoryBackend) -> None:
+    other = InMemoryBackend(clock=FakeClock())
+    async with other.transaction() as foreign:
+        with pytest.raises(ValueError, match="another backend"):
+            await backend.enqueue(EnqueueArgs("resize"), connection=foreign)
+    assert await _all_jobs(other) == []
+
+
+async def test_a_non_handle_connection_is_rejected(backend: InMemoryBackend) -> None:
+    with pytest.raises(TypeError, match="transaction"):
+        await backend.enqueue(EnqueueArgs("resize"), connection=object())
+
+
+async def test_an_invalid_batch_item_inserts_nothing(backend: InMemoryBackend) -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        await backend.enqueue_batch([EnqueueArgs("resize"), EnqueueArgs("resize", max_attempts=0)])
+    assert await _all_jobs(backend) == []
+
+
+async def test_commit_wakes_subscribers_once_the_jobs_exist(backend: InMemoryBackend) -> None:
+    async with backend.subscribe_wake() as wake:
+        async with backend.transaction() as tx:
+            await backend.enqueue(EnqueueArgs("resize"), connection=tx)
+            assert not wake.is_set()
+        assert wake.is_set()
+
+
+# --- wake subscriptions --------------------------------------------------------------------
+async def test_wake_is_set_for_pending_enqueue_but_not_for_scheduled(
+    backend: InMemoryBackend,
+) -> None:
+    async with backend.subscribe_wake() as wake:
+        await backend.enqueue(EnqueueArgs("resize", delay=timedelta(seconds=10)))
+        assert not wake.is_set()
+        await backend.enqueue(EnqueueArgs("resize"))
+        assert wake.is_set()
+
+
+async def test_wake_is_set_when_scheduled_jobs_become_due(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    await backend.enqueue(EnqueueArgs("resize", delay=timedelta(seconds=10)))
+    async with backend.subscribe_wake() as wake:
+        assert await backend.scheduled_to_pending() == 0
+        assert not wake.is_set()
+        clock.advance(10)
+        assert await backend.scheduled_to_pending() == 1
+        assert wake.is_set()
+
+
+async def test_wake_is_set_on_reclaim_and_on_operator_retry(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1))
+    clock.advance(LEASE.total_seconds() + 1)
+    async with backend.subscribe_wake() as wake:
+        assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+        assert wake.is_set()
+    assert await _status(backend, job_id) is JobStatus.CRASHED
+    async with backend.subscribe_wake() as wake:
+        assert await backend.retry_job(job_id)
+        assert wake.is_set()
+
+
+async def test_every_subscriber_gets_its_own_event_and_leaves_on_exit(
+    backend: InMemoryBackend,
+) -> None:
+    async with backend.subscribe_wake() as first, backend.subscribe_wake() as second:
+        assert first is not second
+        await backend.enqueue(EnqueueArgs("resize"))
+        assert first.is_set() and second.is_set()
+    async with backend.subscribe_wake() as fresh:
+        pass
+    await backend.enqueue(EnqueueArgs("resize"))
+    assert not fresh.is_set()
+
+
+async def test_a_waiting_consumer_is_woken_by_enqueue(backend: InMemoryBackend) -> None:
+    async with backend.subscribe_wake() as wake:
+        waiter = asyncio.create_task(wake.wait())
+        await asyncio.sleep(0)
+        await backend.enqueue(EnqueueArgs("resize"))
+        async with asyncio.timeout(1):
+            await waiter
+
+
+async def test_cancel_wake_fires_only_for_running_jobs(backend: InMemoryBackend) -> None:
+    waiting = await backend.enqueue(EnqueueArgs("resize", queue="other"))
+    running_id, worker = await _running_job(backend)
+    async with backend.subscribe_cancel_wake() as cancel_wake:
+        assert await backend.write_cancel_request(waiting.id, "stop") == "cancelled"
+        assert not cancel_wake.is_set()
+        assert await backend.write_cancel_request(running_id, "stop") == "requested"
+        assert cancel_wake.is_set()
+    assert [flag.job_id for flag in await backend.poll_cancel_flags(worker)] == [running_id]
+
+
+# --- the injected clock --------------------------------------------------------------------
+async def test_every_timestamp_comes_from_the_injected_clock(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    start = clock.now()
+    row = await backend.enqueue(
+        EnqueueArgs("resize", delay=timedelta(seconds=5), schedule_to_close=timedelta(hours=1))
+    )
+    assert row.created_at == row.updated_at == start
+    assert row.scheduled_at == start + timedelta(seconds=5)
+    assert row.schedule_to_close == start + timedelta(hours=1)
+    clock.advance(5)
+    await backend.scheduled_to_pending()
+    claimed = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
+    assert claimed[0].started_at == start + timedelta(seconds=5)
+    assert claimed[0].lock_expires_at == start + timedelta(seconds=5) + LEASE
+
+
+async def test_leases_expire_only_when_the_injected_clock_moves(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job_id, _ = await _running_job(backend)
+    await asyncio.sleep(0.01)  # real time passing changes nothing
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0
+    clock.advance(LEASE)
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0  # not yet past
+    clock.advance(0.001)
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await _status(backend, job_id) is JobStatus.PENDING
+
+
+async def test_default_clock_is_the_system_clock() -> None:
+    backend = InMemoryBackend()
+    before = datetime.now(UTC)
+    row = await backend.enqueue(EnqueueArgs("resize"))
+    assert before <= row.created_at <= datetime.now(UTC)
+
+
+# --- snapshots -----------------------------------------------------------------------------
+async def test_returned_rows_are_frozen_snapshots(backend: InMemoryBackend) -> None:
+    row = await backend.enqueue(EnqueueArgs("resize", {"size": [1, 2]}, metadata={"a": 1}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.status = JobStatus.FAILED  # type: ignore[misc]
+    row.payload["size"].append(3)
+    row.metadata["a"] = 2
+    stored = await backend.get(row.id)
+    assert stored is not None
+    assert stored.payload == {"size": [1, 2]}
+    assert stored.metadata == {"a": 1}
+
+
+async def test_the_caller_keeps_ownership_of_what_it_passes_in(backend: InMemoryBackend) -> None:
+    payload: dict[str, object] = {"nested": {"k": "v"}}
+    row = await backend.enqueue(EnqueueArgs("resize", payload))
+    payload["nested"] = "changed"
+    worker = uuid4()
+    await backend.dispatch_batch(worker, ["default"], 1, LEASE)
+    result = {"out": [1]}
+    assert await backend.mark_succeeded(row.id, worker, result)
+    result["out"].append(2)
+    stored = await backend.get(row.id)
+    assert stored is not None
+    assert stored.payload == {"nested": {"k": "v"}}
+    assert stored.result == {"out": [1]}
+
+
+async def test_snapshots_do_not_follow_later_writes(backend: InMemoryBackend) -> None:
+    before = await backend.enqueue(EnqueueArgs("resize"))
+    await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
+    assert before.status is JobStatus.PENDING
+    assert before.attempt == 0
+
+
+async def test_event_details_are_copies(backend: InMemoryBackend, clock: FakeClock) -> None:
+    job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1))
+    clock.advance(60)
+    await backend.reclaim_expired_locks(timedelta(0), timedelta(0))
+    clock.advance(5)
+    [event] = await backend.poll_reclaim_events(0)
+    event.detail["reason"] = "tampered"
+    [again] = await backend.poll_reclaim_events(0)
+    assert again.detail["reason"] == "lock_expired"
+    assert again.job_id == job_id
+
+
+async def test_json_columns_follow_jsonb_rules(backend: InMemoryBackend) -> None:
+    row = await backend.enqueue(EnqueueArgs("resize", {"pair": (1, 2)}))
+    assert row.payload == {"pair": [1, 2]}
+    with pytest.raises(ValueError):
+        await backend.enqueue(EnqueueArgs("resize", {"x": float("nan")}))
+    with pytest.raises(TypeError):
+        await backend.enqueue(EnqueueArgs("resize", {"when": datetime.now(UTC)}))
+
+
+# --- the dispatch oversample knob ----------------------------------------------------------
+@pytest.mark.parametrize(("oversample", "dispatched"), [(1, 0), (2, 1)])
+async def test_oversample_bounds_the_per_actor_candidate_window(
+    clock: FakeClock, oversample: int, dispatched: int
+) -> None:
+    backend = InMemoryBackend(clock=clock, dispatch_oversample=oversample)
+    await backend.enqueue(EnqueueArgs("resize", identity_key="same"))
+    [held] = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
+    await backend.enqueue(EnqueueArgs("resize", identity_key="same"))  # blocked by `held`
+    clock.advance(1)
+    free = await backend.enqueue(EnqueueArgs("resize"))
+    await backend.sync_actor_configs(
+        [protocol.ActorDeclaration("resize", "default", {}, 2, None, None)], force=False
+    )
+    # One slot left for the actor: with oversample 1 only the blocked head is looked at.
+    claimed = await backend.dispatch_batch(uuid4(), ["default"], 5, LEASE)
+    assert [row.id for row in claimed] == [free.id][:dispatched]
+    assert held.id not in {row.id for row in claimed}
