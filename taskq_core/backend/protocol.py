@@ -80,7 +80,12 @@ class EnqueueArgs:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """A snapshot of one ``jobs`` row."""
+    """A snapshot of one ``jobs`` row.
+
+    ``lock_expires_at`` is set only while running. ``locked_by_worker`` is set while running,
+    kept after the owning worker's own terminal write (who ran it last) and cleared when the
+    job goes back to waiting (retry, snooze, reclaim, release, operator retry).
+    """
 
     id: UUID
     actor: str
@@ -150,7 +155,15 @@ class AttemptRow:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
-    """One audit event (``job_events``): a state change, a cancel request or a reclaim."""
+    """One audit event (``job_events``): a state change, a cancel request or a reclaim.
+
+    Every status change writes exactly one event; creation (enqueue) writes none. Kinds:
+    ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
+    operator retry; also the cancel escalation 1 -> 2, as running -> running),
+    ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with
+    cancel_phase 1) and ``reclaim`` (the expired-lock sweep; detail has from_state, to_state,
+    reason='lock_expired' and worker_id).
+    """
 
     id: int
     job_id: UUID
@@ -195,7 +208,9 @@ class JobFilter:
     ``status`` is one status or a sequence (an empty sequence matches nothing); unknown names
     raise ValueError here, so both backends fail identically. ``active=True`` selects the
     non-terminal statuses, ``active=False`` the terminal ones; it excludes ``status``.
-    Results are ordered newest first (``created_at DESC, id DESC``).
+    Results are ordered newest first (``created_at DESC, id DESC``). ``limit`` applies to
+    bulk operations too (``cancel_where``, ``retry_where`` act on the newest ``limit`` matches
+    of the statuses they can act on); pass ``limit=None`` to act on every match.
     """
 
     status: JobStatus | str | Sequence[JobStatus | str] | None = None
@@ -327,7 +342,10 @@ class ActorConfigSyncResult:
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
-    """A queue as operators see it: its settings (defaults when no row) and job counts."""
+    """A queue as operators see it: its settings (defaults when no row) and job counts.
+
+    ``counts`` holds only the statuses that have jobs, in JobStatus order.
+    """
 
     name: str
     mode: QueueMode
@@ -349,16 +367,21 @@ class Backend(Protocol):
 
     # --- enqueue -------------------------------------------------------------------------
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
-        """Insert one job, record a state_change event, NOTIFY the wake channel.
+        """Insert one job and NOTIFY the wake channel when it is pending. No event is written:
+        creation is not a transition.
 
-        With ``connection`` (PG: an asyncpg connection in the caller's transaction; memory: a
-        handle from ``transaction()``), the insert commits or rolls back with the caller.
+        ``delay`` > 0 makes it scheduled. ``max_attempts`` < 1, an unknown ``retry_kind`` or a
+        ``job_id`` that exists already raise ValueError. With ``connection`` (PG: any asyncpg
+        connection, TaskQ's own from ``transaction()`` or the caller's, whatever its codecs;
+        memory: a handle from ``transaction()``), the insert commits or rolls back with the
+        caller, and so does its NOTIFY.
         """
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """Insert all jobs in one transaction, one row per item in order; one NOTIFY."""
+        """Insert all jobs in one statement, one row per item in order; one NOTIFY.
+        A bad item inserts nothing."""
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
@@ -377,10 +400,20 @@ class Backend(Protocol):
         Honours per-queue mode (strict_fifo / round_robin by fairness_key), paused queues,
         queue and actor ``max_concurrent`` (read every call), identity-key serialization.
         Sets attempt+1, locked_by_worker, lock_expires_at = now() + lock_lease, started_at.
+
+        Rows come back in dispatch order. strict_fifo: priority DESC, scheduled_at, id.
+        round_robin: the same order inside each fairness_key cohort (NULL keys form one
+        cohort), cohorts interleaved by their rank. Queues of different modes are served mode
+        group by mode group, in the order the queues are given. Only ``pending`` rows with
+        scheduled_at <= now() are due (scheduled jobs wait for ``scheduled_to_pending``).
+        An actor's ``max_concurrent`` counts its running jobs in every queue; a queue's counts
+        running jobs in that queue; at most one job per (actor, identity_key) runs at a time.
+        Concurrent dispatchers may exceed a cap by at most (dispatchers - 1) * cap.
         """
 
     async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
-        """Re-pend jobs this worker claimed but never started (shutdown drain); attempt-1."""
+        """Re-pend jobs this worker claimed but never started (shutdown drain); attempt-1,
+        lock and started_at cleared, a state_change event each, a wake when any moved."""
 
     # --- heartbeat -----------------------------------------------------------------------
     async def heartbeat(
@@ -411,31 +444,42 @@ class Backend(Protocol):
         error: ErrorInfo,
         retry_delay: timedelta | None,
     ) -> JobRow | None:
-        """``retry_delay`` None: -> failed. Else -> scheduled at now() + delay, unless that
-        passes schedule_to_close, then -> failed with DeadlineExceeded. None when not ours."""
+        """``retry_delay`` None: -> failed. Else -> scheduled at now() + delay (even a zero
+        delay: the scheduled sweep promotes it), unless that passes schedule_to_close, then
+        -> failed with error_class DeadlineExceeded. None when not ours.
+
+        The attempt row keeps the actor's error (outcome ``failed`` or ``retried``); on a retry
+        the job keeps it as its last error. The caller decides retry vs fail (attempt budget,
+        retry kind); the backend decides only the deadline, on its own clock.
+        """
 
     async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
-        """running -> cancelled (cooperative exit after a cancel request)."""
+        """running -> cancelled (cooperative exit; a cancel request is not required)."""
 
     async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
-        """cancel_phase 1 -> 2 for a running job this worker owns, with an event."""
+        """cancel_phase 1 -> 2 for a running job this worker owns, with a state_change event
+        (running -> running, detail cancel_phase_from/cancel_phase_to). False otherwise."""
 
     async def mark_abandoned(self, job_id: UUID) -> bool:
         """running with cancel_phase 2 -> abandoned."""
 
     async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
-        """running -> scheduled at now() + delay without consuming an attempt (metadata
-        snooze_count + 1); past schedule_to_close -> failed with DeadlineExceeded."""
+        """running -> scheduled at now() + delay without consuming an attempt (attempt - 1,
+        metadata snooze_count + 1, attempt outcome ``snoozed``); past schedule_to_close ->
+        failed with DeadlineExceeded (attempt outcome ``failed``, attempt kept)."""
 
     async def mark_retry_after(
         self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
     ) -> RetryAfterOutcome:
         """Like snooze, but ``consume_budget`` counts the attempt: a transient job with no
-        attempts left fails with MaxAttemptsExceeded."""
+        attempts left fails with MaxAttemptsExceeded. The deadline is checked first. Without
+        ``consume_budget`` the attempt is given back (attempt - 1). Outcome ``retry_after``."""
 
     async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
-        """Heartbeat lost: this worker's running jobs -> scheduled (retryable) or crashed,
-        each with a HeartbeatLost attempt. Returns how many rows changed."""
+        """Heartbeat lost: this worker's running jobs -> scheduled at now() + retry_delay
+        (retries left, as in ``reclaim_expired_locks``; cancel request dropped) or crashed
+        (cancelled when a cancel was requested), each with a crashed attempt (HeartbeatLost)
+        and a state_change event. Returns how many rows changed."""
 
     # --- history -------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
@@ -451,35 +495,54 @@ class Backend(Protocol):
 
     # --- cancel --------------------------------------------------------------------------
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
-        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 + NOTIFY."""
+        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 + NOTIFY.
+
+        Outcomes: ``cancelled``, ``requested``, ``already_requested`` (running, a request is
+        in flight), ``terminal``, ``not_found``. Both writes record a ``cancel_request`` event
+        and set cancel_requested_at and cancel_reason. PG: the events-channel NOTIFY carries
+        ``{"type": "cancel", "job_id": ..., "worker_id": ...}``.
+        """
 
     async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
-        """``write_cancel_request`` for every non-terminal job the filter matches."""
+        """``write_cancel_request`` for every non-terminal job the filter matches (newest
+        ``filter.limit`` of them); running jobs already asked to cancel are not counted."""
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
-        """Running jobs of this worker with a cancel requested."""
+        """Running jobs of this worker with a cancel requested, oldest request first."""
 
     # --- admin ---------------------------------------------------------------------------
     async def retry_job(self, job_id: UUID) -> bool:
-        """failed/crashed/cancelled -> pending (attempt budget restarts); False otherwise."""
+        """failed/crashed/cancelled -> pending (attempt budget restarts); False otherwise.
+
+        attempt 0, scheduled_at now(), result, errors, lock and cancel fields cleared; a
+        state_change event (detail reason='operator_retry') and a wake.
+        """
 
     async def retry_where(self, filter: JobFilter) -> int:
         """``retry_job`` for every retryable job the filter matches; returns the count."""
 
     # --- sweeps (no `now` argument: the backend's clock decides) -------------------------
     async def scheduled_to_pending(self) -> int:
-        """Due scheduled jobs -> pending; NOTIFY when any moved."""
+        """Due scheduled jobs -> pending (scheduled_at kept as the FIFO key); NOTIFY when any
+        moved."""
 
     async def deadline_sweep(self) -> int:
-        """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded)."""
+        """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded), no
+        attempt row."""
 
     async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
         """Running jobs whose lease expired (plus the cancel graces + 60s when a cancel is in
         flight): retries left -> pending, else crashed (cancelled when a cancel was requested);
-        a crashed attempt and a 'reclaim' event in the same transaction."""
+        a crashed attempt and a 'reclaim' event in the same transaction.
+
+        Retries left: transient with attempt < max_attempts, or indefinite with
+        schedule_to_close unset or not passed; non_retryable never. The retry branch drops
+        the cancel request and re-pends at now(). Error class WorkerCrashed. One wake when
+        anything was reclaimed.
+        """
 
     async def expire_results(self) -> int:
-        """Clear results whose result_expires_at has passed."""
+        """Clear results (and result_expires_at) whose result_expires_at has passed."""
 
     # --- reads ---------------------------------------------------------------------------
     async def get(self, job_id: UUID) -> JobRow | None:
@@ -489,13 +552,14 @@ class Backend(Protocol):
         """Jobs matching the filter, newest first."""
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
-        """Job counts per (queue, status)."""
+        """Job counts per (queue, status), by queue then status in JobStatus order."""
 
     async def count_active_jobs(self, queues: Sequence[str]) -> int:
         """Pending + scheduled + running jobs in these queues."""
 
     async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
-        """Pending + scheduled jobs per actor (for max_pending back-pressure)."""
+        """Pending + scheduled jobs per actor (for max_pending back-pressure); actors with
+        none are left out."""
 
     async def get_actor_max_pending(self) -> dict[str, int | None]:
         """Stored max_pending per actor that has an actor_config row."""
@@ -514,7 +578,9 @@ class Backend(Protocol):
         """Try to become (or stay) the maintenance leader; True while leading.
 
         PG: a session advisory lock on a dedicated connection; losing that connection loses
-        leadership. The leader row is upserted on success.
+        leadership (that call returns False, the next one reconnects and tries again). The
+        leader row is upserted on success. Within one backend, leadership belongs to the
+        worker id that took it: another worker id asking gets False until it is released.
         """
 
     async def release_leadership(self, worker_id: UUID) -> None:
