@@ -45,11 +45,16 @@ CREATE TABLE {schema}.jobs (
     updated_at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- Dispatch: the per-actor LATERAL probe walks pending rows in priority-then-time order.
+-- Dispatch: the per-actor LATERAL probe walks pending rows in priority-then-time order
+-- (strict_fifo); it also serves pending counts per actor.
 CREATE INDEX jobs_dispatch_idx ON {schema}.jobs (actor, queue, priority DESC, scheduled_at, id)
     WHERE status = 'pending';
--- Which actors have pending work in a queue (drives the per-actor LATERAL).
-CREATE INDEX jobs_pending_queue_idx ON {schema}.jobs (queue, actor) WHERE status = 'pending';
+-- Which actors (and fairness cohorts) have pending work in a queue: the dispatch CTE's loose
+-- index scan walks it one probe per distinct value; round_robin probes each cohort in
+-- priority-then-time order. NULL keys share the '__null__' cohort.
+CREATE INDEX jobs_fair_dispatch_idx ON {schema}.jobs
+    (queue, actor, (COALESCE(fairness_key, '__null__')), priority DESC, scheduled_at, id)
+    WHERE status = 'pending';
 -- Scheduled promotion (scheduled -> pending when due).
 CREATE INDEX jobs_scheduled_idx ON {schema}.jobs (scheduled_at) WHERE status = 'scheduled';
 -- Lease expiry, per-worker heartbeat, running counts per actor and identity serialization.

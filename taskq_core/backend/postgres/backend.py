@@ -1,0 +1,961 @@
+"""PostgresBackend: the Backend protocol over asyncpg, one named query per operation.
+
+Every operation is one statement (one round trip); a status change, its job_attempts row and
+its job_events row are written together by data-modifying CTEs, and every time predicate
+reads the database clock. The backend owns a pool (with a jsonb codec, so JSON columns are
+Python objects), a lazily opened LISTEN connection (``notify.py``) and, while it leads, one
+dedicated connection holding the maintenance leader's session advisory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    UNSET,
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    AttemptRow,
+    BulkCancelResult,
+    CancelFlag,
+    CancelOutcome,
+    EnqueueArgs,
+    ErrorInfo,
+    EventRow,
+    HeartbeatResult,
+    JobFilter,
+    JobRow,
+    LeaderRow,
+    QueueMode,
+    QueueRow,
+    QueueStatusCount,
+    RetryAfterOutcome,
+    SnoozeOutcome,
+    WorkerInfo,
+    WorkerRow,
+    check_protocol_version,
+)
+from taskq_core.constants import (
+    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
+    events_channel,
+    leader_lock_key,
+    validate_identifier,
+    wake_channel,
+)
+from taskq_core.errors import TaskqError
+from taskq_core.ids import uuid7
+from taskq_core.obs.logs import get_logger
+from taskq_core.statemachine import JobStatus
+
+from . import connection
+from .notify import NotifyListener
+from .queries import SchemaQueries
+
+if TYPE_CHECKING:
+    from taskq_core.backend.protocol import Backend
+
+_IMPLEMENTED_PROTOCOL_VERSION = 1
+check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
+
+_log = get_logger("postgres_backend")
+_RETRY_KINDS = frozenset({"transient", "indefinite", "non_retryable"})
+_QUEUE_MODES = frozenset({"strict_fifo", "round_robin"})
+_JOB_FIELDS = tuple(f.name for f in fields(JobRow))
+_TEXT_JSON_FIELDS = ("payload", "result", "metadata", "progress_state")
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
+_ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
+_CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+# Columns the COPY path writes, in order.
+_COPY_COLUMNS = (
+    "id",
+    "actor",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "scheduled_at",
+    "created_at",
+    "updated_at",
+    "identity_key",
+    "fairness_key",
+    "schedule_to_close",
+    "retry_kind",
+    "max_attempts",
+    "result_ttl",
+    "metadata",
+    "trace_id",
+    "span_id",
+)
+# What the leader connection may throw when the database or the network goes away.
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    TaskqError,
+)
+_LEADER_QUERY_TIMEOUT = 10.0
+
+
+# --- JSON -----------------------------------------------------------------------------------
+def _dumps(value: Any) -> str:
+    """JSON text as jsonb stores it; NaN and non-JSON values raise (as they would in PG)."""
+    return json.dumps(value, allow_nan=False)
+
+
+def _encode_jsonb(value: Any) -> bytes:
+    return b"\x01" + _dumps(value).encode()  # jsonb binary format: version byte, then text
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return json.loads(data[1:])
+
+
+def _encode_json(value: Any) -> bytes:
+    return _dumps(value).encode()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    """Pool connection set-up: JSON columns in and out as Python objects.
+
+    Binary format, because COPY (``copy_records_to_table``) only encodes binary codecs.
+    """
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=_encode_jsonb,
+        decoder=_decode_jsonb,
+        schema="pg_catalog",
+        format="binary",
+    )
+    await conn.set_type_codec(
+        "json", encoder=_encode_json, decoder=json.loads, schema="pg_catalog", format="binary"
+    )
+
+
+# --- records -> protocol rows ----------------------------------------------------------------
+def _job(record: asyncpg.Record) -> JobRow:
+    values = {name: record[name] for name in _JOB_FIELDS}
+    values["status"] = JobStatus(values["status"])
+    return JobRow(**values)
+
+
+def _job_from_text_json(record: asyncpg.Record) -> JobRow:
+    """A row whose JSON columns came back as text (the codec-independent enqueue queries)."""
+    values = {name: record[name] for name in _JOB_FIELDS}
+    values["status"] = JobStatus(values["status"])
+    for name in _TEXT_JSON_FIELDS:
+        if values[name] is not None:
+            values[name] = json.loads(values[name])
+    return JobRow(**values)
+
+
+def _attempt(record: asyncpg.Record) -> AttemptRow:
+    return AttemptRow(**{name: record[name] for name in _ATTEMPT_FIELDS})
+
+
+def _event(record: asyncpg.Record) -> EventRow:
+    from_status, to_status = record["from_status"], record["to_status"]
+    return EventRow(
+        id=record["id"],
+        job_id=record["job_id"],
+        occurred_at=record["occurred_at"],
+        kind=record["kind"],
+        from_status=None if from_status is None else JobStatus(from_status),
+        to_status=None if to_status is None else JobStatus(to_status),
+        worker_id=record["worker_id"],
+        detail=record["detail"],
+    )
+
+
+def _actor_config(record: asyncpg.Record) -> ActorConfigRow:
+    return ActorConfigRow(**{name: record[name] for name in _ACTOR_CONFIG_FIELDS})
+
+
+def _queue(record: asyncpg.Record) -> QueueRow:
+    return QueueRow(
+        name=record["name"],
+        mode=record["mode"],
+        max_concurrent=record["max_concurrent"],
+        paused=record["paused"],
+        has_row=record["has_row"],
+        counts={
+            JobStatus(status): count
+            for status, count in zip(record["statuses"], record["counts"], strict=True)
+        },
+    )
+
+
+def _worker(record: asyncpg.Record) -> WorkerRow:
+    return WorkerRow(
+        id=record["id"],
+        hostname=record["hostname"],
+        pid=record["pid"],
+        label=record["worker_label"],
+        workgroup_instance=record["workgroup_instance"],
+        queues=list(record["queues"]),
+        actors=list(record["actors"]),
+        concurrency=record["concurrency"],
+        version=record["version"],
+        started_at=record["started_at"],
+        last_seen_at=record["last_seen_at"],
+        stopped_at=record["stopped_at"],
+        status=record["status"],
+        is_leader=record["is_leader"],
+        running_jobs=record["running_jobs"],
+    )
+
+
+# --- enqueue helpers --------------------------------------------------------------------------
+def _check(args: EnqueueArgs) -> UUID:
+    """Validate one item as the schema would, and return its (possibly new) job id."""
+    if args.max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
+    if args.retry_kind not in _RETRY_KINDS:
+        raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+    return args.job_id or uuid7()
+
+
+def _is_delayed(args: EnqueueArgs) -> bool:
+    return args.delay is not None and args.delay > timedelta(0)
+
+
+_COPY_TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text_field(value: object) -> str:
+    """One field in COPY's text format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, timedelta):
+        value = f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
+    return str(value).translate(_COPY_TEXT_ESCAPES)
+
+
+def _statuses(filter: JobFilter) -> list[str] | None:
+    allowed = filter.statuses()
+    return None if allowed is None else sorted(s.value for s in allowed)
+
+
+def _filter_args(filter: JobFilter) -> tuple[Any, ...]:
+    """($1 statuses, $2 queue, $3 actor, $4 ids, $5 limit) as the filter queries take them."""
+    ids = None if filter.ids is None else list(filter.ids)
+    return (_statuses(filter), filter.queue, filter.actor, ids, filter.limit)
+
+
+class PostgresBackend:
+    """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``."""
+
+    BACKEND_PROTOCOL_VERSION: ClassVar[int] = _IMPLEMENTED_PROTOCOL_VERSION
+    supports_transactional_simulation: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        schema: str,
+        *,
+        dispatch_oversample: int = 2,
+        notify_health_check_interval: float = 5.0,
+    ) -> None:
+        """Wrap an open pool whose connections ran ``_init_connection``; prefer ``connect``.
+
+        ``dsn`` must be a real libpq DSN (not ``embedded``): the LISTEN and leader
+        connections open it directly.
+        """
+        if dispatch_oversample < 1:
+            raise ValueError("dispatch_oversample must be at least 1")
+        self.schema = validate_identifier(schema)
+        self._pool = pool
+        self._dsn = dsn
+        self._queries = SchemaQueries(schema)
+        self._oversample = dispatch_oversample
+        self._wake_channel = wake_channel(schema)
+        self._events_channel = events_channel(schema)
+        self._leader_key = leader_lock_key(schema)
+        self._leader_conn: asyncpg.Connection | None = None
+        self._leader_worker: UUID | None = None
+        self._leader_lock = asyncio.Lock()
+        self._own_connections: set[object] = set()
+        self._closed = False
+        self.listener = NotifyListener(
+            self._open_direct_connection,
+            schema,
+            health_check_interval=notify_health_check_interval,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        dispatch_oversample: int = 2,
+        notify_health_check_interval: float = 5.0,
+    ) -> PostgresBackend:
+        """Open a pool on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
+
+        Connection failures raise one-line DatabaseUnavailableError / ConfigError.
+        """
+        validate_identifier(schema)
+        if dispatch_oversample < 1:
+            raise ValueError("dispatch_oversample must be at least 1")
+        real_dsn = connection.prepare_dsn(dsn)
+        pool = await connection.create_pool(
+            real_dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        )
+        return cls(
+            pool,
+            real_dsn,
+            schema,
+            dispatch_oversample=dispatch_oversample,
+            notify_health_check_interval=notify_health_check_interval,
+        )
+
+    async def _one(self, query: str, *args: Any) -> asyncpg.Record:
+        """The single row an aggregate statement always returns."""
+        record = await self._pool.fetchrow(query, *args)
+        if record is None:
+            raise RuntimeError("a statement that always returns one row returned none")
+        return record
+
+    async def _open_direct_connection(self) -> asyncpg.Connection:
+        return await connection.connect(self._dsn)
+
+    async def close(self) -> None:
+        """Release leadership, the LISTEN connection and the pool; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._leader_worker is not None:
+            await self.release_leadership(self._leader_worker)
+        await self._drop_leader_connection()
+        await self.listener.close()
+        await self._pool.close()
+
+    # --- enqueue -----------------------------------------------------------------------------
+    def _enqueue_params(self, args: EnqueueArgs) -> tuple[Any, ...]:
+        return (
+            _check(args),
+            args.actor,
+            args.queue,
+            _dumps(args.payload),
+            args.priority,
+            args.delay,
+            args.identity_key,
+            args.fairness_key,
+            args.schedule_to_close,
+            args.retry_kind,
+            args.max_attempts,
+            args.result_ttl,
+            _dumps(args.metadata),
+            args.trace_id,
+            args.span_id,
+            self._wake_channel,
+        )
+
+    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+        """Insert one job; pending jobs NOTIFY the wake channel. No event (not a transition).
+
+        ``connection`` may be any asyncpg connection: the statement binds JSON as text, so it
+        does not depend on the connection's codecs, and it commits with the caller.
+        """
+        params = self._enqueue_params(args)
+        executor: Any = self._pool if connection is None else connection
+        try:
+            record = await executor.fetchrow(self._queries["enqueue"], *params)
+        except asyncpg.UniqueViolationError as exc:
+            raise ValueError(f"a job with id {params[0]} already exists") from exc
+        return _job_from_text_json(record)
+
+    async def enqueue_batch(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> list[JobRow]:
+        """One INSERT ... SELECT FROM unnest(...) for the whole batch, rows in item order."""
+        if not args_list:
+            return []
+        columns: list[list[Any]] = [[] for _ in range(15)]
+        for args in args_list:
+            for column, value in zip(columns, self._enqueue_params(args)[:15], strict=True):
+                column.append(value)
+        executor: Any = self._pool if connection is None else connection
+        try:
+            records = await executor.fetch(
+                self._queries["enqueue_batch"], *columns, self._wake_channel
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+        by_id = {record["id"]: record for record in records}
+        return [_job_from_text_json(by_id[job_id]) for job_id in columns[0]]
+
+    async def enqueue_batch_fast(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> int:
+        """COPY the jobs in (no RETURNING), then one NOTIFY; returns the count.
+
+        On TaskQ's own connections this is binary ``copy_records_to_table``; on a caller's
+        connection, whose jsonb codec is unknown, the same rows go through COPY's text format.
+        """
+        if not args_list:
+            return 0
+        ids = [_check(args) for args in args_list]
+        if connection is None:
+            async with self._pool.acquire() as conn:
+                return await self._copy(conn, args_list, ids, binary=True)
+        return await self._copy(
+            connection, args_list, ids, binary=connection in self._own_connections
+        )
+
+    async def _copy(
+        self, conn: Any, args_list: Sequence[EnqueueArgs], ids: list[UUID], *, binary: bool
+    ) -> int:
+        async with conn.transaction():
+            # Delays resolve on the database clock, read once inside the transaction.
+            now: datetime = await conn.fetchval(self._queries["server_clock"])
+            records = [
+                self._copy_record(args, job_id, now)
+                for args, job_id in zip(args_list, ids, strict=True)
+            ]
+            try:
+                if binary:
+                    await conn.copy_records_to_table(
+                        "jobs", records=records, columns=_COPY_COLUMNS, schema_name=self.schema
+                    )
+                else:
+                    await conn.copy_to_table(
+                        "jobs",
+                        source=io.BytesIO(_copy_text(records)),
+                        columns=_COPY_COLUMNS,
+                        schema_name=self.schema,
+                        format="text",
+                    )
+            except asyncpg.UniqueViolationError as exc:
+                raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+            if any(record[4] == "pending" for record in records):
+                await conn.execute(self._queries["wake"], self._wake_channel)
+        return len(records)
+
+    @staticmethod
+    def _copy_record(args: EnqueueArgs, job_id: UUID, now: datetime) -> tuple[Any, ...]:
+        delayed = _is_delayed(args)
+        return (
+            job_id,
+            args.actor,
+            args.queue,
+            args.payload,
+            "scheduled" if delayed else "pending",
+            args.priority,
+            now + args.delay if delayed and args.delay is not None else now,
+            now,
+            now,
+            args.identity_key,
+            args.fairness_key,
+            None if args.schedule_to_close is None else now + args.schedule_to_close,
+            args.retry_kind,
+            args.max_attempts,
+            args.result_ttl,
+            args.metadata,
+            args.trace_id,
+            args.span_id,
+        )
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A pool connection inside a transaction; pass it as ``connection=``."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            self._own_connections.add(conn)
+            try:
+                yield conn
+            finally:
+                self._own_connections.discard(conn)
+
+    # --- dispatch ----------------------------------------------------------------------------
+    async def dispatch_batch(
+        self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
+    ) -> list[JobRow]:
+        """Claim up to ``limit`` due pending jobs in one statement (see ``sql/dispatch.sql``)."""
+        if limit <= 0 or not queues:
+            return []
+        records = await self._pool.fetch(
+            self._queries["dispatch_batch"],
+            list(queues),
+            limit,
+            worker_id,
+            lock_lease,
+            self._oversample,
+        )
+        return [_job(record) for record in records]
+
+    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
+        """Re-pend claimed-but-unstarted jobs of this worker (attempt given back)."""
+        if not job_ids:
+            return 0
+        record = await self._one(
+            self._queries["release_unstarted"], worker_id, list(job_ids), self._wake_channel
+        )
+        return int(record["released"])
+
+    # --- heartbeat ---------------------------------------------------------------------------
+    async def heartbeat(
+        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+    ) -> HeartbeatResult:
+        """Worker row, job leases, reservation leases, leader row and cancel flags: one
+        statement, hence one transaction."""
+        records = await self._pool.fetch(
+            self._queries["heartbeat"], worker_id, lock_lease, is_leader
+        )
+        flags = [
+            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
+            for r in records
+            if r["job_id"] is not None
+        ]
+        return HeartbeatResult(
+            leases_extended=int(records[0]["leases_extended"]), cancel_flags=flags
+        )
+
+    # --- terminal and rescheduling writes ----------------------------------------------------
+    async def mark_succeeded(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        result: Any,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+    ) -> bool:
+        """running -> succeeded with its attempt and event; False when not ours any more."""
+        done = await self._pool.fetchval(
+            self._queries["mark_succeeded"], job_id, worker_id, result, fallback_result_ttl
+        )
+        return bool(done)
+
+    async def mark_failed_or_retry(
+        self,
+        job_id: UUID,
+        worker_id: UUID,
+        error: ErrorInfo,
+        retry_delay: timedelta | None,
+    ) -> JobRow | None:
+        """-> failed, or scheduled at now() + delay (deadline decided by the database)."""
+        record = await self._pool.fetchrow(
+            self._queries["mark_failed_or_retry"],
+            job_id,
+            worker_id,
+            error.error_class,
+            error.message,
+            error.traceback,
+            retry_delay,
+        )
+        return None if record is None else _job(record)
+
+    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+        """running -> cancelled (cooperative exit)."""
+        done = await self._pool.fetchval(self._queries["mark_cancelled"], job_id, worker_id)
+        return bool(done)
+
+    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
+        """cancel_phase 1 -> 2 with an event, before the worker cancels the task."""
+        done = await self._pool.fetchval(
+            self._queries["write_cancel_escalation"], job_id, worker_id
+        )
+        return bool(done)
+
+    async def mark_abandoned(self, job_id: UUID) -> bool:
+        """running with cancel_phase 2 -> abandoned."""
+        return bool(await self._pool.fetchval(self._queries["mark_abandoned"], job_id))
+
+    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
+        """-> scheduled without consuming the attempt, or failed past the deadline."""
+        status = await self._pool.fetchval(self._queries["mark_snoozed"], job_id, worker_id, delay)
+        if status is None:
+            return "noop"
+        return "failed" if status == "failed" else "scheduled"
+
+    async def mark_retry_after(
+        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+    ) -> RetryAfterOutcome:
+        """-> scheduled at now() + delay, or failed (deadline first, then attempt budget)."""
+        outcome = await self._pool.fetchval(
+            self._queries["mark_retry_after"], job_id, worker_id, delay, consume_budget
+        )
+        return cast(RetryAfterOutcome, "noop" if outcome is None else outcome)
+
+    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
+        """Give up every running job of a worker that lost its heartbeat."""
+        moved = await self._pool.fetchval(self._queries["isolate_worker"], worker_id, retry_delay)
+        return int(moved)
+
+    # --- history -----------------------------------------------------------------------------
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """Every attempt of a job, oldest first."""
+        return [_attempt(r) for r in await self._pool.fetch(self._queries["get_attempts"], job_id)]
+
+    async def get_events(self, job_id: UUID) -> list[EventRow]:
+        """Every event of a job, oldest first."""
+        return [_event(r) for r in await self._pool.fetch(self._queries["get_events"], job_id)]
+
+    async def poll_reclaim_events(
+        self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
+    ) -> list[EventRow]:
+        """Reclaim events after the cursor, oldest first, once past the visibility delay."""
+        if limit <= 0:
+            return []
+        if visibility_delay is None:
+            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        records = await self._pool.fetch(
+            self._queries["poll_reclaim_events"], after_id, limit, visibility_delay
+        )
+        return [_event(r) for r in records]
+
+    # --- cancel ------------------------------------------------------------------------------
+    async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
+        """Cancel at once when waiting; flag (phase 1) and NOTIFY when running."""
+        record = await self._one(
+            self._queries["write_cancel_request"], job_id, reason, self._events_channel
+        )
+        return cast(CancelOutcome, record["outcome"])
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs."""
+        record = await self._one(
+            self._queries["cancel_where"], *_filter_args(filter), reason, self._events_channel
+        )
+        return BulkCancelResult(cancelled=record["cancelled"], requested=record["requested"])
+
+    async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
+        """Running jobs of this worker with a cancel requested, oldest request first."""
+        records = await self._pool.fetch(self._queries["poll_cancel_flags"], worker_id)
+        return [
+            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
+            for r in records
+        ]
+
+    # --- admin -------------------------------------------------------------------------------
+    async def retry_job(self, job_id: UUID) -> bool:
+        """failed/crashed/cancelled -> pending with a fresh attempt budget."""
+        record = await self._one(
+            self._queries["retry_jobs"], None, None, None, [job_id], None, self._wake_channel
+        )
+        return bool(record["retried"])
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """``retry_job`` for the newest ``filter.limit`` matching retryable jobs."""
+        record = await self._one(
+            self._queries["retry_jobs"], *_filter_args(filter), self._wake_channel
+        )
+        return int(record["retried"])
+
+    # --- sweeps ------------------------------------------------------------------------------
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending; one NOTIFY when any moved."""
+        record = await self._one(self._queries["scheduled_to_pending"], self._wake_channel)
+        return int(record["moved"])
+
+    async def deadline_sweep(self) -> int:
+        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded)."""
+        return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events."""
+        record = await self._one(
+            self._queries["reclaim_expired_locks"], cancel_grace, cleanup_grace, self._wake_channel
+        )
+        return int(record["reclaimed"])
+
+    async def expire_results(self) -> int:
+        """Clear results whose result_expires_at has passed."""
+        return int(await self._pool.fetchval(self._queries["expire_results"]))
+
+    # --- reads -------------------------------------------------------------------------------
+    async def get(self, job_id: UUID) -> JobRow | None:
+        """One job, or None."""
+        record = await self._pool.fetchrow(self._queries["get_job"], job_id)
+        return None if record is None else _job(record)
+
+    async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, newest first."""
+        records = await self._pool.fetch(self._queries["list_jobs"], *_filter_args(filter))
+        return [_job(r) for r in records]
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status)."""
+        records = await self._pool.fetch(self._queries["count_by_queue_status"])
+        return [QueueStatusCount(r["queue"], JobStatus(r["status"]), r["count"]) for r in records]
+
+    async def count_active_jobs(self, queues: Sequence[str]) -> int:
+        """Pending + scheduled + running jobs in these queues."""
+        return int(await self._pool.fetchval(self._queries["count_active_jobs"], list(queues)))
+
+    async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
+        """Pending + scheduled jobs per actor; actors with none are left out."""
+        records = await self._pool.fetch(self._queries["count_pending_jobs"], list(actors))
+        return {r["actor"]: r["count"] for r in records}
+
+    async def get_actor_max_pending(self) -> dict[str, int | None]:
+        """Stored max_pending per actor that has an actor_config row."""
+        records = await self._pool.fetch(self._queries["get_actor_max_pending"])
+        return {r["actor"]: r["max_pending"] for r in records}
+
+    # --- workers and leadership --------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert (or refresh) this worker's row, status running."""
+        await self._pool.execute(
+            self._queries["register_worker"],
+            info.id,
+            info.hostname,
+            info.pid,
+            info.label,
+            info.workgroup_instance,
+            list(info.queues),
+            list(info.actors),
+            info.concurrency,
+            info.version,
+        )
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+        await self._pool.execute(self._queries["mark_worker_stopped"], worker_id)
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row, most recently seen first."""
+        return [_worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """Take (or keep) the leader's session advisory lock on the dedicated connection.
+
+        A dead leader connection means the lock is gone: this call returns False and the
+        next one reconnects and competes again.
+        """
+        async with self._leader_lock:
+            if self._leader_worker is not None:
+                if self._leader_worker != worker_id:
+                    return False
+                return await self._renew_leadership(worker_id)
+            try:
+                conn = self._leader_conn
+                if conn is None or conn.is_closed():
+                    conn = self._leader_conn = await self._open_direct_connection()
+                granted = await conn.fetchval(
+                    self._queries["leader_try_acquire"],
+                    self._leader_key,
+                    worker_id,
+                    timeout=_LEADER_QUERY_TIMEOUT,
+                )
+            except _CONNECTION_ERRORS as exc:
+                _log.warning("leader_connection_failed", schema=self.schema, error=str(exc))
+                await self._drop_leader_connection()
+                return False
+            if granted:
+                self._leader_worker = worker_id
+                return True
+            return False
+
+    async def _renew_leadership(self, worker_id: UUID) -> bool:
+        conn = self._leader_conn
+        try:
+            if conn is None or conn.is_closed():
+                raise asyncpg.InterfaceError("the leader connection is closed")
+            await conn.execute(
+                self._queries["leader_renew"], worker_id, timeout=_LEADER_QUERY_TIMEOUT
+            )
+        except _CONNECTION_ERRORS as exc:
+            _log.warning(
+                "leadership_lost", schema=self.schema, worker_id=str(worker_id), error=str(exc)
+            )
+            self._leader_worker = None
+            await self._drop_leader_connection()
+            return False
+        return True
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Unlock, remove the leader row and close the leader connection (no-op when not
+        leading as ``worker_id``)."""
+        async with self._leader_lock:
+            if self._leader_worker != worker_id:
+                return
+            self._leader_worker = None
+            conn = self._leader_conn
+            if conn is not None and not conn.is_closed():
+                try:
+                    await conn.fetchrow(
+                        self._queries["leader_release"],
+                        self._leader_key,
+                        worker_id,
+                        timeout=_LEADER_QUERY_TIMEOUT,
+                    )
+                except _CONNECTION_ERRORS as exc:
+                    _log.warning("leader_release_failed", schema=self.schema, error=str(exc))
+            await self._drop_leader_connection()
+
+    async def _drop_leader_connection(self) -> None:
+        conn, self._leader_conn = self._leader_conn, None
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), timeout=2.0)
+        except _CONNECTION_ERRORS:
+            conn.terminate()
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+        record = await self._pool.fetchrow(self._queries["get_leader"])
+        if record is None:
+            return None
+        return LeaderRow(record["worker_id"], record["elected_at"], record["last_seen_at"])
+
+    # --- actor config ------------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows; report capacity overrides and structural drift; overwrite the
+        drift only with ``force``. One statement, so one transaction."""
+        if not declared:
+            return ActorConfigSyncResult([], [], [], overwritten=False)
+        metadata = [json.loads(_dumps(d.metadata)) for d in declared]  # jsonb-normalized
+        records = await self._pool.fetch(
+            self._queries["sync_actor_configs"],
+            [d.actor for d in declared],
+            [d.queue for d in declared],
+            [_dumps(m) for m in metadata],
+            [d.max_concurrent for d in declared],
+            [d.max_pending for d in declared],
+            [d.result_ttl for d in declared],
+            force,
+        )
+        created: list[str] = []
+        overrides: list[tuple[str, str, Any, Any]] = []
+        drift: list[ActorConfigDrift] = []
+        for decl, wanted_metadata, record in zip(declared, metadata, records, strict=True):
+            if record["created"]:
+                if decl.actor not in created:
+                    created.append(decl.actor)
+                continue
+            if not record["existed"]:
+                continue  # created concurrently by another worker: nothing of ours to compare
+            for name in _CAPACITY_FIELDS:
+                stored, wanted = record[f"stored_{name}"], getattr(decl, name)
+                if stored != wanted:
+                    overrides.append((decl.actor, name, stored, wanted))
+            if record["stored_queue"] != decl.queue:
+                drift.append(
+                    ActorConfigDrift(decl.actor, "queue", record["stored_queue"], decl.queue)
+                )
+            if record["stored_metadata"] != wanted_metadata:
+                drift.append(
+                    ActorConfigDrift(
+                        decl.actor, "metadata", record["stored_metadata"], wanted_metadata
+                    )
+                )
+        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by name."""
+        records = await self._pool.fetch(self._queries["list_actor_configs"])
+        return [_actor_config(r) for r in records]
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row, or None."""
+        record = await self._pool.fetchrow(self._queries["get_actor_config"], actor)
+        return None if record is None else _actor_config(record)
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
+            if value is not UNSET and value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        record = await self._pool.fetchrow(
+            self._queries["update_actor_config"],
+            actor,
+            max_concurrent is not UNSET,
+            None if max_concurrent is UNSET else max_concurrent,
+            max_pending is not UNSET,
+            None if max_pending is UNSET else max_pending,
+            result_ttl is not UNSET,
+            None if result_ttl is UNSET else result_ttl,
+            self._wake_channel,
+        )
+        return None if record is None else _actor_config(record)
+
+    # --- queues ------------------------------------------------------------------------------
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row, by name."""
+        return [_queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue, or None when it has neither jobs nor a row."""
+        record = await self._pool.fetchrow(self._queries["list_queues"], name)
+        return None if record is None else _queue(record)
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        if mode is not UNSET and mode not in _QUEUE_MODES:
+            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
+        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        record = await self._one(
+            self._queries["update_queue"],
+            name,
+            mode is not UNSET,
+            None if mode is UNSET else mode,
+            max_concurrent is not UNSET,
+            None if max_concurrent is UNSET else max_concurrent,
+            paused is not UNSET,
+            None if paused is UNSET else bool(paused),
+            self._wake_channel,
+        )
+        return _queue(record)
+
+    # --- wake-ups ----------------------------------------------------------------------------
+    def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever new dispatchable work may exist (wake NOTIFY)."""
+        return self.listener.subscribe_wake()
+
+    def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever a cancel request is written (events NOTIFY)."""
+        return self.listener.subscribe_cancel_wake()
+
+
+def _copy_text(records: list[tuple[Any, ...]]) -> bytes:
+    """Rows in COPY's text format, JSON columns serialized here (no connection codec used)."""
+    lines = []
+    json_columns = (_COPY_COLUMNS.index("payload"), _COPY_COLUMNS.index("metadata"))
+    for record in records:
+        values = list(record)
+        for index in json_columns:
+            values[index] = _dumps(values[index])
+        lines.append("\t".join(_copy_text_field(value) for value in values))
+    return ("\n".join(lines) + "\n").encode()
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(backend: PostgresBackend) -> Backend:
+        return backend  # mypy checks every signature against the protocol here

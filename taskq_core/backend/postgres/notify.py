@@ -1,0 +1,214 @@
+"""The LISTEN side of the wake mechanism: one dedicated connection per backend, fanned out to
+``subscribe_wake()`` / ``subscribe_cancel_wake()`` subscribers as asyncio Events.
+
+State model. The listener starts *idle*: no connection, no task. The first subscriber opens
+the LISTEN connection (one attempt; a failure is logged and left to the supervisor) and starts
+the supervisor task, which from then on alternates between *healthy* and *reconnecting*:
+
+- healthy: every ``health_check_interval`` seconds it runs a probe query on the connection;
+  asyncpg's termination callback short-circuits the wait when the server drops the session.
+- reconnecting: the connection is discarded and reopened with bounded exponential backoff
+  (``initial_backoff`` doubling up to ``max_backoff``). Notifications sent while disconnected
+  are lost, so after a reconnect every subscriber's event is set once: each consumer polls
+  the database one extra time and finds whatever arrived meanwhile.
+
+``close()`` stops the supervisor and closes the connection; subscribing afterwards raises.
+Events are only ever set here; consumers clear them. Wake payloads are ignored; events-channel
+payloads are JSON and only ``{"type": "cancel", ...}`` sets the cancel subscribers' events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from taskq_core.constants import events_channel, wake_channel
+from taskq_core.errors import TaskqError
+from taskq_core.obs.logs import get_logger
+
+from .queries import SchemaQueries
+
+_log = get_logger("notify")
+
+# Failures that mean "the database or the network is having a moment": retry with backoff.
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    TaskqError,
+)
+
+
+class NotifyListener:
+    """A lazily opened, self-healing LISTEN connection for one schema's channels."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        schema: str,
+        *,
+        health_check_interval: float = 5.0,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._connect = connect
+        self._schema = schema
+        self._health_query = SchemaQueries(schema)["connection_health_check"]
+        self._wake_channel = wake_channel(schema)
+        self._events_channel = events_channel(schema)
+        self._health_check_interval = health_check_interval
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._wake_subscribers: set[asyncio.Event] = set()
+        self._cancel_subscribers: set[asyncio.Event] = set()
+        self._conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+        self._start_lock = asyncio.Lock()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._closed = False
+        self.reconnects = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the LISTEN connection is currently open."""
+        return self._conn is not None and not self._conn.is_closed()
+
+    @asynccontextmanager
+    async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set on every wake NOTIFY (and once after each reconnect)."""
+        async with self._subscribe(self._wake_subscribers) as event:
+            yield event
+
+    @asynccontextmanager
+    async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set on every cancel NOTIFY (and once after each reconnect)."""
+        async with self._subscribe(self._cancel_subscribers) as event:
+            yield event
+
+    @asynccontextmanager
+    async def _subscribe(self, subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
+        await self._ensure_started()
+        event = asyncio.Event()
+        subscribers.add(event)
+        try:
+            yield event
+        finally:
+            subscribers.discard(event)
+
+    async def _ensure_started(self) -> None:
+        if self._closed:
+            raise RuntimeError("the backend is closed; cannot subscribe to wake-ups")
+        if self._supervisor is not None:
+            return
+        async with self._start_lock:
+            if self._supervisor is not None:
+                return
+            try:
+                await self._open()
+            except _CONNECTION_ERRORS as exc:
+                _log.warning("notify_connect_failed", schema=self._schema, error=str(exc))
+                self._lost.set()
+            self._supervisor = asyncio.create_task(
+                self._supervise(), name=f"taskq-notify-{self._schema}"
+            )
+
+    async def _open(self) -> None:
+        conn = await self._connect()
+        try:
+            await conn.add_listener(self._wake_channel, self._on_notification)
+            await conn.add_listener(self._events_channel, self._on_notification)
+        except BaseException:
+            conn.terminate()
+            raise
+        conn.add_termination_listener(self._on_termination)
+        self._conn = conn
+        self._lost.clear()
+
+    def _on_notification(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
+        if channel == self._wake_channel:
+            _set_all(self._wake_subscribers)
+            return
+        try:
+            message = json.loads(str(payload))
+        except ValueError:
+            return
+        if isinstance(message, dict) and message.get("type") == "cancel":
+            _set_all(self._cancel_subscribers)
+
+    def _on_termination(self, conn: Any) -> None:
+        if conn is self._conn:
+            self._lost.set()
+
+    async def _supervise(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), timeout=self._health_check_interval)
+            if await self._healthy():
+                continue
+            await self._reconnect()
+
+    async def _healthy(self) -> bool:
+        conn = self._conn
+        if conn is None or conn.is_closed() or self._lost.is_set():
+            return False
+        try:
+            await conn.fetchval(self._health_query, timeout=self._health_check_interval)
+        except _CONNECTION_ERRORS as exc:
+            _log.warning("notify_health_check_failed", schema=self._schema, error=str(exc))
+            return False
+        return True
+
+    async def _reconnect(self) -> None:
+        await self._discard_connection()
+        delay = self._initial_backoff
+        while True:
+            try:
+                await self._open()
+            except _CONNECTION_ERRORS as exc:
+                _log.warning(
+                    "notify_reconnect_failed", schema=self._schema, error=str(exc), retry_in=delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._max_backoff)
+                continue
+            self.reconnects += 1
+            _log.info("notify_reconnected", schema=self._schema, reconnects=self.reconnects)
+            # Whatever was notified while disconnected is lost: every subscriber polls once.
+            _set_all(self._wake_subscribers)
+            _set_all(self._cancel_subscribers)
+            return
+
+    async def _discard_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), timeout=2.0)
+        except _CONNECTION_ERRORS:
+            conn.terminate()
+        except asyncio.CancelledError:
+            conn.terminate()
+            raise
+
+    async def close(self) -> None:
+        """Stop the supervisor and close the LISTEN connection; idempotent."""
+        self._closed = True
+        task, self._supervisor = self._supervisor, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(*_CONNECTION_ERRORS):
+            await self._discard_connection()
+
+
+def _set_all(events: set[asyncio.Event]) -> None:
+    for event in events:
+        event.set()

@@ -1,0 +1,172 @@
+-- Admin: queues, operator-owned actor capacity, worker registrations: what the CLI, the
+-- TUI and worker start-up read and write. None of it is on the per-job hot path.
+
+-- name: list_queues
+-- Every queue that has jobs or a row ($1: just that one, or NULL for all), with its
+-- settings (defaults when it has no row) and its non-zero status counts in enum order.
+WITH counts AS (
+    SELECT j.queue, j.status, count(*) AS n
+    FROM {schema}.jobs j
+    WHERE $1::text IS NULL OR j.queue = $1::text
+    GROUP BY j.queue, j.status
+),
+per_queue AS (
+    SELECT c.queue, array_agg(c.status::text ORDER BY c.status) AS statuses,
+           array_agg(c.n ORDER BY c.status) AS counts
+    FROM counts c
+    GROUP BY c.queue
+),
+settings AS (
+    SELECT q.* FROM {schema}.queues q WHERE $1::text IS NULL OR q.name = $1::text
+)
+SELECT COALESCE(s.name, p.queue) AS name, COALESCE(s.mode, 'strict_fifo') AS mode,
+       s.max_concurrent, COALESCE(s.paused, false) AS paused, s.name IS NOT NULL AS has_row,
+       COALESCE(p.statuses, '{}') AS statuses, COALESCE(p.counts, '{}') AS counts
+FROM settings s
+FULL JOIN per_queue p ON p.queue = s.name
+ORDER BY 1;
+
+-- name: update_queue
+-- Upsert a queue row. Each field has a "set" flag ($2 mode, $4 max_concurrent, $6 paused);
+-- an unset field keeps its value (or the default on insert). Wakes the workers ($8): a
+-- resumed queue or a raised cap can make waiting jobs dispatchable.
+WITH upserted AS (
+    INSERT INTO {schema}.queues AS q (name, mode, max_concurrent, paused, updated_at)
+    VALUES ($1::text,
+            CASE WHEN $2::boolean THEN $3::text ELSE 'strict_fifo' END,
+            CASE WHEN $4::boolean THEN $5::integer END,
+            CASE WHEN $6::boolean THEN $7::boolean ELSE false END,
+            clock_timestamp())
+    ON CONFLICT (name) DO UPDATE
+    SET mode = CASE WHEN $2::boolean THEN EXCLUDED.mode ELSE q.mode END,
+        max_concurrent = CASE WHEN $4::boolean THEN EXCLUDED.max_concurrent
+                              ELSE q.max_concurrent END,
+        paused = CASE WHEN $6::boolean THEN EXCLUDED.paused ELSE q.paused END,
+        updated_at = EXCLUDED.updated_at
+    RETURNING q.*
+),
+counts AS (
+    SELECT j.status, count(*) AS n
+    FROM {schema}.jobs j
+    WHERE j.queue = $1::text
+    GROUP BY j.status
+),
+woken AS (
+    SELECT pg_notify($8::text, '')
+)
+SELECT u.name, u.mode, u.max_concurrent, u.paused, true AS has_row,
+       COALESCE((SELECT array_agg(c.status::text ORDER BY c.status) FROM counts c), '{}')
+           AS statuses,
+       COALESCE((SELECT array_agg(c.n ORDER BY c.status) FROM counts c), '{}') AS counts,
+       (SELECT count(*) FROM woken) AS woken
+FROM upserted u;
+
+-- name: sync_actor_configs
+-- Worker start-up: create the missing actor_config rows from the code ($1..$6, one array per
+-- column, JSON metadata as text) and return every declared actor with its stored row as it
+-- was before this statement, locked, so the caller can report capacity overrides and
+-- structural drift. With $7 (force) drifted queue/metadata are overwritten. Capacity is
+-- never written back: it is operator-owned once the row exists.
+WITH declared AS (
+    SELECT d.actor, d.queue, d.metadata::jsonb AS metadata, d.max_concurrent, d.max_pending,
+           d.result_ttl, d.ord
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[],
+                $6::interval[])
+         WITH ORDINALITY AS d(actor, queue, metadata, max_concurrent, max_pending, result_ttl,
+                              ord)
+),
+stored AS (
+    SELECT ac.*
+    FROM {schema}.actor_config ac
+    WHERE ac.actor = ANY ($1::text[])
+    ORDER BY ac.actor
+    FOR UPDATE
+),
+created AS (
+    INSERT INTO {schema}.actor_config (
+        actor, queue, metadata, max_concurrent, max_pending, result_ttl
+    )
+    SELECT d.actor, d.queue, d.metadata, d.max_concurrent, d.max_pending, d.result_ttl
+    FROM declared d
+    WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.actor = d.actor)
+    ORDER BY d.ord
+    ON CONFLICT (actor) DO NOTHING
+    RETURNING actor
+),
+overwritten AS (
+    UPDATE {schema}.actor_config ac
+    SET queue = d.queue, metadata = d.metadata, updated_at = clock_timestamp()
+    FROM declared d
+    WHERE $7::boolean AND ac.actor = d.actor
+      AND (ac.queue <> d.queue OR ac.metadata <> d.metadata)
+    RETURNING ac.actor
+)
+SELECT d.actor, c.actor IS NOT NULL AS created, s.actor IS NOT NULL AS existed,
+       s.queue AS stored_queue, s.metadata AS stored_metadata,
+       s.max_concurrent AS stored_max_concurrent, s.max_pending AS stored_max_pending,
+       s.result_ttl AS stored_result_ttl,
+       (SELECT count(*) FROM overwritten) AS overwritten
+FROM declared d
+LEFT JOIN created c ON c.actor = d.actor
+LEFT JOIN stored s ON s.actor = d.actor
+ORDER BY d.ord;
+
+-- name: list_actor_configs
+SELECT * FROM {schema}.actor_config ORDER BY actor;
+
+-- name: get_actor_config
+SELECT * FROM {schema}.actor_config WHERE actor = $1::text;
+
+-- name: update_actor_config
+-- Set or clear capacity fields; each has a "set" flag ($2, $4, $6). Dispatch and completion
+-- re-read these every time, so the change is live at once; wake the workers ($8) in case a
+-- raised cap frees capacity.
+WITH updated AS (
+    UPDATE {schema}.actor_config
+    SET max_concurrent = CASE WHEN $2::boolean THEN $3::integer ELSE max_concurrent END,
+        max_pending = CASE WHEN $4::boolean THEN $5::integer ELSE max_pending END,
+        result_ttl = CASE WHEN $6::boolean THEN $7::interval ELSE result_ttl END,
+        updated_at = clock_timestamp()
+    WHERE actor = $1::text
+    RETURNING *
+),
+woken AS (
+    SELECT pg_notify($8::text, '') WHERE EXISTS (SELECT 1 FROM updated)
+)
+SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated u;
+
+-- name: get_actor_max_pending
+SELECT actor, max_pending FROM {schema}.actor_config ORDER BY actor;
+
+-- name: register_worker
+-- Insert or refresh a worker row (a restarted id keeps its first started_at).
+INSERT INTO {schema}.workers AS w (
+    id, hostname, pid, worker_label, workgroup_instance, queues, actors, concurrency, version,
+    started_at, last_seen_at, stopped_at, status
+)
+VALUES ($1::uuid, $2::text, $3::integer, $4::text, $5::text, $6::text[], $7::text[],
+        $8::integer, $9::text, clock_timestamp(), clock_timestamp(), NULL, 'running')
+ON CONFLICT (id) DO UPDATE
+SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, worker_label = EXCLUDED.worker_label,
+    workgroup_instance = EXCLUDED.workgroup_instance, queues = EXCLUDED.queues,
+    actors = EXCLUDED.actors, concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
+    last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL, status = 'running';
+
+-- name: mark_worker_stopped
+UPDATE {schema}.workers
+SET status = 'stopped', stopped_at = clock_timestamp()
+WHERE id = $1::uuid;
+
+-- name: list_workers
+-- Every worker, most recently seen first, with leadership (from the leader row) and its
+-- running jobs counted.
+SELECT w.*, l.worker_id IS NOT NULL AS is_leader, COALESCE(r.running, 0) AS running_jobs
+FROM {schema}.workers w
+LEFT JOIN {schema}.maintenance_leader l ON l.name = 'maintenance' AND l.worker_id = w.id
+LEFT JOIN (
+    SELECT j.locked_by_worker, count(*) AS running
+    FROM {schema}.jobs j
+    WHERE j.status = 'running'
+    GROUP BY j.locked_by_worker
+) r ON r.locked_by_worker = w.id
+ORDER BY w.last_seen_at DESC, w.id DESC;

@@ -1,0 +1,673 @@
+-- Jobs: enqueue, the worker's guarded writes (terminal, rescheduling, heartbeat, cancel
+-- phases), operator cancel and retry, and the reads the client and CLI need.
+--
+-- Every status change writes its job_events row (and, for the end of an attempt, its
+-- job_attempts row) in the SAME statement through data-modifying CTEs: one round trip, one
+-- atomic write. Worker writes are guarded by status = 'running' AND locked_by_worker = the
+-- worker; a lost race updates nothing and the caller sees "not ours any more".
+-- Time always comes from clock_timestamp() here, never from the application.
+
+-- name: enqueue
+-- One job. JSON travels as text and comes back as text ($4 payload, $13 metadata), so the
+-- statement works on any asyncpg connection whatever jsonb codec it has. $6 delay, $9
+-- schedule_to_close and $12 result_ttl are intervals; $16 is the wake channel, notified only
+-- when the job is dispatchable now (the NOTIFY is delivered when the transaction commits).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (
+        id, actor, queue, payload, status, priority, scheduled_at, created_at, updated_at,
+        identity_key, fairness_key, schedule_to_close, retry_kind, max_attempts, result_ttl,
+        metadata, trace_id, span_id
+    )
+    SELECT $1::uuid, $2::text, $3::text, $4::text::jsonb,
+           (CASE WHEN $6::interval > interval '0' THEN 'scheduled' ELSE 'pending' END)
+               ::{schema}.job_status,
+           $5::integer,
+           CASE WHEN $6::interval > interval '0' THEN k.now + $6::interval ELSE k.now END,
+           k.now, k.now, $7::text, $8::text, k.now + $9::interval, $10::text, $11::integer,
+           $12::interval, $13::text::jsonb, $14::text, $15::text
+    FROM clock k
+    RETURNING *
+),
+woken AS (
+    SELECT pg_notify($16::text, '') FROM inserted WHERE status = 'pending'
+)
+SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
+       i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
+       i.lock_expires_at, i.started_at, i.finished_at, i.cancel_phase, i.cancel_requested_at,
+       i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
+       i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
+       i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
+       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at,
+       (SELECT count(*) FROM woken) AS woken
+FROM inserted i;
+
+-- name: enqueue_batch
+-- Many jobs in one INSERT ... SELECT FROM unnest(...): one array per column, in item order,
+-- JSON as text (any connection works, as for `enqueue`). One NOTIFY for the whole batch.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+items AS (
+    SELECT *
+    FROM unnest(
+        $1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::interval[],
+        $7::text[], $8::text[], $9::interval[], $10::text[], $11::integer[], $12::interval[],
+        $13::text[], $14::text[], $15::text[]
+    ) WITH ORDINALITY AS t(
+        id, actor, queue, payload, priority, delay, identity_key, fairness_key,
+        schedule_to_close, retry_kind, max_attempts, result_ttl, metadata, trace_id, span_id,
+        ord
+    )
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (
+        id, actor, queue, payload, status, priority, scheduled_at, created_at, updated_at,
+        identity_key, fairness_key, schedule_to_close, retry_kind, max_attempts, result_ttl,
+        metadata, trace_id, span_id
+    )
+    SELECT t.id, t.actor, t.queue, t.payload::jsonb,
+           (CASE WHEN t.delay > interval '0' THEN 'scheduled' ELSE 'pending' END)
+               ::{schema}.job_status,
+           t.priority,
+           CASE WHEN t.delay > interval '0' THEN k.now + t.delay ELSE k.now END,
+           k.now, k.now, t.identity_key, t.fairness_key, k.now + t.schedule_to_close,
+           t.retry_kind, t.max_attempts, t.result_ttl, t.metadata::jsonb, t.trace_id, t.span_id
+    FROM items t CROSS JOIN clock k
+    ORDER BY t.ord
+    RETURNING *
+),
+woken AS (
+    SELECT pg_notify($16::text, '')
+    WHERE EXISTS (SELECT 1 FROM inserted WHERE status = 'pending')
+)
+SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
+       i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
+       i.lock_expires_at, i.started_at, i.finished_at, i.cancel_phase, i.cancel_requested_at,
+       i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
+       i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
+       i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
+       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at,
+       (SELECT count(*) FROM woken) AS woken
+FROM inserted i;
+
+-- name: server_clock
+-- The database's clock, read once before a COPY so delays resolve on the arbiter's time.
+SELECT clock_timestamp();
+
+-- name: wake
+-- 'New dispatchable work may exist' (after a COPY, which cannot NOTIFY by itself).
+SELECT pg_notify($1::text, '');
+
+-- name: release_unstarted
+-- Shutdown drain: give back jobs this worker claimed but never started (attempt returned).
+WITH released AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', attempt = GREATEST(j.attempt - 1, 0), locked_by_worker = NULL,
+        lock_expires_at = NULL, started_at = NULL, updated_at = clock_timestamp()
+    WHERE j.id = ANY ($2::uuid[]) AND j.status = 'running' AND j.locked_by_worker = $1::uuid
+    RETURNING j.id
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT r.id, 'state_change', 'running', 'pending', $1::uuid FROM released r
+),
+woken AS (
+    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM released)
+)
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM woken) AS woken;
+
+-- name: heartbeat
+-- One transaction per tick: touch the worker row, extend this worker's job and reservation
+-- leases, ping the leader row when leading ($3), and return the cancel flags the extended
+-- rows carry. Always returns at least one row (leases_extended; flag columns NULL if none).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+touched AS (
+    UPDATE {schema}.workers w SET last_seen_at = k.now
+    FROM clock k
+    WHERE w.id = $1::uuid
+    RETURNING w.id
+),
+extended AS (
+    UPDATE {schema}.jobs j SET lock_expires_at = k.now + $2::interval, updated_at = k.now
+    FROM clock k
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    RETURNING j.id, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
+),
+reservations AS (
+    UPDATE {schema}.reservation_slots s SET lease_expires_at = k.now + $2::interval
+    FROM clock k
+    WHERE s.worker_id = $1::uuid
+    RETURNING s.name
+),
+leader AS (
+    UPDATE {schema}.maintenance_leader l SET last_seen_at = k.now
+    FROM clock k
+    WHERE $3::boolean AND l.name = 'maintenance' AND l.worker_id = $1::uuid
+    RETURNING l.name
+)
+SELECT (SELECT count(*) FROM extended) AS leases_extended,
+       f.id AS job_id, f.cancel_phase, f.cancel_requested_at, f.cancel_reason
+FROM (SELECT 1) AS one
+LEFT JOIN extended f ON f.cancel_requested_at IS NOT NULL
+ORDER BY f.cancel_requested_at, f.id;
+
+-- name: mark_succeeded
+-- running -> succeeded. The result TTL is re-read from actor_config on every completion:
+-- stored TTL, else the job's own, else the worker's fallback ($4); none -> no expiry.
+WITH done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'succeeded', result = $3::jsonb, finished_at = clock_timestamp(),
+        updated_at = clock_timestamp(), lock_expires_at = NULL,
+        result_expires_at = clock_timestamp() + COALESCE(
+            (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
+            j.result_ttl, $4::interval)
+    WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+    RETURNING j.id, j.attempt, j.started_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
+    )
+    SELECT d.id, d.attempt, $2::uuid, 'succeeded', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT d.id, 'state_change', 'running', 'succeeded', $2::uuid FROM done d
+)
+SELECT count(*) FROM done;
+
+-- name: mark_failed_or_retry
+-- The actor raised. $6 NULL -> failed. Otherwise scheduled at now() + $6, unless that passes
+-- schedule_to_close -> failed as DeadlineExceeded. The decision and both timestamps come
+-- from one clock reading. The attempt row keeps the actor's own error.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+decision AS (
+    SELECT x.id, k.now,
+           CASE WHEN $6::interval IS NULL THEN 'fail'
+                WHEN x.schedule_to_close IS NOT NULL
+                     AND k.now + $6::interval > x.schedule_to_close THEN 'deadline'
+                ELSE 'retry' END AS verdict
+    FROM {schema}.jobs x CROSS JOIN clock k
+    WHERE x.id = $1::uuid
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN d.verdict = 'retry' THEN 'scheduled' ELSE 'failed' END)
+            ::{schema}.job_status,
+        scheduled_at = CASE WHEN d.verdict = 'retry' THEN d.now + $6::interval
+                            ELSE j.scheduled_at END,
+        finished_at = CASE WHEN d.verdict = 'retry' THEN NULL ELSE d.now END,
+        locked_by_worker = CASE WHEN d.verdict = 'retry' THEN NULL ELSE j.locked_by_worker END,
+        lock_expires_at = NULL,
+        error_class = CASE WHEN d.verdict = 'deadline' THEN 'DeadlineExceeded'
+                           ELSE $3::text END,
+        error_message = CASE WHEN d.verdict = 'deadline'
+                             THEN 'retry would start after schedule_to_close (last error: '
+                                  || COALESCE($4::text, '') || ')'
+                             ELSE $4::text END,
+        error_traceback = $5::text,
+        updated_at = d.now
+    FROM decision d
+    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+    RETURNING j.*, d.verdict, d.now
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message, error_traceback
+    )
+    SELECT m.id, m.attempt, $2::uuid,
+           CASE WHEN m.verdict = 'retry' THEN 'retried' ELSE 'failed' END,
+           m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
+           $3::text, $4::text, $5::text
+    FROM moved m
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT m.id, 'state_change', 'running', m.status, $2::uuid FROM moved m
+)
+SELECT m.* FROM moved m;
+
+-- name: mark_cancelled
+-- running -> cancelled: the actor stopped cooperatively.
+WITH done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+        lock_expires_at = NULL
+    WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+    RETURNING j.id, j.attempt, j.started_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
+    )
+    SELECT d.id, d.attempt, $2::uuid, 'cancelled', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT d.id, 'state_change', 'running', 'cancelled', $2::uuid FROM done d
+)
+SELECT count(*) FROM done;
+
+-- name: write_cancel_escalation
+-- Cancel phase 1 -> 2 (forced), written BEFORE the worker cancels the task.
+WITH escalated AS (
+    UPDATE {schema}.jobs j
+    SET cancel_phase = 2, updated_at = clock_timestamp()
+    WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+      AND j.cancel_phase = 1
+    RETURNING j.id
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT e.id, 'state_change', 'running', 'running', $2::uuid,
+           '{"cancel_phase_from": 1, "cancel_phase_to": 2}'::jsonb
+    FROM escalated e
+)
+SELECT count(*) FROM escalated;
+
+-- name: mark_abandoned
+-- running with cancel_phase 2 -> abandoned: the forced cancel never finished. Written by the
+-- heartbeat after its own transaction, so no worker guard: the phase is the guard.
+WITH done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'abandoned', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+        lock_expires_at = NULL
+    WHERE j.id = $1::uuid AND j.status = 'running' AND j.cancel_phase = 2
+    RETURNING j.id, j.attempt, j.locked_by_worker, j.started_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
+    )
+    SELECT d.id, d.attempt, d.locked_by_worker, 'abandoned', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT d.id, 'state_change', 'running', 'abandoned', d.locked_by_worker FROM done d
+)
+SELECT count(*) FROM done;
+
+-- name: mark_snoozed
+-- Snooze: scheduled at now() + $3 without consuming the attempt (attempt - 1, metadata
+-- snooze_count + 1); past schedule_to_close -> failed as DeadlineExceeded instead.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+decision AS (
+    SELECT x.id, k.now,
+           (x.schedule_to_close IS NOT NULL
+            AND k.now + $3::interval > x.schedule_to_close) AS past_deadline
+    FROM {schema}.jobs x CROSS JOIN clock k
+    WHERE x.id = $1::uuid
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN d.past_deadline THEN 'failed' ELSE 'scheduled' END)
+            ::{schema}.job_status,
+        scheduled_at = CASE WHEN d.past_deadline THEN j.scheduled_at
+                            ELSE d.now + $3::interval END,
+        finished_at = CASE WHEN d.past_deadline THEN d.now END,
+        attempt = CASE WHEN d.past_deadline THEN j.attempt ELSE GREATEST(j.attempt - 1, 0) END,
+        metadata = CASE WHEN d.past_deadline THEN j.metadata
+                        ELSE jsonb_set(j.metadata, '{snooze_count}', to_jsonb(
+                            COALESCE((j.metadata ->> 'snooze_count')::integer, 0) + 1))
+                   END,
+        locked_by_worker = CASE WHEN d.past_deadline THEN j.locked_by_worker END,
+        lock_expires_at = NULL,
+        error_class = CASE WHEN d.past_deadline THEN 'DeadlineExceeded' ELSE j.error_class END,
+        error_message = CASE WHEN d.past_deadline
+                             THEN 'snooze would start after schedule_to_close'
+                             ELSE j.error_message END,
+        error_traceback = CASE WHEN d.past_deadline THEN NULL ELSE j.error_traceback END,
+        updated_at = d.now
+    FROM decision d
+    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.past_deadline
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT m.id, CASE WHEN m.past_deadline THEN m.attempt ELSE m.attempt + 1 END, $2::uuid,
+           CASE WHEN m.past_deadline THEN 'failed' ELSE 'snoozed' END,
+           m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
+           CASE WHEN m.past_deadline THEN 'DeadlineExceeded' END,
+           CASE WHEN m.past_deadline THEN 'snooze would start after schedule_to_close' END
+    FROM moved m
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT m.id, 'state_change', 'running', m.status, $2::uuid FROM moved m
+)
+SELECT m.status::text FROM moved m;
+
+-- name: mark_retry_after
+-- RetryAfter: scheduled at now() + $3. Past schedule_to_close -> failed (DeadlineExceeded,
+-- checked first); with $4 consume_budget a transient job whose attempt >= max_attempts ->
+-- failed (MaxAttemptsExceeded); without it the attempt is given back (attempt - 1).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+decision AS (
+    SELECT x.id, k.now,
+           CASE WHEN x.schedule_to_close IS NOT NULL
+                     AND k.now + $3::interval > x.schedule_to_close THEN 'DeadlineExceeded'
+                WHEN $4::boolean AND x.retry_kind = 'transient'
+                     AND x.attempt >= x.max_attempts THEN 'MaxAttemptsExceeded'
+           END AS failure,
+           CASE WHEN x.schedule_to_close IS NOT NULL
+                     AND k.now + $3::interval > x.schedule_to_close
+                THEN 'retry-after would start after schedule_to_close'
+                ELSE 'all ' || x.max_attempts || ' attempts used; retry-after refused'
+           END AS failure_message
+    FROM {schema}.jobs x CROSS JOIN clock k
+    WHERE x.id = $1::uuid
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN d.failure IS NULL THEN 'scheduled' ELSE 'failed' END)
+            ::{schema}.job_status,
+        scheduled_at = CASE WHEN d.failure IS NULL THEN d.now + $3::interval
+                            ELSE j.scheduled_at END,
+        finished_at = CASE WHEN d.failure IS NOT NULL THEN d.now END,
+        attempt = CASE WHEN d.failure IS NULL AND NOT $4::boolean
+                       THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+        locked_by_worker = CASE WHEN d.failure IS NOT NULL THEN j.locked_by_worker END,
+        lock_expires_at = NULL,
+        error_class = COALESCE(d.failure, j.error_class),
+        error_message = CASE WHEN d.failure IS NULL THEN j.error_message
+                             ELSE d.failure_message END,
+        error_traceback = CASE WHEN d.failure IS NULL THEN j.error_traceback END,
+        updated_at = d.now
+    FROM decision d
+    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.failure, d.failure_message
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT m.id,
+           CASE WHEN m.failure IS NULL AND NOT $4::boolean THEN m.attempt + 1
+                ELSE m.attempt END,
+           $2::uuid, CASE WHEN m.failure IS NULL THEN 'retry_after' ELSE 'failed' END,
+           m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
+           m.failure, CASE WHEN m.failure IS NOT NULL THEN m.failure_message END
+    FROM moved m
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT m.id, 'state_change', 'running', m.status, $2::uuid FROM moved m
+)
+SELECT CASE WHEN m.failure IS NULL THEN 'scheduled' ELSE 'failed:' || m.failure END
+FROM moved m;
+
+-- name: isolate_worker
+-- The worker lost its heartbeat and gives up its running jobs itself: retries left ->
+-- scheduled at now() + $2 (any cancel request dropped), else crashed, or cancelled when a
+-- cancel was requested. Each gets a crashed attempt (HeartbeatLost) and an event.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+orphans AS (
+    SELECT j.id, j.attempt, j.started_at,
+           (j.retry_kind = 'transient' AND j.attempt < j.max_attempts)
+           OR (j.retry_kind = 'indefinite'
+               AND (j.schedule_to_close IS NULL OR j.schedule_to_close > k.now)) AS retry,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested
+    FROM {schema}.jobs j CROSS JOIN clock k
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN o.retry THEN 'scheduled'
+                       WHEN o.cancel_requested THEN 'cancelled'
+                       ELSE 'crashed' END)::{schema}.job_status,
+        scheduled_at = CASE WHEN o.retry THEN k.now + $2::interval ELSE j.scheduled_at END,
+        finished_at = CASE WHEN o.retry THEN NULL ELSE k.now END,
+        cancel_phase = CASE WHEN o.retry THEN 0 ELSE j.cancel_phase END,
+        cancel_requested_at = CASE WHEN o.retry THEN NULL ELSE j.cancel_requested_at END,
+        cancel_reason = CASE WHEN o.retry THEN NULL ELSE j.cancel_reason END,
+        locked_by_worker = NULL, lock_expires_at = NULL,
+        error_class = 'HeartbeatLost',
+        error_message = 'worker ' || $1::uuid::text || ' lost its heartbeat',
+        error_traceback = NULL,
+        updated_at = k.now
+    FROM orphans o CROSS JOIN clock k
+    WHERE j.id = o.id
+    RETURNING j.id, j.status, o.attempt, o.started_at, k.now
+),
+attempts AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT m.id, m.attempt, $1::uuid, 'crashed', m.started_at, m.now,
+           EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
+           'HeartbeatLost', 'worker ' || $1::uuid::text || ' lost its heartbeat'
+    FROM moved m
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT m.id, 'state_change', 'running', m.status, $1::uuid,
+           jsonb_build_object('from_state', 'running', 'to_state', m.status::text,
+                              'reason', 'heartbeat_lost', 'worker_id', $1::uuid::text)
+    FROM moved m
+)
+SELECT count(*) FROM moved;
+
+-- name: write_cancel_request
+-- Cancel one job: pending/scheduled -> cancelled at once; running -> cancel_phase 1 and a
+-- NOTIFY on the events channel ($3) for the worker that holds it. The outcome says which.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+target AS (
+    SELECT j.id, j.status, j.cancel_requested_at
+    FROM {schema}.jobs j
+    WHERE j.id = $1::uuid
+    FOR UPDATE
+),
+cancelled AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', cancel_requested_at = k.now, cancel_reason = $2::text,
+        finished_at = k.now, updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled')
+    RETURNING j.id, t.status AS from_status
+),
+requested AS (
+    UPDATE {schema}.jobs j
+    SET cancel_phase = 1, cancel_requested_at = k.now, cancel_reason = $2::text,
+        updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id AND t.status = 'running' AND t.cancel_requested_at IS NULL
+    RETURNING j.id, j.locked_by_worker
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT c.id, 'cancel_request', c.from_status, 'cancelled'::{schema}.job_status,
+           jsonb_build_object('reason', $2::text)
+    FROM cancelled c
+    UNION ALL
+    SELECT r.id, 'cancel_request', 'running'::{schema}.job_status,
+           'running'::{schema}.job_status,
+           jsonb_build_object('reason', $2::text, 'cancel_phase', 1)
+    FROM requested r
+),
+notified AS (
+    SELECT pg_notify($3::text, json_build_object(
+               'type', 'cancel', 'job_id', r.id, 'worker_id', r.locked_by_worker)::text)
+    FROM requested r
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM cancelled) THEN 'cancelled'
+            WHEN EXISTS (SELECT 1 FROM requested) THEN 'requested'
+            WHEN t.id IS NULL THEN 'not_found'
+            WHEN t.status = 'running' THEN 'already_requested'
+            ELSE 'terminal' END AS outcome,
+       (SELECT count(*) FROM notified) AS notified
+FROM (SELECT 1) AS one
+LEFT JOIN target t ON true;
+
+-- name: cancel_where
+-- Bulk cancel: the newest $5 non-terminal jobs matching the filter ($1 statuses or NULL,
+-- $2 queue, $3 actor, $4 ids), locked in id order so concurrent bulk writers cannot
+-- deadlock; then as `write_cancel_request` for each. One NOTIFY per running job.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+matched AS (
+    SELECT j.id
+    FROM {schema}.jobs j
+    WHERE j.status IN ('pending', 'scheduled', 'running')
+      AND ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::text IS NULL OR j.actor = $3::text)
+      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT $5::bigint
+),
+target AS (
+    SELECT j.id, j.status, j.cancel_requested_at
+    FROM {schema}.jobs j
+    JOIN matched m ON m.id = j.id
+    WHERE j.status IN ('pending', 'scheduled', 'running')
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+cancelled AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', cancel_requested_at = k.now, cancel_reason = $6::text,
+        finished_at = k.now, updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled')
+    RETURNING j.id, t.status AS from_status
+),
+requested AS (
+    UPDATE {schema}.jobs j
+    SET cancel_phase = 1, cancel_requested_at = k.now, cancel_reason = $6::text,
+        updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id AND t.status = 'running' AND t.cancel_requested_at IS NULL
+    RETURNING j.id, j.locked_by_worker
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT c.id, 'cancel_request', c.from_status, 'cancelled'::{schema}.job_status,
+           jsonb_build_object('reason', $6::text)
+    FROM cancelled c
+    UNION ALL
+    SELECT r.id, 'cancel_request', 'running'::{schema}.job_status,
+           'running'::{schema}.job_status,
+           jsonb_build_object('reason', $6::text, 'cancel_phase', 1)
+    FROM requested r
+),
+notified AS (
+    SELECT pg_notify($7::text, json_build_object(
+               'type', 'cancel', 'job_id', r.id, 'worker_id', r.locked_by_worker)::text)
+    FROM requested r
+)
+SELECT (SELECT count(*) FROM cancelled) AS cancelled,
+       (SELECT count(*) FROM requested) AS requested,
+       (SELECT count(*) FROM notified) AS notified;
+
+-- name: poll_cancel_flags
+SELECT j.id AS job_id, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
+FROM {schema}.jobs j
+WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+  AND j.cancel_requested_at IS NOT NULL
+ORDER BY j.cancel_requested_at, j.id;
+
+-- name: retry_jobs
+-- Operator retry of the newest $5 failed/crashed/cancelled jobs matching the filter (as in
+-- `cancel_where`): back to pending with a fresh attempt budget and a clean slate. One NOTIFY.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+matched AS (
+    SELECT j.id, j.status
+    FROM {schema}.jobs j
+    WHERE j.status IN ('failed', 'crashed', 'cancelled')
+      AND ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::text IS NULL OR j.actor = $3::text)
+      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT $5::bigint
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', attempt = 0, scheduled_at = k.now, started_at = NULL,
+        finished_at = NULL, result = NULL, result_expires_at = NULL, locked_by_worker = NULL,
+        lock_expires_at = NULL, cancel_phase = 0, cancel_requested_at = NULL,
+        cancel_reason = NULL, error_class = NULL, error_message = NULL,
+        error_traceback = NULL, updated_at = k.now
+    FROM matched m CROSS JOIN clock k
+    WHERE j.id = m.id AND j.status IN ('failed', 'crashed', 'cancelled')
+    RETURNING j.id, m.status AS from_status
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT m.id, 'state_change', m.from_status, 'pending', '{"reason": "operator_retry"}'::jsonb
+    FROM moved m
+),
+woken AS (
+    SELECT pg_notify($6::text, '') WHERE EXISTS (SELECT 1 FROM moved)
+)
+SELECT (SELECT count(*) FROM moved) AS retried, (SELECT count(*) FROM woken) AS woken;
+
+-- name: get_job
+SELECT * FROM {schema}.jobs WHERE id = $1::uuid;
+
+-- name: list_jobs
+-- $1 statuses (NULL: any; empty: none), $2 queue, $3 actor, $4 ids, $5 limit (NULL: all).
+SELECT *
+FROM {schema}.jobs j
+WHERE ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.actor = $3::text)
+  AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT $5::bigint;
+
+-- name: get_attempts
+SELECT * FROM {schema}.job_attempts WHERE job_id = $1::uuid ORDER BY id;
+
+-- name: get_events
+SELECT * FROM {schema}.job_events WHERE job_id = $1::uuid ORDER BY id;
+
+-- name: count_by_queue_status
+SELECT queue, status, count(*) AS count
+FROM {schema}.jobs
+GROUP BY queue, status
+ORDER BY queue, status;
+
+-- name: count_active_jobs
+SELECT count(*)
+FROM {schema}.jobs
+WHERE status IN ('pending', 'scheduled', 'running') AND queue = ANY ($1::text[]);
+
+-- name: count_pending_jobs
+SELECT actor, count(*) AS count
+FROM {schema}.jobs
+WHERE status IN ('pending', 'scheduled') AND actor = ANY ($1::text[])
+GROUP BY actor
+ORDER BY actor;
