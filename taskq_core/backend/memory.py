@@ -75,12 +75,20 @@ _RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_
 _QUEUE_MODES: frozenset[QueueMode] = frozenset({"strict_fifo", "round_robin"})
 _STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
 _PENDING, _SCHEDULED, _RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+# Round-robin candidate windows stay whole up to this many rows per actor, then split evenly.
+_ROUND_ROBIN_WINDOW = 1000
 _RowT = TypeVar("_RowT", bound="DataclassInstance")
 
 
 def _json(value: Any) -> Any:
     """A deep copy with jsonb semantics: tuples become lists, NaN and non-JSON values raise."""
     return json.loads(json.dumps(value, allow_nan=False))
+
+
+def _fifo_key(job: _Job) -> tuple[int, datetime, UUID]:
+    """strict_fifo order (and the order inside a round-robin cohort): priority DESC,
+    scheduled_at, id."""
+    return (-job.priority, job.scheduled_at, job.id)
 
 
 # --- stored rows ---------------------------------------------------------------------------
@@ -440,30 +448,17 @@ class InMemoryBackend:
     def _queue_row(self, name: str) -> _Queue:
         return self._queues.get(name) or _Queue()
 
-    @staticmethod
-    def _dispatch_order(mode: QueueMode, jobs: list[_Job]) -> list[_Job]:
-        """strict_fifo: priority DESC, scheduled_at, id. round_robin: the same order within
-        each fairness_key cohort (NULL keys are one cohort), cohorts interleaved by rank."""
-        fifo = sorted(jobs, key=lambda job: (-job.priority, job.scheduled_at, job.id))
-        if mode == "strict_fifo":
-            return fifo
-        ranks: Counter[str | None] = Counter()
-        ranked: list[tuple[int, _Job]] = []
-        for job in fifo:
-            ranks[job.fairness_key] += 1
-            ranked.append((ranks[job.fairness_key], job))
-        ranked.sort(key=lambda pair: (pair[0], -pair[1].priority, pair[1].scheduled_at, pair[1].id))
-        return [job for _, job in ranked]
-
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
         """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running.
 
-        Mirrors the dispatch CTE: per queue mode ordering, paused queues skipped, actor and
-        queue ``max_concurrent`` against the running counts, at most one running job per
-        (actor, identity_key), and a per-actor candidate window of residual * oversample.
-        Queues of different modes are served mode group by mode group, in the order given.
+        The same pipeline as the dispatch CTE, so the same jobs win: candidate windows of
+        residual * oversample per (queue, actor), or per (queue, actor, fairness cohort) in
+        round_robin queues; then one job per free (actor, identity_key); then actor rank <=
+        the actor's residual; then queue rank <= the queue's residual; then ``limit``. All in
+        dispatch order: mode group (by first position in ``queues``), fairness rank
+        (round_robin cohorts interleaved; 1 in strict_fifo), priority DESC, scheduled_at, id.
         """
         if limit <= 0:
             return []
@@ -471,44 +466,69 @@ class InMemoryBackend:
         running = [job for job in self._jobs.values() if job.status is _RUNNING]
         actor_load = Counter(job.actor for job in running)
         queue_load = Counter(job.queue for job in running)
-        busy: set[tuple[str, str | None]] = {
-            (job.actor, job.identity_key) for job in running if job.identity_key is not None
-        }
-        groups: dict[QueueMode, list[str]] = {}
-        for name in dict.fromkeys(queues):
+        taken = {(job.actor, job.identity_key) for job in running if job.identity_key is not None}
+
+        def actor_room(actor: str) -> int:
+            cap = self._actor_cap(actor)
+            return limit if cap is None else min(limit, cap - actor_load[actor])
+
+        mode_order: dict[QueueMode, int] = {}
+        queue_order: dict[str, int] = {}
+        queue_room: dict[str, int] = {}
+        for position, name in enumerate(dict.fromkeys(queues)):
             row = self._queue_row(name)
-            if not row.paused:
-                groups.setdefault(row.mode, []).append(name)
+            if row.paused:
+                continue
+            queue_order[name] = mode_order.setdefault(row.mode, position)
+            cap = row.max_concurrent
+            room = limit if cap is None else min(limit, cap - queue_load[name])
+            if room > 0:
+                queue_room[name] = room
+
+        # Candidate windows: (queue, actor) in strict_fifo, (queue, actor, cohort) otherwise.
+        windows: dict[tuple[str, str, str | None], list[_Job]] = {}
+        fifo_queues = {name for name in queue_room if self._queue_row(name).mode == "strict_fifo"}
+        for job in self._jobs.values():
+            if job.status is _PENDING and job.queue in queue_room:
+                cohort = None if job.queue in fifo_queues else job.fairness_key
+                windows.setdefault((job.queue, job.actor, cohort), []).append(job)
+        cohorts = Counter((queue, actor) for queue, actor, _ in windows)
+        candidates: list[tuple[int, int, _Job]] = []  # (mode order, fairness rank, job)
+        round_robin: list[_Job] = []
+        for (queue, actor, _), jobs in windows.items():
+            size = max(actor_room(actor), 0) * self._oversample
+            due = sorted((job for job in jobs if job.scheduled_at <= now), key=_fifo_key)
+            if queue in fifo_queues:
+                candidates.extend((queue_order[queue], 1, job) for job in due[:size])
+                continue
+            shared = cohorts[queue, actor]
+            if shared * size > _ROUND_ROBIN_WINDOW:  # past ~1000 rows: an even share each
+                size = max(-(-size // shared) + 1, _ROUND_ROBIN_WINDOW // shared)
+            round_robin.extend(due[:size])
+        ranks: Counter[str | None] = Counter()
+        for job in sorted(round_robin, key=_fifo_key):
+            ranks[job.fairness_key] += 1
+            candidates.append((queue_order[job.queue], ranks[job.fairness_key], job))
+        candidates.sort(key=lambda c: (c[0], c[1], *_fifo_key(c[2])))
+
+        actor_rank: Counter[str] = Counter()
+        queue_rank: Counter[str] = Counter()
         claimed: list[_Job] = []
-        for mode, names in groups.items():
-            wanted = set(names)
-            by_actor: dict[str, list[_Job]] = {}
-            for job in self._jobs.values():
-                if job.status is _PENDING and job.queue in wanted and job.scheduled_at <= now:
-                    by_actor.setdefault(job.actor, []).append(job)
-            candidates: list[_Job] = []
-            for actor, jobs in by_actor.items():
-                cap = self._actor_cap(actor)
-                residual = limit if cap is None else min(limit, cap - actor_load[actor])
-                window = self._dispatch_order(mode, jobs)[: max(residual, 0) * self._oversample]
-                candidates.extend(window)
-            for job in self._dispatch_order(mode, candidates):
-                if len(claimed) >= limit:
-                    break
-                actor_cap = self._actor_cap(job.actor)
-                queue_cap = self._queue_row(job.queue).max_concurrent
-                if actor_cap is not None and actor_load[job.actor] >= actor_cap:
-                    continue
-                if queue_cap is not None and queue_load[job.queue] >= queue_cap:
-                    continue
+        for _, _, job in candidates:
+            if job.identity_key is not None:
                 identity = (job.actor, job.identity_key)
-                if job.identity_key is not None and identity in busy:
+                if identity in taken:  # running already, or an earlier candidate has it
                     continue
-                actor_load[job.actor] += 1
-                queue_load[job.queue] += 1
-                if job.identity_key is not None:
-                    busy.add(identity)
-                claimed.append(job)
+                taken.add(identity)
+            actor_rank[job.actor] += 1
+            if actor_rank[job.actor] > actor_room(job.actor):
+                continue
+            queue_rank[job.queue] += 1
+            if queue_rank[job.queue] > queue_room[job.queue]:
+                continue
+            claimed.append(job)
+            if len(claimed) == limit:
+                break
         for job in claimed:
             self._transition(job, _RUNNING, worker_id=worker_id)
             job.attempt += 1
@@ -1101,6 +1121,7 @@ class InMemoryBackend:
         if result_ttl is not UNSET:
             row.result_ttl = result_ttl
         row.updated_at = self._now()
+        self._wake()  # a raised cap can make waiting jobs dispatchable
         return row.snapshot()
 
     # --- queues ------------------------------------------------------------------------------
@@ -1149,6 +1170,7 @@ class InMemoryBackend:
             row.max_concurrent = max_concurrent
         if paused is not UNSET:
             row.paused = bool(paused)
+        self._wake()  # a resumed queue or a raised cap can make waiting jobs dispatchable
         snapshot = self._queue_snapshot(name)
         assert snapshot is not None  # the row exists now
         return snapshot
