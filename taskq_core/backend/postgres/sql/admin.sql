@@ -144,8 +144,9 @@ INSERT INTO {schema}.workers AS w (
     id, hostname, pid, worker_label, workgroup_instance, queues, actors, concurrency, version,
     started_at, last_seen_at, stopped_at, status
 )
-VALUES ($1::uuid, $2::text, $3::integer, $4::text, $5::text, $6::text[], $7::text[],
-        $8::integer, $9::text, clock_timestamp(), clock_timestamp(), NULL, 'running')
+SELECT $1::uuid, $2::text, $3::integer, $4::text, $5::text, $6::text[], $7::text[],
+       $8::integer, $9::text, k.now, k.now, NULL, 'running'
+FROM (SELECT clock_timestamp() AS now) k
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, worker_label = EXCLUDED.worker_label,
     workgroup_instance = EXCLUDED.workgroup_instance, queues = EXCLUDED.queues,

@@ -159,13 +159,17 @@ ORDER BY f.cancel_requested_at, f.id;
 -- name: mark_succeeded
 -- running -> succeeded. The result TTL is re-read from actor_config on every completion:
 -- stored TTL, else the job's own, else the worker's fallback ($4); none -> no expiry.
-WITH done AS (
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+done AS (
     UPDATE {schema}.jobs j
-    SET status = 'succeeded', result = $3::jsonb, finished_at = clock_timestamp(),
-        updated_at = clock_timestamp(), lock_expires_at = NULL,
-        result_expires_at = clock_timestamp() + COALESCE(
+    SET status = 'succeeded', result = $3::jsonb, finished_at = k.now, updated_at = k.now,
+        lock_expires_at = NULL,
+        result_expires_at = k.now + COALESCE(
             (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
             j.result_ttl, $4::interval)
+    FROM clock k
     WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
     RETURNING j.id, j.attempt, j.started_at, j.finished_at
 ),
@@ -239,10 +243,13 @@ SELECT m.* FROM moved m;
 
 -- name: mark_cancelled
 -- running -> cancelled: the actor stopped cooperatively.
-WITH done AS (
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+done AS (
     UPDATE {schema}.jobs j
-    SET status = 'cancelled', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-        lock_expires_at = NULL
+    SET status = 'cancelled', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL
+    FROM clock k
     WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
     RETURNING j.id, j.attempt, j.started_at, j.finished_at
 ),
@@ -280,10 +287,13 @@ SELECT count(*) FROM escalated;
 -- name: mark_abandoned
 -- running with cancel_phase 2 -> abandoned: the forced cancel never finished. Written by the
 -- heartbeat after its own transaction, so no worker guard: the phase is the guard.
-WITH done AS (
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+done AS (
     UPDATE {schema}.jobs j
-    SET status = 'abandoned', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-        lock_expires_at = NULL
+    SET status = 'abandoned', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL
+    FROM clock k
     WHERE j.id = $1::uuid AND j.status = 'running' AND j.cancel_phase = 2
     RETURNING j.id, j.attempt, j.locked_by_worker, j.started_at, j.finished_at
 ),

@@ -39,10 +39,10 @@ WITH late AS (
 ),
 moved AS (
     UPDATE {schema}.jobs j
-    SET status = 'failed', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+    SET status = 'failed', finished_at = k.now, updated_at = k.now,
         error_class = 'DeadlineExceeded',
         error_message = 'schedule_to_close passed before the job ran', error_traceback = NULL
-    FROM late l
+    FROM late l CROSS JOIN (SELECT clock_timestamp() AS now) k
     WHERE j.id = l.id
     RETURNING j.id, l.status AS from_status
 ),
@@ -147,8 +147,8 @@ WITH attempt AS (
 ),
 upserted AS (
     INSERT INTO {schema}.maintenance_leader AS l (name, worker_id, elected_at, last_seen_at)
-    SELECT 'maintenance', $2::uuid, clock_timestamp(), clock_timestamp()
-    FROM attempt a
+    SELECT 'maintenance', $2::uuid, k.now, k.now
+    FROM attempt a CROSS JOIN (SELECT clock_timestamp() AS now) k
     WHERE a.granted
     ON CONFLICT (name) DO UPDATE
     SET worker_id = EXCLUDED.worker_id,
@@ -163,7 +163,8 @@ FROM attempt a;
 -- name: leader_renew
 -- Still leading (the lock lives as long as the connection): refresh the leader row.
 INSERT INTO {schema}.maintenance_leader AS l (name, worker_id, elected_at, last_seen_at)
-VALUES ('maintenance', $1::uuid, clock_timestamp(), clock_timestamp())
+SELECT 'maintenance', $1::uuid, k.now, k.now
+FROM (SELECT clock_timestamp() AS now) k
 ON CONFLICT (name) DO UPDATE
 SET worker_id = EXCLUDED.worker_id,
     elected_at = CASE WHEN l.worker_id = EXCLUDED.worker_id THEN l.elected_at

@@ -1,0 +1,102 @@
+"""Put jobs into any state through the Backend protocol alone, so every conformance test
+reaches its starting point the same way on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+from taskq_core.backend.protocol import ActorDeclaration, Backend, EnqueueArgs, ErrorInfo, JobRow
+from taskq_core.statemachine import JobStatus
+from tests.conformance.conftest import Harness
+
+LEASE = timedelta(seconds=30)
+GRACE = timedelta(seconds=5)
+BOOM = ErrorInfo("ValueError", "boom", "Traceback: boom")
+# How long a test waits for a NOTIFY to arrive (memory sets events synchronously).
+WAKE_TIMEOUT = 5.0
+
+
+def new_queue() -> str:
+    """A queue name no other job of the test uses."""
+    return f"q_{uuid4().hex[:10]}"
+
+
+def args(actor: str = "work", **fields: Any) -> EnqueueArgs:
+    """EnqueueArgs with a small default payload."""
+    fields.setdefault("payload", {"n": 1})
+    return EnqueueArgs(actor=actor, **fields)
+
+
+async def running_job(
+    backend: Backend,
+    *,
+    worker: UUID | None = None,
+    lease: timedelta = LEASE,
+    **fields: Any,
+) -> tuple[JobRow, UUID]:
+    """Enqueue a job in a queue of its own and dispatch it; returns (running row, worker)."""
+    fields.setdefault("queue", new_queue())
+    job = await backend.enqueue(args(**fields))
+    worker = worker or uuid4()
+    claimed = await backend.dispatch_batch(worker, [job.queue], 1, lease)
+    assert [row.id for row in claimed] == [job.id]
+    return claimed[0], worker
+
+
+async def job_in(harness: Harness, status: JobStatus, **fields: Any) -> tuple[JobRow, UUID | None]:
+    """A job in ``status``, reached only through protocol calls, and the worker that ran it."""
+    backend = harness.backend
+    if status is JobStatus.PENDING:
+        return await backend.enqueue(args(queue=new_queue(), **fields)), None
+    if status is JobStatus.SCHEDULED:
+        delayed = args(queue=new_queue(), delay=timedelta(hours=1), **fields)
+        return await backend.enqueue(delayed), None
+    if status is JobStatus.CANCELLED:
+        job = await backend.enqueue(args(queue=new_queue(), **fields))
+        assert await backend.write_cancel_request(job.id, "test") == "cancelled"
+        return await reload(backend, job.id), None
+    if status is JobStatus.CRASHED:
+        fields.setdefault("retry_kind", "non_retryable")
+    job, worker = await running_job(backend, **fields)
+    if status is JobStatus.SUCCEEDED:
+        assert await backend.mark_succeeded(job.id, worker, {"ok": True})
+    elif status is JobStatus.FAILED:
+        assert await backend.mark_failed_or_retry(job.id, worker, BOOM, None) is not None
+    elif status is JobStatus.CRASHED:
+        assert await backend.isolate_worker(worker, timedelta(seconds=5)) == 1
+    elif status is JobStatus.ABANDONED:
+        assert await backend.write_cancel_request(job.id, "test") == "requested"
+        assert await backend.write_cancel_escalation(job.id, worker)
+        assert await backend.mark_abandoned(job.id)
+    row = await reload(backend, job.id)
+    assert row.status is status
+    return row, worker
+
+
+async def reload(backend: Backend, job_id: UUID) -> JobRow:
+    """The job's current row (it must exist)."""
+    row = await backend.get(job_id)
+    assert row is not None
+    return row
+
+
+async def cap_actor(backend: Backend, actor: str, max_concurrent: int | None) -> None:
+    """Give ``actor`` an actor_config row with this max_concurrent."""
+    await backend.sync_actor_configs(
+        [ActorDeclaration(actor, "default", {}, max_concurrent, None, None)], force=False
+    )
+    await backend.update_actor_config(actor, max_concurrent=max_concurrent)
+
+
+async def wait_set(event: asyncio.Event) -> None:
+    """Wait (bounded) for a wake-up event."""
+    async with asyncio.timeout(WAKE_TIMEOUT):
+        await event.wait()
+
+
+def between(value: datetime | None, low: datetime, high: datetime) -> bool:
+    """``low <= value <= high``, for timestamps the backend stamped on its own clock."""
+    return value is not None and low <= value <= high
