@@ -292,7 +292,7 @@ class PostgresBackend:
         self._own_connections: set[object] = set()
         self._closed = False
         self.listener = NotifyListener(
-            self._open_direct_connection,
+            lambda: self._open_direct_connection(f"taskq_listen_{schema}"),
             schema,
             health_check_interval=notify_health_check_interval,
         )
@@ -317,7 +317,11 @@ class PostgresBackend:
             raise ValueError("dispatch_oversample must be at least 1")
         real_dsn = connection.prepare_dsn(dsn)
         pool = await connection.create_pool(
-            real_dsn, min_size=min_size, max_size=max_size, init=_init_connection
+            real_dsn,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            server_settings={"application_name": f"taskq_{schema}"},
         )
         return cls(
             pool,
@@ -334,8 +338,11 @@ class PostgresBackend:
             raise RuntimeError("a statement that always returns one row returned none")
         return record
 
-    async def _open_direct_connection(self) -> asyncpg.Connection:
-        return await connection.connect(self._dsn)
+    async def _open_direct_connection(self, application_name: str) -> asyncpg.Connection:
+        """A connection outside the pool (LISTEN, leader lock), named for pg_stat_activity."""
+        return await connection.connect(
+            self._dsn, server_settings={"application_name": application_name}
+        )
 
     async def close(self) -> None:
         """Release leadership, the LISTEN connection and the pool; idempotent."""
@@ -748,7 +755,9 @@ class PostgresBackend:
             try:
                 conn = self._leader_conn
                 if conn is None or conn.is_closed():
-                    conn = self._leader_conn = await self._open_direct_connection()
+                    conn = self._leader_conn = await self._open_direct_connection(
+                        f"taskq_leader_{self.schema}"
+                    )
                 granted = await conn.fetchval(
                     self._queries["leader_try_acquire"],
                     self._leader_key,
