@@ -1,0 +1,80 @@
+"""``taskq worker``: run a worker process until stopped (or until idle)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from taskq_cli.options import DsnOption, SchemaOption, load_settings
+from taskq_core.actors import load_registry
+from taskq_core.durations import parse_duration
+from taskq_core.errors import ConfigError
+from taskq_core.obs.logs import configure_logging
+from taskq_core.worker.runtime import Worker
+
+
+def _seconds(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value).total_seconds()
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
+def worker(
+    ctx: typer.Context,
+    actors: Annotated[
+        str, typer.Option("--actors", help="MODULE:ATTR of a list, tuple or mapping of actors.")
+    ],
+    queues: Annotated[
+        list[str] | None,
+        typer.Option("--queues", help="Queue to consume (repeat the flag; default TASKQ_QUEUES)."),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Jobs run at once.")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once the queues stay empty (0/3/4).")
+    ] = False,
+    idle_max_runtime: Annotated[
+        str | None,
+        typer.Option("--idle-max-runtime", help="With --until-idle: give up after this (exit 4)."),
+    ] = None,
+    force_update_actor_config: Annotated[
+        bool,
+        typer.Option(
+            "--force-update-actor-config", help="Overwrite drifted queue/metadata in actor_config."
+        ),
+    ] = False,
+    label: Annotated[
+        str | None, typer.Option("--label", help="Label stored on the worker row.")
+    ] = None,
+    poll_interval: Annotated[
+        str | None, typer.Option("--poll-interval", help="Fallback poll cadence (e.g. 1s).")
+    ] = None,
+    health_socket: Annotated[
+        str | None, typer.Option("--health-socket", help="Unix socket of the health server.")
+    ] = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Run a worker: claim jobs from the queues and execute them with the given actors."""
+    registry = load_registry(actors)
+    settings = load_settings(
+        ctx,
+        dsn,
+        schema,
+        queues=queues or None,
+        max_concurrency=concurrency,
+        idle_max_runtime=_seconds(idle_max_runtime, "--idle-max-runtime"),
+        force_update_actor_config=force_update_actor_config or None,
+        worker_label=label,
+        poll_interval=_seconds(poll_interval, "--poll-interval"),
+        health_socket_path=health_socket,
+    )
+    configure_logging(fmt=settings.log_format, level=settings.log_level)
+    code = asyncio.run(Worker(settings, registry, until_idle=until_idle).run())
+    raise typer.Exit(code)

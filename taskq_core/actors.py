@@ -1,0 +1,242 @@
+"""Actors: the ``@actor`` decorator, ActorRef, JobContext and registry loading (``MOD:ATTR``).
+
+An actor is an async function (or a plain ``def``, run in a thread) whose first parameter is
+the payload, validated by its pydantic model when annotated with one. A parameter annotated
+``JobContext`` (or named ``ctx``) receives the job's context; any other parameter is resolved
+by the DI engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+from uuid import UUID
+
+from pydantic import BaseModel, ValidationError
+
+from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.errors import ConfigError, PayloadValidationError
+from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+
+P = TypeVar("P")
+
+
+@dataclass
+class JobContext(Generic[P]):
+    """What an actor knows about the job it runs."""
+
+    job_id: UUID
+    attempt: int
+    worker_id: UUID
+    actor: str
+    queue: str
+    payload: P
+    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once a cancel was requested: finish up and return."""
+        return self.cancel_event.is_set()
+
+
+@dataclass(frozen=True)
+class ActorRef:
+    """A registered actor: the function plus everything the queue needs to know about it."""
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str = DEFAULT_QUEUE
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    priority: int = 0
+    max_concurrent: int | None = None
+    max_pending: int | None = None
+    result_ttl: timedelta | None = None
+    timeout: timedelta | None = None
+    rate_limits: tuple[Any, ...] = ()
+    reservations: tuple[Any, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    payload_type: type[BaseModel] | None = None
+    payload_param: str | None = None
+    context_param: str | None = None
+    dependency_params: dict[str, Any] = field(default_factory=dict)
+    is_async: bool = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (handy in tests)."""
+        return self.fn(*args, **kwargs)
+
+    def validate_payload(self, payload: Any) -> Any:
+        """The payload as the actor takes it; PayloadValidationError names what is wrong."""
+        if self.payload_type is None:
+            if isinstance(payload, BaseModel):
+                return payload.model_dump(mode="json")
+            return payload
+        if isinstance(payload, self.payload_type):
+            return payload
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json")
+        try:
+            return self.payload_type.model_validate(payload)
+        except ValidationError as exc:
+            raise PayloadValidationError(
+                f"payload rejected by {self.name} ({self.payload_type.__name__}): "
+                + describe_validation(exc)
+            ) from None
+
+    def dump_payload(self, payload: Any) -> dict[str, Any]:
+        """The payload as stored: validated, then JSON-ready."""
+        value = self.validate_payload(payload)
+        if isinstance(value, BaseModel):
+            dumped: dict[str, Any] = value.model_dump(mode="json")
+            return dumped
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise PayloadValidationError(
+                f"payload for {self.name} must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+
+
+def describe_validation(exc: ValidationError) -> str:
+    """The first pydantic error as ``field: message``."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "payload"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
+def _as_delta(value: timedelta | float | None) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=float(value))
+
+
+def _is_context_annotation(annotation: Any) -> bool:
+    return annotation is JobContext or get_origin(annotation) is JobContext
+
+
+def _inspect_parameters(
+    fn: Callable[..., Any],
+) -> tuple[type[BaseModel] | None, str | None, str | None, dict[str, Any]]:
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception:  # unresolvable forward refs: fall back to raw annotations
+        hints = {}
+    params = list(inspect.signature(fn).parameters.values())
+    payload_type: type[BaseModel] | None = None
+    payload_param: str | None = None
+    context_param: str | None = None
+    dependencies: dict[str, Any] = {}
+    for index, param in enumerate(params):
+        annotation = hints.get(param.name, param.annotation)
+        if _is_context_annotation(annotation) or (param.name == "ctx" and index > 0):
+            context_param = param.name
+        elif index == 0:
+            payload_param = param.name
+            if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+                payload_type = annotation
+        elif param.default is inspect.Parameter.empty:
+            dependencies[param.name] = annotation
+    if context_param is None and payload_type is None and payload_param is not None:
+        annotation = hints.get(payload_param)
+        if annotation is not None and get_args(annotation) and _is_context_annotation(annotation):
+            context_param, payload_param = payload_param, None
+    return payload_type, payload_param, context_param, dependencies
+
+
+def actor(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    retry: RetryPolicy | None = None,
+    priority: int = 0,
+    max_concurrent: int | None = None,
+    max_pending: int | None = None,
+    result_ttl: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
+    rate_limits: Iterable[Any] = (),
+    reservations: Iterable[Any] = (),
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """Declare an actor; usable bare (``@actor``) or with options (``@actor(queue=...)``)."""
+
+    def wrap(func: Callable[..., Any]) -> ActorRef:
+        if not callable(func):
+            raise TypeError("@actor decorates a function")
+        payload_type, payload_param, context_param, deps = _inspect_parameters(func)
+        return ActorRef(
+            name=name or func.__name__,
+            fn=func,
+            queue=queue,
+            retry=retry or DEFAULT_RETRY_POLICY,
+            priority=priority,
+            max_concurrent=max_concurrent,
+            max_pending=max_pending,
+            result_ttl=_as_delta(result_ttl),
+            timeout=_as_delta(timeout),
+            rate_limits=tuple(rate_limits),
+            reservations=tuple(reservations),
+            metadata=dict(metadata or {}),
+            payload_type=payload_type,
+            payload_param=payload_param,
+            context_param=context_param,
+            dependency_params=deps,
+            is_async=inspect.iscoroutinefunction(func),
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+def build_registry(source: object, *, origin: str = "registry") -> dict[str, ActorRef]:
+    """A name -> ActorRef mapping from a Mapping or a list/tuple of ActorRef."""
+    if isinstance(source, Mapping):
+        items = list(source.items())
+        registry: dict[str, ActorRef] = {}
+        for key, value in items:
+            if not isinstance(value, ActorRef):
+                kind = type(value).__name__
+                raise ConfigError(f"{origin}: entry {key!r} is not an @actor ({kind})")
+            registry[value.name] = value
+        return registry
+    if isinstance(source, list | tuple):
+        registry = {}
+        for value in source:
+            if not isinstance(value, ActorRef):
+                raise ConfigError(f"{origin}: {value!r} is not an @actor")
+            if value.name in registry and registry[value.name] is not value:
+                raise ConfigError(f"{origin}: two actors are named {value.name!r}")
+            registry[value.name] = value
+        return registry
+    raise ConfigError(
+        f"{origin} must be a mapping or a list/tuple of actors, not {type(source).__name__} "
+        "(generators and other one-shot iterables are not accepted)"
+    )
+
+
+def load_registry(spec: str) -> dict[str, ActorRef]:
+    """Import ``module:attribute`` and return its actors; ConfigError says what is wrong."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigError(
+            f"--actors {spec!r}: expected MODULE:ATTRIBUTE, e.g. myapp.actors:registry"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--actors {spec!r}: cannot import {module_name!r} ({exc})") from None
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"--actors {spec!r}: {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    return build_registry(target, origin=f"--actors {spec}")

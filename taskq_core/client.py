@@ -1,0 +1,291 @@
+"""JobsClient: how applications enqueue and inspect jobs.
+
+Enqueue by ActorRef (the payload is validated by the actor's model before any insert) or by
+name with a plain dict (no registry needed). ``connection=`` enqueues inside the caller's own
+transaction. ``max_pending`` back-pressure raises MaxPendingExceededError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from taskq_core.actors import ActorRef
+from taskq_core.backend.protocol import (
+    Backend,
+    CancelOutcome,
+    EnqueueArgs,
+    JobFilter,
+    JobRow,
+)
+from taskq_core.capacity import CapacityCache
+from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
+from taskq_core.retry import DEFAULT_RETRY_POLICY
+from taskq_core.settings import TaskqSettings
+
+
+@dataclass(frozen=True)
+class EnqueueItem:
+    """One job of a batch: an actor (ref or name), its payload and per-job options."""
+
+    actor: ActorRef | str
+    payload: BaseModel | dict[str, Any] | None = None
+    delay: timedelta | float | None = None
+    queue: str | None = None
+    priority: int | None = None
+    identity_key: str | None = None
+    fairness_key: str | None = None
+    schedule_to_close: timedelta | float | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _delta(value: timedelta | float | None) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=float(value))
+
+
+class JobsClient:
+    """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
+
+    ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the
+    in-memory one). ``registry`` lets by-name enqueues validate payloads and use actor options.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        backend: Backend | None = None,
+        registry: Iterable[ActorRef] | None = None,
+        capacity_ttl: float = 5.0,
+    ) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._backend = backend
+        self._owns_backend = backend is None
+        self._registry = {ref.name: ref for ref in registry or ()}
+        self._capacity_ttl = capacity_ttl
+        self._capacity: CapacityCache | None = None
+        self._queues_by_actor: dict[str, str] = {}
+
+    async def __aenter__(self) -> JobsClient:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect (when no backend was injected); idempotent."""
+        if self._backend is None:
+            from taskq_core.backend.postgres.backend import PostgresBackend
+
+            settings = TaskqSettings.load(pg_dsn=self._dsn, schema_name=self._schema)
+            self._backend = await PostgresBackend.connect(settings.pooled_dsn, settings.schema_name)
+        if self._capacity is None:
+            self._capacity = CapacityCache(
+                self._backend, ttl=self._capacity_ttl, monotonic=time.monotonic
+            )
+
+    async def close(self) -> None:
+        """Close the backend this client opened itself."""
+        if self._owns_backend and self._backend is not None:
+            await self._backend.close()
+            self._backend = None
+
+    @property
+    def backend(self) -> Backend:
+        """The backend in use (after ``open``)."""
+        if self._backend is None:
+            raise RuntimeError("JobsClient is not open: use 'async with JobsClient(...)'")
+        return self._backend
+
+    # --- enqueue -----------------------------------------------------------------------------
+    async def enqueue(
+        self,
+        actor: ActorRef | str,
+        payload: BaseModel | dict[str, Any] | None = None,
+        *,
+        delay: timedelta | float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        identity_key: str | None = None,
+        fairness_key: str | None = None,
+        schedule_to_close: timedelta | float | None = None,
+        metadata: dict[str, Any] | None = None,
+        connection: Any = None,
+    ) -> JobRow:
+        """Insert one job; returns its row. Raises PayloadValidationError before any insert."""
+        item = EnqueueItem(
+            actor, payload, delay, queue, priority, identity_key, fairness_key,
+            schedule_to_close, metadata,
+        )  # fmt: skip
+        args = await self._build_args(item)
+        await self._check_capacity([args])
+        return await self.backend.enqueue(args, connection=connection)
+
+    async def enqueue_batch(
+        self,
+        items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]],
+        *,
+        connection: Any = None,
+    ) -> list[JobRow]:
+        """Insert every item in one transaction; one row per item, in order."""
+        args = [await self._build_args(self._item(i)) for i in items]
+        await self._check_capacity(args)
+        return await self.backend.enqueue_batch(args, connection=connection)
+
+    async def enqueue_many_fast(
+        self,
+        items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]],
+        *,
+        connection: Any = None,
+    ) -> int:
+        """Bulk insert through the COPY path; returns how many jobs were inserted."""
+        args = [await self._build_args(self._item(i)) for i in items]
+        await self._check_capacity(args)
+        return await self.backend.enqueue_batch_fast(args, connection=connection)
+
+    @staticmethod
+    def _item(item: EnqueueItem | tuple[ActorRef | str, Any]) -> EnqueueItem:
+        if isinstance(item, EnqueueItem):
+            return item
+        if isinstance(item, tuple) and len(item) == 2:
+            return EnqueueItem(item[0], item[1])
+        raise TypeError("enqueue_batch items are EnqueueItem or (actor, payload) tuples")
+
+    async def _build_args(self, item: EnqueueItem) -> EnqueueArgs:
+        ref = item.actor if isinstance(item.actor, ActorRef) else self._registry.get(item.actor)
+        name = item.actor.name if isinstance(item.actor, ActorRef) else item.actor
+        if not name:
+            raise ConfigError("actor name must not be empty")
+        if ref is not None:
+            payload = ref.dump_payload(item.payload)
+            queue = item.queue or ref.queue
+            retry = ref.retry
+        else:
+            if isinstance(item.payload, BaseModel):
+                payload = item.payload.model_dump(mode="json")
+            elif item.payload is None:
+                payload = {}
+            elif isinstance(item.payload, dict):
+                payload = item.payload
+            else:
+                raise ConfigError(f"payload for {name} must be a JSON object")
+            queue = item.queue or await self._stored_queue(name)
+            retry = DEFAULT_RETRY_POLICY
+        deadline = _delta(item.schedule_to_close)
+        if deadline is None and retry.kind == "indefinite" and retry.time_budget is not None:
+            deadline = retry.time_budget
+        return EnqueueArgs(
+            actor=name,
+            payload=payload,
+            queue=queue,
+            priority=item.priority if item.priority is not None else (ref.priority if ref else 0),
+            delay=_delta(item.delay),
+            identity_key=item.identity_key,
+            fairness_key=item.fairness_key,
+            schedule_to_close=deadline,
+            retry_kind=retry.kind,
+            max_attempts=retry.max_attempts,
+            result_ttl=ref.result_ttl if ref else None,
+            metadata=dict(item.metadata or {}),
+        )
+
+    async def _stored_queue(self, actor: str) -> str:
+        """A by-name enqueue goes to the queue the actor registered, else the default queue."""
+        if actor not in self._queues_by_actor:
+            row = await self.backend.get_actor_config(actor)
+            self._queues_by_actor[actor] = row.queue if row else DEFAULT_QUEUE
+        return self._queues_by_actor[actor]
+
+    async def _check_capacity(self, args: Sequence[EnqueueArgs]) -> None:
+        assert self._capacity is not None
+        wanted: dict[str, int] = {}
+        for a in args:
+            wanted[a.actor] = wanted.get(a.actor, 0) + 1
+        limits: dict[str, int] = {}
+        for actor_name in wanted:
+            ref = self._registry.get(actor_name)
+            declared = ref.max_pending if ref else None
+            limit = await self._capacity.max_pending(actor_name, declared)
+            if limit is not None:
+                limits[actor_name] = limit
+        if not limits:
+            return
+        pending = await self.backend.count_pending_jobs(list(limits))
+        for actor_name, limit in limits.items():
+            if pending.get(actor_name, 0) + wanted[actor_name] > limit:
+                raise MaxPendingExceededError(
+                    f"{actor_name} has {pending.get(actor_name, 0)} pending job(s); "
+                    f"max_pending is {limit}"
+                )
+
+    def register(self, *refs: ActorRef) -> None:
+        """Make actors known for by-name enqueues (payload validation, queue, retry policy)."""
+        for ref in refs:
+            self._registry[ref.name] = ref
+
+    # --- inspect and control -----------------------------------------------------------------
+    async def get(self, job_id: UUID | str) -> JobRow | None:
+        """One job, or None."""
+        return await self.backend.get(_uuid(job_id))
+
+    async def list(self, filter: JobFilter | None = None, **criteria: Any) -> list[JobRow]:
+        """Jobs matching a JobFilter (or its fields as keywords), newest first."""
+        return await self.backend.list_jobs(filter or JobFilter(**criteria))
+
+    async def cancel(self, job_id: UUID | str, *, reason: str | None = None) -> CancelOutcome:
+        """Cancel a job: at once when waiting, cooperatively when running."""
+        outcome = await self.backend.write_cancel_request(_uuid(job_id), reason)
+        if outcome == "not_found":
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return outcome
+
+    async def retry(self, job_id: UUID | str) -> bool:
+        """Re-pend a failed, crashed or cancelled job; False when it is in another state."""
+        job = await self.get(job_id)
+        if job is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return await self.backend.retry_job(job.id)
+
+    async def wait(
+        self, job_id: UUID | str, *, timeout: float | None = None, poll_interval: float = 0.05
+    ) -> JobRow:
+        """Wait until the job is terminal and return that row (TimeoutError after ``timeout``)."""
+        ident = _uuid(job_id)
+        interval = poll_interval
+        async with asyncio.timeout(timeout):
+            while True:
+                job = await self.backend.get(ident)
+                if job is None:
+                    raise JobNotFoundError(f"no job with id {job_id}")
+                if job.is_terminal:
+                    return job
+                await asyncio.sleep(interval)
+                interval = min(interval * 1.5, 1.0)
+
+
+def _uuid(value: UUID | str) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise JobNotFoundError(f"{value!r} is not a job id (expected a UUID)") from None

@@ -1,0 +1,1 @@
+"""The worker runtime: producer, consumers, heartbeat, leader loops, shutdown, until-idle."""

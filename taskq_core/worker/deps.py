@@ -1,0 +1,70 @@
+"""WorkerDeps: what every loop of one worker shares (settings, backend, events, registries)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+from uuid import UUID
+
+from taskq_core.actors import ActorRef
+from taskq_core.backend.protocol import Backend, JobRow
+from taskq_core.clock import Clock
+from taskq_core.di import ProcessScopes
+from taskq_core.settings import TaskqSettings
+from taskq_core.worker.active import ActiveJobs
+
+
+class ShutdownPhase(IntEnum):
+    """Shutdown progress; only ever moves forward."""
+
+    NONE = 0
+    DRAINING = 1
+    CANCELLING = 2
+    FORCING = 3
+    ABANDONING = 4
+
+
+@dataclass
+class WorkerStats:
+    """Counters the until-idle exit code and the health endpoints read."""
+
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+
+
+@dataclass
+class WorkerDeps:
+    """Shared state of one worker process."""
+
+    worker_id: UUID
+    settings: TaskqSettings
+    backend: Backend
+    registry: dict[str, ActorRef]
+    clock: Clock
+    log: Any
+    scopes: ProcessScopes
+    executor: ThreadPoolExecutor
+    local_queue: asyncio.Queue[JobRow]
+    active: ActiveJobs = field(default_factory=ActiveJobs)
+    stats: WorkerStats = field(default_factory=WorkerStats)
+    shutdown_event: asyncio.Event = field(default_factory=asyncio.Event)
+    producer_stop: asyncio.Event = field(default_factory=asyncio.Event)
+    consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
+    is_leader: asyncio.Event = field(default_factory=asyncio.Event)
+    shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
+    shutdown_started_at: float | None = None
+    exit_code: int = 0
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues this worker consumes."""
+        return self.settings.queues
+
+    def in_flight(self) -> int:
+        """Jobs claimed by this worker: executing plus waiting in the local queue."""
+        return len(self.active) + self.local_queue.qsize()

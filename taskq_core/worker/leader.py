@@ -1,0 +1,101 @@
+"""Leader election and the maintenance loops that only the leader runs.
+
+Every worker tries ``try_acquire_leadership`` once per heartbeat interval (Postgres: a session
+advisory lock on a dedicated connection). While it holds the lock, ``deps.is_leader`` is set
+and the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL, the sweeps
+every TASKQ_SWEEP_INTERVAL, the stranded-queue check every minute. If the leader dies, its
+connection closes, the lock is released, and another worker wins within one heartbeat
+interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+
+STRANDED_CHECK_INTERVAL = 60.0
+
+
+class LeaderElection:
+    """Campaigns for leadership every heartbeat interval and mirrors it in ``is_leader``."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+        self._guard = UnexpectedErrorGuard("leader_election", deps.log)
+
+    async def run_once(self) -> bool:
+        """One campaign; returns whether this worker leads now."""
+        deps = self.deps
+        leading = await deps.backend.try_acquire_leadership(deps.worker_id)
+        if leading and not deps.is_leader.is_set():
+            deps.is_leader.set()
+            deps.log.info("leader_elected", worker_id=str(deps.worker_id))
+        elif not leading and deps.is_leader.is_set():
+            deps.is_leader.clear()
+            deps.log.warning("leader_lost", worker_id=str(deps.worker_id))
+        return leading
+
+    async def run(self) -> None:
+        """Campaign until shutdown, then resign."""
+        deps = self.deps
+        try:
+            while not deps.shutdown_event.is_set():
+                try:
+                    await self.run_once()
+                    self._guard.succeeded()
+                except TRANSIENT_PG_ERRORS as exc:
+                    deps.is_leader.clear()
+                    deps.log.warning("leader_election_failed", error=repr(exc))
+                except Exception as exc:
+                    deps.is_leader.clear()
+                    self._guard.failed(exc)
+                await wait_or_shutdown(deps, deps.settings.heartbeat_interval)
+        finally:
+            deps.is_leader.clear()
+            try:
+                await asyncio.shield(deps.backend.release_leadership(deps.worker_id))
+            except Exception as exc:
+                deps.log.warning("leader_release_failed", error=repr(exc))
+
+
+async def run_gated(
+    deps: WorkerDeps, name: str, interval: float, step: Callable[[], Awaitable[Any]]
+) -> None:
+    """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown."""
+    guard = UnexpectedErrorGuard(name, deps.log)
+    while not deps.shutdown_event.is_set():
+        if deps.is_leader.is_set():
+            try:
+                await step()
+                guard.succeeded()
+            except TRANSIENT_PG_ERRORS as exc:
+                deps.log.warning("maintenance_failed", loop=name, error=repr(exc))
+            except Exception as exc:
+                guard.failed(exc)
+            await wait_or_shutdown(deps, interval)
+        else:
+            await _wait_leader_or_shutdown(deps)
+
+
+async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:
+    """Sleep ``seconds`` unless shutdown begins first."""
+    try:
+        await asyncio.wait_for(deps.shutdown_event.wait(), timeout=seconds)
+    except TimeoutError:
+        pass
+
+
+async def _wait_leader_or_shutdown(deps: WorkerDeps) -> None:
+    waiters = [
+        asyncio.ensure_future(deps.is_leader.wait()),
+        asyncio.ensure_future(deps.shutdown_event.wait()),
+    ]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,81 @@
+"""ProducerLoop: claims due jobs into the bounded local queue, woken by NOTIFY or a poll.
+
+It claims at most the free capacity (concurrency minus executing and queued jobs), so the
+local queue never blocks and no row is locked that a consumer could not start soon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+
+
+@dataclass(frozen=True)
+class ProducerTick:
+    """What one producer pass did."""
+
+    requested: int
+    claimed: int
+
+
+class ProducerLoop:
+    """Dispatch into the local queue until the producer is told to stop."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+        settings = deps.settings
+        self.poll_interval = (
+            settings.notify_poll_interval if settings.notify_enabled else settings.poll_interval
+        )
+        self._guard = UnexpectedErrorGuard("producer", deps.log)
+
+    async def run_once(self) -> ProducerTick:
+        """Claim up to the free capacity; return how many were asked for and claimed."""
+        deps = self.deps
+        free = deps.settings.max_concurrency - deps.in_flight()
+        if free <= 0 or not deps.queues:
+            return ProducerTick(0, 0)
+        jobs = await deps.backend.dispatch_batch(
+            deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
+        )
+        for job in jobs:
+            deps.local_queue.put_nowait(job)
+        return ProducerTick(free, len(jobs))
+
+    async def run(self) -> None:
+        """Loop: claim, then wait for a wake-up (NOTIFY, freed slot, poll timeout, stop)."""
+        deps = self.deps
+        async with deps.backend.subscribe_wake() as wake:
+            while not deps.producer_stop.is_set():
+                wake.clear()
+                deps.active.slot_freed.clear()
+                full_batch = False
+                try:
+                    tick = await self.run_once()
+                    full_batch = tick.requested > 0 and tick.claimed == tick.requested
+                    self._guard.succeeded()
+                except TRANSIENT_PG_ERRORS as exc:
+                    deps.log.warning("producer_dispatch_failed", error=repr(exc))
+                except Exception as exc:
+                    self._guard.failed(exc)
+                if full_batch:
+                    await asyncio.sleep(0)  # more work is likely waiting: go again at once
+                    continue
+                await _wait_any(
+                    [wake, deps.active.slot_freed, deps.producer_stop], self.poll_interval
+                )
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    """Return when any event is set or ``timeout`` seconds pass."""
+    if any(event.is_set() for event in events):
+        return
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,262 @@
+"""Worker: wires the loops of one worker process into a TaskGroup and returns its exit code.
+
+Start-up: validate DI, sync actor config (drift refuses the start), register the worker row,
+log the bootstrap warnings. Then the siblings run in one TaskGroup: producer, consumers,
+heartbeat, leader election and the leader-gated maintenance loops, plus the drain monitor in
+until-idle mode. A sibling that raises, or returns while no shutdown is under way, stops the
+worker. At exit the worker row is marked stopped and owned resources are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from taskq_core.actor_config import sync_actor_configs
+from taskq_core.actors import ActorRef
+from taskq_core.backend.protocol import Backend, WorkerInfo
+from taskq_core.clock import Clock, SystemClock
+from taskq_core.constants import EXIT_ERROR
+from taskq_core.di import ProcessScopes, ProviderRegistry
+from taskq_core.ids import uuid7
+from taskq_core.obs.logs import get_logger
+from taskq_core.settings import TaskqSettings
+from taskq_core.worker.cancel import CancelController
+from taskq_core.worker.consumer import ConsumerLoop
+from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.drain import DrainMonitor
+from taskq_core.worker.heartbeat import HeartbeatLoop
+from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
+from taskq_core.worker.producer import ProducerLoop
+from taskq_core.worker.shutdown import ShutdownOrchestrator
+from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
+
+
+class SiblingContractError(RuntimeError):
+    """A long-lived loop returned while the worker was not shutting down."""
+
+
+def _package_version() -> str | None:
+    try:
+        return version("taskq")
+    except PackageNotFoundError:
+        return None
+
+
+class Worker:
+    """One worker: ``await Worker(settings, registry).run()`` returns the process exit code."""
+
+    def __init__(
+        self,
+        settings: TaskqSettings,
+        registry: Mapping[str, ActorRef],
+        *,
+        backend: Backend | None = None,
+        providers: ProviderRegistry | None = None,
+        clock: Clock | None = None,
+        until_idle: bool = False,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.registry = dict(registry)
+        self._backend = backend
+        self._owns_backend = backend is None
+        self.providers = providers or ProviderRegistry()
+        self.clock = clock or SystemClock()
+        self.until_idle = until_idle
+        self.install_signal_handlers = install_signal_handlers
+        self.worker_id = uuid7()
+        self.log = get_logger("worker").bind(worker_id=str(self.worker_id))
+        self.deps: WorkerDeps | None = None
+        self.shutdown: ShutdownOrchestrator | None = None
+        self.started = asyncio.Event()
+
+    async def _open_backend(self) -> Backend:
+        if self._backend is not None:
+            return self._backend
+        from taskq_core.backend.postgres.backend import PostgresBackend
+
+        s = self.settings
+        pool = s.worker_pool_size + s.dispatcher_pool_size + s.heartbeat_pool_size
+        self._backend = await PostgresBackend.connect(
+            s.direct_dsn,
+            s.schema_name,
+            min_size=min(2, pool),
+            max_size=pool,
+            dispatch_oversample=s.dispatch_oversample,
+        )
+        return self._backend
+
+    def stop(self, reason: str = "requested") -> None:
+        """Begin a graceful shutdown (safe to call more than once, or before start)."""
+        if self.shutdown is not None:
+            self.shutdown.request(reason)
+
+    async def run(self) -> int:
+        """Run until shutdown; return the exit code (0, 1, 3 or 4)."""
+        self.providers.validate(
+            (f"actor {ref.name}", ref.dependency_params) for ref in self.registry.values()
+        )
+        backend = await self._open_backend()
+        try:
+            await sync_actor_configs(
+                backend,
+                self.registry.values(),
+                force=self.settings.force_update_actor_config,
+                log=self.log,
+            )
+            deps = self._build_deps(backend)
+            await backend.register_worker(self._worker_info())
+            self._bootstrap_warnings()
+            try:
+                await self._run_siblings(deps)
+            finally:
+                await asyncio.shield(self._teardown(deps))
+            return deps.exit_code
+        finally:
+            if self._owns_backend:
+                await backend.close()
+
+    def _build_deps(self, backend: Backend) -> WorkerDeps:
+        s = self.settings
+        self.deps = WorkerDeps(
+            worker_id=self.worker_id,
+            settings=s,
+            backend=backend,
+            registry=self.registry,
+            clock=self.clock,
+            log=self.log,
+            scopes=ProcessScopes(self.providers),
+            executor=ThreadPoolExecutor(
+                max_workers=s.max_concurrency, thread_name_prefix="taskq-actor"
+            ),
+            local_queue=asyncio.Queue(maxsize=s.max_concurrency),
+        )
+        self.shutdown = ShutdownOrchestrator(self.deps)
+        return self.deps
+
+    def _worker_info(self) -> WorkerInfo:
+        s = self.settings
+        return WorkerInfo(
+            id=self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=list(s.queues),
+            actors=sorted(self.registry),
+            concurrency=s.max_concurrency,
+            label=s.worker_label,
+            workgroup_instance=s.workgroup_instance,
+            version=_package_version(),
+        )
+
+    def _bootstrap_warnings(self) -> None:
+        queues = set(self.settings.queues)
+        if not queues:
+            self.log.warning("worker_consumes_no_queues", worker_queues=[])
+        stranded = {
+            ref.name: ref.queue for ref in self.registry.values() if ref.queue not in queues
+        }
+        if stranded:
+            self.log.warning(
+                "actors_on_unconsumed_queues",
+                actors=stranded,
+                queues=sorted(set(stranded.values())),
+                worker_queues=sorted(queues),
+                note="a real problem only when no other worker consumes those queues",
+            )
+        self.log.info(
+            "worker_started",
+            queues=sorted(queues),
+            actors=sorted(self.registry),
+            concurrency=self.settings.max_concurrency,
+            until_idle=self.until_idle,
+        )
+
+    async def _run_siblings(self, deps: WorkerDeps) -> None:
+        assert self.shutdown is not None
+        shutdown = self.shutdown
+        if self.install_signal_handlers:
+            shutdown.install_signal_handlers()
+        s = self.settings
+        controller = CancelController(deps)
+        maintenance = MaintenanceSweep(deps)
+        promotion = ScheduledPromotion(deps)
+        stranded = StrandedQueues(deps, stale_after=max(s.lock_lease, 3 * s.heartbeat_interval))
+        siblings: dict[str, Callable[[], Awaitable[Any]]] = {
+            "producer": ProducerLoop(deps).run,
+            "heartbeat": HeartbeatLoop(deps, controller).run,
+            "leader_election": LeaderElection(deps).run,
+            "scheduled_wake": lambda: run_gated(
+                deps, "scheduled_wake", s.scheduled_wake_interval, promotion.run_once
+            ),
+            "sweeps": lambda: run_gated(deps, "sweeps", s.sweep_interval, maintenance.run_once),
+            "stranded_queues": lambda: run_gated(
+                deps, "stranded_queues", STRANDED_CHECK_INTERVAL, stranded.run_once
+            ),
+        }
+        for index in range(s.max_concurrency):
+            siblings[f"consumer-{index}"] = ConsumerLoop(deps, index).run
+        if self.until_idle:
+            siblings["drain_monitor"] = DrainMonitor(deps, shutdown.request).run
+        try:
+            async with asyncio.TaskGroup() as group:
+                for name, loop in siblings.items():
+                    group.create_task(self._supervised(deps, name, loop), name=name)
+                self.started.set()
+        except* SiblingContractError as violations:
+            deps.exit_code = EXIT_ERROR
+            for error in violations.exceptions:
+                self.log.critical("sibling_contract_violated", error=str(error))
+        except* Exception as crashes:
+            deps.exit_code = EXIT_ERROR
+            for crash in crashes.exceptions:
+                self.log.critical("sibling_crashed", error=repr(crash), exc_info=crash)
+
+    async def _supervised(
+        self, deps: WorkerDeps, name: str, loop: Callable[[], Awaitable[Any]]
+    ) -> None:
+        """Run one sibling; a crash or an early return stops the whole worker."""
+        try:
+            await loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            deps.producer_stop.set()
+            deps.consumer_stop.set()
+            deps.shutdown_event.set()
+            raise
+        if (
+            not deps.shutdown_event.is_set()
+            and not (name == "producer" and deps.producer_stop.is_set())
+            and not (name.startswith("consumer-") and deps.consumer_stop.is_set())
+        ):
+            deps.shutdown_event.set()
+            raise SiblingContractError(f"{name} returned while the worker was running")
+
+    async def _teardown(self, deps: WorkerDeps) -> None:
+        try:
+            await deps.backend.mark_worker_stopped(deps.worker_id)
+        except Exception as exc:
+            self.log.warning("worker_stop_record_failed", error=repr(exc))
+        try:
+            await deps.scopes.close()
+        finally:
+            deps.executor.shutdown(wait=False, cancel_futures=True)
+        self.log.info("worker_stopped", exit_code=deps.exit_code, **vars(deps.stats))
+
+
+def run_worker(
+    settings: TaskqSettings,
+    registry: Mapping[str, ActorRef],
+    *,
+    until_idle: bool = False,
+    providers: ProviderRegistry | None = None,
+) -> int:
+    """Run a worker to completion on a fresh event loop (the CLI's entry point)."""
+    worker = Worker(settings, registry, until_idle=until_idle, providers=providers)
+    return asyncio.run(worker.run())
