@@ -26,8 +26,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow"
 
 demo: $(STAMP)
-	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/taskq migrate up
-	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/taskq migrate status
+	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/python -m examples.demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

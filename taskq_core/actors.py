@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -230,6 +232,8 @@ def load_registry(spec: str) -> dict[str, ActorRef]:
         raise ConfigError(
             f"--actors {spec!r}: expected MODULE:ATTRIBUTE, e.g. myapp.actors:registry"
         )
+    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory load
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -1,0 +1,58 @@
+"""Actors the end-to-end tests run through the real `taskq worker` binary."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from taskq_core import JobContext, RetryPolicy, actor
+
+
+@actor
+async def echo(payload: dict[str, Any]) -> dict[str, Any]:
+    """Returns its payload."""
+    return payload
+
+
+@actor(retry=RetryPolicy(kind="non_retryable"))
+async def explode(payload: dict[str, Any]) -> None:
+    """Fails for good."""
+    raise RuntimeError("exploded")
+
+
+@actor(max_concurrent=1)
+async def exclusive(payload: dict[str, Any]) -> dict[str, float]:
+    """Records when it ran; the test checks no two runs overlap."""
+    start = time.time()
+    await asyncio.sleep(0.02)
+    return {"start": start, "end": time.time(), "pid": os.getpid()}
+
+
+@actor(queue="fair")
+async def fair(payload: dict[str, Any]) -> dict[str, float]:
+    """Records when it started."""
+    return {"start": time.time()}
+
+
+@actor
+async def stamp(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> dict[str, float]:
+    """Records when the actor started, for latency checks."""
+    return {"start": time.time()}
+
+
+@actor(retry=RetryPolicy(max_attempts=3, base=timedelta(milliseconds=50), jitter=0))
+async def sleepy(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> str:
+    """Sleeps ``seconds`` unless cancelled first."""
+    try:
+        await asyncio.wait_for(ctx.cancel_event.wait(), payload.get("seconds", 30))
+        return "cancelled"
+    except TimeoutError:
+        return "slept"
+
+
+registry = [echo, explode, exclusive, fair, stamp, sleepy]
+moved = [actor(name="echo", queue="elsewhere")(echo.fn)]
+not_a_registry = (a for a in registry)
