@@ -123,6 +123,25 @@ async def test_the_actor_cap_over_count_is_bounded_by_the_other_dispatchers(
     assert peak >= cap
 
 
+async def test_a_dispatcher_skips_rows_another_transaction_holds_and_still_fills_its_batch(
+    backends: list[PostgresBackend], pg: PgTarget
+) -> None:
+    backend = backends[0]
+    jobs = await backend.enqueue_batch([EnqueueArgs("work", {"n": n}) for n in range(4)])
+    holder = await asyncpg.connect(pg.dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute(
+                f"SELECT id FROM {pg.schema}.jobs WHERE id = $1 FOR UPDATE", jobs[0].id
+            )
+            claimed = await backend.dispatch_batch(uuid4(), ["default"], 2, LEASE)
+            assert [row.id for row in claimed] == [jobs[1].id, jobs[2].id]
+    finally:
+        await holder.close()
+    [head] = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
+    assert head.id == jobs[0].id
+
+
 async def test_the_copy_path_inserts_thousands_of_jobs(backends: list[PostgresBackend]) -> None:
     backend = backends[0]
     count = await backend.enqueue_batch_fast(

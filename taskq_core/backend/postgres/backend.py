@@ -321,7 +321,13 @@ class PostgresBackend:
             min_size=min_size,
             max_size=max_size,
             init=_init_connection,
-            server_settings={"application_name": f"taskq_{schema}"},
+            server_settings={
+                "application_name": f"taskq_{schema}",
+                # Every statement here is prepared once per connection and shaped to suit
+                # one plan whatever its parameters; without this the planner would re-plan
+                # the dispatch CTE (milliseconds of planning) on every call.
+                "plan_cache_mode": "force_generic_plan",
+            },
         )
         return cls(
             pool,

@@ -15,7 +15,11 @@
 --                    by fairness_rank = ROW_NUMBER() per cohort), each LIMITed to the actor's
 --                    residual * $5: oversampling absorbs what the filters below drop
 --   identity_dedup   at most one job per (actor, identity_key), none if one is running
---   ranked           actor_rank <= actor residual, then queue_rank <= queue residual
+--   ranked           capped actors: actor_rank <= actor residual; then, in capped queues,
+--                    queue_rank <= queue residual. Uncapped actors and queues are not
+--                    pre-filtered: the global LIMIT below applies after SKIP LOCKED, so
+--                    dispatchers racing for the same head rows fall through to the next ones
+--                    of the window instead of coming back empty.
 --   locked           FOR UPDATE SKIP LOCKED, LIMIT $2, in dispatch order. FOR UPDATE cannot
 --                    share a SELECT with window functions, hence its own CTE.
 --   eligible         the boolean gate in_flight < max_concurrent and the rank cap
@@ -41,6 +45,7 @@ queue_capacity AS (
     SELECT r.queue,
            COALESCE(q.mode, 'strict_fifo') AS mode,
            min(r.ord) OVER (PARTITION BY COALESCE(q.mode, 'strict_fifo')) AS mode_order,
+           q.max_concurrent,
            CASE WHEN q.max_concurrent IS NULL THEN $2::bigint
                 ELSE LEAST($2::bigint, q.max_concurrent - (
                     SELECT count(*) FROM {schema}.jobs rj
@@ -196,14 +201,14 @@ ranked AS (
            ) AS queue_rank
     FROM actor_ranked a
     JOIN actor_capacity acap ON acap.actor = a.actor
-    WHERE a.actor_rank <= acap.residual
+    WHERE acap.max_concurrent IS NULL OR a.actor_rank <= acap.residual
 ),
 locked AS (
     SELECT j.id, r.actor, r.mode_order, r.fairness_rank, r.priority, r.scheduled_at
     FROM {schema}.jobs j
     JOIN ranked r ON r.id = j.id
     JOIN queue_capacity qc ON qc.queue = r.queue
-    WHERE j.status = 'pending' AND r.queue_rank <= qc.residual
+    WHERE j.status = 'pending' AND (qc.max_concurrent IS NULL OR r.queue_rank <= qc.residual)
     ORDER BY r.mode_order, r.fairness_rank, r.priority DESC, r.scheduled_at, r.id
     LIMIT $2::bigint
     FOR UPDATE OF j SKIP LOCKED

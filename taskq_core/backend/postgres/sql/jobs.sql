@@ -671,9 +671,12 @@ GROUP BY queue, status
 ORDER BY queue, status;
 
 -- name: count_active_jobs
-SELECT count(*)
-FROM {schema}.jobs
-WHERE status IN ('pending', 'scheduled', 'running') AND queue = ANY ($1::text[]);
+-- Two counts, so each half has its index: pending rows live in the dispatch indexes, the
+-- others in jobs_status_queue_idx.
+SELECT (SELECT count(*) FROM {schema}.jobs
+        WHERE status = 'pending' AND queue = ANY ($1::text[]))
+     + (SELECT count(*) FROM {schema}.jobs
+        WHERE status IN ('scheduled', 'running') AND queue = ANY ($1::text[]));
 
 -- name: count_pending_jobs
 SELECT actor, count(*) AS count

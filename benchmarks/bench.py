@@ -1,0 +1,221 @@
+"""Backend benchmark: what one PostgresBackend sustains on this machine (``make bench``).
+
+Starts a throwaway embedded PostgreSQL in a temporary directory (or uses TASKQ_BENCH_DSN),
+gives every section a freshly migrated schema, and prints one table of jobs/s. A section is
+an async function taking a Bench and returning Measurements; add one to SECTIONS (a worker
+drain section slots in the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import asyncpg
+from rich.console import Console
+from rich.table import Table
+
+from taskq_core import embedded
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.postgres.migrate import migrate_up
+from taskq_core.backend.protocol import EnqueueArgs
+from taskq_core.obs.logs import configure_logging
+
+LEASE = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of the result table."""
+
+    section: str
+    name: str
+    jobs: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Bench:
+    """What a section gets: the server, the sizes, and fresh backends on demand."""
+
+    dsn: str
+    quick: bool
+    concurrency: int
+
+    def size(self, full: int) -> int:
+        """``full`` normally, a tenth of it with --quick (smoke runs)."""
+        return max(full // 10, 10) if self.quick else full
+
+    @asynccontextmanager
+    async def fresh_backend(self, **options: int) -> AsyncIterator[PostgresBackend]:
+        """A PostgresBackend on a newly migrated schema, dropped afterwards."""
+        schema = f"bench_{uuid4().hex[:12]}"
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await migrate_up(conn, schema)
+        finally:
+            await conn.close()
+        backend = await PostgresBackend.connect(self.dsn, schema, **options)
+        try:
+            yield backend
+        finally:
+            await backend.close()
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            finally:
+                await conn.close()
+
+    async def settle(self, backend: PostgresBackend) -> None:
+        """VACUUM ANALYZE + CHECKPOINT after a bulk load, as the peer harness does."""
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f"VACUUM ANALYZE {backend.schema}.jobs")
+            await conn.execute("CHECKPOINT")
+        finally:
+            await conn.close()
+
+
+def job(n: int) -> EnqueueArgs:
+    """A no-op job, as the peers' benchmarks enqueue."""
+    return EnqueueArgs(actor="noop", payload={"n": n})
+
+
+async def enqueue_section(bench: Bench) -> list[Measurement]:
+    """Enqueue throughput: one at a time, batches of 1,000 (unnest INSERT), COPY."""
+    results = []
+    async with bench.fresh_backend() as backend:
+        count = bench.size(2_000)
+        started = time.perf_counter()
+        for n in range(count):
+            await backend.enqueue(job(n))
+        results.append(Measurement("enqueue", "single (sequential)", count, elapsed(started)))
+
+        count = bench.size(30_000)
+        started = time.perf_counter()
+        for first in range(0, count, 1_000):
+            await backend.enqueue_batch([job(n) for n in range(first, first + 1_000)])
+        results.append(
+            Measurement("enqueue", "enqueue_batch (1,000 per batch)", count, elapsed(started))
+        )
+
+        count = bench.size(50_000)
+        items = [job(n) for n in range(count)]
+        started = time.perf_counter()
+        await backend.enqueue_batch_fast(items)
+        results.append(Measurement("enqueue", "enqueue_batch_fast (COPY)", count, elapsed(started)))
+    return results
+
+
+async def cycle_loop(backend: PostgresBackend, batch: int, duration: float) -> int:
+    """One worker's raw cycle until ``duration`` passes or the queue is empty; jobs done."""
+    worker, done = uuid4(), 0
+    deadline = time.perf_counter() + duration
+    while time.perf_counter() < deadline:
+        rows = await backend.dispatch_batch(worker, ["default"], batch, LEASE)
+        if not rows:
+            # Another loop may hold the head rows for a moment; stop only when none are left.
+            if not await backend.count_pending_jobs(["noop"]):
+                break
+            continue
+        await asyncio.gather(*(backend.mark_succeeded(row.id, worker, None) for row in rows))
+        done += len(rows)
+    return done
+
+
+async def cycle_section(bench: Bench) -> list[Measurement]:
+    """The raw queue cycle: dispatch_batch, then mark_succeeded for each row, from
+    ``concurrency`` loops at once, for a fixed time per batch size."""
+    results = []
+    duration = 1.0 if bench.quick else 5.0
+    for batch in (1, 10, 100):
+        async with bench.fresh_backend(max_size=bench.concurrency + 2) as backend:
+            await backend.enqueue_batch_fast([job(n) for n in range(bench.size(60_000))])
+            await bench.settle(backend)
+            started = time.perf_counter()
+            counts = await asyncio.gather(
+                *(cycle_loop(backend, batch, duration) for _ in range(bench.concurrency))
+            )
+            name = f"dispatch + complete, batch {batch} ({bench.concurrency} loops)"
+            results.append(Measurement("cycle", name, sum(counts), elapsed(started)))
+    return results
+
+
+Section = Callable[[Bench], Awaitable[list[Measurement]]]
+SECTIONS: list[tuple[str, Section]] = [
+    ("enqueue", enqueue_section),
+    ("cycle", cycle_section),
+]
+
+
+def elapsed(started: float) -> float:
+    return time.perf_counter() - started
+
+
+def render(measurements: list[Measurement], where: str) -> Table:
+    table = Table(title=f"TaskQ backend benchmark ({where})")
+    table.add_column("section")
+    table.add_column("measurement")
+    table.add_column("jobs", justify="right")
+    table.add_column("seconds", justify="right")
+    table.add_column("jobs/s", justify="right")
+    for m in measurements:
+        table.add_row(m.section, m.name, f"{m.jobs:,}", f"{m.seconds:.2f}", f"{m.rate:,.0f}")
+    return table
+
+
+async def run(bench: Bench, only: list[str]) -> list[Measurement]:
+    measurements: list[Measurement] = []
+    for name, section in SECTIONS:
+        if not only or name in only:
+            measurements.extend(await section(bench))
+    return measurements
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the sizes (smoke run)")
+    parser.add_argument("--concurrency", type=int, default=4, help="cycle loops at once")
+    parser.add_argument(
+        "--section", action="append", default=[], choices=[name for name, _ in SECTIONS]
+    )
+    options = parser.parse_args(argv)
+    configure_logging(level="WARNING")
+    console = Console()
+    given = os.environ.get("TASKQ_BENCH_DSN")
+    root = None if given else Path(tempfile.mkdtemp(prefix="taskq-bench-"))
+    try:
+        if root is not None:
+            console.print("[dim]starting an embedded PostgreSQL for the benchmark...[/dim]")
+            dsn = embedded.ensure_server(root / "pgdata")
+            where = "embedded PostgreSQL, default settings"
+        else:
+            assert given is not None
+            dsn, where = given, "TASKQ_BENCH_DSN"
+        bench = Bench(dsn=dsn, quick=options.quick, concurrency=options.concurrency)
+        measurements = asyncio.run(run(bench, options.section))
+        console.print(render(measurements, where))
+    finally:
+        if root is not None:
+            embedded.stop(root / "pgdata")
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
