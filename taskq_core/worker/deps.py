@@ -15,6 +15,7 @@ from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import ActiveJobs
+from taskq_core.worker.watchdog import LoopLiveness
 
 
 class ShutdownPhase(IntEnum):
@@ -50,9 +51,11 @@ class WorkerDeps:
     scopes: ProcessScopes
     executor: ThreadPoolExecutor
     local_queue: asyncio.Queue[JobRow]
+    liveness: LoopLiveness
     active: ActiveJobs = field(default_factory=ActiveJobs)
     stats: WorkerStats = field(default_factory=WorkerStats)
     shutdown_event: asyncio.Event = field(default_factory=asyncio.Event)
+    shutdown_begun: asyncio.Event = field(default_factory=asyncio.Event)
     producer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     is_leader: asyncio.Event = field(default_factory=asyncio.Event)

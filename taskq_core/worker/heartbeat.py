@@ -58,6 +58,7 @@ class HeartbeatLoop:
         next_beat = deps.clock.monotonic() + interval  # registration counted as the first beat
         async with deps.backend.subscribe_cancel_wake() as cancel_wake:
             while not deps.shutdown_event.is_set():
+                deps.liveness.tick("heartbeat", period=interval)
                 now = deps.clock.monotonic()
                 try:
                     if now >= next_beat:
@@ -71,6 +72,7 @@ class HeartbeatLoop:
                     self.failures += 1
                     deps.log.warning("heartbeat_failed", error=repr(exc), consecutive=self.failures)
                     if self.failures > deps.settings.max_heartbeat_failures:
+                        deps.liveness.forget("heartbeat")
                         await self.isolate_self()
                         return
                 except Exception as exc:
@@ -82,6 +84,7 @@ class HeartbeatLoop:
                     wake_at = min(wake_at, deadline)
                 timeout = max(0.0, wake_at - deps.clock.monotonic())
                 await _wait_either(cancel_wake, deps.shutdown_event, timeout)
+        deps.liveness.forget("heartbeat")
 
     async def isolate_self(self) -> None:
         """Hand this worker's running jobs back (or crash them) and shut the worker down."""

@@ -44,6 +44,7 @@ class LeaderElection:
         deps = self.deps
         try:
             while not deps.shutdown_event.is_set():
+                deps.liveness.tick("leader_election", period=deps.settings.heartbeat_interval)
                 try:
                     await self.run_once()
                     self._guard.succeeded()
@@ -55,6 +56,7 @@ class LeaderElection:
                     self._guard.failed(exc)
                 await wait_or_shutdown(deps, deps.settings.heartbeat_interval)
         finally:
+            deps.liveness.forget("leader_election")
             deps.is_leader.clear()
             try:
                 await asyncio.shield(deps.backend.release_leadership(deps.worker_id))
@@ -69,6 +71,7 @@ async def run_gated(
     guard = UnexpectedErrorGuard(name, deps.log)
     while not deps.shutdown_event.is_set():
         if deps.is_leader.is_set():
+            deps.liveness.tick(name, period=interval)
             try:
                 await step()
                 guard.succeeded()
@@ -78,7 +81,9 @@ async def run_gated(
                 guard.failed(exc)
             await wait_or_shutdown(deps, interval)
         else:
+            deps.liveness.forget(name)  # a closed gate must not look like a stalled loop
             await _wait_leader_or_shutdown(deps)
+    deps.liveness.forget(name)
 
 
 async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:

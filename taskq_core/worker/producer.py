@@ -48,8 +48,16 @@ class ProducerLoop:
     async def run(self) -> None:
         """Loop: claim, then wait for a wake-up (NOTIFY, freed slot, poll timeout, stop)."""
         deps = self.deps
+        try:
+            await self._loop()
+        finally:
+            deps.liveness.forget("producer")
+
+    async def _loop(self) -> None:
+        deps = self.deps
         async with deps.backend.subscribe_wake() as wake:
             while not deps.producer_stop.is_set():
+                deps.liveness.tick("producer", period=self.poll_interval)
                 wake.clear()
                 deps.active.slot_freed.clear()
                 full_batch = False

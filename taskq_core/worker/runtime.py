@@ -30,11 +30,18 @@ from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.consumer import ConsumerLoop
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.drain import DrainMonitor
+from taskq_core.worker.health import HealthServer
 from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
 from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
+from taskq_core.worker.watchdog import (
+    LoopLagWatchdog,
+    LoopLiveness,
+    shutdown_watchdog,
+    stale_loop_watchdog,
+)
 
 
 class SiblingContractError(RuntimeError):
@@ -113,9 +120,15 @@ class Worker:
             deps = self._build_deps(backend)
             await backend.register_worker(self._worker_info())
             self._bootstrap_warnings()
+            health = await self._start_health(deps)
+            watchdogs = self._start_watchdogs(deps)
             try:
                 await self._run_siblings(deps)
             finally:
+                for task in watchdogs:
+                    task.cancel()
+                if health is not None:
+                    await health.stop()
                 await asyncio.shield(self._teardown(deps))
             return deps.exit_code
         finally:
@@ -136,9 +149,51 @@ class Worker:
                 max_workers=s.max_concurrency, thread_name_prefix="taskq-actor"
             ),
             local_queue=asyncio.Queue(maxsize=s.max_concurrency),
+            liveness=LoopLiveness(
+                grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
+            ),
         )
         self.shutdown = ShutdownOrchestrator(self.deps)
         return self.deps
+
+    async def _start_health(self, deps: WorkerDeps) -> HealthServer | None:
+        if not self.settings.health_enabled:
+            return None
+        server = HealthServer(deps, deps.liveness, self.settings.health_socket_path)
+        try:
+            await server.start()
+        except OSError as exc:
+            self.log.warning(
+                "health_server_unavailable", path=server.path, error=f"{type(exc).__name__}: {exc}"
+            )
+            return None
+        return server
+
+    def _start_watchdogs(self, deps: WorkerDeps) -> list[asyncio.Task[Any]]:
+        """Detectors 1 and 4 live outside the TaskGroup: a sibling crash must not cancel them."""
+        s = self.settings
+        if not s.watchdog_enabled:
+            return []
+        lag = LoopLagWatchdog(
+            asyncio.get_running_loop(),
+            deps.liveness,
+            self.log,
+            budget=s.watchdog_loop_lag_budget,
+            startup_grace=s.watchdog_loop_lag_startup_grace,
+            check_interval=s.watchdog_check_interval,
+        )
+        lag.start()
+        deadline = asyncio.create_task(
+            shutdown_watchdog(
+                lambda: deps.shutdown_started_at,
+                self.log,
+                budget=s.termination_grace_period,
+                shutdown_begun=deps.shutdown_begun,
+            ),
+            name="shutdown_watchdog",
+        )
+        deadline.add_done_callback(lambda _: lag.stop())
+        return [deadline]
 
     def _worker_info(self) -> WorkerInfo:
         s = self.settings
@@ -203,6 +258,13 @@ class Worker:
             siblings[f"consumer-{index}"] = ConsumerLoop(deps, index).run
         if self.until_idle:
             siblings["drain_monitor"] = DrainMonitor(deps, shutdown.request).run
+        if s.watchdog_enabled:
+            siblings["stale_loop_watchdog"] = lambda: stale_loop_watchdog(
+                deps.liveness,
+                self.log,
+                check_interval=s.watchdog_check_interval,
+                shutdown=deps.shutdown_event,
+            )
         try:
             async with asyncio.TaskGroup() as group:
                 for name, loop in siblings.items():

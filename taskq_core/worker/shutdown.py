@@ -19,7 +19,11 @@ import signal
 from contextlib import suppress
 
 from taskq_core.constants import EXIT_ERROR
+from taskq_core.errors import ConfigError
+from taskq_core.obs.logs import configure_logging
+from taskq_core.settings import TaskqSettings
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
+from taskq_core.worker.watchdog import dump_task_stacks
 
 
 class ShutdownOrchestrator:
@@ -36,6 +40,7 @@ class ShutdownOrchestrator:
         """Start the shutdown (idempotent); repeated signals escalate."""
         if self._task is None:
             self.deps.shutdown_started_at = self.deps.clock.monotonic()
+            self.deps.shutdown_begun.set()
             self.deps.log.info("worker_stopping", reason=reason)
             self._task = asyncio.get_running_loop().create_task(self.orchestrate(), name="shutdown")
 
@@ -51,10 +56,28 @@ class ShutdownOrchestrator:
             os._exit(EXIT_ERROR)
 
     def install_signal_handlers(self) -> None:
-        """Route SIGTERM and SIGINT to ``on_signal``."""
+        """SIGTERM/SIGINT escalate shutdown; SIGUSR2 dumps task stacks; SIGHUP reloads."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.on_signal, signum)
+        loop.add_signal_handler(signal.SIGUSR2, dump_task_stacks, self.deps.log, "sigusr2")
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read settings; apply the log level, report what needs a restart."""
+        deps = self.deps
+        try:
+            fresh = TaskqSettings.load()
+        except ConfigError as exc:
+            deps.log.error("worker_reload_failed", error=str(exc))
+            return
+        configure_logging(fmt=fresh.log_format, level=fresh.log_level)
+        changed = sorted(
+            name
+            for name in type(fresh).model_fields
+            if getattr(fresh, name) != getattr(deps.settings, name) and name != "log_level"
+        )
+        deps.log.info("worker_reloaded", log_level=fresh.log_level, restart_required_for=changed)
 
     async def orchestrate(self) -> None:
         """Run every phase in order, then release all loops."""

@@ -26,6 +26,7 @@ FAST = dict(
     idle_poll_interval=0.05,
     idle_settle_window=0.0,
     max_concurrency=4,
+    health_enabled=False,
 )
 
 
