@@ -15,7 +15,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from taskq_cli import output
-from taskq_cli.commands import embedded, migrate, worker
+from taskq_cli.commands import embedded, health, migrate, worker
 from taskq_cli.options import GlobalOptions
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.errors import TaskqError
@@ -31,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(migrate.app, name="migrate")
 app.add_typer(embedded.app, name="embedded")
+app.add_typer(health.app, name="health")
 app.command("worker")(worker.worker)
 
 

@@ -53,6 +53,37 @@ async def sleepy(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> st
         return "slept"
 
 
-registry = [echo, explode, exclusive, fair, stamp, sleepy]
+@actor(retry=RetryPolicy(max_attempts=3, base=timedelta(milliseconds=50), jitter=0))
+async def crash_once(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> dict[str, Any]:
+    """The first attempt hangs (the test kills its worker); later attempts finish at once."""
+    if ctx.attempt == 1:
+        await asyncio.sleep(60)
+    return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@actor
+async def oblivious(payload: dict[str, Any]) -> str:
+    """Never looks at its cancel_event: only a forced cancel stops it."""
+    await asyncio.sleep(payload.get("seconds", 30))
+    return "finished"
+
+
+@actor
+async def stubborn(payload: dict[str, Any]) -> str:
+    """Ignores its cancel_event and swallows the first forced cancel for a while."""
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        await asyncio.sleep(payload.get("linger", 5))
+    return "finished"
+
+
+@actor
+async def blocker(payload: dict[str, Any]) -> None:
+    """Blocks the event loop (a bug the watchdog must catch)."""
+    time.sleep(payload.get("seconds", 10))  # noqa: ASYNC251 - the bug under test
+
+
+registry = [echo, explode, exclusive, fair, stamp, sleepy, crash_once, oblivious, stubborn, blocker]
 moved = [actor(name="echo", queue="elsewhere")(echo.fn)]
 not_a_registry = (a for a in registry)
