@@ -30,6 +30,7 @@ from taskq_core.backend.protocol import (
     BulkCancelResult,
     CancelFlag,
     CancelOutcome,
+    DispatchPosition,
     EnqueueArgs,
     ErrorInfo,
     EventRow,
@@ -986,6 +987,37 @@ class InMemoryBackend:
     async def get_actor_max_pending(self) -> dict[str, int | None]:
         """Stored max_pending of every actor with an actor_config row."""
         return {name: row.max_pending for name, row in self._actor_configs.items()}
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs the filter matches (at most ``filter.limit``)."""
+        return len(self._matching(filter, frozenset(JobStatus)))
+
+    async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
+        """The job's place in its queue's dispatch order, as ``dispatch_batch`` ranks it."""
+        target = self._jobs.get(job_id)
+        if target is None:
+            return None
+        now = self._now()
+        mode = self._queue_row(target.queue).mode
+        if target.status is not _PENDING or target.scheduled_at > now:
+            return DispatchPosition(now, mode, 0, 0)
+        due = sorted(
+            (
+                job
+                for job in self._jobs.values()
+                if job.status is _PENDING and job.queue == target.queue and job.scheduled_at <= now
+            ),
+            key=_fifo_key,
+        )
+        ranks: Counter[str | None] = Counter()
+        order: dict[UUID, tuple[Any, ...]] = {}
+        for job in due:
+            ranks[job.fairness_key] += 1
+            rank = ranks[job.fairness_key] if mode == "round_robin" else 1
+            order[job.id] = (rank, *_fifo_key(job))
+        ahead = [job for job in due if order[job.id] < order[target.id]]
+        other = sum(1 for job in ahead if job.fairness_key != target.fairness_key)
+        return DispatchPosition(now, mode, len(ahead), other)
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:

@@ -341,6 +341,23 @@ class ActorConfigSyncResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchPosition:
+    """Where a job stands in its queue's dispatch order, read on the backend's clock.
+
+    ``ahead`` counts the due pending jobs of the same queue that the queue's mode dispatches
+    before it (strict_fifo: priority DESC, scheduled_at, id; round_robin: rank inside each
+    fairness cohort first, then that order); ``ahead_other_cohorts`` is how many of them
+    belong to other fairness cohorts (NULL keys form one cohort). Both are 0 unless the job
+    is itself pending and due. ``now`` is the backend's clock at the read.
+    """
+
+    now: datetime
+    mode: QueueMode
+    ahead: int
+    ahead_other_cohorts: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRow:
     """A queue as operators see it: its settings (defaults when no row) and job counts.
 
@@ -563,6 +580,14 @@ class Backend(Protocol):
 
     async def get_actor_max_pending(self) -> dict[str, int | None]:
         """Stored max_pending per actor that has an actor_config row."""
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs ``list_jobs(filter)`` would return, counted without reading them
+        (at most ``filter.limit`` when it is set)."""
+
+    async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
+        """The job's place in its queue's dispatch order (see DispatchPosition); None when
+        there is no such job. An operator read (``taskq jobs explain``), not a hot path."""
 
     # --- workers and leadership ----------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:

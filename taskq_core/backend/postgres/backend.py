@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     BulkCancelResult,
     CancelFlag,
     CancelOutcome,
+    DispatchPosition,
     EnqueueArgs,
     ErrorInfo,
     EventRow,
@@ -722,6 +723,22 @@ class PostgresBackend:
         """Stored max_pending per actor that has an actor_config row."""
         records = await self._pool.fetch(self._queries["get_actor_max_pending"])
         return {r["actor"]: r["max_pending"] for r in records}
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs the filter matches (at most ``filter.limit``)."""
+        return int(await self._pool.fetchval(self._queries["count_jobs"], *_filter_args(filter)))
+
+    async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
+        """The job's place in its queue's dispatch order, on the database clock."""
+        record = await self._pool.fetchrow(self._queries["get_dispatch_position"], job_id)
+        if record is None:
+            return None
+        return DispatchPosition(
+            now=record["now"],
+            mode=record["mode"],
+            ahead=int(record["ahead"]),
+            ahead_other_cohorts=int(record["ahead_other_cohorts"]),
+        )
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:

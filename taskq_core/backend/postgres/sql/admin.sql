@@ -171,3 +171,65 @@ LEFT JOIN (
     GROUP BY j.locked_by_worker
 ) r ON r.locked_by_worker = w.id
 ORDER BY w.last_seen_at DESC, w.id DESC;
+
+-- name: count_jobs
+-- How many jobs the filter matches (as `list_jobs`: $1 statuses or NULL, $2 queue,
+-- $3 actor, $4 ids), at most $5 when it is not NULL. Bulk operations preview with it.
+SELECT count(*) AS count
+FROM (
+    SELECT 1
+    FROM {schema}.jobs j
+    WHERE ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::text IS NULL OR j.actor = $3::text)
+      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    LIMIT $5::bigint
+) matched;
+
+-- name: get_dispatch_position
+-- Where job $1 stands in its queue's dispatch order, on the database clock: the due pending
+-- jobs of its queue that dispatch first (strict_fifo: priority DESC, scheduled_at, id;
+-- round_robin: rank inside the fairness cohort first, as `dispatch_batch` ranks them), and
+-- how many of those are of other cohorts. Zero unless the job itself is due and pending.
+-- It reads the queue's whole due backlog once: an operator query, never on the hot path.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+target AS (
+    SELECT j.id, j.queue, j.status, j.scheduled_at, COALESCE(q.mode, 'strict_fifo') AS mode
+    FROM {schema}.jobs j
+    LEFT JOIN {schema}.queues q ON q.name = j.queue
+    WHERE j.id = $1::uuid
+),
+due AS (
+    SELECT j.id, COALESCE(j.fairness_key, '__null__') AS cohort,
+           -(j.priority::bigint) AS neg_priority, j.scheduled_at,
+           row_number() OVER (
+               PARTITION BY COALESCE(j.fairness_key, '__null__')
+               ORDER BY j.priority DESC, j.scheduled_at, j.id
+           ) AS cohort_rank
+    FROM {schema}.jobs j
+    JOIN target t ON t.queue = j.queue
+    WHERE t.status = 'pending' AND t.scheduled_at <= (SELECT now FROM clock)
+      AND j.status = 'pending' AND j.scheduled_at <= (SELECT now FROM clock)
+),
+me AS (
+    SELECT d.* FROM due d WHERE d.id = $1::uuid
+),
+ahead AS (
+    SELECT d.cohort, m.cohort AS my_cohort
+    FROM due d
+    CROSS JOIN me m
+    CROSS JOIN target t
+    WHERE d.id <> m.id
+      AND CASE WHEN t.mode = 'round_robin'
+               THEN (d.cohort_rank, d.neg_priority, d.scheduled_at, d.id)
+                    < (m.cohort_rank, m.neg_priority, m.scheduled_at, m.id)
+               ELSE (d.neg_priority, d.scheduled_at, d.id)
+                    < (m.neg_priority, m.scheduled_at, m.id)
+          END
+)
+SELECT t.mode, (SELECT now FROM clock) AS now,
+       (SELECT count(*) FROM ahead) AS ahead,
+       (SELECT count(*) FROM ahead a WHERE a.cohort <> a.my_cohort) AS ahead_other_cohorts
+FROM target t;
