@@ -45,15 +45,18 @@ CREATE TABLE {schema}.jobs (
     updated_at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- Dispatch: the per-actor LATERAL probe walks pending rows in priority-then-time order
--- (strict_fifo); it also serves pending counts per actor.
+-- Dispatch reads pending rows in priority-then-time order three ways:
+-- per queue (the shared window of every actor without a cap; strict_fifo) ...
+CREATE INDEX jobs_queue_dispatch_idx ON {schema}.jobs (queue, priority DESC, scheduled_at, id)
+    WHERE status = 'pending';
+-- ... per capped actor (its own small window, so a capped actor's backlog never blocks the
+-- head of the queue; also pending counts per actor) ...
 CREATE INDEX jobs_dispatch_idx ON {schema}.jobs (actor, queue, priority DESC, scheduled_at, id)
     WHERE status = 'pending';
--- Which actors (and fairness cohorts) have pending work in a queue: the dispatch CTE's loose
--- index scan walks it one probe per distinct value; round_robin probes each cohort in
--- priority-then-time order. NULL keys share the '__null__' cohort.
+-- ... and per fairness cohort (round_robin; NULL keys share the '__null__' cohort). A loose
+-- index scan over it finds a queue's cohorts with one probe each, however deep the backlog.
 CREATE INDEX jobs_fair_dispatch_idx ON {schema}.jobs
-    (queue, actor, (COALESCE(fairness_key, '__null__')), priority DESC, scheduled_at, id)
+    (queue, (COALESCE(fairness_key, '__null__')), priority DESC, scheduled_at, id)
     WHERE status = 'pending';
 -- Scheduled promotion (scheduled -> pending when due).
 CREATE INDEX jobs_scheduled_idx ON {schema}.jobs (scheduled_at) WHERE status = 'scheduled';

@@ -426,6 +426,12 @@ class Backend(Protocol):
         An actor's ``max_concurrent`` counts its running jobs in every queue; a queue's counts
         running jobs in that queue; at most one job per (actor, identity_key) runs at a time.
         Concurrent dispatchers may exceed a cap by at most (dispatchers - 1) * cap.
+
+        Candidates come from bounded windows of residual * oversample rows (the pipeline is
+        spelled out in ``postgres/sql/dispatch.sql``): actors without a cap share one window
+        per queue (round_robin: one per cohort), each capped actor has its own, so a capped
+        backlog never blocks the others. A round_robin queue with more than 128 cohorts is
+        served from the shared window, ranked by cohort, to keep every call bounded.
         """
 
     async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
-from taskq_core.backend.protocol import Backend, JobRow
+from taskq_core.backend.protocol import Backend, JobFilter, JobRow
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import LEASE, args, between, cap_actor, reload, wait_set
@@ -291,3 +291,46 @@ async def test_a_released_job_wakes_the_subscribers(harness: Harness) -> None:
     async with harness.backend.subscribe_wake() as woken:
         assert await harness.backend.release_unstarted(worker, [claimed.id]) == 1
         await wait_set(woken)
+
+
+async def test_a_capped_actors_backlog_does_not_block_the_head_of_the_queue(
+    harness: Harness,
+) -> None:
+    await cap_actor(harness.backend, "capped", 1)
+    await harness.backend.enqueue_batch([args(actor="capped", queue="q") for _ in range(50)])
+    await harness.backend.enqueue_batch([args(actor="free", queue="q") for _ in range(3)])
+    claimed = await dispatch(harness.backend, "q", 4)
+    assert sorted(row.actor for row in claimed) == ["capped", "free", "free", "free"]
+
+
+async def test_a_saturated_actor_is_skipped_until_one_of_its_jobs_ends(harness: Harness) -> None:
+    await cap_actor(harness.backend, "capped", 1)
+    await harness.backend.enqueue_batch([args(actor="capped", queue="q") for _ in range(5)])
+    worker = uuid4()
+    [first] = await harness.backend.dispatch_batch(worker, ["q"], 5, LEASE)
+    await harness.backend.enqueue(args(actor="free", queue="q"))
+    assert [row.actor for row in await dispatch(harness.backend, "q", 5)] == ["free"]
+    assert await harness.backend.mark_succeeded(first.id, worker, None)
+    assert [row.actor for row in await dispatch(harness.backend, "q", 5)] == ["capped"]
+
+
+async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    await backend.update_queue("q", mode="round_robin")
+    await backend.enqueue_batch(
+        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
+    )
+    tenants = [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(128)]
+    await backend.enqueue_batch(tenants)
+    # 129 cohorts: one window of limit * oversample rows in FIFO order, ranked by cohort.
+    claimed = await dispatch(backend, "q", 3)
+    assert payloads(claimed) == ["deep0", "deep1", "deep2"]
+    # Back within the budget, every cohort's head competes again.
+    await backend.cancel_where(JobFilter(queue="q", status="pending", limit=None), None)
+    await backend.enqueue_batch(
+        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
+    )
+    await backend.enqueue_batch(tenants[:127])
+    assert payloads(await dispatch(backend, "q", 3)) == ["deep0", "t0", "t1"]

@@ -1,36 +1,44 @@
 -- Dispatch: claim due pending jobs for one worker in ONE atomic UPDATE ... RETURNING.
 --
 -- Parameters: $1 queues (text[], in the worker's order), $2 limit, $3 worker id, $4 lock
--- lease (interval), $5 per-actor oversample factor.
+-- lease (interval), $5 oversample factor.
 --
 -- Shape (both queue modes in one statement, so a dispatch is one round trip):
 --   queue_capacity   requested, unpaused queues: mode, mode-group order, residual room under
 --                    queues.max_concurrent (running jobs of the queue counted only when capped)
---   fifo_actors      loose index scans: the distinct actors with pending work per strict_fifo
---   rr_cohorts       queue, and the distinct (actor, fairness cohort) pairs per round_robin
---                    queue; one index probe per distinct value, however deep the backlog
---   actor_capacity   residual per actor = max_concurrent - running (all queues), or $2
---   candidates       CROSS JOIN LATERAL per actor (strict_fifo: priority DESC, scheduled_at,
---                    id) or per cohort (round_robin: the same order inside a cohort, ranked
---                    by fairness_rank = ROW_NUMBER() per cohort), each LIMITed to the actor's
---                    residual * $5: oversampling absorbs what the filters below drop
+--   capped_actors    actors with a max_concurrent and pending work in these queues: residual
+--                    = max_concurrent - running (all queues), the boolean gate's inputs
+--   rr_cohorts       loose index scan: the distinct fairness cohorts of each round_robin
+--                    queue, one index probe per cohort however deep the backlog, stopping one
+--                    past the budget of 128 cohorts
+--   candidates       CROSS JOIN LATERAL windows in priority DESC, scheduled_at, id order:
+--                    - actors without a cap share one window per strict_fifo queue (and per
+--                      round_robin queue past the cohort budget) of residual * $5 rows;
+--                    - in round_robin queues, one window per cohort instead (the whole
+--                      residual * $5 while cohorts * window <= 1000, else an even share);
+--                    - every capped actor gets a window of its own of ITS residual * $5 rows
+--                      per queue, so its backlog can never crowd the others out of theirs.
+--                    Oversampling absorbs what identity serialization and caps filter out.
+--   fair_ranked      round_robin: fairness_rank = ROW_NUMBER() per cohort (NULL keys are the
+--                    '__null__' cohort); strict_fifo: 1
 --   identity_dedup   at most one job per (actor, identity_key), none if one is running
---   ranked           capped actors: actor_rank <= actor residual; then, in capped queues,
---                    queue_rank <= queue residual. Uncapped actors and queues are not
---                    pre-filtered: the global LIMIT below applies after SKIP LOCKED, so
---                    dispatchers racing for the same head rows fall through to the next ones
---                    of the window instead of coming back empty.
---   locked           FOR UPDATE SKIP LOCKED, LIMIT $2, in dispatch order. FOR UPDATE cannot
---                    share a SELECT with window functions, hence its own CTE.
---   eligible         the boolean gate in_flight < max_concurrent and the rank cap
---                    actor_rank <= max_concurrent - in_flight over what was really locked
+--   ranked           capped actors: actor_rank <= residual; then, in capped queues,
+--                    queue_rank <= queue residual. Nothing else is pre-filtered: the global
+--                    LIMIT below applies after SKIP LOCKED, so dispatchers racing for the same
+--                    head rows fall through to the next ones instead of coming back empty.
+--   locked           FOR UPDATE SKIP LOCKED, LIMIT $2, in dispatch order (mode group,
+--                    fairness_rank, priority DESC, scheduled_at, id). FOR UPDATE cannot share
+--                    a SELECT with window functions, hence its own CTE.
+--   eligible         capped actors again over what was really locked: the boolean gate
+--                    in_flight < max_concurrent and the rank cap actor_rank <= max - in_flight
 --   claimed          UPDATE ... WHERE status = 'pending' (the final race guard), + events
 --
 -- Concurrent dispatchers each read the running counts of their own snapshot, so together
 -- they can exceed a cap by at most (dispatchers - 1) * cap: a documented, bounded trade.
--- Round-robin reads at most a bounded number of rows per actor: with many cohorts each one
--- contributes ceil(window / cohorts) + 1 candidates, so a round may fill less than $2 when
--- the backlog is concentrated in a few of many cohorts; the next round continues.
+-- Cost per call is O(limit * oversample + capped actors + round_robin cohorts), never the
+-- number of actors or the depth of the backlog. A round_robin queue with more than 128
+-- cohorts degrades to the shared window ranked by cohort (no starvation, fairness inside
+-- the window only), which keeps every call bounded.
 
 -- name: dispatch_batch
 WITH RECURSIVE clock AS (
@@ -55,124 +63,128 @@ queue_capacity AS (
     LEFT JOIN {schema}.queues q ON q.name = r.queue
     WHERE NOT COALESCE(q.paused, false)
 ),
-fifo_actors AS (
-    SELECT qc.queue, a.actor
-    FROM queue_capacity qc
+capped_actors AS (
+    SELECT ac.actor, ac.max_concurrent, f.in_flight,
+           LEAST($2::bigint, ac.max_concurrent - f.in_flight) AS residual
+    FROM {schema}.actor_config ac
     CROSS JOIN LATERAL (
-        SELECT j.actor
-        FROM {schema}.jobs j
-        WHERE j.status = 'pending' AND j.queue = qc.queue
-        ORDER BY j.actor
-        LIMIT 1
-    ) a
-    WHERE qc.mode = 'strict_fifo' AND qc.residual > 0
-    UNION ALL
-    SELECT f.queue, a.actor
-    FROM fifo_actors f
+        SELECT count(*) AS in_flight
+        FROM {schema}.jobs rj
+        WHERE rj.status = 'running' AND rj.actor = ac.actor
+    ) f
     CROSS JOIN LATERAL (
-        SELECT j.actor
-        FROM {schema}.jobs j
-        WHERE j.status = 'pending' AND j.queue = f.queue AND j.actor > f.actor
-        ORDER BY j.actor
+        -- One index probe per capped actor (a LIMIT keeps the planner from turning this into
+        -- a scan of every pending row).
+        SELECT 1 FROM {schema}.jobs pj
+        WHERE pj.status = 'pending' AND pj.actor = ac.actor AND pj.queue = ANY ($1::text[])
         LIMIT 1
-    ) a
+    ) has_pending
+    WHERE ac.max_concurrent IS NOT NULL
+),
+capped AS (
+    SELECT COALESCE(array_agg(ca.actor), '{}') AS actors FROM capped_actors ca
 ),
 rr_cohorts AS (
-    SELECT qc.queue, c.actor, c.cohort
+    SELECT qc.queue, c.cohort, 1 AS n
     FROM queue_capacity qc
     CROSS JOIN LATERAL (
-        SELECT j.actor, COALESCE(j.fairness_key, '__null__') AS cohort
+        SELECT COALESCE(j.fairness_key, '__null__') AS cohort
         FROM {schema}.jobs j
         WHERE j.status = 'pending' AND j.queue = qc.queue
-        ORDER BY j.actor, COALESCE(j.fairness_key, '__null__')
+        ORDER BY COALESCE(j.fairness_key, '__null__')
         LIMIT 1
     ) c
     WHERE qc.mode = 'round_robin' AND qc.residual > 0
     UNION ALL
-    SELECT rc.queue, c.actor, c.cohort
+    SELECT rc.queue, c.cohort, rc.n + 1
     FROM rr_cohorts rc
     CROSS JOIN LATERAL (
-        SELECT j.actor, COALESCE(j.fairness_key, '__null__') AS cohort
+        SELECT COALESCE(j.fairness_key, '__null__') AS cohort
         FROM {schema}.jobs j
         WHERE j.status = 'pending' AND j.queue = rc.queue
-          AND (j.actor, COALESCE(j.fairness_key, '__null__')) > (rc.actor, rc.cohort)
-        ORDER BY j.actor, COALESCE(j.fairness_key, '__null__')
+          AND COALESCE(j.fairness_key, '__null__') > rc.cohort
+        ORDER BY COALESCE(j.fairness_key, '__null__')
         LIMIT 1
     ) c
+    WHERE rc.n <= 128
 ),
-rr_actors AS (
-    SELECT rc.queue, rc.actor, count(*) AS cohorts
-    FROM rr_cohorts rc
-    GROUP BY rc.queue, rc.actor
+rr_queues AS (
+    SELECT rc.queue, count(*) AS cohorts FROM rr_cohorts rc GROUP BY rc.queue
 ),
-actor_capacity AS (
-    SELECT a.actor, ac.max_concurrent, f.in_flight,
-           CASE WHEN ac.max_concurrent IS NULL THEN $2::bigint
-                ELSE LEAST($2::bigint, ac.max_concurrent - f.in_flight) END AS residual
-    FROM (
-        SELECT actor FROM fifo_actors
-        UNION
-        SELECT actor FROM rr_actors
-    ) a
-    LEFT JOIN {schema}.actor_config ac ON ac.actor = a.actor
-    CROSS JOIN LATERAL (
-        -- Running jobs are counted only for capped actors.
-        SELECT CASE WHEN ac.max_concurrent IS NULL THEN 0::bigint
-                    ELSE (SELECT count(*) FROM {schema}.jobs rj
-                          WHERE rj.status = 'running' AND rj.actor = a.actor) END AS in_flight
-    ) f
+shared_windows AS (
+    SELECT qc.queue, qc.mode, qc.mode_order, qc.residual
+    FROM queue_capacity qc
+    LEFT JOIN rr_queues rq ON rq.queue = qc.queue
+    WHERE qc.residual > 0 AND (qc.mode = 'strict_fifo' OR rq.cohorts > 128)
 ),
 candidates AS (
-    SELECT c.id, c.actor, c.queue, c.identity_key, c.priority, c.scheduled_at,
-           qc.mode_order, 1::bigint AS fairness_rank
-    FROM fifo_actors fa
-    JOIN queue_capacity qc ON qc.queue = fa.queue
-    JOIN actor_capacity acap ON acap.actor = fa.actor
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at
-        FROM {schema}.jobs j
-        WHERE j.status = 'pending' AND j.actor = fa.actor AND j.queue = fa.queue
-          AND j.scheduled_at <= (SELECT now FROM clock)
-        ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT acap.residual * $5::bigint
-    ) c
-    WHERE acap.residual > 0
-    UNION ALL
-    SELECT c.id, c.actor, c.queue, c.identity_key, c.priority, c.scheduled_at,
-           qc.mode_order,
-           row_number() OVER (
-               PARTITION BY c.cohort ORDER BY c.priority DESC, c.scheduled_at, c.id
-           ) AS fairness_rank
-    FROM rr_cohorts rc
-    JOIN rr_actors ra ON ra.queue = rc.queue AND ra.actor = rc.actor
-    JOIN queue_capacity qc ON qc.queue = rc.queue
-    JOIN actor_capacity acap ON acap.actor = rc.actor
+    SELECT c.*, sw.mode, sw.mode_order
+    FROM shared_windows sw
+    CROSS JOIN capped k
     CROSS JOIN LATERAL (
         SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
                COALESCE(j.fairness_key, '__null__') AS cohort
         FROM {schema}.jobs j
-        WHERE j.status = 'pending' AND j.queue = rc.queue AND j.actor = rc.actor
+        WHERE j.status = 'pending' AND j.queue = sw.queue
+          AND j.scheduled_at <= (SELECT now FROM clock)
+          AND j.actor <> ALL (k.actors)
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT sw.residual * $5::bigint
+    ) c
+    UNION ALL
+    SELECT c.*, qc.mode, qc.mode_order
+    FROM rr_cohorts rc
+    JOIN rr_queues rq ON rq.queue = rc.queue AND rq.cohorts <= 128
+    JOIN queue_capacity qc ON qc.queue = rc.queue
+    CROSS JOIN capped k
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
+               COALESCE(j.fairness_key, '__null__') AS cohort
+        FROM {schema}.jobs j
+        WHERE j.status = 'pending' AND j.queue = rc.queue
           AND COALESCE(j.fairness_key, '__null__') = rc.cohort
           AND j.scheduled_at <= (SELECT now FROM clock)
+          AND j.actor <> ALL (k.actors)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
-        -- The actor's whole window from every cohort while that stays small; past ~1000
-        -- rows, an even share per cohort.
-        LIMIT CASE WHEN ra.cohorts * acap.residual * $5::bigint <= 1000
-                   THEN acap.residual * $5::bigint
-                   ELSE GREATEST((acap.residual * $5::bigint + ra.cohorts - 1) / ra.cohorts + 1,
-                                 1000 / ra.cohorts)
+        LIMIT CASE WHEN rq.cohorts * qc.residual * $5::bigint <= 1000
+                   THEN qc.residual * $5::bigint
+                   ELSE GREATEST((qc.residual * $5::bigint + rq.cohorts - 1) / rq.cohorts + 1,
+                                 1000 / rq.cohorts)
               END
     ) c
-    WHERE acap.residual > 0
+    UNION ALL
+    SELECT c.*, qc.mode, qc.mode_order
+    FROM queue_capacity qc
+    JOIN capped_actors ca ON ca.residual > 0
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
+               COALESCE(j.fairness_key, '__null__') AS cohort
+        FROM {schema}.jobs j
+        WHERE j.status = 'pending' AND j.actor = ca.actor AND j.queue = qc.queue
+          AND j.scheduled_at <= (SELECT now FROM clock)
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT ca.residual * $5::bigint
+    ) c
+    WHERE qc.residual > 0
+),
+fair_ranked AS (
+    SELECT c.*,
+           CASE WHEN c.mode = 'round_robin'
+                THEN row_number() OVER (
+                    PARTITION BY c.mode, c.cohort
+                    ORDER BY c.priority DESC, c.scheduled_at, c.id)
+                ELSE 1
+           END AS fairness_rank
+    FROM candidates c
 ),
 identity_free AS (
-    SELECT c.*
-    FROM candidates c
-    WHERE c.identity_key IS NULL
+    SELECT f.*
+    FROM fair_ranked f
+    WHERE f.identity_key IS NULL
        OR NOT EXISTS (
            SELECT 1 FROM {schema}.jobs rj
-           WHERE rj.status = 'running' AND rj.actor = c.actor
-             AND rj.identity_key = c.identity_key)
+           WHERE rj.status = 'running' AND rj.actor = f.actor
+             AND rj.identity_key = f.identity_key)
 ),
 identity_dedup AS (
     (
@@ -200,8 +212,8 @@ ranked AS (
                ORDER BY a.mode_order, a.fairness_rank, a.priority DESC, a.scheduled_at, a.id
            ) AS queue_rank
     FROM actor_ranked a
-    JOIN actor_capacity acap ON acap.actor = a.actor
-    WHERE acap.max_concurrent IS NULL OR a.actor_rank <= acap.residual
+    LEFT JOIN capped_actors ca ON ca.actor = a.actor
+    WHERE ca.actor IS NULL OR a.actor_rank <= ca.residual
 ),
 locked AS (
     SELECT j.id, r.actor, r.mode_order, r.fairness_rank, r.priority, r.scheduled_at
@@ -223,10 +235,10 @@ eligible AS (
                ) AS actor_rank
         FROM locked l
     ) l
-    JOIN actor_capacity acap ON acap.actor = l.actor
-    WHERE acap.max_concurrent IS NULL
-       OR (acap.in_flight < acap.max_concurrent
-           AND l.actor_rank <= acap.max_concurrent - acap.in_flight)
+    LEFT JOIN capped_actors ca ON ca.actor = l.actor
+    WHERE ca.actor IS NULL
+       OR (ca.in_flight < ca.max_concurrent
+           AND l.actor_rank <= ca.max_concurrent - ca.in_flight)
 ),
 claimed AS (
     UPDATE {schema}.jobs j
