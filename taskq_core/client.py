@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -29,6 +29,7 @@ from taskq_core.backend.protocol import (
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
+from taskq_core.obs.metrics import instruments, producer_span
 from taskq_core.retry import DEFAULT_RETRY_POLICY
 from taskq_core.settings import TaskqSettings
 
@@ -138,7 +139,9 @@ class JobsClient:
         )  # fmt: skip
         args = await self._build_args(item)
         await self._check_capacity([args])
-        return await self.backend.enqueue(args, connection=connection)
+        with producer_span(args.queue, args.actor) as (trace_id, span_id):
+            args = replace(args, trace_id=trace_id, span_id=span_id)
+            return await self.backend.enqueue(args, connection=connection)
 
     async def enqueue_batch(
         self,
@@ -147,8 +150,7 @@ class JobsClient:
         connection: Any = None,
     ) -> list[JobRow]:
         """Insert every item in one transaction; one row per item, in order."""
-        args = [await self._build_args(self._item(i)) for i in items]
-        await self._check_capacity(args)
+        args = await self._traced_args(items)
         return await self.backend.enqueue_batch(args, connection=connection)
 
     async def enqueue_many_fast(
@@ -158,9 +160,21 @@ class JobsClient:
         connection: Any = None,
     ) -> int:
         """Bulk insert through the COPY path; returns how many jobs were inserted."""
+        args = await self._traced_args(items)
+        return await self.backend.enqueue_batch_fast(args, connection=connection)
+
+    async def _traced_args(
+        self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
+    ) -> list[EnqueueArgs]:
+        """Build and check every item; the batch shares one producer span."""
         args = [await self._build_args(self._item(i)) for i in items]
         await self._check_capacity(args)
-        return await self.backend.enqueue_batch_fast(args, connection=connection)
+        if not args:
+            return args
+        with producer_span(args[0].queue, args[0].actor) as (trace_id, span_id):
+            if trace_id is None:
+                return args
+            return [replace(a, trace_id=trace_id, span_id=span_id) for a in args]
 
     @staticmethod
     def _item(item: EnqueueItem | tuple[ActorRef | str, Any]) -> EnqueueItem:
@@ -232,6 +246,7 @@ class JobsClient:
         pending = await self.backend.count_pending_jobs(list(limits))
         for actor_name, limit in limits.items():
             if pending.get(actor_name, 0) + wanted[actor_name] > limit:
+                instruments().backpressure_errors.add(1, {"taskq.actor": actor_name})
                 raise MaxPendingExceededError(
                     f"{actor_name} has {pending.get(actor_name, 0)} pending job(s); "
                     f"max_pending is {limit}"
@@ -253,6 +268,7 @@ class JobsClient:
 
     async def cancel(self, job_id: UUID | str, *, reason: str | None = None) -> CancelOutcome:
         """Cancel a job: at once when waiting, cooperatively when running."""
+        instruments().cancellation_requested.add(1)
         outcome = await self.backend.write_cancel_request(_uuid(job_id), reason)
         if outcome == "not_found":
             raise JobNotFoundError(f"no job with id {job_id}")

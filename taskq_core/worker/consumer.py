@@ -21,6 +21,7 @@ from taskq_core.actors import ActorRef, JobContext
 from taskq_core.backend.protocol import ErrorInfo, JobRow
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
+from taskq_core.obs.metrics import consumer_span, instruments
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.deps import WorkerDeps
@@ -71,6 +72,20 @@ class ConsumerLoop:
 
 async def execute_job(deps: WorkerDeps, job: JobRow) -> str:
     """Run one claimed job and record its outcome; returns the outcome name."""
+    if not deps.settings.otel_enabled:
+        return await _execute(deps, job)
+    started = deps.clock.monotonic()
+    with consumer_span(job.actor, job.queue, str(job.id), job.trace_id, job.span_id) as span:
+        outcome = await _execute(deps, job)
+        span.set_attribute("taskq.outcome", outcome)
+    attributes = {"taskq.actor": job.actor, "messaging.destination.name": job.queue}
+    meters = instruments()
+    meters.process_duration.record(deps.clock.monotonic() - started, attributes)
+    meters.consumed_messages.add(1, {**attributes, "taskq.outcome": outcome})
+    return outcome
+
+
+async def _execute(deps: WorkerDeps, job: JobRow) -> str:
     ref = deps.registry.get(job.actor)
     if ref is None:
         deps.log.error("dispatch_actor_not_found", job_id=str(job.id), actor=job.actor)

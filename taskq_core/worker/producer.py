@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from taskq_core.obs.metrics import instruments
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
 
@@ -38,9 +39,12 @@ class ProducerLoop:
         free = deps.settings.max_concurrency - deps.in_flight()
         if free <= 0 or not deps.queues:
             return ProducerTick(0, 0)
+        started = deps.clock.monotonic()
         jobs = await deps.backend.dispatch_batch(
             deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
         )
+        if deps.settings.otel_enabled:
+            instruments().dispatch_duration.record(deps.clock.monotonic() - started)
         for job in jobs:
             deps.local_queue.put_nowait(job)
         return ProducerTick(free, len(jobs))

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from taskq_core.constants import EXIT_WATCHDOG
+from taskq_core.obs.metrics import instruments
 
 
 class LoopLiveness:
@@ -97,6 +98,7 @@ def dump_task_stacks(log: Any, reason: str) -> list[dict[str, Any]]:
 def trip(log: Any, detector: str, reason: str, *, dump: bool = True) -> None:
     """The terminal path: log, dump, flush, ``os._exit(2)``."""
     log.critical("worker_watchdog_trip", detector=detector, reason=reason)
+    instruments().watchdog_trips.add(1, {"detector": detector})
     if dump:
         dump_task_stacks(log, f"watchdog:{detector}")
     else:
