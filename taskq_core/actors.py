@@ -30,7 +30,13 @@ P = TypeVar("P")
 
 @dataclass
 class JobContext(Generic[P]):
-    """What an actor knows about the job it runs."""
+    """What an actor knows about the job it runs.
+
+    ``cancel_event`` is set when the job is cancelled or the worker shuts down. An actor that
+    looks at it and returns early is treated as interrupted: a cancelled job ends
+    ``cancelled``, a job interrupted by shutdown goes back to the queue. An actor that never
+    looks at it and returns normally has finished its work, and its result is kept.
+    """
 
     job_id: UUID
     attempt: int
@@ -38,13 +44,29 @@ class JobContext(Generic[P]):
     actor: str
     queue: str
     payload: P
-    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
+    cancel_observed: bool = field(default=False, repr=False)
+
+    @property
+    def cancel_event(self) -> asyncio.Event:
+        """Set when the job should stop; reading it marks the actor as cancel-aware."""
+        self.cancel_observed = True
+        return self._cancel_event
 
     @property
     def cancel_requested(self) -> bool:
-        """True once a cancel was requested: finish up and return."""
+        """True once the job should stop: finish up and return."""
         return self.cancel_event.is_set()
+
+    @property
+    def interrupted(self) -> bool:
+        """The actor saw the cancel signal (so a normal return means it stopped early)."""
+        return self.cancel_observed and self._cancel_event.is_set()
+
+    def signal_cancel(self) -> None:
+        """Set the cancel event (worker side; does not count as the actor observing it)."""
+        self._cancel_event.set()
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class CancelController:
         active.cancel_reason = reason
         active.cancel_phase = CancelPhase.COOPERATIVE
         active.cancel_observed_at = now
-        active.ctx.cancel_event.set()
+        active.ctx.signal_cancel()
         self.deps.log.info("job_cancel_observed", job_id=str(active.job.id), reason=reason)
 
     async def advance(self) -> None:

@@ -161,8 +161,8 @@ async def _invoke(
         return "error", TimeoutError(f"attempt exceeded its timeout of {exc.seconds:g}s")
     except Exception as exc:
         return "error", exc
-    if active.ctx.cancel_requested and active.cancel_reason == "requested":
-        return "cancelled", None  # a cooperative exit after a cancel request
+    if active.ctx.interrupted:
+        return "cancelled", None  # a cooperative exit: the actor saw the signal and stopped
     return "returned", value
 
 

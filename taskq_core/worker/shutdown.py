@@ -121,7 +121,7 @@ class ShutdownOrchestrator:
         for active in deps.active.all():
             active.cancel_reason = "shutdown"
             active.cancel_observed_at = active.cancel_observed_at or now
-            active.ctx.cancel_event.set()
+            active.ctx.signal_cancel()
         await self._wait_idle(deps.settings.cancellation_grace_period)
 
     async def _force(self) -> None:
