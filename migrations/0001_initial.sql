@@ -58,6 +58,11 @@ CREATE INDEX jobs_dispatch_idx ON {schema}.jobs (actor, queue, priority DESC, sc
 CREATE INDEX jobs_fair_dispatch_idx ON {schema}.jobs
     (queue, (COALESCE(fairness_key, '__null__')), priority DESC, scheduled_at, id)
     WHERE status = 'pending';
+-- When each fairness cohort of a queue last had a job start: round_robin serves the cohort
+-- served least recently first among equals, so one-job-at-a-time dispatch still alternates.
+CREATE INDEX jobs_cohort_served_idx ON {schema}.jobs
+    (queue, (COALESCE(fairness_key, '__null__')), started_at DESC)
+    WHERE started_at IS NOT NULL;
 -- Scheduled promotion (scheduled -> pending when due).
 CREATE INDEX jobs_scheduled_idx ON {schema}.jobs (scheduled_at) WHERE status = 'scheduled';
 -- Lease expiry, per-worker heartbeat, running counts per actor and identity serialization.

@@ -420,9 +420,12 @@ class Backend(Protocol):
 
         Rows come back in dispatch order. strict_fifo: priority DESC, scheduled_at, id.
         round_robin: the same order inside each fairness_key cohort (NULL keys form one
-        cohort), cohorts interleaved by their rank. Queues of different modes are served mode
-        group by mode group, in the order the queues are given. Only ``pending`` rows with
-        scheduled_at <= now() are due (scheduled jobs wait for ``scheduled_to_pending``).
+        cohort), cohorts interleaved by their rank; among jobs of equal rank and priority
+        the cohort whose last job started least recently in that queue goes first (never
+        started: first), so dispatching one job at a time still alternates cohorts. Queues
+        of different modes are served mode group by mode group, in the order given. Only
+        ``pending`` rows with scheduled_at <= now() are due (scheduled jobs wait for
+        ``scheduled_to_pending``).
         An actor's ``max_concurrent`` counts its running jobs in every queue; a queue's counts
         running jobs in that queue; at most one job per (actor, identity_key) runs at a time.
         Concurrent dispatchers may exceed a cap by at most (dispatchers - 1) * cap.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
-from taskq_core.backend.protocol import Backend, JobFilter, JobRow
+from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import LEASE, args, between, cap_actor, reload, wait_set
@@ -322,15 +322,31 @@ async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
     await backend.enqueue_batch(
         [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
     )
-    tenants = [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(128)]
-    await backend.enqueue_batch(tenants)
+    await backend.enqueue_batch(
+        [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(128)]
+    )
     # 129 cohorts: one window of limit * oversample rows in FIFO order, ranked by cohort.
     claimed = await dispatch(backend, "q", 3)
     assert payloads(claimed) == ["deep0", "deep1", "deep2"]
-    # Back within the budget, every cohort's head competes again.
-    await backend.cancel_where(JobFilter(queue="q", status="pending", limit=None), None)
+    # Within the budget, every cohort's head competes.
+    await backend.update_queue("q2", mode="round_robin")
     await backend.enqueue_batch(
-        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
+        [args(queue="q2", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
+        + [args(queue="q2", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(127)]
     )
-    await backend.enqueue_batch(tenants[:127])
-    assert payloads(await dispatch(backend, "q", 3)) == ["deep0", "t0", "t1"]
+    assert payloads(await dispatch(backend, "q2", 3)) == ["deep0", "t0", "t1"]
+
+
+async def test_round_robin_alternates_cohorts_one_job_at_a_time(harness: Harness) -> None:
+    await harness.backend.update_queue("q", mode="round_robin")
+    await harness.backend.enqueue_batch(
+        [args(queue="q", fairness_key="big", payload={"n": "big"}) for _ in range(6)]
+        + [args(queue="q", fairness_key="small", payload={"n": "small"}) for _ in range(2)]
+    )
+    worker, order = uuid4(), []
+    for _ in range(6):
+        [row] = await harness.backend.dispatch_batch(worker, ["q"], 1, LEASE)
+        order.append(row.payload["n"])
+        assert await harness.backend.mark_succeeded(row.id, worker, None)
+        await harness.travel(1)
+    assert order == ["big", "small", "big", "small", "big", "big"]

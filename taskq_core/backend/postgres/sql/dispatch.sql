@@ -15,19 +15,24 @@
 --                    - actors without a cap share one window per strict_fifo queue (and per
 --                      round_robin queue past the cohort budget) of residual * $5 rows;
 --                    - in round_robin queues, one window per cohort instead (the whole
---                      residual * $5 while cohorts * window <= 1000, else an even share);
+--                      residual * $5 while cohorts * window <= 256, else an even share:
+--                      max(ceil(window / cohorts) + 1, 256 / cohorts) rows);
 --                    - every capped actor gets a window of its own of ITS residual * $5 rows
 --                      per queue, so its backlog can never crowd the others out of theirs.
 --                    Oversampling absorbs what identity serialization and caps filter out.
 --   fair_ranked      round_robin: fairness_rank = ROW_NUMBER() per cohort (NULL keys are the
---                    '__null__' cohort); strict_fifo: 1
+--                    '__null__' cohort), and last_served = when a job of the cohort last
+--                    started in that queue (one index probe per cohort in the candidates);
+--                    strict_fifo: 1 and NULL
 --   identity_dedup   at most one job per (actor, identity_key), none if one is running
 --   ranked           capped actors: actor_rank <= residual; then, in capped queues,
 --                    queue_rank <= queue residual. Nothing else is pre-filtered: the global
 --                    LIMIT below applies after SKIP LOCKED, so dispatchers racing for the same
 --                    head rows fall through to the next ones instead of coming back empty.
 --   locked           FOR UPDATE SKIP LOCKED, LIMIT $2, in dispatch order (mode group,
---                    fairness_rank, priority DESC, scheduled_at, id). FOR UPDATE cannot share
+--                    fairness_rank, priority DESC, last_served NULLS FIRST, scheduled_at,
+--                    id): among equals the cohort served least recently goes first, so a
+--                    worker that dispatches one job at a time still alternates cohorts. FOR UPDATE cannot share
 --                    a SELECT with window functions, hence its own CTE.
 --   eligible         capped actors again over what was really locked: the boolean gate
 --                    in_flight < max_concurrent and the rank cap actor_rank <= max - in_flight
@@ -146,10 +151,10 @@ candidates AS (
           AND j.scheduled_at <= (SELECT now FROM clock)
           AND j.actor <> ALL (k.actors)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT CASE WHEN rq.cohorts * qc.residual * $5::bigint <= 1000
+        LIMIT CASE WHEN rq.cohorts * qc.residual * $5::bigint <= 256
                    THEN qc.residual * $5::bigint
                    ELSE GREATEST((qc.residual * $5::bigint + rq.cohorts - 1) / rq.cohorts + 1,
-                                 1000 / rq.cohorts)
+                                 256 / rq.cohorts)
               END
     ) c
     UNION ALL
@@ -167,6 +172,18 @@ candidates AS (
     ) c
     WHERE qc.residual > 0
 ),
+cohort_turns AS (
+    SELECT t.queue, t.cohort, s.last_started
+    FROM (
+        SELECT DISTINCT c.queue, c.cohort FROM candidates c WHERE c.mode = 'round_robin'
+    ) t
+    CROSS JOIN LATERAL (
+        SELECT max(j.started_at) AS last_started
+        FROM {schema}.jobs j
+        WHERE j.queue = t.queue AND COALESCE(j.fairness_key, '__null__') = t.cohort
+          AND j.started_at IS NOT NULL
+    ) s
+),
 fair_ranked AS (
     SELECT c.*,
            CASE WHEN c.mode = 'round_robin'
@@ -174,8 +191,10 @@ fair_ranked AS (
                     PARTITION BY c.mode, c.cohort
                     ORDER BY c.priority DESC, c.scheduled_at, c.id)
                 ELSE 1
-           END AS fairness_rank
+           END AS fairness_rank,
+           ct.last_started AS last_served
     FROM candidates c
+    LEFT JOIN cohort_turns ct ON ct.queue = c.queue AND ct.cohort = c.cohort
 ),
 identity_free AS (
     SELECT f.*
@@ -192,7 +211,7 @@ identity_dedup AS (
         FROM identity_free f
         WHERE f.identity_key IS NOT NULL
         ORDER BY f.actor, f.identity_key, f.mode_order, f.fairness_rank, f.priority DESC,
-                 f.scheduled_at, f.id
+                 f.last_served NULLS FIRST, f.scheduled_at, f.id
     )
     UNION ALL
     SELECT f.* FROM identity_free f WHERE f.identity_key IS NULL
@@ -201,7 +220,8 @@ actor_ranked AS (
     SELECT d.*,
            row_number() OVER (
                PARTITION BY d.actor
-               ORDER BY d.mode_order, d.fairness_rank, d.priority DESC, d.scheduled_at, d.id
+               ORDER BY d.mode_order, d.fairness_rank, d.priority DESC,
+                        d.last_served NULLS FIRST, d.scheduled_at, d.id
            ) AS actor_rank
     FROM identity_dedup d
 ),
@@ -209,29 +229,33 @@ ranked AS (
     SELECT a.*,
            row_number() OVER (
                PARTITION BY a.queue
-               ORDER BY a.mode_order, a.fairness_rank, a.priority DESC, a.scheduled_at, a.id
+               ORDER BY a.mode_order, a.fairness_rank, a.priority DESC,
+                        a.last_served NULLS FIRST, a.scheduled_at, a.id
            ) AS queue_rank
     FROM actor_ranked a
     LEFT JOIN capped_actors ca ON ca.actor = a.actor
     WHERE ca.actor IS NULL OR a.actor_rank <= ca.residual
 ),
 locked AS (
-    SELECT j.id, r.actor, r.mode_order, r.fairness_rank, r.priority, r.scheduled_at
+    SELECT j.id, r.actor, r.mode_order, r.fairness_rank, r.priority, r.last_served,
+           r.scheduled_at
     FROM {schema}.jobs j
     JOIN ranked r ON r.id = j.id
     JOIN queue_capacity qc ON qc.queue = r.queue
     WHERE j.status = 'pending' AND (qc.max_concurrent IS NULL OR r.queue_rank <= qc.residual)
-    ORDER BY r.mode_order, r.fairness_rank, r.priority DESC, r.scheduled_at, r.id
+    ORDER BY r.mode_order, r.fairness_rank, r.priority DESC, r.last_served NULLS FIRST,
+             r.scheduled_at, r.id
     LIMIT $2::bigint
     FOR UPDATE OF j SKIP LOCKED
 ),
 eligible AS (
-    SELECT l.id, l.mode_order, l.fairness_rank
+    SELECT l.id, l.mode_order, l.fairness_rank, l.last_served
     FROM (
         SELECT l.*,
                row_number() OVER (
                    PARTITION BY l.actor
-                   ORDER BY l.mode_order, l.fairness_rank, l.priority DESC, l.scheduled_at, l.id
+                   ORDER BY l.mode_order, l.fairness_rank, l.priority DESC,
+                            l.last_served NULLS FIRST, l.scheduled_at, l.id
                ) AS actor_rank
         FROM locked l
     ) l
@@ -247,7 +271,7 @@ claimed AS (
     FROM eligible e CROSS JOIN clock k
     WHERE j.id = e.id AND j.status = 'pending'
     RETURNING j.*, e.mode_order AS dispatch_mode_order,
-              e.fairness_rank AS dispatch_fairness_rank
+              e.fairness_rank AS dispatch_fairness_rank, e.last_served AS dispatch_last_served
 ),
 events AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
@@ -255,5 +279,5 @@ events AS (
 )
 SELECT c.*
 FROM claimed c
-ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC, c.scheduled_at,
-         c.id;
+ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
+         c.dispatch_last_served NULLS FIRST, c.scheduled_at, c.id;
