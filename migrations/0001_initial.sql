@@ -82,6 +82,14 @@ CREATE INDEX jobs_finished_idx ON {schema}.jobs (status, finished_at DESC)
 CREATE INDEX jobs_result_expiry_idx ON {schema}.jobs (result_expires_at)
     WHERE result_expires_at IS NOT NULL;
 
+-- Dispatch's "not one of the capped actors" filter, opaque to the planner on purpose.
+-- Written inline, its selectivity estimate is 0 whenever a queue holds a single actor, and
+-- the generic plan then scans and sorts the whole backlog instead of walking the ordered
+-- index until its LIMIT; a PL/pgSQL function gets the neutral default estimate.
+CREATE FUNCTION {schema}.actor_not_in(actor text, excluded text[]) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ BEGIN RETURN actor <> ALL (excluded); END $$;
+
 CREATE TABLE {schema}.job_attempts (
     id              bigserial PRIMARY KEY,
     job_id          uuid NOT NULL REFERENCES {schema}.jobs (id) ON DELETE CASCADE,

@@ -432,9 +432,10 @@ class Backend(Protocol):
 
         Candidates come from bounded windows of residual * oversample rows (the pipeline is
         spelled out in ``postgres/sql/dispatch.sql``): actors without a cap share one window
-        per queue (round_robin: one per cohort), each capped actor has its own, so a capped
-        backlog never blocks the others. A round_robin queue with more than 128 cohorts is
-        served from the shared window, ranked by cohort, to keep every call bounded.
+        per queue (at least 16 rows; round_robin: one per cohort), each capped actor has its
+        own, so a capped backlog never blocks the others. A round_robin queue with more than
+        128 cohorts is served from the shared window, ranked by cohort, to keep every call
+        bounded.
         """
 
     async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:

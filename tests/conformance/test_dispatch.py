@@ -320,12 +320,12 @@ async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
     backend = harness.backend
     await backend.update_queue("q", mode="round_robin")
     await backend.enqueue_batch(
-        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
+        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(20)]
     )
     await backend.enqueue_batch(
         [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(128)]
     )
-    # 129 cohorts: one window of limit * oversample rows in FIFO order, ranked by cohort.
+    # 129 cohorts: one shared window (16 rows here) in FIFO order, ranked by cohort.
     claimed = await dispatch(backend, "q", 3)
     assert payloads(claimed) == ["deep0", "deep1", "deep2"]
     # Within the budget, every cohort's head competes.

@@ -13,7 +13,9 @@
 --                    past the budget of 128 cohorts
 --   candidates       CROSS JOIN LATERAL windows in priority DESC, scheduled_at, id order:
 --                    - actors without a cap share one window per strict_fifo queue (and per
---                      round_robin queue past the cohort budget) of residual * $5 rows;
+--                      round_robin queue past the cohort budget) of residual * $5 rows, at
+--                      least 16, so up to 16 dispatchers asking for one job each at the same
+--                      moment each find an unlocked row in it;
 --                    - in round_robin queues, one window per cohort instead (the whole
 --                      residual * $5 while cohorts * window <= 256, else an even share:
 --                      max(ceil(window / cohorts) + 1, 256 / cohorts) rows);
@@ -132,9 +134,9 @@ candidates AS (
         FROM {schema}.jobs j
         WHERE j.status = 'pending' AND j.queue = sw.queue
           AND j.scheduled_at <= (SELECT now FROM clock)
-          AND j.actor <> ALL (k.actors)
+          AND {schema}.actor_not_in(j.actor, k.actors)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT sw.residual * $5::bigint
+        LIMIT GREATEST(sw.residual * $5::bigint, 16)
     ) c
     UNION ALL
     SELECT c.*, qc.mode, qc.mode_order
@@ -149,7 +151,7 @@ candidates AS (
         WHERE j.status = 'pending' AND j.queue = rc.queue
           AND COALESCE(j.fairness_key, '__null__') = rc.cohort
           AND j.scheduled_at <= (SELECT now FROM clock)
-          AND j.actor <> ALL (k.actors)
+          AND {schema}.actor_not_in(j.actor, k.actors)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
         LIMIT CASE WHEN rq.cohorts * qc.residual * $5::bigint <= 256
                    THEN qc.residual * $5::bigint
