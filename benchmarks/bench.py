@@ -144,7 +144,7 @@ async def cycle_section(bench: Bench) -> list[Measurement]:
     results = []
     duration = 1.0 if bench.quick else 5.0
     for batch in (1, 10, 100):
-        async with bench.fresh_backend(max_size=bench.concurrency + 2) as backend:
+        async with bench.fresh_backend(max_size=bench.concurrency * 4) as backend:
             await backend.enqueue_batch_fast([job(n) for n in range(bench.size(60_000))])
             await bench.settle(backend)
             started = time.perf_counter()
