@@ -15,7 +15,18 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from taskq_cli import output
-from taskq_cli.commands import embedded, health, migrate, worker
+from taskq_cli.commands import (
+    actor_config,
+    control,
+    embedded,
+    enqueue,
+    health,
+    jobs,
+    migrate,
+    queues,
+    worker,
+    workers,
+)
 from taskq_cli.options import GlobalOptions
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.errors import TaskqError
@@ -33,6 +44,13 @@ app.add_typer(migrate.app, name="migrate")
 app.add_typer(embedded.app, name="embedded")
 app.add_typer(health.app, name="health")
 app.command("worker")(worker.worker)
+app.command("enqueue")(enqueue.enqueue)
+app.add_typer(jobs.app, name="jobs")
+app.command("cancel")(control.cancel)
+app.command("retry")(control.retry)
+app.add_typer(queues.app, name="queues")
+app.add_typer(actor_config.app, name="actor-config")
+app.add_typer(workers.app, name="workers")
 
 
 def _version() -> str:

@@ -8,16 +8,22 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 from uuid import UUID
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow
 
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True)
+_PIPE_WIDTH = 10_000
+_DASH = Text("-", style="dim")
 
 
 def to_jsonable(value: Any) -> Any:
@@ -51,17 +57,45 @@ def print_table(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None
 ) -> None:
     """A rich table on stdout; None cells render as a dim dash."""
-    table = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
+    # Piped output is read by grep and awk: plain space-separated columns, never a cell
+    # wrapped to a guessed terminal width. Cells are literal text, never rich markup.
+    piped = not stdout.is_terminal
+    table = Table(
+        title=title,
+        header_style="bold",
+        show_edge=False,
+        pad_edge=False,
+        box=None if piped else box.HEAVY_HEAD,
+    )
     for column in columns:
-        table.add_column(column)
+        table.add_column(Text(column))
     for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    stdout.print(table)
+        table.add_row(*(_cell(cell) for cell in row))
+    if not piped:
+        stdout.print(table)
+        return
+    console = Console(soft_wrap=True, width=_PIPE_WIDTH)
+    with console.capture() as captured:
+        console.print(table)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    sys.stdout.flush()
+
+
+def _cell(value: Any) -> Text:
+    """A table cell: literal text (never markup), a dim dash for None, styled Text as is."""
+    if value is None:
+        return _DASH
+    return value if isinstance(value, Text) else Text(str(value))
+
+
+def styled(value: str, style: str) -> Text:
+    """A cell or word with a colour; rich drops it when colours are off."""
+    return Text(value, style=style)
 
 
 def info(message: str) -> None:
-    """A human message on stdout."""
-    stdout.print(message, highlight=False)
+    """A human message on stdout (literal text: brackets in names are not rich markup)."""
+    stdout.print(message, highlight=False, markup=False)
 
 
 def warn(message: str) -> None:
@@ -74,3 +108,167 @@ def error(message: str) -> None:
     line = " ".join(message.split())
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
+
+
+# --- shared renderings of TaskQ rows ------------------------------------------------------------
+# JSON documents use these stable snake_case names; times are ISO-8601 (via to_jsonable) and
+# durations are seconds in fields whose names say so.
+
+
+def now() -> datetime:
+    """The local clock, for ages in human output (JSON carries absolute times instead)."""
+    return datetime.now(UTC)
+
+
+def age(then: datetime | None, reference: datetime | None = None) -> str | None:
+    """How long ago ``then`` was, compactly: ``45s``, ``3m10s``, ``2h5m``, ``4d2h``."""
+    if then is None:
+        return None
+    delta = (reference or now()) - then
+    future = delta < timedelta(0)
+    seconds = int(abs(delta.total_seconds()))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count or (unit == "s" and not parts):
+            parts.append(f"{count}{unit}")
+    text = "".join(parts[:2])
+    return f"in {text}" if future else text
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """A time for humans: ISO-8601 to the second."""
+    return None if value is None else value.isoformat(timespec="seconds")
+
+
+def seconds(value: timedelta | None) -> float | None:
+    """A duration as seconds for JSON (None stays None)."""
+    return None if value is None else value.total_seconds()
+
+
+def job_summary(job: JobRow) -> dict[str, Any]:
+    """A job as listings show it: everything except payload, result and traceback."""
+    return {
+        "id": job.id,
+        "actor": job.actor,
+        "queue": job.queue,
+        "status": job.status,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "retry_kind": job.retry_kind,
+        "created_at": job.created_at,
+        "scheduled_at": job.scheduled_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "updated_at": job.updated_at,
+        "locked_by_worker": job.locked_by_worker,
+        "lock_expires_at": job.lock_expires_at,
+        "identity_key": job.identity_key,
+        "fairness_key": job.fairness_key,
+        "schedule_to_close": job.schedule_to_close,
+        "cancel_phase": job.cancel_phase,
+        "cancel_requested_at": job.cancel_requested_at,
+        "cancel_reason": job.cancel_reason,
+        "error_class": job.error_class,
+        "error_message": job.error_message,
+    }
+
+
+def job_document(job: JobRow) -> dict[str, Any]:
+    """Every field of a job (``jobs show``)."""
+    return {
+        **job_summary(job),
+        "payload": job.payload,
+        "result": job.result,
+        "result_ttl_seconds": seconds(job.result_ttl),
+        "result_expires_at": job.result_expires_at,
+        "error_traceback": job.error_traceback,
+        "metadata": job.metadata,
+        "trace_id": job.trace_id,
+        "span_id": job.span_id,
+        "progress_seq": job.progress_seq,
+        "progress_state": job.progress_state,
+    }
+
+
+def attempt_document(attempt: AttemptRow) -> dict[str, Any]:
+    """One attempt: outcome, worker, duration, error."""
+    return {
+        "attempt": attempt.attempt,
+        "outcome": attempt.outcome,
+        "worker_id": attempt.worker_id,
+        "started_at": attempt.started_at,
+        "finished_at": attempt.finished_at,
+        "duration_ms": attempt.duration_ms,
+        "error_class": attempt.error_class,
+        "error_message": attempt.error_message,
+        "error_traceback": attempt.error_traceback,
+    }
+
+
+def event_document(event: EventRow) -> dict[str, Any]:
+    """One timeline event."""
+    return {
+        "id": event.id,
+        "occurred_at": event.occurred_at,
+        "kind": event.kind,
+        "from_status": event.from_status,
+        "to_status": event.to_status,
+        "worker_id": event.worker_id,
+        "detail": event.detail,
+    }
+
+
+STATUS_STYLES = {
+    "pending": "cyan",
+    "scheduled": "blue",
+    "running": "yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "crashed": "red",
+    "abandoned": "red",
+}
+
+
+def status_cell(status: str) -> Text:
+    """A job status, coloured by what it means."""
+    return styled(status, STATUS_STYLES.get(status, ""))
+
+
+def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[list[Any]]:
+    """Table rows with the fields an operator needs first (see JOB_COLUMNS)."""
+    return [
+        [
+            job.id,
+            job.actor,
+            job.queue,
+            status_cell(job.status.value),
+            f"{job.attempt}/{job.max_attempts}",
+            age(job.created_at, reference),
+            job.error_class,
+        ]
+        for job in jobs
+    ]
+
+
+JOB_COLUMNS = ("id", "actor", "queue", "status", "attempt", "age", "error")
+
+
+def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
+    """``name  value`` lines, aligned, for one record (None shows as a dash)."""
+    items = list(pairs)
+    width = max((len(name) for name, _ in items), default=0)
+    for name, value in items:
+        info(f"{name.ljust(width)}  {'-' if value is None else value}")
+
+
+def compact_json(value: Any) -> str:
+    """A value as one line of JSON, for a table cell or a field."""
+    return json.dumps(to_jsonable(value), ensure_ascii=False, sort_keys=True)
+
+
+def note(message: str) -> None:
+    """A remark for humans on stderr (``no jobs match``), keeping stdout clean for pipes."""
+    stderr.print(message, highlight=False, markup=False)

@@ -1,0 +1,10 @@
+_taskq_completion() {
+    local IFS=$'
+'
+    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
+                   COMP_CWORD=$COMP_CWORD \
+                   _TASKQ_COMPLETE=complete_bash $1 ) )
+    return 0
+}
+
+complete -o default -F _taskq_completion taskq

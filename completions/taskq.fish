@@ -1,0 +1,1 @@
+complete --command taskq --no-files --arguments "(env _TASKQ_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) taskq)" --condition "env _TASKQ_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) taskq"

@@ -1,0 +1,220 @@
+"""``taskq cancel`` and ``taskq retry``: change one job, or every job a filter matches.
+
+One job by id, or many by filter. A bulk operation never runs without ``--yes``: without it
+the command counts what it would change, says so, and exits 1. With it, it reports how many
+rows it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+from uuid import UUID
+
+import typer
+
+from taskq_cli import inputs, output
+from taskq_cli.database import with_backend
+from taskq_cli.options import DsnOption, SchemaOption, YesOption
+from taskq_core.backend.protocol import Backend, BulkCancelResult, CancelOutcome, JobFilter
+from taskq_core.errors import ConfigError, InvalidTransitionError, JobNotFoundError
+from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStatus
+
+T = TypeVar("T")
+
+IdArgument = Annotated[
+    str | None, typer.Argument(help="Job id (UUID); omit it to act on a filter.", metavar="ID")
+]
+QueueOption = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
+ActorOption = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
+
+
+def _cancellable() -> list[str]:
+    return [s.value for s in JobStatus if s in ACTIVE_STATUSES]
+
+
+def _retryable() -> list[str]:
+    return [s.value for s in JobStatus if s in RETRYABLE_STATUSES]
+
+
+def _describe(job_filter: JobFilter) -> str:
+    parts = []
+    statuses = job_filter.statuses()
+    if statuses is not None:
+        parts.append("status " + "|".join(s.value for s in JobStatus if s in statuses))
+    if job_filter.queue is not None:
+        parts.append(f"queue {job_filter.queue!r}")
+    if job_filter.actor is not None:
+        parts.append(f"actor {job_filter.actor!r}")
+    return ", ".join(parts)
+
+
+async def _check_known(backend: Backend, job_filter: JobFilter) -> None:
+    """A filter naming a queue or actor that does not exist is a typo, not 'zero matches'."""
+    if job_filter.queue is not None and await backend.get_queue(job_filter.queue) is None:
+        known = ", ".join(repr(q.name) for q in (await backend.list_queues())[:10]) or "none"
+        raise ConfigError(f"unknown queue {job_filter.queue!r} (known: {known})")
+    actor = job_filter.actor
+    if (
+        actor is not None
+        and await backend.get_actor_config(actor) is None
+        and await backend.count_jobs(JobFilter(actor=actor, limit=1)) == 0
+    ):
+        raise ConfigError(f"unknown actor {actor!r}: no worker registered it and no job has it")
+
+
+def _bulk(
+    ctx: typer.Context,
+    dsn: str | None,
+    schema: str | None,
+    verb: str,
+    job_filter: JobFilter,
+    yes: bool,
+    apply: Callable[[Backend], Awaitable[T]],
+) -> T:
+    """Apply a bulk change with --yes; without it, count the matches, say so, and fail."""
+
+    async def run(backend: Backend) -> T:
+        await _check_known(backend, job_filter)
+        if not yes:
+            matched = await backend.count_jobs(job_filter)
+            raise ConfigError(
+                f"{verb} would affect {matched} job(s) ({_describe(job_filter)}); "
+                "re-run with --yes to do it"
+            )
+        return await apply(backend)
+
+    return with_backend(ctx, dsn, schema, run)
+
+
+def cancel(
+    ctx: typer.Context,
+    job_id: IdArgument = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (stored on the job).")] = None,
+    queue: QueueOption = None,
+    actor: ActorOption = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            help="Only jobs in this status: pending, scheduled, running (repeat).",
+            autocompletion=_cancellable,
+        ),
+    ] = None,
+    yes: YesOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Cancel a job (at once when waiting, cooperatively when running), or all that match."""
+    inputs.optional_text(reason, "--reason")
+    if job_id is not None:
+        if queue is not None or actor is not None or status:
+            raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
+        _cancel_one(ctx, dsn, schema, inputs.parse_job_id(job_id), reason)
+        return
+    if queue is None and actor is None:
+        raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to cancel many")
+    statuses = inputs.parse_statuses(status, allowed=ACTIVE_STATUSES)
+    job_filter = JobFilter(
+        status=statuses,
+        active=True if statuses is None else None,
+        queue=inputs.optional_text(queue, "--queue"),
+        actor=inputs.optional_text(actor, "--actor"),
+        limit=None,
+    )
+
+    async def apply(backend: Backend) -> BulkCancelResult:
+        return await backend.cancel_where(job_filter, reason)
+
+    result = _bulk(ctx, dsn, schema, "cancel", job_filter, yes, apply)
+    output.info(
+        f"cancelled {result.cancelled} waiting job(s); asked {result.requested} running "
+        f"job(s) to stop ({_describe(job_filter)})"
+    )
+
+
+def _cancel_one(
+    ctx: typer.Context, dsn: str | None, schema: str | None, ident: UUID, reason: str | None
+) -> None:
+    async def run(backend: Backend) -> tuple[CancelOutcome, JobStatus | None]:
+        outcome = await backend.write_cancel_request(ident, reason)
+        if outcome == "not_found":
+            raise JobNotFoundError(f"no job with id {ident}")
+        job = await backend.get(ident) if outcome == "terminal" else None
+        return outcome, None if job is None else job.status
+
+    outcome, status = with_backend(ctx, dsn, schema, run)
+    if outcome == "cancelled":
+        output.info(f"cancelled {ident}")
+    elif outcome == "requested":
+        output.info(f"asked {ident} to stop: its worker cancels it cooperatively")
+    elif outcome == "already_requested":
+        output.info(f"{ident} is already stopping (a cancel was requested before)")
+    elif status is JobStatus.CANCELLED:
+        output.info(f"{ident} was already cancelled")
+    else:
+        state = status.value if status is not None else "finished"
+        raise InvalidTransitionError(f"job {ident} is {state}: there is nothing to cancel")
+
+
+def retry(
+    ctx: typer.Context,
+    job_id: IdArgument = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            help="Re-pend jobs in this status: failed, cancelled, crashed (repeat).",
+            autocompletion=_retryable,
+        ),
+    ] = None,
+    queue: QueueOption = None,
+    actor: ActorOption = None,
+    yes: YesOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Re-pend a failed, crashed or cancelled job with a fresh attempt budget, or all that match."""
+    if job_id is not None:
+        if queue is not None or actor is not None or status:
+            raise ConfigError("give a job id or --status/--queue/--actor filters, not both")
+        _retry_one(ctx, dsn, schema, job_id)
+        return
+    statuses = inputs.parse_statuses(status, allowed=RETRYABLE_STATUSES)
+    if statuses is None:
+        raise ConfigError(
+            "give a job id, or --status failed|crashed|cancelled (with --yes) to retry many"
+        )
+    job_filter = JobFilter(
+        status=statuses,
+        queue=inputs.optional_text(queue, "--queue"),
+        actor=inputs.optional_text(actor, "--actor"),
+        limit=None,
+    )
+
+    async def apply(backend: Backend) -> int:
+        return await backend.retry_where(job_filter)
+
+    retried = _bulk(ctx, dsn, schema, "retry", job_filter, yes, apply)
+    output.info(f"re-pended {retried} job(s) ({_describe(job_filter)})")
+
+
+def _retry_one(ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str) -> None:
+    ident = inputs.parse_job_id(job_id)
+
+    async def run(backend: Backend) -> JobStatus | None:
+        job = await backend.get(ident)
+        if job is None:
+            raise JobNotFoundError(f"no job with id {ident}")
+        if await backend.retry_job(ident):
+            return None
+        after = await backend.get(ident)
+        return job.status if after is None else after.status
+
+    blocked_by = with_backend(ctx, dsn, schema, run)
+    if blocked_by is not None:
+        allowed = ", ".join(s.value for s in JobStatus if s in RETRYABLE_STATUSES)
+        raise InvalidTransitionError(
+            f"job {ident} is {blocked_by.value}: only {allowed} jobs can be retried"
+        )
+    output.info(f"re-pended {ident}")

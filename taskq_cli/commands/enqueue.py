@@ -1,0 +1,116 @@
+"""``taskq enqueue ACTOR``: put jobs on a queue from a shell; prints the new id(s).
+
+Enqueueing by name needs no registry: the job goes to the queue the actor registered (or
+``--queue``). When no worker has ever registered the actor the job is still enqueued, with
+a warning that it waits for one. ``--actors MOD:ATTR`` validates the payload with the
+actor's model first. ``--count N`` inserts N jobs in one statement: all or none.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from taskq_cli import inputs, output
+from taskq_cli.database import with_backend
+from taskq_cli.options import DsnOption, SchemaOption
+from taskq_core.actors import ActorRef, load_registry
+from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
+from taskq_core.client import EnqueueItem, JobsClient
+from taskq_core.errors import ConfigError
+
+MAX_COUNT = 10_000
+
+
+def _registered(spec: str | None, actor: str) -> list[ActorRef] | None:
+    """The registry named by ``--actors`` (it must contain the actor), or None."""
+    if spec is None:
+        return None
+    registry = load_registry(inputs.check_registry_spec(spec))
+    if actor not in registry:
+        known = ", ".join(sorted(registry)) or "none"
+        raise ConfigError(f"--actors {spec}: has no actor {actor!r} (it has: {known})")
+    return list(registry.values())
+
+
+def enqueue(
+    ctx: typer.Context,
+    actor: Annotated[
+        str, typer.Argument(help="Actor name (as registered by the workers).", metavar="ACTOR")
+    ],
+    payload: Annotated[
+        str | None,
+        typer.Option(
+            "--payload", help="JSON object; @FILE reads a file, - reads stdin. Default {}."
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option("--queue", help="Queue (default: the actor's registered queue)."),
+    ] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option("--delay", help="Run no earlier than this from now: 30s, 5m, 2h, 7d, PT1H."),
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option("--priority", help="Higher runs first (default 0).")
+    ] = None,
+    identity_key: Annotated[
+        str | None,
+        typer.Option("--identity-key", help="At most one job per (actor, key) runs at a time."),
+    ] = None,
+    fairness_key: Annotated[
+        str | None,
+        typer.Option("--fairness-key", help="Cohort for round_robin queues (e.g. a tenant)."),
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", help=f"Enqueue N identical jobs at once (1..{MAX_COUNT}).")
+    ] = 1,
+    actors: Annotated[
+        str | None,
+        typer.Option("--actors", help="MODULE:ATTR registry: validate the payload first."),
+    ] = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Enqueue jobs for ACTOR and print their ids, one per line."""
+    inputs.check_name(actor, "ACTOR")
+    document = inputs.parse_payload(payload)
+    queue = inputs.optional_name(queue, "--queue")
+    wait = None if delay is None else inputs.parse_duration_option(delay, "--delay")
+    if priority is not None:
+        inputs.check_int(priority, "--priority", minimum=inputs.INT32_MIN)
+    inputs.optional_text(identity_key, "--identity-key")
+    inputs.optional_text(fairness_key, "--fairness-key")
+    inputs.check_int(count, "--count", minimum=1, maximum=MAX_COUNT)
+    registry = _registered(actors, actor)
+    item = EnqueueItem(
+        actor,
+        document,
+        delay=wait,
+        queue=queue,
+        priority=priority,
+        identity_key=identity_key,
+        fairness_key=fairness_key,
+    )
+
+    async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow]]:
+        config = await backend.get_actor_config(actor)
+        client = JobsClient(backend=backend, registry=registry)
+        await client.open()
+        return config, await client.enqueue_batch([item] * count)
+
+    config, rows = with_backend(ctx, dsn, schema, run)
+    for row in rows:
+        output.info(str(row.id))
+    if config is None:
+        output.warn(
+            f"no worker has registered actor {actor!r} yet: the job(s) wait in queue "
+            f"{rows[0].queue!r} until a worker with that actor consumes it"
+        )
+    elif rows[0].queue != config.queue:
+        output.warn(
+            f"actor {actor!r} is registered on queue {config.queue!r}; these job(s) went to "
+            f"{rows[0].queue!r} and need a worker consuming that queue"
+        )

@@ -1,0 +1,265 @@
+"""``taskq jobs list|show|explain``: inspect jobs, their attempts and events, and blockers.
+
+``list`` shows the fields an operator needs first (id, actor, queue, status, attempt, age,
+error class); ``show`` adds every attempt and the event timeline; ``explain`` says why a
+job is not running, checking every blocker in dispatch order (``taskq_core.explain``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from taskq_cli import inputs, output
+from taskq_cli.database import open_backend, with_backend
+from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_core.backend.protocol import AttemptRow, Backend, EventRow, JobFilter, JobRow
+from taskq_core.errors import JobNotFoundError
+from taskq_core.explain import ExplainSettings, Explanation, explain_job
+from taskq_core.statemachine import JobStatus
+
+app = typer.Typer(
+    help="Inspect jobs: list, show one, explain why one is not running.", no_args_is_help=True
+)
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 100_000
+_STATUSES = frozenset(JobStatus)
+
+
+def _status_names() -> list[str]:
+    return [status.value for status in JobStatus]
+
+
+StatusOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        help="Only jobs in this status (repeat, or a,b).",
+        autocompletion=_status_names,
+    ),
+]
+JobIdArgument = Annotated[str, typer.Argument(help="Job id (UUID).", metavar="ID")]
+
+
+@app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    status: StatusOption = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", help="Only this actor.")] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", help=f"At most N jobs, newest first (max {MAX_LIMIT}).")
+    ] = DEFAULT_LIMIT,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """List jobs, newest first."""
+    job_filter = JobFilter(
+        status=inputs.parse_statuses(status, allowed=_STATUSES),
+        queue=inputs.optional_text(queue, "--queue"),
+        actor=inputs.optional_text(actor, "--actor"),
+        limit=inputs.check_int(limit, "--limit", minimum=1, maximum=MAX_LIMIT),
+    )
+
+    async def run(backend: Backend) -> list[JobRow]:
+        return await backend.list_jobs(job_filter)
+
+    jobs = with_backend(ctx, dsn, schema, run)
+    if json:
+        output.print_json({"jobs": [output.job_summary(job) for job in jobs], "count": len(jobs)})
+        return
+    if not jobs:
+        output.note("no jobs match")
+        return
+    output.print_table(output.JOB_COLUMNS, output.job_rows(jobs))
+    if len(jobs) == limit:
+        output.note(f"showing the newest {limit}; --limit shows more")
+
+
+@dataclass(frozen=True)
+class _JobHistory:
+    job: JobRow
+    attempts: list[AttemptRow]
+    events: list[EventRow]
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Show one job: its row, every attempt and the event timeline."""
+    ident = inputs.parse_job_id(job_id)
+
+    async def run(backend: Backend) -> _JobHistory:
+        job = await backend.get(ident)
+        if job is None:
+            raise JobNotFoundError(f"no job with id {ident}")
+        return _JobHistory(job, await backend.get_attempts(ident), await backend.get_events(ident))
+
+    history = with_backend(ctx, dsn, schema, run)
+    if json:
+        output.print_json(
+            {
+                "job": output.job_document(history.job),
+                "attempts": [output.attempt_document(a) for a in history.attempts],
+                "events": [output.event_document(e) for e in history.events],
+            }
+        )
+        return
+    _render_history(history)
+
+
+def _render_history(history: _JobHistory) -> None:
+    job = history.job
+    when = output.timestamp
+    error = f"{job.error_class}: {job.error_message}" if job.error_class else None
+    cancel = None
+    if job.cancel_requested_at is not None:
+        cancel = f"requested {when(job.cancel_requested_at)} (phase {job.cancel_phase})"
+        if job.cancel_reason:
+            cancel += f": {job.cancel_reason}"
+    output.print_fields(
+        [
+            ("id", job.id),
+            ("actor", job.actor),
+            ("queue", job.queue),
+            ("status", job.status.value),
+            ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
+            ("priority", job.priority),
+            ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
+            ("scheduled", when(job.scheduled_at)),
+            ("started", when(job.started_at)),
+            ("finished", when(job.finished_at)),
+            ("worker", job.locked_by_worker),
+            ("lease until", when(job.lock_expires_at)),
+            ("identity key", job.identity_key),
+            ("fairness key", job.fairness_key),
+            ("deadline", when(job.schedule_to_close)),
+            ("cancel", cancel),
+            ("error", error),
+            ("payload", output.compact_json(job.payload)),
+            ("result", None if job.result is None else output.compact_json(job.result)),
+            ("result expires", when(job.result_expires_at)),
+            ("metadata", output.compact_json(job.metadata) if job.metadata else None),
+        ]
+    )
+    output.info("")
+    if history.attempts:
+        output.print_table(
+            ["#", "outcome", "worker", "started", "duration", "error"],
+            [
+                (
+                    a.attempt,
+                    a.outcome,
+                    a.worker_id,
+                    when(a.started_at),
+                    None if a.duration_ms is None else f"{a.duration_ms / 1000:.3f}s",
+                    f"{a.error_class}: {a.error_message}" if a.error_class else None,
+                )
+                for a in history.attempts
+            ],
+            title="attempts",
+        )
+    else:
+        output.info("attempts: none yet")
+    output.info("")
+    if history.events:
+        output.print_table(
+            ["time", "kind", "transition", "worker", "detail"],
+            [
+                (
+                    when(e.occurred_at),
+                    e.kind,
+                    f"{e.from_status.value if e.from_status else '-'} -> "
+                    f"{e.to_status.value if e.to_status else '-'}",
+                    e.worker_id,
+                    output.compact_json(e.detail) if e.detail else None,
+                )
+                for e in history.events
+            ],
+            title="events",
+        )
+    else:
+        output.info("events: none yet (enqueueing writes none)")
+    if job.error_traceback:
+        output.info("")
+        output.info("last traceback:")
+        output.info(job.error_traceback.rstrip())
+
+
+@app.command("explain")
+def explain(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Why is this job not running? Checks every blocker in dispatch order."""
+    ident = inputs.parse_job_id(job_id)
+    settings = load_settings(ctx, dsn, schema)
+    explain_settings = ExplainSettings.from_settings(settings)
+
+    async def run() -> Explanation:
+        async with open_backend(settings) as backend:
+            return await explain_job(backend, ident, explain_settings)
+
+    explanation = run_async(run())
+    if json:
+        output.print_json(_explanation_document(explanation))
+        return
+    _render_explanation(explanation)
+
+
+def _check_document(code: str, applies: bool, message: str, facts: dict[str, Any]) -> Any:
+    return {"code": code, "applies": applies, "message": message, "facts": facts}
+
+
+def _explanation_document(explanation: Explanation) -> dict[str, Any]:
+    job = explanation.job
+    verdict = explanation.verdict
+    return {
+        "job_id": job.id,
+        "actor": job.actor,
+        "queue": job.queue,
+        "status": job.status,
+        "situation": explanation.situation,
+        "now": explanation.now,
+        "verdict": _check_document(verdict.code, True, verdict.message, verdict.facts),
+        "checks": [
+            _check_document(c.code, c.applies, c.message, c.facts) for c in explanation.checks
+        ],
+    }
+
+
+def _mark(applies: bool) -> Text:
+    return output.styled("BLOCKS", "bold red") if applies else output.styled("ok", "green")
+
+
+def _render_explanation(explanation: Explanation) -> None:
+    job = explanation.job
+    verdict = explanation.verdict
+    output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {job.status.value}")
+    label = {"terminal": "finished", "running": "running"}.get(explanation.situation, "blocked")
+    if verdict.code == "runnable":
+        label = "runnable"
+    elif verdict.code == "worker_stale":
+        label = "stuck"
+    output.info(f"{label}: {verdict.message}")
+    if explanation.situation != "waiting":
+        return
+    output.info("")
+    output.print_table(
+        ["", "check", "finding"],
+        [(_mark(c.applies), c.code, c.message) for c in explanation.checks],
+        title="checks, in dispatch order",
+    )

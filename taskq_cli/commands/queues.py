@@ -1,0 +1,177 @@
+"""``taskq queues list|set-mode|set-max-concurrent|pause|resume``: per-queue dispatch settings.
+
+Dispatch re-reads a queue's row on every call, so each change is live at once (a resume or a
+raised cap also wakes the workers). A queue is known when it has jobs or a row; changing an
+unknown one is refused (a typo must not pause a queue nobody uses) unless ``--create`` says
+it is meant to be configured before its first job.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from taskq_cli import inputs, output
+from taskq_cli.database import with_backend
+from taskq_cli.options import DsnOption, JsonOption, SchemaOption
+from taskq_core.backend.protocol import Backend, QueueMode, QueueRow
+from taskq_core.errors import ConfigError
+from taskq_core.statemachine import JobStatus
+
+app = typer.Typer(help="List queues and change how dispatch serves them.", no_args_is_help=True)
+
+QueueArgument = Annotated[str, typer.Argument(help="Queue name.", metavar="QUEUE")]
+CreateOption = Annotated[
+    bool, typer.Option("--create", help="Configure a queue that has no jobs or row yet.")
+]
+
+
+def _modes() -> list[str]:
+    return list(inputs.QUEUE_MODES)
+
+
+def queue_document(row: QueueRow) -> dict[str, Any]:
+    """A queue for ``--json``: settings plus a count for every status (zeros included)."""
+    counts = {status.value: row.counts.get(status, 0) for status in JobStatus}
+    return {
+        "name": row.name,
+        "mode": row.mode,
+        "max_concurrent": row.max_concurrent,
+        "paused": row.paused,
+        "has_row": row.has_row,
+        "counts": counts,
+        "total": sum(counts.values()),
+    }
+
+
+def _describe(row: QueueRow) -> str:
+    cap = "unlimited" if row.max_concurrent is None else str(row.max_concurrent)
+    state = "paused" if row.paused else "active"
+    return f"queue {row.name!r}: {state}, mode {row.mode}, max_concurrent {cap}"
+
+
+@app.command("list")
+def list_queues(
+    ctx: typer.Context,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Every queue that has jobs or settings: mode, cap, paused, jobs per status."""
+
+    async def run(backend: Backend) -> list[QueueRow]:
+        return await backend.list_queues()
+
+    rows = with_backend(ctx, dsn, schema, run)
+    if json:
+        output.print_json({"queues": [queue_document(row) for row in rows]})
+        return
+    if not rows:
+        output.note("no queues yet: a queue appears with its first job or setting")
+        return
+    output.print_table(
+        ["queue", "mode", "max_concurrent", "paused", *(s.value for s in JobStatus)],
+        [
+            (
+                row.name,
+                row.mode,
+                row.max_concurrent,
+                output.styled("yes", "yellow") if row.paused else "no",
+                *(row.counts.get(status, 0) for status in JobStatus),
+            )
+            for row in rows
+        ],
+    )
+
+
+def _update(
+    ctx: typer.Context,
+    dsn: str | None,
+    schema: str | None,
+    name: str,
+    create: bool,
+    **changes: Any,
+) -> QueueRow:
+    """Apply ``changes`` to a known queue (or a new one with ``--create``) and report it."""
+    inputs.check_text(name, "QUEUE")
+    if create:
+        inputs.check_name(name, "QUEUE")
+
+    async def run(backend: Backend) -> QueueRow:
+        if not create and await backend.get_queue(name) is None:
+            known = [row.name for row in await backend.list_queues()]
+            shown = ", ".join(repr(n) for n in known[:10]) or "none yet"
+            raise ConfigError(
+                f"unknown queue {name!r} (known: {shown}); pass --create to configure a queue "
+                "before it has jobs"
+            )
+        return await backend.update_queue(name, **changes)
+
+    row = with_backend(ctx, dsn, schema, run)
+    output.info(_describe(row))
+    return row
+
+
+@app.command("set-mode")
+def set_mode(
+    ctx: typer.Context,
+    queue: QueueArgument,
+    mode: Annotated[
+        str,
+        typer.Argument(
+            help="strict_fifo (priority, then age) or round_robin (by fairness_key).",
+            metavar="strict_fifo|round_robin",
+            autocompletion=_modes,
+        ),
+    ],
+    create: CreateOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Set how dispatch orders a queue's jobs."""
+    chosen: QueueMode = inputs.parse_mode(mode)
+    _update(ctx, dsn, schema, queue, create, mode=chosen)
+
+
+@app.command("set-max-concurrent")
+def set_max_concurrent(
+    ctx: typer.Context,
+    queue: QueueArgument,
+    limit: Annotated[
+        int | None, typer.Argument(help="Most jobs of the queue running at once.", metavar="N")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the cap (unlimited).")] = False,
+    create: CreateOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Cap how many of a queue's jobs run at once, across all workers (or --clear it)."""
+    if (limit is None) == (not clear):
+        raise ConfigError("give either N or --clear")
+    if limit is not None:
+        inputs.check_int(limit, "N", minimum=0)
+    _update(ctx, dsn, schema, queue, create, max_concurrent=None if clear else limit)
+
+
+@app.command("pause")
+def pause(
+    ctx: typer.Context,
+    queue: QueueArgument,
+    create: CreateOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Stop dispatching the queue's jobs (running jobs finish; enqueues still land)."""
+    _update(ctx, dsn, schema, queue, create, paused=True)
+
+
+@app.command("resume")
+def resume(
+    ctx: typer.Context,
+    queue: QueueArgument,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Dispatch the queue's jobs again."""
+    _update(ctx, dsn, schema, queue, False, paused=False)

@@ -1,0 +1,111 @@
+"""``taskq workers list``: every registered worker, whether it is alive, and who leads.
+
+A worker row says ``running`` until the worker marks itself stopped; one that died without
+doing so is shown as ``stale`` once its heartbeat is older than a live worker's can be
+(heartbeat interval x (max failures + 1), the point at which a worker isolates itself).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from taskq_cli import output
+from taskq_cli.database import with_backend
+from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings
+from taskq_core.backend.protocol import Backend, WorkerRow
+from taskq_core.explain import ExplainSettings
+
+app = typer.Typer(help="Registered workers.", no_args_is_help=True)
+
+_COLUMNS = (
+    "id",
+    "label",
+    "host",
+    "pid",
+    "workgroup",
+    "state",
+    "last seen",
+    "leader",
+    "jobs",
+    "queues",
+)
+
+_STATE_STYLES = {"running": "green", "stale": "red", "stopped": "dim"}
+
+
+def _state(worker: WorkerRow, reference: datetime, stale_after: float) -> str:
+    if worker.status != "running":
+        return worker.status
+    if (reference - worker.last_seen_at).total_seconds() > stale_after:
+        return "stale"
+    return "running"
+
+
+def worker_document(worker: WorkerRow, state: str) -> dict[str, Any]:
+    """One worker for ``--json``."""
+    return {
+        "id": worker.id,
+        "label": worker.label,
+        "host": worker.hostname,
+        "pid": worker.pid,
+        "workgroup": worker.workgroup_instance,
+        "status": worker.status,
+        "state": state,
+        "leader": worker.is_leader,
+        "last_seen_at": worker.last_seen_at,
+        "started_at": worker.started_at,
+        "stopped_at": worker.stopped_at,
+        "queues": worker.queues,
+        "actors": worker.actors,
+        "concurrency": worker.concurrency,
+        "running_jobs": worker.running_jobs,
+        "version": worker.version,
+    }
+
+
+@app.command("list")
+def list_workers(
+    ctx: typer.Context,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Workers, most recently seen first: id, label, host, pid, workgroup, last seen, leader."""
+    settings = load_settings(ctx, dsn, schema)
+    stale_after = ExplainSettings.from_settings(settings).worker_stale_after.total_seconds()
+
+    async def run(backend: Backend) -> list[WorkerRow]:
+        return await backend.list_workers()
+
+    workers = with_backend(ctx, dsn, schema, run)
+    reference = output.now()
+    states = [_state(w, reference, stale_after) for w in workers]
+    if json:
+        output.print_json(
+            {"workers": [worker_document(w, s) for w, s in zip(workers, states, strict=True)]}
+        )
+        return
+    if not workers:
+        output.note("no workers have registered yet")
+        return
+    output.print_table(
+        _COLUMNS,
+        [
+            (
+                w.id,
+                w.label,
+                w.hostname,
+                w.pid,
+                w.workgroup_instance,
+                output.styled(state, _STATE_STYLES.get(state, "")),
+                f"{output.age(w.last_seen_at, reference)} ago",
+                "yes" if w.is_leader else "",
+                f"{w.running_jobs}/{w.concurrency}",
+                ",".join(w.queues),
+            )
+            for w, state in zip(workers, states, strict=True)
+        ],
+    )

@@ -1,0 +1,66 @@
+"""How an operator command reaches the database: one Backend per run, always closed.
+
+``with_backend`` loads the settings (flags over environment over ``.env``), opens a small
+PostgresBackend, runs the command's coroutine on it and maps the database failures an
+operator can cause (schema not migrated, connection lost) to one-line TaskqErrors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import asyncpg
+import typer
+
+from taskq_cli.options import load_settings, run_async
+from taskq_core.backend.protocol import Backend
+from taskq_core.errors import DatabaseUnavailableError, MigrationError
+from taskq_core.settings import TaskqSettings
+
+T = TypeVar("T")
+
+# A command makes a handful of sequential reads or one write: two connections are plenty.
+_POOL_MAX_SIZE = 2
+
+
+@asynccontextmanager
+async def open_backend(settings: TaskqSettings) -> AsyncIterator[Backend]:
+    """A PostgresBackend on the configured DSN and schema, closed on exit."""
+    # Imported here so `--help` and shell completion never load the database stack.
+    from taskq_core.backend.postgres.backend import PostgresBackend
+    from taskq_core.backend.postgres.connection import describe_dsn
+
+    backend = await PostgresBackend.connect(
+        settings.pooled_dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
+    )
+    try:
+        yield backend
+    except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError) as exc:
+        raise MigrationError(
+            f"schema {settings.schema_name!r} on {describe_dsn(settings.pooled_dsn)} is not "
+            f"migrated ({exc}); run 'taskq migrate up'"
+        ) from exc
+    except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError) as exc:
+        raise DatabaseUnavailableError(
+            f"lost the connection to PostgreSQL at {describe_dsn(settings.pooled_dsn)} ({exc})"
+        ) from exc
+    finally:
+        await backend.close()
+
+
+def with_backend(
+    ctx: typer.Context,
+    dsn: str | None,
+    schema: str | None,
+    action: Callable[[Backend], Awaitable[T]],
+) -> T:
+    """Run ``action(backend)`` for one command and return its result."""
+    settings = load_settings(ctx, dsn, schema)
+
+    async def run() -> T:
+        async with open_backend(settings) as backend:
+            return await action(backend)
+
+    return run_async(run())

@@ -1,0 +1,499 @@
+"""Why is this job not running? ``explain_job`` answers it from the Backend protocol alone.
+
+A job is in one of three situations, and each has its own checks:
+
+- **terminal**: it finished for good; the one finding says how (last error, attempts used,
+  cancel reason) and when.
+- **running**: it is claimed by a worker. The question is whether that worker is alive:
+  its ``last_seen_at`` older than ``worker_stale_after`` means the heartbeat stopped, and the
+  leader's reclaim sweep takes the job back once its lease (plus the cancel headroom when a
+  cancel is in flight) has passed: that moment is named.
+- **waiting** (pending or scheduled): every blocker the dispatch path has, checked in the
+  order dispatch meets them: deadline passed, not yet due (or due but not yet promoted by
+  the leader), queue paused, no live worker consuming the queue, no live consumer that
+  registers the actor, every consumer at full concurrency, the queue's ``max_concurrent``
+  full, the actor's ``max_concurrent`` full, another job holding the identity key, and
+  finally the jobs ahead of it in the queue's dispatch order (its fairness turn).
+
+Every check is reported, whether it applies or not; the verdict is the first that applies.
+Times come from the backend's clock (``get_dispatch_position``), never the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    Backend,
+    JobFilter,
+    JobRow,
+    LeaderRow,
+    QueueRow,
+    WorkerRow,
+)
+from taskq_core.durations import format_duration
+from taskq_core.errors import JobNotFoundError
+from taskq_core.settings import TaskqSettings
+from taskq_core.statemachine import RETRYABLE_STATUSES, JobStatus
+
+Situation = Literal["terminal", "running", "waiting"]
+
+# How many job ids a finding names before it says "and N more".
+_NAMED_JOBS = 5
+# Extra time the reclaim sweep gives a job whose cancel is in flight, on top of the graces.
+_CANCEL_RECLAIM_HEADROOM = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class ExplainSettings:
+    """How explain judges liveness and reclaim timing (filled from TaskqSettings).
+
+    ``worker_stale_after``: a worker (or leader) not seen for longer has lost its
+    heartbeat. ``cancel_reclaim_headroom``: added to a running job's lease when a cancel is
+    in flight (cancellation grace + cleanup grace + 60s, as the reclaim sweep does).
+    """
+
+    worker_stale_after: timedelta = timedelta(seconds=40)
+    cancel_reclaim_headroom: timedelta = timedelta(seconds=100)
+
+    @classmethod
+    def from_settings(cls, settings: TaskqSettings) -> ExplainSettings:
+        """The workers' own cadences: a worker isolates itself after
+        ``max_heartbeat_failures + 1`` missed beats, so a row older than that many intervals
+        belongs to a worker that is gone."""
+        beats = settings.max_heartbeat_failures + 1
+        graces = settings.cancellation_grace_period + settings.cleanup_grace_period
+        return cls(
+            worker_stale_after=timedelta(seconds=settings.heartbeat_interval * beats),
+            cancel_reclaim_headroom=timedelta(seconds=graces) + _CANCEL_RECLAIM_HEADROOM,
+        )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One blocker the design has, whether it applies to this job, and the fact behind it.
+
+    ``code`` is a stable snake_case name (scripts match on it); ``message`` says it in words.
+    """
+
+    code: str
+    applies: bool
+    message: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The answer: the job, the backend's now, every check made and the verdict."""
+
+    job: JobRow
+    now: datetime
+    situation: Situation
+    checks: list[Check]
+
+    @property
+    def verdict(self) -> Check:
+        """The first check that applies; a ``runnable`` finding when none does."""
+        for check in self.checks:
+            if check.applies:
+                return check
+        return Check(
+            "runnable",
+            True,
+            "nothing blocks it: the next dispatch of a worker consuming "
+            f"{self.job.queue!r} should claim it",
+        )
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    delta = now - then
+    if delta < timedelta(0):
+        return f"in {format_duration(-delta)}"
+    return f"{format_duration(delta)} ago"
+
+
+def _when(now: datetime, then: datetime) -> str:
+    return f"{then.isoformat(timespec='seconds')} ({_ago(now, then)})"
+
+
+def _name_jobs(jobs: Sequence[JobRow]) -> str:
+    named = ", ".join(str(job.id) for job in jobs[:_NAMED_JOBS])
+    more = len(jobs) - _NAMED_JOBS
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class _Context:
+    """Everything the checks read, fetched once through the Backend protocol."""
+
+    def __init__(
+        self,
+        job: JobRow,
+        now: datetime,
+        ahead: int,
+        ahead_other_cohorts: int,
+        mode: str,
+        settings: ExplainSettings,
+    ) -> None:
+        self.job = job
+        self.now = now
+        self.ahead = ahead
+        self.ahead_other_cohorts = ahead_other_cohorts
+        self.mode = mode
+        self.settings = settings
+        self.workers: list[WorkerRow] = []
+        self.leader: LeaderRow | None = None
+        self.queue: QueueRow | None = None
+        self.actor_cap: int | None = None
+        self.actor_running: list[JobRow] = []
+        self.queue_running: list[JobRow] = []
+
+    def is_live(self, worker: WorkerRow) -> bool:
+        """Registered as running and heard from within the staleness window."""
+        return (
+            worker.status == "running"
+            and self.now - worker.last_seen_at <= self.settings.worker_stale_after
+        )
+
+    def leader_is_live(self) -> bool:
+        """A leader row whose worker pinged it within the staleness window."""
+        return (
+            self.leader is not None
+            and self.now - self.leader.last_seen_at <= self.settings.worker_stale_after
+        )
+
+    def consumers(self) -> list[WorkerRow]:
+        """Live workers whose queues include the job's queue."""
+        return [w for w in self.workers if self.is_live(w) and self.job.queue in w.queues]
+
+
+async def explain_job(
+    backend: Backend, job_id: UUID, settings: ExplainSettings | None = None
+) -> Explanation:
+    """Check every blocker for ``job_id`` in dispatch order; JobNotFoundError if unknown."""
+    settings = settings or ExplainSettings()
+    job = await backend.get(job_id)
+    position = await backend.get_dispatch_position(job_id)
+    if job is None or position is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    context = _Context(
+        job, position.now, position.ahead, position.ahead_other_cohorts, position.mode, settings
+    )
+    if job.is_terminal:
+        return Explanation(job, position.now, "terminal", [_terminal(context)])
+    context.workers = await backend.list_workers()
+    context.leader = await backend.get_leader()
+    if job.status is JobStatus.RUNNING:
+        return Explanation(job, position.now, "running", [_running(context)])
+    context.queue = await backend.get_queue(job.queue)
+    config = await backend.get_actor_config(job.actor)
+    context.actor_cap = None if config is None else config.max_concurrent
+    context.actor_running = await backend.list_jobs(
+        JobFilter(status=JobStatus.RUNNING, actor=job.actor, limit=None)
+    )
+    if context.queue is not None and context.queue.max_concurrent is not None:
+        context.queue_running = await backend.list_jobs(
+            JobFilter(status=JobStatus.RUNNING, queue=job.queue, limit=None)
+        )
+    checks = [check(context) for check in _WAITING_CHECKS]
+    return Explanation(job, position.now, "waiting", checks)
+
+
+# --- terminal and running -----------------------------------------------------------------------
+def _terminal(c: _Context) -> Check:
+    job = c.job
+    finished = _when(c.now, job.finished_at) if job.finished_at else "at an unknown time"
+    attempts = f"{job.attempt} of {job.max_attempts} attempt(s) used"
+    facts: dict[str, Any] = {
+        "finished_at": job.finished_at,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "error_class": job.error_class,
+        "error_message": job.error_message,
+        "retryable": job.status in RETRYABLE_STATUSES,
+    }
+    error = f"{job.error_class}: {job.error_message}" if job.error_class else None
+    if job.status is JobStatus.SUCCEEDED:
+        message = f"it succeeded {finished}; {attempts}"
+    elif job.status is JobStatus.CANCELLED:
+        reason = f" (reason: {job.cancel_reason})" if job.cancel_reason else ""
+        message = f"it was cancelled {finished}{reason}; {attempts}"
+        facts["cancel_reason"] = job.cancel_reason
+    elif job.status is JobStatus.ABANDONED:
+        message = (
+            f"it was abandoned {finished}: a cancel was forced and the actor did not stop; "
+            f"{attempts}"
+        )
+    else:
+        why = f": last error {error}" if error else ""
+        message = f"it {job.status.value} {finished}{why}; {attempts}"
+    if job.status in RETRYABLE_STATUSES:
+        message += f" (taskq retry {job.id} runs it again)"
+    return Check("terminal", True, message, facts)
+
+
+def _running(c: _Context) -> Check:
+    job = c.job
+    worker = next((w for w in c.workers if w.id == job.locked_by_worker), None)
+    reclaim_at = job.lock_expires_at
+    if reclaim_at is not None and job.cancel_requested_at is not None:
+        reclaim_at += c.settings.cancel_reclaim_headroom
+    facts: dict[str, Any] = {
+        "worker_id": job.locked_by_worker,
+        "started_at": job.started_at,
+        "lock_expires_at": job.lock_expires_at,
+        "reclaim_at": reclaim_at,
+        "worker_last_seen_at": worker.last_seen_at if worker else None,
+        "cancel_requested_at": job.cancel_requested_at,
+    }
+    where = f"worker {job.locked_by_worker}"
+    if worker is not None:
+        where += f" ({worker.hostname} pid {worker.pid})"
+    if worker is not None and c.is_live(worker):
+        since = _when(c.now, job.started_at) if job.started_at else "an unknown time"
+        message = f"it is running on {where} since {since}, attempt {job.attempt}"
+        message += f" of {job.max_attempts}"
+        if job.cancel_requested_at is not None:
+            message += f"; a cancel was requested {_ago(c.now, job.cancel_requested_at)}"
+        return Check("running", True, message, facts)
+    if worker is None:
+        seen = "that has no registration"
+    elif worker.status != "running":
+        seen = f"that stopped {_ago(c.now, worker.stopped_at or worker.last_seen_at)}"
+    else:
+        seen = (
+            f"last seen {_ago(c.now, worker.last_seen_at)} (stale after "
+            f"{format_duration(c.settings.worker_stale_after)})"
+        )
+    message = f"it is running on {where} {seen}"
+    if reclaim_at is None:
+        message += "; it has no lease, so nothing reclaims it"
+    elif reclaim_at > c.now:
+        message += f"; reclaim due at {_when(c.now, reclaim_at)}"
+    else:
+        message += f"; reclaim overdue since {_when(c.now, reclaim_at)}"
+        if not c.leader_is_live():
+            message += ": no live leader runs the reclaim sweep"
+    facts["leader_live"] = c.leader_is_live()
+    return Check("worker_stale", True, message, facts)
+
+
+# --- waiting: the checks in dispatch order -------------------------------------------------------
+def _deadline(c: _Context) -> Check:
+    deadline = c.job.schedule_to_close
+    facts = {"schedule_to_close": deadline}
+    if deadline is not None and deadline <= c.now:
+        return Check(
+            "deadline_passed",
+            True,
+            f"its deadline passed at {_when(c.now, deadline)}: the deadline sweep fails it "
+            "with DeadlineExceeded",
+            facts,
+        )
+    message = "no deadline" if deadline is None else f"deadline {_when(c.now, deadline)}"
+    return Check("deadline_passed", False, message, facts)
+
+
+def _due(c: _Context) -> Check:
+    job = c.job
+    facts: dict[str, Any] = {"scheduled_at": job.scheduled_at, "leader_live": c.leader_is_live()}
+    if job.scheduled_at > c.now:
+        return Check(
+            "scheduled", True, f"it is scheduled for {_when(c.now, job.scheduled_at)}", facts
+        )
+    if job.status is JobStatus.SCHEDULED:
+        message = f"it was due {_ago(c.now, job.scheduled_at)} and waits to be made pending by "
+        if c.leader_is_live():
+            message += "the leader's scheduled sweep"
+        else:
+            message += "a leader, and no live worker is leading"
+        return Check("scheduled", True, message, facts)
+    return Check("scheduled", False, f"due since {_when(c.now, job.scheduled_at)}", facts)
+
+
+def _paused(c: _Context) -> Check:
+    paused = c.queue is not None and c.queue.paused
+    message = f"queue {c.job.queue!r} is {'paused' if paused else 'not paused'}"
+    if paused:
+        message += f" (taskq queues resume {c.job.queue} lets it run)"
+    return Check("queue_paused", paused, message, {"paused": paused})
+
+
+def _consumers(c: _Context) -> Check:
+    live = c.consumers()
+    stale = [w for w in c.workers if not c.is_live(w) and c.job.queue in w.queues]
+    facts = {"live_workers": [w.id for w in live], "stale_workers": [w.id for w in stale]}
+    if live:
+        return Check(
+            "no_live_worker",
+            False,
+            f"{_plural(len(live), 'live worker')} consume{'s' if len(live) == 1 else ''} "
+            f"{c.job.queue!r}",
+            facts,
+        )
+    message = f"queue {c.job.queue!r} is consumed by no live worker"
+    if stale:
+        newest = max(w.last_seen_at for w in stale)
+        message += (
+            f" ({_plural(len(stale), 'worker')} that consumed it last seen {_ago(c.now, newest)})"
+        )
+    return Check("no_live_worker", True, message, facts)
+
+
+def _registered(c: _Context) -> Check:
+    live = c.consumers()
+    having = [w for w in live if c.job.actor in w.actors]
+    facts = {"workers_with_actor": [w.id for w in having]}
+    if not live:
+        return Check("actor_not_registered", False, "no live consumer to ask", facts)
+    if having:
+        verb = "registers" if len(having) == 1 else "register"
+        message = f"{_plural(len(having), 'live consumer')} {verb} actor {c.job.actor!r}"
+        return Check("actor_not_registered", False, message, facts)
+    return Check(
+        "actor_not_registered",
+        True,
+        f"no live worker consuming {c.job.queue!r} registers actor {c.job.actor!r}: a worker "
+        "that claims it snoozes it until one that knows the actor comes",
+        facts,
+    )
+
+
+def _slots(c: _Context) -> Check:
+    live = c.consumers()
+    busy = [w for w in live if w.running_jobs >= w.concurrency]
+    facts = {
+        "workers": [
+            {"id": w.id, "running_jobs": w.running_jobs, "concurrency": w.concurrency} for w in live
+        ]
+    }
+    if live and len(busy) == len(live):
+        loads = ", ".join(f"{w.running_jobs}/{w.concurrency}" for w in live)
+        return Check(
+            "workers_busy",
+            True,
+            f"every live worker consuming {c.job.queue!r} is at full concurrency ({loads} jobs)",
+            facts,
+        )
+    if not live:
+        return Check("workers_busy", False, "no live consumer to ask", facts)
+    free = sum(max(w.concurrency - w.running_jobs, 0) for w in live)
+    return Check("workers_busy", False, f"{_plural(free, 'free slot')} on live consumers", facts)
+
+
+def _queue_capacity(c: _Context) -> Check:
+    cap = None if c.queue is None else c.queue.max_concurrent
+    running = c.queue_running
+    facts = {"max_concurrent": cap, "running_job_ids": [j.id for j in running]}
+    if cap is None:
+        return Check(
+            "queue_capacity_full", False, f"queue {c.job.queue!r} has no max_concurrent", facts
+        )
+    if len(running) >= cap:
+        named = f": running {_name_jobs(running)}" if running else ""
+        return Check(
+            "queue_capacity_full",
+            True,
+            f"queue {c.job.queue!r} is at its max_concurrent {cap} "
+            f"({_plural(len(running), 'running job')}){named}",
+            facts,
+        )
+    return Check(
+        "queue_capacity_full",
+        False,
+        f"queue {c.job.queue!r} runs {len(running)} of max_concurrent {cap}",
+        facts,
+    )
+
+
+def _actor_capacity(c: _Context) -> Check:
+    cap = c.actor_cap
+    running = c.actor_running
+    facts = {"max_concurrent": cap, "running_job_ids": [j.id for j in running]}
+    if cap is None:
+        return Check(
+            "actor_capacity_full",
+            False,
+            f"actor {c.job.actor!r} has no max_concurrent (unlimited)",
+            facts,
+        )
+    if len(running) >= cap:
+        named = f": running {_name_jobs(running)}" if running else ""
+        return Check(
+            "actor_capacity_full",
+            True,
+            f"actor {c.job.actor!r} is at its max_concurrent {cap} "
+            f"({_plural(len(running), 'running job')}){named}",
+            facts,
+        )
+    return Check(
+        "actor_capacity_full",
+        False,
+        f"actor {c.job.actor!r} runs {len(running)} of max_concurrent {cap}",
+        facts,
+    )
+
+
+def _identity(c: _Context) -> Check:
+    key = c.job.identity_key
+    if key is None:
+        return Check("identity_key_held", False, "it has no identity key", {"identity_key": None})
+    holder = next((j for j in c.actor_running if j.identity_key == key), None)
+    facts = {"identity_key": key, "held_by": None if holder is None else holder.id}
+    if holder is None:
+        return Check(
+            "identity_key_held", False, f"no running job holds identity key {key!r}", facts
+        )
+    since = f" since {_when(c.now, holder.started_at)}" if holder.started_at else ""
+    return Check(
+        "identity_key_held",
+        True,
+        f"job {holder.id} holds identity key {key!r} (running on worker "
+        f"{holder.locked_by_worker}{since})",
+        facts,
+    )
+
+
+def _turn(c: _Context) -> Check:
+    facts = {
+        "mode": c.mode,
+        "ahead": c.ahead,
+        "ahead_other_cohorts": c.ahead_other_cohorts,
+        "fairness_key": c.job.fairness_key,
+    }
+    if c.job.status is not JobStatus.PENDING or c.job.scheduled_at > c.now:
+        return Check("waiting_turn", False, "not in the dispatch order until it is due", facts)
+    if c.ahead == 0:
+        return Check(
+            "waiting_turn", False, f"it is next in {c.job.queue!r} ({c.mode} order)", facts
+        )
+    if c.mode == "round_robin":
+        message = (
+            f"it waits its fairness turn behind {_plural(c.ahead_other_cohorts, 'job')} of "
+            f"other cohorts ({c.ahead} ahead in all, round_robin by fairness_key)"
+        )
+    else:
+        message = f"it waits behind {_plural(c.ahead, 'job')} of queue {c.job.queue!r} "
+        message += "(strict_fifo: priority, then age)"
+    return Check("waiting_turn", True, message, facts)
+
+
+_WAITING_CHECKS = (
+    _deadline,
+    _due,
+    _paused,
+    _consumers,
+    _registered,
+    _slots,
+    _queue_capacity,
+    _actor_capacity,
+    _identity,
+    _turn,
+)

@@ -1,0 +1,100 @@
+"""`taskq queues ...`: every known queue listed; changes land in the row and dispatch obeys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from uuid import uuid4
+
+import pytest
+
+from taskq_core.statemachine import JobStatus
+from tests.cli.conftest import Db, one_error_line, parse_json
+from tests.conftest import CliResult
+
+pytestmark = pytest.mark.postgres
+
+Cli = Callable[..., CliResult]
+
+
+def test_list_shows_queues_with_jobs_and_queues_with_only_a_row(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    db.enqueue(queue="media")
+    db.failed_job(queue="media")
+    db.call(lambda b: b.update_queue("idle", paused=True, max_concurrent=3))
+    result = cli("queues", "list")
+    assert result.exit_code == 0, result.stderr
+    header, idle, media = result.stdout.splitlines()
+    assert header.split()[:5] == ["queue", "mode", "max_concurrent", "paused", "pending"]
+    assert idle.split()[:4] == ["idle", "strict_fifo", "3", "yes"]
+    assert media.split() == ["media", "strict_fifo", "-", "no", "2", "0", "0", "0", "1"] + ["0"] * 3
+
+
+def test_list_json_has_settings_and_a_count_for_every_status(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    (queue,) = parse_json(cli("queues", "list", "--json"))["queues"]
+    assert queue == {
+        "name": "media",
+        "mode": "strict_fifo",
+        "max_concurrent": None,
+        "paused": False,
+        "has_row": False,
+        "counts": {status.value: int(status is JobStatus.PENDING) for status in JobStatus},
+        "total": 1,
+    }
+
+
+def test_pause_stops_dispatch_and_resume_restarts_it(cli: Cli, db: Db) -> None:
+    job = db.enqueue(queue="media")
+    result = cli("queues", "pause", "media")
+    assert result.exit_code == 0, result.stderr
+    assert (
+        result.stdout.strip() == "queue 'media': paused, mode strict_fifo, max_concurrent unlimited"
+    )
+    worker = uuid4()
+    assert db.claim(worker, "media") == []
+    assert cli("queues", "resume", "media").exit_code == 0
+    assert [row.id for row in db.claim(worker, "media")] == [job.id]
+
+
+def test_set_mode_changes_the_queue_row(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    assert cli("queues", "set-mode", "media", "round_robin").exit_code == 0
+    queue = db.call(lambda b: b.get_queue("media"))
+    assert queue is not None and queue.mode == "round_robin"
+
+
+def test_set_max_concurrent_caps_dispatch_and_clear_removes_the_cap(cli: Cli, db: Db) -> None:
+    for _ in range(3):
+        db.enqueue(queue="media")
+    assert cli("queues", "set-max-concurrent", "media", "1").exit_code == 0
+    assert len(db.claim(uuid4(), "media", limit=3)) == 1
+    result = cli("queues", "set-max-concurrent", "media", "--clear")
+    assert "max_concurrent unlimited" in result.stdout
+    assert len(db.claim(uuid4(), "media", limit=3)) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["set-mode", "media", "fifo"], "invalid queue mode 'fifo'"),
+        (["set-max-concurrent", "media"], "give either N or --clear"),
+        (["set-max-concurrent", "media", "2", "--clear"], "give either N or --clear"),
+        (["set-max-concurrent", "media", str(2**31)], "out of range"),
+        (["pause", "medai"], "unknown queue 'medai' (known: 'media')"),
+        (["pause", "x\ny", "--create"], "control characters"),
+    ],
+)
+def test_queue_commands_reject_bad_input_and_change_nothing(
+    cli: Cli, db: Db, args: list[str], expected: str
+) -> None:
+    db.enqueue(queue="media")
+    assert expected in one_error_line(cli("queues", *args))
+    assert db.count("queues") == 0
+
+
+def test_create_configures_a_queue_before_its_first_job(cli: Cli, db: Db) -> None:
+    result = cli("queues", "pause", "reports", "--create")
+    assert result.exit_code == 0, result.stderr
+    queue = db.call(lambda b: b.get_queue("reports"))
+    assert queue is not None and queue.paused and queue.has_row
+    assert cli("queues", "set-mode", "reports", "round_robin").exit_code == 0

@@ -1,0 +1,88 @@
+"""`taskq workers list`: id, label, host, pid, workgroup, last seen, leader, and liveness."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+
+from tests.cli.conftest import Db, parse_json
+from tests.conftest import CliResult
+
+pytestmark = pytest.mark.postgres
+
+Cli = Callable[..., CliResult]
+
+
+def test_list_shows_each_worker_its_state_and_the_leader(cli: Cli, db: Db) -> None:
+    stale = db.register_worker(["media"], ["resize"], label="old", workgroup_instance="wg-1")
+    db.sql("UPDATE {schema}.workers SET last_seen_at = last_seen_at - interval '10 minutes'")
+    stopped = db.register_worker(["mail"], ["email"], label="gone")
+    db.call(lambda b: b.mark_worker_stopped(stopped))
+    leader = db.register_worker(["media", "mail"], ["resize", "email"], label="web-1")
+    db.sql(
+        "INSERT INTO {schema}.maintenance_leader (name, worker_id) VALUES ('maintenance', $1)",
+        leader,
+    )
+    result = cli("workers", "list")
+    assert result.exit_code == 0, result.stderr
+    header, *rows = (line.split() for line in result.stdout.splitlines())
+    assert header == [
+        "id",
+        "label",
+        "host",
+        "pid",
+        "workgroup",
+        "state",
+        "last",
+        "seen",
+        "leader",
+        "jobs",
+        "queues",
+    ]
+    by_id = {row[0]: row for row in rows}
+    assert by_id[str(leader)][1:6] == ["web-1", "host-a", "4242", "-", "running"]
+    assert "yes" in by_id[str(leader)]
+    assert by_id[str(leader)][-1] == "media,mail"
+    assert by_id[str(stale)][1:6] == ["old", "host-a", "4242", "wg-1", "stale"]
+    assert by_id[str(stale)][6].startswith("10m")
+    assert by_id[str(stopped)][5] == "stopped"
+
+
+def test_list_json_has_the_documented_fields(cli: Cli, db: Db) -> None:
+    worker = db.register_worker(["media"], ["resize"], concurrency=8, label="web-1")
+    (row,) = parse_json(cli("workers", "list", "--json"))["workers"]
+    assert set(row) == {
+        "id",
+        "label",
+        "host",
+        "pid",
+        "workgroup",
+        "status",
+        "state",
+        "leader",
+        "last_seen_at",
+        "started_at",
+        "stopped_at",
+        "queues",
+        "actors",
+        "concurrency",
+        "running_jobs",
+        "version",
+    }
+    assert (row["id"], row["label"], row["host"], row["pid"]) == (
+        str(worker),
+        "web-1",
+        "host-a",
+        4242,
+    )
+    assert (row["state"], row["leader"], row["concurrency"]) == ("running", False, 8)
+    assert datetime.fromisoformat(row["last_seen_at"]).tzinfo is not None
+
+
+def test_no_workers_is_said_on_stderr(cli: Cli) -> None:
+    result = cli("workers", "list")
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert "no workers" in result.stderr
+    assert parse_json(cli("workers", "list", "--json")) == {"workers": []}
