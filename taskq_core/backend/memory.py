@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
@@ -1009,12 +1009,23 @@ class InMemoryBackend:
             ),
             key=_fifo_key,
         )
+        # round_robin: rank in the cohort, priority, the cohort served least recently
+        # (never served first), age; strict_fifo: priority, age.
+        served: dict[str | None, datetime] = {}
+        for job in self._jobs.values():
+            if job.queue == target.queue and job.started_at is not None:
+                last = served.get(job.fairness_key)
+                served[job.fairness_key] = max(last or job.started_at, job.started_at)
+        never = datetime.min.replace(tzinfo=UTC)
         ranks: Counter[str | None] = Counter()
         order: dict[UUID, tuple[Any, ...]] = {}
         for job in due:
             ranks[job.fairness_key] += 1
-            rank = ranks[job.fairness_key] if mode == "round_robin" else 1
-            order[job.id] = (rank, *_fifo_key(job))
+            key: tuple[Any, ...] = _fifo_key(job)
+            if mode == "round_robin":
+                last_served = served.get(job.fairness_key, never)
+                key = (ranks[job.fairness_key], -job.priority, last_served, *key[1:])
+            order[job.id] = key
         ahead = [job for job in due if order[job.id] < order[target.id]]
         other = sum(1 for job in ahead if job.fairness_key != target.fairness_key)
         return DispatchPosition(now, mode, len(ahead), other)

@@ -344,11 +344,12 @@ class ActorConfigSyncResult:
 class DispatchPosition:
     """Where a job stands in its queue's dispatch order, read on the backend's clock.
 
-    ``ahead`` counts the due pending jobs of the same queue that the queue's mode dispatches
+    ``ahead`` counts the due pending jobs of the same queue that ``dispatch_batch`` orders
     before it (strict_fifo: priority DESC, scheduled_at, id; round_robin: rank inside each
-    fairness cohort first, then that order); ``ahead_other_cohorts`` is how many of them
-    belong to other fairness cohorts (NULL keys form one cohort). Both are 0 unless the job
-    is itself pending and due. ``now`` is the backend's clock at the read.
+    fairness cohort, priority DESC, the cohort served least recently, scheduled_at, id);
+    ``ahead_other_cohorts`` is how many of them belong to other fairness cohorts (NULL keys
+    form one cohort). Both are 0 unless the job is itself pending and due. ``now`` is the
+    backend's clock at the read.
     """
 
     now: datetime

@@ -124,3 +124,18 @@ async def test_a_running_job_of_the_queue_is_not_ahead_of_anyone(harness: Harnes
     position = await backend.get_dispatch_position(waiting.id)
     assert position is not None and position.ahead == 0
     assert later.status is JobStatus.SCHEDULED
+
+
+async def test_round_robin_ties_go_to_the_cohort_served_least_recently(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    await backend.update_queue(queue, mode="round_robin")
+    await backend.enqueue(args(queue=queue, fairness_key="a"))
+    await backend.dispatch_batch(uuid4(), [queue], 1, LEASE)  # cohort a was just served
+    a1 = await backend.enqueue(args(queue=queue, fairness_key="a"))
+    b1 = await backend.enqueue(args(queue=queue, fairness_key="b"))
+    # Both are rank 1 of their cohort with equal priority: b, never served, goes first.
+    first = await backend.get_dispatch_position(b1.id)
+    second = await backend.get_dispatch_position(a1.id)
+    assert first is not None and second is not None
+    assert (first.ahead, second.ahead, second.ahead_other_cohorts) == (0, 1, 1)

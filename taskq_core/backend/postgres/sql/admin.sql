@@ -188,10 +188,11 @@ FROM (
 
 -- name: get_dispatch_position
 -- Where job $1 stands in its queue's dispatch order, on the database clock: the due pending
--- jobs of its queue that dispatch first (strict_fifo: priority DESC, scheduled_at, id;
--- round_robin: rank inside the fairness cohort first, as `dispatch_batch` ranks them), and
--- how many of those are of other cohorts. Zero unless the job itself is due and pending.
--- It reads the queue's whole due backlog once: an operator query, never on the hot path.
+-- jobs of its queue that dispatch first, ordered as `dispatch_batch` orders them
+-- (strict_fifo: priority DESC, scheduled_at, id; round_robin: rank inside the fairness
+-- cohort, priority DESC, the cohort whose last job started least recently, scheduled_at,
+-- id), and how many of those are of other cohorts. Zero unless the job itself is due and
+-- pending. It reads the queue's whole due backlog once: an operator query, never hot.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -213,19 +214,34 @@ due AS (
     WHERE t.status = 'pending' AND t.scheduled_at <= (SELECT now FROM clock)
       AND j.status = 'pending' AND j.scheduled_at <= (SELECT now FROM clock)
 ),
+served AS (
+    -- Never served sorts first, as NULLS FIRST does in dispatch.
+    SELECT c.cohort, COALESCE(s.last_started, '-infinity'::timestamptz) AS last_served
+    FROM (SELECT DISTINCT d.cohort FROM due d) c
+    CROSS JOIN target t
+    CROSS JOIN LATERAL (
+        SELECT max(j.started_at) AS last_started
+        FROM {schema}.jobs j
+        WHERE j.queue = t.queue AND COALESCE(j.fairness_key, '__null__') = c.cohort
+          AND j.started_at IS NOT NULL
+    ) s
+),
+ordered AS (
+    SELECT d.*, s.last_served FROM due d JOIN served s ON s.cohort = d.cohort
+),
 me AS (
-    SELECT d.* FROM due d WHERE d.id = $1::uuid
+    SELECT o.* FROM ordered o WHERE o.id = $1::uuid
 ),
 ahead AS (
-    SELECT d.cohort, m.cohort AS my_cohort
-    FROM due d
+    SELECT o.cohort, m.cohort AS my_cohort
+    FROM ordered o
     CROSS JOIN me m
     CROSS JOIN target t
-    WHERE d.id <> m.id
+    WHERE o.id <> m.id
       AND CASE WHEN t.mode = 'round_robin'
-               THEN (d.cohort_rank, d.neg_priority, d.scheduled_at, d.id)
-                    < (m.cohort_rank, m.neg_priority, m.scheduled_at, m.id)
-               ELSE (d.neg_priority, d.scheduled_at, d.id)
+               THEN (o.cohort_rank, o.neg_priority, o.last_served, o.scheduled_at, o.id)
+                    < (m.cohort_rank, m.neg_priority, m.last_served, m.scheduled_at, m.id)
+               ELSE (o.neg_priority, o.scheduled_at, o.id)
                     < (m.neg_priority, m.scheduled_at, m.id)
           END
 )
