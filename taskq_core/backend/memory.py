@@ -30,6 +30,7 @@ from taskq_core.backend.protocol import (
     BulkCancelResult,
     CancelFlag,
     CancelOutcome,
+    DashboardStats,
     DispatchPosition,
     EnqueueArgs,
     ErrorInfo,
@@ -38,6 +39,7 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
     LeaderRow,
+    QueueActivity,
     QueueMode,
     QueueRow,
     QueueStatusCount,
@@ -46,7 +48,9 @@ from taskq_core.backend.protocol import (
     SnoozeOutcome,
     WorkerInfo,
     WorkerRow,
+    check_dashboard_window,
     check_protocol_version,
+    check_recent_limit,
 )
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
@@ -1029,6 +1033,62 @@ class InMemoryBackend:
         ahead = [job for job in due if order[job.id] < order[target.id]]
         other = sum(1 for job in ahead if job.fairness_key != target.fairness_key)
         return DispatchPosition(now, mode, len(ahead), other)
+
+    # --- dashboard ---------------------------------------------------------------------------
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity: exact active counts, the oldest pending job, terminal jobs
+        finished within ``window`` and ``minutes`` per-minute finished counts (oldest first)."""
+        check_dashboard_window(window, minutes)
+        now = self._now()
+        names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
+        activity = []
+        for name in names:
+            jobs = [job for job in self._jobs.values() if job.queue == name]
+            counts = Counter(job.status for job in jobs)
+            pending = [job.scheduled_at for job in jobs if job.status is _PENDING]
+            finished: Counter[JobStatus] = Counter()
+            per_minute = [0] * minutes
+            for job in jobs:
+                if job.status not in TERMINAL_STATUSES or job.finished_at is None:
+                    continue
+                age = now - job.finished_at
+                if age <= window:
+                    finished[job.status] += 1
+                minute_ago = max(int(age.total_seconds() // 60), 0)
+                if minute_ago < minutes:
+                    per_minute[minutes - 1 - minute_ago] += 1
+            settings = self._queues.get(name) or _Queue()
+            activity.append(
+                QueueActivity(
+                    name=name,
+                    mode=settings.mode,
+                    max_concurrent=settings.max_concurrent,
+                    paused=settings.paused,
+                    pending=counts[_PENDING],
+                    scheduled=counts[_SCHEDULED],
+                    running=counts[_RUNNING],
+                    oldest_pending_at=min(pending, default=None),
+                    finished={s: finished[s] for s in JobStatus if finished[s]},
+                    finished_per_minute=per_minute,
+                )
+            )
+        return DashboardStats(now=now, window=window, queues=activity)
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first (finished_at for finished
+        jobs, started_at for running ones, created_at for waiting ones; ties id DESC)."""
+        check_recent_limit(filter)
+
+        def activity(job: _Job) -> tuple[datetime, UUID]:
+            if job.status in TERMINAL_STATUSES and job.finished_at is not None:
+                return job.finished_at, job.id
+            if job.status is _RUNNING and job.started_at is not None:
+                return job.started_at, job.id
+            return job.created_at, job.id
+
+        found = self._matching(replace(filter, limit=None), frozenset(JobStatus))
+        found.sort(key=activity, reverse=True)
+        return [job.snapshot() for job in found[: filter.limit]]
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:

@@ -373,6 +373,48 @@ class QueueRow:
     counts: dict[JobStatus, int]
 
 
+# The most rows ``list_recent_jobs`` returns: each status is read from its own index with
+# this bound, so the plan stays an ordered index walk whatever the parameters.
+RECENT_JOBS_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class QueueActivity:
+    """One queue as the live dashboard shows it, read on the backend's clock.
+
+    ``pending``, ``scheduled`` and ``running`` are exact counts. ``oldest_pending_at`` is the
+    ``scheduled_at`` of the pending job that has been dispatchable longest (None when nothing
+    is pending). ``finished`` counts the jobs per terminal status whose ``finished_at`` is
+    inside the stats window (only statuses with jobs, in JobStatus order).
+    ``finished_per_minute`` has one count of terminal jobs per minute, oldest first; the last
+    covers the 60 seconds up to ``DashboardStats.now``. Settings default as in QueueRow.
+    """
+
+    name: str
+    mode: QueueMode
+    max_concurrent: int | None
+    paused: bool
+    pending: int
+    scheduled: int
+    running: int
+    oldest_pending_at: datetime | None
+    finished: dict[JobStatus, int]
+    finished_per_minute: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardStats:
+    """Everything the dashboard's queue pane and header need, from one read.
+
+    ``queues`` holds every queue that has jobs or a row in ``queues``, by name. ``now`` is
+    the backend's clock at the read; ages and the per-minute buckets are relative to it.
+    """
+
+    now: datetime
+    window: timedelta
+    queues: list[QueueActivity]
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Storage operations TaskQ needs. All times in predicates come from the backend's clock."""
@@ -600,6 +642,28 @@ class Backend(Protocol):
         """The job's place in its queue's dispatch order (see DispatchPosition); None when
         there is no such job. An operator read (``taskq jobs explain``), not a hot path."""
 
+    # --- dashboard -----------------------------------------------------------------------
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity for a live dashboard, cheap on a large table.
+
+        Exact pending/scheduled/running counts, the oldest pending job's ``scheduled_at``,
+        terminal jobs per status finished within ``window``, and ``minutes`` per-minute
+        counts of finished jobs. PG: every read of ``jobs`` walks an index (loose index
+        scans find the queues; counts are index-only where the visibility map allows).
+        ``window`` must be positive and ``minutes`` between 1 and 1440 (ValueError).
+        """
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first: finished jobs by
+        ``finished_at``, running ones by ``started_at``, waiting ones by ``created_at`` (ties:
+        id DESC).
+
+        Each status is read from its own index, newest first, so the read stays bounded on
+        a large table; this is the dashboard's jobs pane, where ``list_jobs`` is the full
+        listing. ``filter.limit`` must be between 0 and RECENT_JOBS_MAX and ``filter.ids``
+        unset (ValueError).
+        """
+
     # --- workers and leadership ----------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:
         """Insert (or refresh) this worker's row, status running."""
@@ -679,4 +743,22 @@ def check_protocol_version(implementation: str, declared: int) -> None:
         raise RuntimeError(
             f"{implementation} implements Backend protocol v{declared}, "
             f"but taskq_core expects v{BACKEND_PROTOCOL_VERSION}"
+        )
+
+
+def check_dashboard_window(window: timedelta, minutes: int) -> None:
+    """Validate ``dashboard_stats`` arguments the same way in every implementation."""
+    if window <= timedelta(0):
+        raise ValueError(f"window must be positive, got {window}")
+    if not 1 <= minutes <= 1440:
+        raise ValueError(f"minutes must be between 1 and 1440, got {minutes}")
+
+
+def check_recent_limit(filter: JobFilter) -> None:
+    """Validate a ``list_recent_jobs`` filter: no ids, a limit of at most RECENT_JOBS_MAX."""
+    if filter.ids is not None:
+        raise ValueError("list_recent_jobs does not filter by ids; use list_jobs")
+    if filter.limit is None or filter.limit > RECENT_JOBS_MAX:
+        raise ValueError(
+            f"list_recent_jobs returns at most {RECENT_JOBS_MAX} rows, got limit={filter.limit}"
         )

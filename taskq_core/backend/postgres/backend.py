@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     BulkCancelResult,
     CancelFlag,
     CancelOutcome,
+    DashboardStats,
     DispatchPosition,
     EnqueueArgs,
     ErrorInfo,
@@ -39,6 +40,7 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
     LeaderRow,
+    QueueActivity,
     QueueMode,
     QueueRow,
     QueueStatusCount,
@@ -46,7 +48,9 @@ from taskq_core.backend.protocol import (
     SnoozeOutcome,
     WorkerInfo,
     WorkerRow,
+    check_dashboard_window,
     check_protocol_version,
+    check_recent_limit,
 )
 from taskq_core.constants import (
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
@@ -217,6 +221,29 @@ def _worker(record: asyncpg.Record) -> WorkerRow:
         status=record["status"],
         is_leader=record["is_leader"],
         running_jobs=record["running_jobs"],
+    )
+
+
+def _queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
+    per_minute = [0] * minutes
+    for minute_ago, count in zip(record["minutes_ago"], record["minute_counts"], strict=True):
+        per_minute[minutes - 1 - minute_ago] = count  # oldest first
+    return QueueActivity(
+        name=record["name"],
+        mode=record["mode"],
+        max_concurrent=record["max_concurrent"],
+        paused=record["paused"],
+        pending=record["pending"],
+        scheduled=record["scheduled"],
+        running=record["running"],
+        oldest_pending_at=record["oldest_pending_at"],
+        finished={
+            JobStatus(status): count
+            for status, count in zip(
+                record["finished_statuses"], record["finished_counts"], strict=True
+            )
+        },
+        finished_per_minute=per_minute,
     )
 
 
@@ -739,6 +766,26 @@ class PostgresBackend:
             ahead=int(record["ahead"]),
             ahead_other_cohorts=int(record["ahead_other_cohorts"]),
         )
+
+    # --- dashboard ---------------------------------------------------------------------------
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity for the live dashboard, every read of jobs index-backed."""
+        check_dashboard_window(window, minutes)
+        records = await self._pool.fetch(self._queries["dashboard_stats"], window, minutes)
+        queues = [_queue_activity(r, minutes) for r in records if r["name"] is not None]
+        return DashboardStats(now=records[0]["now"], window=window, queues=queues)
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first, each status from its index."""
+        check_recent_limit(filter)
+        records = await self._pool.fetch(
+            self._queries["list_recent_jobs"],
+            _statuses(filter),
+            filter.queue,
+            filter.actor,
+            filter.limit,
+        )
+        return [_job(r) for r in records]
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:

@@ -249,3 +249,182 @@ SELECT t.mode, (SELECT now FROM clock) AS now,
        (SELECT count(*) FROM ahead) AS ahead,
        (SELECT count(*) FROM ahead a WHERE a.cohort <> a.my_cohort) AS ahead_other_cohorts
 FROM target t;
+
+-- name: dashboard_stats
+-- The live dashboard's per-queue activity, on the database clock ($1 window for the
+-- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
+-- large table, so every read of jobs walks an index:
+-- * the queues with pending jobs come from a loose index scan over jobs_queue_dispatch_idx
+--   that stops once per (queue, priority); the first entry of each group is that group's
+--   longest-waiting job, so the same walk yields the oldest pending job of every queue;
+-- * the queues with other jobs come from a loose index scan of jobs_status_queue_idx, one
+--   probe per (status, queue) pair;
+-- * the counts are per queue and status, each an index (only) scan of the matching partial
+--   index, never one GROUP BY over the table (which the planner answers with a seq scan);
+-- * finished jobs are read by (status, finished_at) from jobs_finished_idx, bounded by the
+--   larger of the two windows.
+WITH RECURSIVE clock AS (
+    SELECT clock_timestamp() AS now
+),
+pending_heads AS (
+    (SELECT j.queue, j.priority, j.scheduled_at
+     FROM {schema}.jobs j
+     WHERE j.status = 'pending'
+     ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
+     LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority, n.scheduled_at
+    FROM pending_heads h
+    CROSS JOIN LATERAL (
+        -- The next priority of the same queue, else the first group of the next queue.
+        (SELECT j.queue, j.priority, j.scheduled_at
+         FROM {schema}.jobs j
+         WHERE j.status = 'pending' AND j.queue = h.queue AND j.priority < h.priority
+         ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT j.queue, j.priority, j.scheduled_at
+         FROM {schema}.jobs j
+         WHERE j.status = 'pending' AND j.queue > h.queue
+         ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
+         LIMIT 1)
+        LIMIT 1
+    ) n
+),
+other_pairs AS (
+    (SELECT j.status, j.queue
+     FROM {schema}.jobs j
+     WHERE j.status <> 'pending'
+     ORDER BY j.status, j.queue
+     LIMIT 1)
+    UNION ALL
+    SELECT n.status, n.queue
+    FROM other_pairs p
+    CROSS JOIN LATERAL (
+        SELECT j.status, j.queue
+        FROM {schema}.jobs j
+        WHERE j.status <> 'pending' AND (j.status, j.queue) > (p.status, p.queue)
+        ORDER BY j.status, j.queue
+        LIMIT 1
+    ) n
+),
+names AS (
+    SELECT h.queue AS name FROM pending_heads h
+    UNION
+    SELECT p.queue FROM other_pairs p
+    UNION
+    SELECT q.name FROM {schema}.queues q
+),
+finished AS MATERIALIZED (
+    SELECT j.queue, j.status,
+           GREATEST(floor(extract(epoch FROM (SELECT now FROM clock) - j.finished_at) / 60),
+                    0)::integer AS minute_ago,
+           j.finished_at >= (SELECT now FROM clock) - $1::interval AS in_window
+    FROM {schema}.jobs j
+    WHERE j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')
+      AND j.finished_at >= (SELECT now FROM clock)
+                           - GREATEST($1::interval, make_interval(mins => $2::integer))
+),
+finished_counts AS MATERIALIZED (
+    SELECT f.queue, array_agg(f.status::text ORDER BY f.status) AS statuses,
+           array_agg(f.n ORDER BY f.status) AS counts
+    FROM (
+        SELECT f.queue, f.status, count(*) AS n
+        FROM finished f
+        WHERE f.in_window
+        GROUP BY f.queue, f.status
+    ) f
+    GROUP BY f.queue
+),
+per_minute AS MATERIALIZED (
+    SELECT f.queue, array_agg(f.minute_ago ORDER BY f.minute_ago) AS minutes_ago,
+           array_agg(f.n ORDER BY f.minute_ago) AS counts
+    FROM (
+        SELECT f.queue, f.minute_ago, count(*) AS n
+        FROM finished f
+        WHERE f.minute_ago < $2::integer
+        GROUP BY f.queue, f.minute_ago
+    ) f
+    GROUP BY f.queue
+)
+-- One row per queue; with no queue at all, one row whose name is NULL (it carries `now`).
+SELECT k.now, n.name, COALESCE(s.mode, 'strict_fifo') AS mode, s.max_concurrent,
+       COALESCE(s.paused, false) AS paused,
+       (SELECT count(*) FROM {schema}.jobs j
+        WHERE j.status = 'pending' AND j.queue = n.name) AS pending,
+       (SELECT count(*) FROM {schema}.jobs j
+        WHERE j.status = 'scheduled' AND j.queue = n.name) AS scheduled,
+       (SELECT count(*) FROM {schema}.jobs j
+        WHERE j.status = 'running' AND j.queue = n.name) AS running,
+       (SELECT min(h.scheduled_at) FROM pending_heads h WHERE h.queue = n.name)
+           AS oldest_pending_at,
+       COALESCE(c.statuses, '{}') AS finished_statuses, COALESCE(c.counts, '{}') AS finished_counts,
+       COALESCE(m.minutes_ago, '{}') AS minutes_ago, COALESCE(m.counts, '{}') AS minute_counts
+FROM clock k
+LEFT JOIN names n ON true
+LEFT JOIN {schema}.queues s ON s.name = n.name
+LEFT JOIN finished_counts c ON c.queue = n.name
+LEFT JOIN per_minute m ON m.queue = n.name
+ORDER BY n.name;
+
+-- name: list_recent_jobs
+-- The dashboard's jobs pane: jobs matching $1 statuses (NULL: any), $2 queue and $3 actor,
+-- most recent activity first, at most $4 rows. Each status group is read newest
+-- first from an index of its own: finished jobs per status from jobs_finished_idx
+-- (status, finished_at DESC), running ones from the running partial indexes (a worker's
+-- capacity bounds them), waiting ones from jobs_created_idx. The per-branch LIMIT is a
+-- literal (RECENT_JOBS_MAX in protocol.py) on purpose: the generic plan then knows it needs
+-- a few rows and walks the ordered index instead of sorting every match. The optional
+-- filters are spelled COALESCE(column = $n, true), not ($n IS NULL OR column = $n): the OR
+-- form is estimated so selective that the generic plan sorts every row of a status instead.
+WITH finished AS (
+    SELECT f.*
+    FROM unnest(COALESCE($1::text[], ARRAY['succeeded', 'failed', 'cancelled', 'crashed',
+                                           'abandoned'])) AS s(status)
+    CROSS JOIN LATERAL (
+        SELECT j.*, j.finished_at AS activity_at
+        FROM {schema}.jobs j
+        WHERE j.status = s.status::{schema}.job_status AND j.finished_at IS NOT NULL
+          AND COALESCE(j.queue = $2::text, true)
+          AND COALESCE(j.actor = $3::text, true)
+        ORDER BY j.finished_at DESC
+        LIMIT 200
+    ) f
+    WHERE s.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')
+),
+running AS (
+    SELECT j.*, j.started_at AS activity_at
+    FROM {schema}.jobs j
+    WHERE j.status = 'running' AND ($1::text[] IS NULL OR 'running' = ANY ($1::text[]))
+      AND COALESCE(j.queue = $2::text, true)
+      AND COALESCE(j.actor = $3::text, true)
+    ORDER BY j.started_at DESC
+    LIMIT 200
+),
+pending AS (
+    SELECT j.*, j.created_at AS activity_at
+    FROM {schema}.jobs j
+    WHERE j.status = 'pending' AND ($1::text[] IS NULL OR 'pending' = ANY ($1::text[]))
+      AND COALESCE(j.queue = $2::text, true)
+      AND COALESCE(j.actor = $3::text, true)
+    ORDER BY j.created_at DESC
+    LIMIT 200
+),
+scheduled AS (
+    SELECT j.*, j.created_at AS activity_at
+    FROM {schema}.jobs j
+    WHERE j.status = 'scheduled' AND ($1::text[] IS NULL OR 'scheduled' = ANY ($1::text[]))
+      AND COALESCE(j.queue = $2::text, true)
+      AND COALESCE(j.actor = $3::text, true)
+    ORDER BY j.created_at DESC
+    LIMIT 200
+)
+SELECT r.*
+FROM (
+    SELECT * FROM finished
+    UNION ALL SELECT * FROM running
+    UNION ALL SELECT * FROM pending
+    UNION ALL SELECT * FROM scheduled
+) r
+ORDER BY r.activity_at DESC, r.id DESC
+LIMIT $4::bigint;
