@@ -32,6 +32,9 @@ from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.obs.logs import configure_logging
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from benchmarks.worker_sections import Latency, drain, latency
+
 LEASE = timedelta(minutes=5)
 
 
@@ -156,10 +159,36 @@ async def cycle_section(bench: Bench) -> list[Measurement]:
     return results
 
 
+async def drain_section(bench: Bench) -> list[Measurement]:
+    """A real `taskq worker` process (concurrency 16, then 1) draining no-op jobs."""
+    results = []
+    for concurrency, full in ((16, 20_000), (1, 2_000)):
+        async with bench.fresh_backend() as backend:
+            count = bench.size(full)
+            seconds, code = await drain(backend, bench.dsn, count, concurrency)
+            name = f"worker drain, concurrency {concurrency}" + (
+                "" if code == 0 else f" (exit {code})"
+            )
+            results.append(Measurement("drain", name, count, seconds))
+    return results
+
+
+LATENCIES: list[Latency] = []
+
+
+async def latency_section(bench: Bench) -> list[Measurement]:
+    """Enqueue->start latency into an idle worker (reported in its own table)."""
+    async with bench.fresh_backend() as backend:
+        LATENCIES.append(await latency(backend, bench.dsn, bench.size(500)))
+    return []
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
     ("cycle", cycle_section),
+    ("drain", drain_section),
+    ("latency", latency_section),
 ]
 
 
@@ -210,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(dsn=dsn, quick=options.quick, concurrency=options.concurrency)
         measurements = asyncio.run(run(bench, options.section))
         console.print(render(measurements, where))
+        for result in LATENCIES:
+            console.print(
+                f"enqueue->start latency, idle worker, {result.samples} jobs 5 ms apart: "
+                f"p50 {result.p50:.2f} ms, p95 {result.p95:.2f} ms, p99 {result.p99:.2f} ms"
+            )
     finally:
         if root is not None:
             embedded.stop(root / "pgdata")

@@ -1,0 +1,99 @@
+"""Worker benchmarks: a real `taskq worker` process draining a backlog, and the
+enqueue->start latency of an idle worker (the same definitions as the peer harness)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.protocol import EnqueueArgs, JobFilter
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKQ = str(Path(sys.executable).parent / "taskq")
+ACTORS = "benchmarks.bench_actors:registry"
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Enqueue->start latency percentiles in milliseconds."""
+
+    samples: int
+    p50: float
+    p95: float
+    p99: float
+
+
+def worker_env(dsn: str, schema: str) -> dict[str, str]:
+    """The environment of a benchmark worker: quiet, no health socket, instant idle exit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    env.update(
+        TASKQ_PG_DSN=dsn,
+        TASKQ_SCHEMA_NAME=schema,
+        TASKQ_HEALTH_ENABLED="false",
+        TASKQ_LOG_LEVEL="WARNING",
+        TASKQ_IDLE_SETTLE_WINDOW="0",
+        TASKQ_IDLE_POLL_INTERVAL="0.05",
+    )
+    return env
+
+
+@asynccontextmanager
+async def worker_process(
+    dsn: str, schema: str, *args: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A `taskq worker` child, stopped (SIGTERM) on exit if still running."""
+    proc = await asyncio.create_subprocess_exec(
+        TASKQ, "worker", "--actors", ACTORS, *args,
+        cwd=ROOT, env=worker_env(dsn, schema), stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+async def drain(
+    backend: PostgresBackend, dsn: str, jobs: int, concurrency: int
+) -> tuple[float, int]:
+    """Seconds for one worker process to finish ``jobs`` pre-enqueued no-op jobs."""
+    await backend.enqueue_batch_fast([EnqueueArgs("noop", {"n": n}) for n in range(jobs)])
+    started = time.perf_counter()
+    async with worker_process(
+        dsn, backend.schema, "--concurrency", str(concurrency), "--until-idle"
+    ) as proc:
+        while await backend.count_active_jobs(["default"]):
+            await asyncio.sleep(0.02)
+        seconds = time.perf_counter() - started
+        code = await proc.wait()
+    return seconds, code
+
+
+async def latency(backend: PostgresBackend, dsn: str, samples: int) -> Latency:
+    """Enqueue jobs one at a time, 5 ms apart, into an idle worker; percentiles of start-enqueue."""
+    async with worker_process(dsn, backend.schema, "--concurrency", "16"):
+        while not await backend.list_workers():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # let it settle into its idle wait
+        sent: dict[object, float] = {}
+        for _ in range(samples):
+            at = time.time()
+            row = await backend.enqueue(EnqueueArgs("stamp", {}))
+            sent[row.id] = at
+            await asyncio.sleep(0.005)
+        while await backend.count_active_jobs(["default"]):
+            await asyncio.sleep(0.05)
+    rows = await backend.list_jobs(JobFilter(actor="stamp", limit=None))
+    millis = sorted((row.result - sent[row.id]) * 1000 for row in rows if row.id in sent)
+    cuts = statistics.quantiles(millis, n=100)
+    return Latency(len(millis), cuts[49], cuts[94], cuts[98])
