@@ -128,6 +128,15 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Success:
+    """One job's successful outcome, for ``mark_succeeded_many``."""
+
+    job_id: UUID
+    result: Any
+    fallback_result_ttl: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """What went wrong in an attempt."""
 
@@ -506,6 +515,12 @@ class Backend(Protocol):
         result_expires_at = finished_at + (actor_config.result_ttl, else the job's result_ttl,
         else ``fallback_result_ttl``; none of them: no expiry).
         """
+
+    async def mark_succeeded_many(
+        self, worker_id: UUID, successes: Sequence[Success]
+    ) -> set[UUID]:
+        """``mark_succeeded`` for many jobs in one statement (attempts and events included);
+        returns the ids actually written (rows this worker no longer owns are skipped)."""
 
     async def mark_failed_or_retry(
         self,

@@ -132,10 +132,18 @@ touched AS (
     WHERE w.id = $1::uuid
     RETURNING w.id
 ),
+-- Rows a completion flush holds right now are skipped: they are being finished, and a
+-- multi-row writer waiting on another could deadlock.
+lockable AS (
+    SELECT j.id FROM {schema}.jobs j
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    ORDER BY j.id
+    FOR UPDATE SKIP LOCKED
+),
 extended AS (
     UPDATE {schema}.jobs j SET lock_expires_at = k.now + $2::interval, updated_at = k.now
-    FROM clock k
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    FROM clock k, lockable l
+    WHERE j.id = l.id
     RETURNING j.id, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
 ),
 reservations AS (
@@ -186,6 +194,48 @@ event AS (
     SELECT d.id, 'state_change', 'running', 'succeeded', $2::uuid FROM done d
 )
 SELECT count(*) FROM done;
+
+-- name: mark_succeeded_many
+-- mark_succeeded for a batch: $2 ids, $3 results, $4 fallback TTLs (parallel arrays). Rows
+-- are locked in id order so a flush never deadlocks with another multi-row writer.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+input AS (
+    SELECT i.id, i.result, i.fallback_ttl
+    FROM unnest($2::uuid[], $3::jsonb[], $4::interval[]) AS i(id, result, fallback_ttl)
+),
+owned AS (
+    SELECT j.id
+    FROM {schema}.jobs j
+    WHERE j.id = ANY($2::uuid[]) AND j.status = 'running' AND j.locked_by_worker = $1::uuid
+    ORDER BY j.id
+    FOR UPDATE
+),
+done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'succeeded', result = i.result, finished_at = k.now, updated_at = k.now,
+        lock_expires_at = NULL,
+        result_expires_at = k.now + COALESCE(
+            (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
+            j.result_ttl, i.fallback_ttl)
+    FROM owned o, input i, clock k
+    WHERE j.id = o.id AND i.id = o.id
+    RETURNING j.id, j.attempt, j.started_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
+    )
+    SELECT d.id, d.attempt, $1::uuid, 'succeeded', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT d.id, 'state_change', 'running', 'succeeded', $1::uuid FROM done d
+)
+SELECT id FROM done;
 
 -- name: mark_failed_or_retry
 -- The actor raised. $6 NULL -> failed. Otherwise scheduled at now() + $6, unless that passes

@@ -1,0 +1,47 @@
+"""mark_succeeded_many: many completions in one write, with the same guards as one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+from taskq_core.backend.protocol import Success
+from taskq_core.statemachine import JobStatus
+from tests.conformance.conftest import Harness
+from tests.conformance.states import reload, running_job
+
+
+async def test_batch_success_writes_each_owned_job_with_attempt_and_event(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    jobs = [(await running_job(backend, worker=worker))[0] for _ in range(5)]
+    done = await backend.mark_succeeded_many(
+        worker,
+        [
+            Success(j.id, {"n": i}, fallback_result_ttl=timedelta(hours=1) if i == 0 else None)
+            for i, j in enumerate(jobs)
+        ],
+    )
+    assert done == {j.id for j in jobs}
+    for i, job in enumerate(jobs):
+        row = await reload(backend, job.id)
+        assert row.status is JobStatus.SUCCEEDED and row.result == {"n": i}
+        assert row.finished_at is not None and row.lock_expires_at is None
+        assert (row.result_expires_at is not None) == (i == 0)
+        assert [a.outcome for a in await backend.get_attempts(job.id)] == ["succeeded"]
+        events = [(e.from_status, e.to_status) for e in await backend.get_events(job.id)]
+        assert events[-1] == (JobStatus.RUNNING, JobStatus.SUCCEEDED)
+
+
+async def test_batch_success_skips_rows_the_worker_does_not_own(harness: Harness) -> None:
+    backend = harness.backend
+    mine, worker = await running_job(backend)
+    theirs, _ = await running_job(backend)
+    assert await backend.mark_succeeded_many(
+        worker, [Success(mine.id, None), Success(theirs.id, "stolen")]
+    ) == {mine.id}
+    assert (await reload(backend, theirs.id)).status is JobStatus.RUNNING
+    assert await backend.mark_succeeded_many(worker, [Success(mine.id, None)]) == set()
+    assert await backend.mark_succeeded_many(worker, []) == set()
