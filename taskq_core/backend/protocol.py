@@ -516,9 +516,7 @@ class Backend(Protocol):
         else ``fallback_result_ttl``; none of them: no expiry).
         """
 
-    async def mark_succeeded_many(
-        self, worker_id: UUID, successes: Sequence[Success]
-    ) -> set[UUID]:
+    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """``mark_succeeded`` for many jobs in one statement (attempts and events included);
         returns the ids actually written (rows this worker no longer owns are skipped)."""
 
