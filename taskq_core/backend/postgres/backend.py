@@ -46,6 +46,7 @@ from taskq_core.backend.protocol import (
     QueueStatusCount,
     RetryAfterOutcome,
     SnoozeOutcome,
+    Success,
     WorkerInfo,
     WorkerRow,
     check_dashboard_window,
@@ -583,6 +584,19 @@ class PostgresBackend:
             self._queries["mark_succeeded"], job_id, worker_id, result, fallback_result_ttl
         )
         return bool(done)
+
+    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
+        """Many completions in one statement; the ids this worker still owned."""
+        if not successes:
+            return set()
+        rows = await self._pool.fetch(
+            self._queries["mark_succeeded_many"],
+            worker_id,
+            [s.job_id for s in successes],
+            [s.result for s in successes],
+            [s.fallback_result_ttl for s in successes],
+        )
+        return {row["id"] for row in rows}
 
     async def mark_failed_or_retry(
         self,
