@@ -78,6 +78,10 @@ class TaskqSettings(BaseSettings):
     dispatcher_pool_size: int = Field(default=4, ge=1)
     heartbeat_pool_size: int = Field(default=4, ge=1)
     max_concurrency: int = Field(default=8, ge=1, le=10_000)
+    # Jobs claimed ahead of free consumers (None: as many as max_concurrency), so a consumer
+    # never waits for a dispatch round trip and claims come in batches.
+    prefetch: int | None = Field(default=None, ge=0, le=10_000)
+    completion_batch_max: int = Field(default=500, ge=1, le=10_000)
     pool_max_inactive_lifetime: Seconds = 300.0
     dispatch_oversample: int = Field(default=2, ge=1)
     dispatch_scope_by_home_queue: bool = False
@@ -233,6 +237,11 @@ class TaskqSettings(BaseSettings):
     def worker_pool_size(self) -> int:
         """Connections for terminal writes: headroom over max_concurrency for slot recycling."""
         return max(2, int(self.max_concurrency * 1.5))
+
+    @property
+    def effective_prefetch(self) -> int:
+        """Jobs claimed beyond max_concurrency."""
+        return self.max_concurrency if self.prefetch is None else self.prefetch
 
     @property
     def lock_lease_delta(self) -> timedelta:

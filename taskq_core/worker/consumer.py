@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from taskq_core.actors import ActorRef, JobContext
-from taskq_core.backend.protocol import ErrorInfo, JobRow
+from taskq_core.backend.protocol import ErrorInfo, JobRow, Success
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.metrics import consumer_span, instruments
@@ -195,9 +195,7 @@ async def _record(
             result = _jsonable_result(value)
         except (TypeError, ValueError) as exc:
             return await _record_error(deps, ref, active, exc, retry=False)
-        await _shielded(
-            backend.mark_succeeded(job.id, worker_id, result, fallback_result_ttl=ref.result_ttl)
-        )
+        deps.completer.submit(Success(job.id, result, ref.result_ttl))
         deps.stats.succeeded += 1
         return "succeeded"
     if outcome == "snooze":

@@ -15,6 +15,7 @@ from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import ActiveJobs
+from taskq_core.worker.completer import Completer
 from taskq_core.worker.watchdog import LoopLiveness
 
 
@@ -52,6 +53,7 @@ class WorkerDeps:
     executor: ThreadPoolExecutor
     local_queue: asyncio.Queue[JobRow]
     liveness: LoopLiveness
+    completer: Completer
     active: ActiveJobs = field(default_factory=ActiveJobs)
     stats: WorkerStats = field(default_factory=WorkerStats)
     shutdown_event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -71,3 +73,8 @@ class WorkerDeps:
     def in_flight(self) -> int:
         """Jobs claimed by this worker: executing plus waiting in the local queue."""
         return len(self.active) + self.local_queue.qsize()
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs this worker holds at most: consumers plus prefetch."""
+        return self.settings.max_concurrency + self.settings.effective_prefetch

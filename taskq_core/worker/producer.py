@@ -1,7 +1,9 @@
 """ProducerLoop: claims due jobs into the bounded local queue, woken by NOTIFY or a poll.
 
-It claims at most the free capacity (concurrency minus executing and queued jobs), so the
-local queue never blocks and no row is locked that a consumer could not start soon.
+Capacity is max_concurrency plus TASKQ_PREFETCH: consumers find their next job already
+claimed instead of waiting for a round trip. The producer claims at most the free capacity,
+so the local queue never blocks, and it waits until a quarter of the capacity is free (or
+the local queue ran dry) before claiming again, so claims come in batches, not one per job.
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ class ProducerLoop:
             settings.notify_poll_interval if settings.notify_enabled else settings.poll_interval
         )
         self._guard = UnexpectedErrorGuard("producer", deps.log)
+        self.min_batch = max(1, deps.capacity // 4)
 
     async def run_once(self) -> ProducerTick:
         """Claim up to the free capacity; return how many were asked for and claimed."""
         deps = self.deps
-        free = deps.settings.max_concurrency - deps.in_flight()
+        free = deps.capacity - deps.in_flight()
         if free <= 0 or not deps.queues:
             return ProducerTick(0, 0)
+        if free < self.min_batch and not deps.local_queue.empty():
+            return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
         started = deps.clock.monotonic()
         jobs = await deps.backend.dispatch_batch(
             deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta

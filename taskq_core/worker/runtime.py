@@ -27,6 +27,7 @@ from taskq_core.ids import uuid7
 from taskq_core.obs.logs import get_logger
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.cancel import CancelController
+from taskq_core.worker.completer import Completer
 from taskq_core.worker.consumer import ConsumerLoop
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.drain import DrainMonitor
@@ -122,9 +123,11 @@ class Worker:
             self._bootstrap_warnings()
             health = await self._start_health(deps)
             watchdogs = self._start_watchdogs(deps)
+            deps.completer.start()
             try:
                 await self._run_siblings(deps)
             finally:
+                await asyncio.shield(deps.completer.close())  # every success made durable
                 for task in watchdogs:
                     task.cancel()
                 if health is not None:
@@ -148,7 +151,10 @@ class Worker:
             executor=ThreadPoolExecutor(
                 max_workers=s.max_concurrency, thread_name_prefix="taskq-actor"
             ),
-            local_queue=asyncio.Queue(maxsize=s.max_concurrency),
+            local_queue=asyncio.Queue(maxsize=s.max_concurrency + s.effective_prefetch),
+            completer=Completer(
+                backend, self.worker_id, self.log, max_batch=s.completion_batch_max
+            ),
             liveness=LoopLiveness(
                 grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
             ),

@@ -46,9 +46,13 @@ def worker_cmd(*extra: str, actors: str = ACTORS) -> list[str]:
 
 
 async def run_worker(
-    pg: PgTarget, *extra: str, timeout: float = 60, **kw: Any
+    pg: PgTarget,
+    *extra: str,
+    timeout: float = 60,
+    extra_env: dict[str, str] | None = None,
+    **kw: Any,
 ) -> subprocess.CompletedProcess[str]:
-    env = pg.env(**FAST_ENV)
+    env = pg.env(**FAST_ENV, **(extra_env or {}))
     proc = await asyncio.create_subprocess_exec(
         *worker_cmd(*extra, **kw), cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -115,7 +119,11 @@ async def test_round_robin_interleaves_fairness_keys(
             for _ in range(3)
         ]
     )
-    result = await run_worker(pg, "--until-idle", "--concurrency", "1", "--queues", "fair")
+    # One job at a time and no prefetch: every claim is a separate round-robin decision.
+    result = await run_worker(
+        pg, "--until-idle", "--concurrency", "1", "--queues", "fair",
+        extra_env={"TASKQ_PREFETCH": "0"},
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     jobs = sorted(await backend.list_jobs(JobFilter(limit=None)), key=lambda j: j.result["start"])
     first_six = [j.payload["k"] for j in jobs[:6]]
