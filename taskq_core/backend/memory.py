@@ -80,8 +80,17 @@ _RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_
 _QUEUE_MODES: frozenset[QueueMode] = frozenset({"strict_fifo", "round_robin"})
 _STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
 _PENDING, _SCHEDULED, _RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
-# Round-robin candidate windows stay whole up to this many rows per actor, then split evenly.
-_ROUND_ROBIN_WINDOW = 1000
+# dispatch.sql's bounds: a round_robin queue gets one candidate window per fairness cohort
+# up to this many cohorts, then falls back to the shared window ranked by cohort...
+_COHORT_BUDGET = 128
+# ...its cohort windows stay whole while they add up to at most this many rows, then split
+# evenly; and a shared window always holds at least _SHARED_WINDOW_FLOOR rows.
+_COHORT_ROWS = 256
+_SHARED_WINDOW_FLOOR = 16
+# The cohort of the jobs without a fairness_key (COALESCE(fairness_key, '__null__') in SQL).
+_NULL_COHORT = "__null__"
+# last_served of a cohort that never started a job: first, as NULLS FIRST / -infinity sort.
+_NEVER_SERVED = datetime.min.replace(tzinfo=UTC)
 _RowT = TypeVar("_RowT", bound="DataclassInstance")
 
 
@@ -94,6 +103,11 @@ def _fifo_key(job: _Job) -> tuple[int, datetime, UUID]:
     """strict_fifo order (and the order inside a round-robin cohort): priority DESC,
     scheduled_at, id."""
     return (-job.priority, job.scheduled_at, job.id)
+
+
+def _cohort(job: _Job) -> str:
+    """The job's fairness cohort: its fairness_key, or the one cohort of the NULL keys."""
+    return _NULL_COHORT if job.fairness_key is None else job.fairness_key
 
 
 # --- stored rows ---------------------------------------------------------------------------
@@ -446,90 +460,131 @@ class InMemoryBackend:
         self._commit(handle.buffered)
 
     # --- dispatch ----------------------------------------------------------------------------
-    def _actor_cap(self, actor: str) -> int | None:
-        config = self._actor_configs.get(actor)
-        return None if config is None else config.max_concurrent
-
     def _queue_row(self, name: str) -> _Queue:
         return self._queues.get(name) or _Queue()
+
+    def _last_served(self, queues: Iterable[str]) -> dict[tuple[str, str], datetime]:
+        """When a job of each (queue, fairness cohort) of ``queues`` last started (any status;
+        the cohorts that never started a job are missing)."""
+        wanted = set(queues)
+        served: dict[tuple[str, str], datetime] = {}
+        for job in self._jobs.values():
+            if job.queue in wanted and job.started_at is not None:
+                key = (job.queue, _cohort(job))
+                last = served.get(key)
+                served[key] = job.started_at if last is None else max(last, job.started_at)
+        return served
 
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
         """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running.
 
-        The same pipeline as the dispatch CTE, so the same jobs win: candidate windows of
-        residual * oversample per (queue, actor), or per (queue, actor, fairness cohort) in
-        round_robin queues; then one job per free (actor, identity_key); then actor rank <=
-        the actor's residual; then queue rank <= the queue's residual; then ``limit``. All in
-        dispatch order: mode group (by first position in ``queues``), fairness rank
-        (round_robin cohorts interleaved; 1 in strict_fifo), priority DESC, scheduled_at, id.
+        The same pipeline as the dispatch CTE, so the same jobs win, in the same order.
+        Candidate windows of residual * oversample rows in priority DESC, scheduled_at, id
+        order: uncapped actors share one per strict_fifo queue (at least 16 rows), one per
+        fairness cohort in a round_robin queue (split evenly past 256 rows), or one per
+        round_robin queue past 128 cohorts; every capped actor has its own per queue. Then
+        the fairness rank per cohort and when each (queue, cohort) last started a job; then
+        one job per free (actor, identity_key); then actor rank <= a capped actor's
+        residual; then queue rank <= a capped queue's residual; then ``limit``. All in
+        dispatch order: mode group (by first position in ``queues``), fairness rank (1 in
+        strict_fifo), priority DESC, the cohort served least recently (never served first;
+        round_robin only), scheduled_at, id.
         """
         if limit <= 0:
             return []
         now = self._now()
+        oversample = self._oversample
         running = [job for job in self._jobs.values() if job.status is _RUNNING]
         actor_load = Counter(job.actor for job in running)
         queue_load = Counter(job.queue for job in running)
         taken = {(job.actor, job.identity_key) for job in running if job.identity_key is not None}
+        requested = dict.fromkeys(queues)
+        pending: dict[str, list[_Job]] = {name: [] for name in requested}
+        for job in self._jobs.values():
+            if job.status is _PENDING and job.queue in pending:
+                pending[job.queue].append(job)
 
-        def actor_room(actor: str) -> int:
-            cap = self._actor_cap(actor)
-            return limit if cap is None else min(limit, cap - actor_load[actor])
-
+        # queue_capacity: unpaused queues, their mode group and residual room.
         mode_order: dict[QueueMode, int] = {}
-        queue_order: dict[str, int] = {}
-        queue_room: dict[str, int] = {}
-        for position, name in enumerate(dict.fromkeys(queues)):
+        queue_mode: dict[str, QueueMode] = {}
+        queue_room: dict[str, int] = {}  # residual > 0 only
+        queue_cap: dict[str, int] = {}  # the residual of the queues with a max_concurrent
+        for position, name in enumerate(requested):
             row = self._queue_row(name)
             if row.paused:
                 continue
-            queue_order[name] = mode_order.setdefault(row.mode, position)
-            cap = row.max_concurrent
-            room = limit if cap is None else min(limit, cap - queue_load[name])
+            mode_order.setdefault(row.mode, position)
+            queue_mode[name] = row.mode
+            room = limit
+            if row.max_concurrent is not None:
+                room = queue_cap[name] = min(limit, row.max_concurrent - queue_load[name])
             if room > 0:
                 queue_room[name] = room
 
-        # Candidate windows: (queue, actor) in strict_fifo, (queue, actor, cohort) otherwise.
-        windows: dict[tuple[str, str, str | None], list[_Job]] = {}
-        fifo_queues = {name for name in queue_room if self._queue_row(name).mode == "strict_fifo"}
-        for job in self._jobs.values():
-            if job.status is _PENDING and job.queue in queue_room:
-                cohort = None if job.queue in fifo_queues else job.fairness_key
-                windows.setdefault((job.queue, job.actor, cohort), []).append(job)
-        cohorts = Counter((queue, actor) for queue, actor, _ in windows)
-        candidates: list[tuple[int, int, _Job]] = []  # (mode order, fairness rank, job)
-        round_robin: list[_Job] = []
-        for (queue, actor, _), jobs in windows.items():
-            size = max(actor_room(actor), 0) * self._oversample
-            due = sorted((job for job in jobs if job.scheduled_at <= now), key=_fifo_key)
-            if queue in fifo_queues:
-                candidates.extend((queue_order[queue], 1, job) for job in due[:size])
-                continue
-            shared = cohorts[queue, actor]
-            if shared * size > _ROUND_ROBIN_WINDOW:  # past ~1000 rows: an even share each
-                size = max(-(-size // shared) + 1, _ROUND_ROBIN_WINDOW // shared)
-            round_robin.extend(due[:size])
-        ranks: Counter[str | None] = Counter()
-        for job in sorted(round_robin, key=_fifo_key):
-            ranks[job.fairness_key] += 1
-            candidates.append((queue_order[job.queue], ranks[job.fairness_key], job))
-        candidates.sort(key=lambda c: (c[0], c[1], *_fifo_key(c[2])))
+        # capped_actors: a max_concurrent and a pending job in any requested queue.
+        with_pending = {job.actor for jobs in pending.values() for job in jobs}
+        capped = {
+            actor: min(limit, config.max_concurrent - actor_load[actor])
+            for actor, config in self._actor_configs.items()
+            if config.max_concurrent is not None and actor in with_pending
+        }
 
+        # candidates: the windows, each in FIFO order.
+        candidates: list[_Job] = []
+        for name, room in queue_room.items():
+            due = sorted((job for job in pending[name] if job.scheduled_at <= now), key=_fifo_key)
+            free = [job for job in due if job.actor not in capped]
+            size = room * oversample
+            cohorts = len({_cohort(job) for job in pending[name]})
+            if queue_mode[name] == "strict_fifo" or cohorts > _COHORT_BUDGET:
+                candidates.extend(free[: max(size, _SHARED_WINDOW_FLOOR)])
+            elif cohorts:
+                if cohorts * size > _COHORT_ROWS:
+                    size = max(-(-size // cohorts) + 1, _COHORT_ROWS // cohorts)
+                per_cohort: Counter[str] = Counter()
+                for job in free:
+                    per_cohort[_cohort(job)] += 1
+                    if per_cohort[_cohort(job)] <= size:
+                        candidates.append(job)
+            for actor, residual in capped.items():
+                if residual > 0:
+                    mine = [job for job in due if job.actor == actor]
+                    candidates.extend(mine[: residual * oversample])
+
+        # fair_ranked: round_robin ranks per cohort (across the queues), and last_served.
+        round_robin = [job for job in candidates if queue_mode[job.queue] == "round_robin"]
+        served = self._last_served({job.queue for job in round_robin})
+        ranks: Counter[str] = Counter()
+        fairness: dict[UUID, tuple[int, datetime]] = {}  # strict_fifo: 1 and never served
+        for job in sorted(round_robin, key=_fifo_key):
+            cohort = _cohort(job)
+            ranks[cohort] += 1
+            fairness[job.id] = (ranks[cohort], served.get((job.queue, cohort), _NEVER_SERVED))
+
+        def dispatch_order(job: _Job) -> tuple[Any, ...]:
+            rank, last_served = fairness.get(job.id, (1, _NEVER_SERVED))
+            mode = mode_order[queue_mode[job.queue]]
+            return (mode, rank, -job.priority, last_served, job.scheduled_at, job.id)
+
+        candidates.sort(key=dispatch_order)
+
+        # identity_dedup, actor rank, queue rank and LIMIT, in dispatch order.
         actor_rank: Counter[str] = Counter()
         queue_rank: Counter[str] = Counter()
         claimed: list[_Job] = []
-        for _, _, job in candidates:
+        for job in candidates:
             if job.identity_key is not None:
                 identity = (job.actor, job.identity_key)
                 if identity in taken:  # running already, or an earlier candidate has it
                     continue
                 taken.add(identity)
             actor_rank[job.actor] += 1
-            if actor_rank[job.actor] > actor_room(job.actor):
+            if job.actor in capped and actor_rank[job.actor] > capped[job.actor]:
                 continue
             queue_rank[job.queue] += 1
-            if queue_rank[job.queue] > queue_room[job.queue]:
+            if job.queue in queue_cap and queue_rank[job.queue] > queue_cap[job.queue]:
                 continue
             claimed.append(job)
             if len(claimed) == limit:
@@ -1015,23 +1070,19 @@ class InMemoryBackend:
         )
         # round_robin: rank in the cohort, priority, the cohort served least recently
         # (never served first), age; strict_fifo: priority, age.
-        served: dict[str | None, datetime] = {}
-        for job in self._jobs.values():
-            if job.queue == target.queue and job.started_at is not None:
-                last = served.get(job.fairness_key)
-                served[job.fairness_key] = max(last or job.started_at, job.started_at)
-        never = datetime.min.replace(tzinfo=UTC)
-        ranks: Counter[str | None] = Counter()
+        served = self._last_served([target.queue])
+        ranks: Counter[str] = Counter()
         order: dict[UUID, tuple[Any, ...]] = {}
         for job in due:
-            ranks[job.fairness_key] += 1
+            cohort = _cohort(job)
+            ranks[cohort] += 1
             key: tuple[Any, ...] = _fifo_key(job)
             if mode == "round_robin":
-                last_served = served.get(job.fairness_key, never)
-                key = (ranks[job.fairness_key], -job.priority, last_served, *key[1:])
+                last_served = served.get((job.queue, cohort), _NEVER_SERVED)
+                key = (ranks[cohort], -job.priority, last_served, *key[1:])
             order[job.id] = key
         ahead = [job for job in due if order[job.id] < order[target.id]]
-        other = sum(1 for job in ahead if job.fairness_key != target.fairness_key)
+        other = sum(1 for job in ahead if _cohort(job) != _cohort(target))
         return DispatchPosition(now, mode, len(ahead), other)
 
     # --- dashboard ---------------------------------------------------------------------------
