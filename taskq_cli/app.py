@@ -24,6 +24,7 @@ from taskq_cli.commands import (
     jobs,
     migrate,
     queues,
+    top,
     worker,
     workers,
 )
@@ -51,6 +52,7 @@ app.command("retry")(control.retry)
 app.add_typer(queues.app, name="queues")
 app.add_typer(actor_config.app, name="actor-config")
 app.add_typer(workers.app, name="workers")
+app.command("top")(top.top)
 
 
 def _version() -> str:

@@ -1,0 +1,73 @@
+"""``taskq top``: the live dashboard (queues, workers, recent failures; cancel, retry, pause).
+
+One refresh reads the database before the screen opens, so a wrong DSN or an unmigrated
+schema fails as a one-line error with exit 1 like every other command; after that, outages
+show as a banner inside the dashboard while it keeps retrying. ``q`` quits with exit 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from taskq_cli.database import open_backend
+from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
+from taskq_core.errors import ConfigError
+from taskq_core.explain import ExplainSettings
+
+RefreshOption = Annotated[
+    float,
+    typer.Option(
+        "--refresh",
+        min=0.2,
+        help="Seconds between refreshes.",
+        metavar="SECONDS",
+        show_default=True,
+    ),
+]
+TimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        min=0.5,
+        help="Seconds one refresh may take before the dashboard reports the database unreachable.",
+        metavar="SECONDS",
+        show_default=True,
+    ),
+]
+
+
+def top(
+    ctx: typer.Context,
+    refresh: RefreshOption = 1.0,
+    timeout: TimeoutOption = 5.0,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Live dashboard: queues, workers and recent failures; cancel, retry, pause from it."""
+    settings = load_settings(ctx, dsn, schema)
+    # Imported here so `--help` and shell completion never load Textual.
+    from taskq_cli.tui.app import TopApp
+    from taskq_cli.tui.source import BackendSource, DashboardSettings, JobsFilter
+    from taskq_core.backend.postgres.connection import describe_dsn
+
+    dashboard = DashboardSettings(
+        stale_after=ExplainSettings.from_settings(settings).worker_stale_after
+    )
+
+    async def run() -> None:
+        async with open_backend(settings) as backend:
+            source = BackendSource(
+                backend,
+                database=describe_dsn(settings.pooled_dsn),
+                schema=settings.schema_name,
+                settings=dashboard,
+            )
+            await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot work
+            if not (sys.stdin.isatty() and sys.stdout.isatty()):
+                raise ConfigError("taskq top needs a terminal (stdin and stdout are not a TTY)")
+            await TopApp(source, refresh=refresh, timeout=timeout).run_async()
+
+    run_async(run())

@@ -1,0 +1,316 @@
+"""TopApp: the ``taskq top`` dashboard, built on a DashboardSource.
+
+How a refresh works: a timer (every ``refresh`` seconds) starts a Textual worker that asks
+the source for a Snapshot under ``asyncio.wait_for(timeout)``; the worker posts
+SnapshotLoaded or RefreshFailed, and the handlers update the panes on the UI side. A tick
+that finds the previous refresh still running skips (a slow database is never hit by a pile
+of overlapping reads); a new jobs filter replaces the running refresh at once. When a
+refresh fails the panes keep the last snapshot and the banner says so; the next success
+clears it.
+
+Actions (cancel or retry the selected job, pause or resume the selected queue) always go
+through a ConfirmScreen, then run in a worker, notify their outcome and trigger a refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from uuid import UUID
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Footer
+from textual.worker import Worker
+
+from taskq_cli.tui.formatting import Palette, short_id
+from taskq_cli.tui.messages import (
+    JobAction,
+    JobActionRequested,
+    JobChosen,
+    JobsFilterChanged,
+    RefreshFailed,
+    SnapshotLoaded,
+)
+from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot, describe_failure
+from taskq_cli.tui.widgets.banner import ConnectionBanner
+from taskq_cli.tui.widgets.confirm import ConfirmScreen
+from taskq_cli.tui.widgets.job_detail import JobDetailScreen
+from taskq_cli.tui.widgets.jobs_pane import JobsPane
+from taskq_cli.tui.widgets.queues_table import QueuesTable
+from taskq_cli.tui.widgets.summary import SummaryHeader
+from taskq_cli.tui.widgets.workers_table import WorkersTable
+from taskq_core.backend.protocol import CancelOutcome, JobRow
+from taskq_core.statemachine import RETRYABLE_STATUSES
+
+_CANCEL_OUTCOMES: dict[CancelOutcome, str] = {
+    "cancelled": "cancelled",
+    "requested": "cancel requested; its worker stops it at the next check",
+    "already_requested": "a cancel was already requested",
+    "terminal": "already finished, nothing to cancel",
+    "not_found": "no such job any more",
+}
+# Actions that only make sense on the main screen (the detail screen has its own c and r).
+_MAIN_SCREEN_ACTIONS = frozenset({"filter", "cancel_job", "retry_job", "toggle_pause"})
+
+
+class TopApp(App[None]):
+    """The live dashboard. ``refresh``: seconds between refreshes; ``timeout``: how long one
+    read may take before it counts as failed."""
+
+    CSS_PATH = "top.tcss"
+    TITLE = "taskq top"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("slash", "filter", "Filter jobs", key_display="/"),
+        Binding("c", "cancel_job", "Cancel job"),
+        Binding("r", "retry_job", "Retry job"),
+        Binding("p", "toggle_pause", "Pause/resume queue"),
+        Binding("ctrl+r", "refresh_now", "Refresh"),
+    ]
+
+    def __init__(
+        self, source: DashboardSource, *, refresh: float = 1.0, timeout: float = 5.0
+    ) -> None:
+        if refresh <= 0 or timeout <= 0:
+            raise ValueError("refresh and timeout must be positive")
+        super().__init__()
+        self.source = source
+        self.refresh_interval = refresh
+        self.query_timeout = timeout
+        self.jobs_filter = JobsFilter()
+        self.snapshot: Snapshot | None = None
+        self.failing = False
+        self._refresh_worker: Worker[None] | None = None
+        self.summary = SummaryHeader(source.database, source.schema, id="summary")
+        self.banner = ConnectionBanner(id="banner")
+        self.queues_table = QueuesTable(id="queues-table")
+        self.workers_table = WorkersTable(id="workers-table")
+        self.jobs_pane = JobsPane(id="jobs-pane")
+
+    def compose(self) -> ComposeResult:
+        """Summary, banner, then the three panes and the key footer."""
+        yield self.summary
+        yield self.banner
+        with Vertical(id="queues-pane", classes="pane") as queues:
+            queues.border_title = "Queues"
+            yield self.queues_table
+        with Vertical(id="workers-pane", classes="pane") as workers:
+            workers.border_title = "Workers"
+            yield self.workers_table
+        yield self.jobs_pane
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Start refreshing: once now, then every ``refresh`` seconds."""
+        self.jobs_pane.add_class("pane")
+        self.jobs_pane.table.focus()
+        self.set_interval(self.refresh_interval, self.action_refresh_now)
+        self.action_refresh_now()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Main-screen actions are off while a detail screen or dialog is on top."""
+        return not (action in _MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1)
+
+    # --- refreshing ---------------------------------------------------------------------
+    def action_refresh_now(self) -> None:
+        """Refresh unless a refresh is already running."""
+        if self._refresh_worker is not None and self._refresh_worker.is_running:
+            return
+        self._start_refresh()
+
+    def _start_refresh(self) -> None:
+        # exclusive: a refresh for a new filter replaces the one still running.
+        self._refresh_worker = self.run_worker(
+            self._load_snapshot(self.jobs_filter),
+            name="refresh",
+            group="refresh",
+            exclusive=True,
+            exit_on_error=False,
+        )
+
+    async def _load_snapshot(self, jobs_filter: JobsFilter) -> None:
+        try:
+            snapshot = await asyncio.wait_for(
+                self.source.snapshot(jobs_filter), timeout=self.query_timeout
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            unreachable, reason = describe_failure(exc, self.query_timeout)
+            self.post_message(RefreshFailed(reason, unreachable))
+            return
+        self.post_message(SnapshotLoaded(snapshot))
+
+    @on(SnapshotLoaded)
+    def _show_snapshot(self, message: SnapshotLoaded) -> None:
+        snapshot = message.snapshot
+        if snapshot.jobs_filter != self.jobs_filter:
+            return  # read for a filter the operator has replaced since
+        self.snapshot = snapshot
+        palette = Palette.from_variables(self.theme_variables)
+        self.summary.show(snapshot, palette)
+        self.queues_table.show(snapshot, palette)
+        self.workers_table.show(snapshot, palette)
+        self.jobs_pane.show(snapshot, palette)
+        if self.failing:
+            self.failing = False
+            self.banner.clear()
+            self.notify("the database answers again", title="taskq top")
+
+    @on(RefreshFailed)
+    def _show_failure(self, message: RefreshFailed) -> None:
+        last_good = None if self.snapshot is None else self.snapshot.now
+        self.banner.show_failure(message.reason, message.unreachable, last_good)
+        if not self.failing:
+            self.failing = True
+            head = "database unreachable" if message.unreachable else "refresh failed"
+            self.notify(
+                f"{head}: {message.reason}", title="taskq top", severity="error", markup=False
+            )
+
+    # --- the jobs pane --------------------------------------------------------------------
+    def action_filter(self) -> None:
+        """Open the jobs filter line."""
+        self.jobs_pane.open_filter()
+
+    @on(JobsFilterChanged)
+    def _change_filter(self, message: JobsFilterChanged) -> None:
+        self.jobs_filter = message.jobs_filter
+        self._start_refresh()
+
+    @on(JobChosen)
+    def _choose_job(self, message: JobChosen) -> None:
+        self.run_worker(
+            self._open_detail(message.job_id), group="detail", exclusive=True, exit_on_error=False
+        )
+
+    async def _open_detail(self, job_id: UUID) -> None:
+        try:
+            detail = await asyncio.wait_for(self.source.job_detail(job_id), self.query_timeout)
+        except Exception as exc:
+            self._notify_failure(f"cannot load job {short_id(job_id)}", exc)
+            return
+        if detail is None:
+            self.notify(f"job {job_id} no longer exists", severity="warning")
+            return
+        await self.push_screen(JobDetailScreen(detail))
+
+    async def _reload_detail(self, job_id: UUID) -> None:
+        screen = self.screen
+        if not isinstance(screen, JobDetailScreen) or screen.job_id != job_id:
+            return
+        try:
+            detail = await asyncio.wait_for(self.source.job_detail(job_id), self.query_timeout)
+        except Exception as exc:
+            self._notify_failure(f"cannot reload job {short_id(job_id)}", exc)
+            return
+        if detail is not None:
+            screen.show(detail)
+
+    # --- actions --------------------------------------------------------------------------
+    def action_cancel_job(self) -> None:
+        """Cancel the job under the jobs pane's cursor (after confirmation)."""
+        self._ask_job_action("cancel")
+
+    def action_retry_job(self) -> None:
+        """Retry the job under the jobs pane's cursor (after confirmation)."""
+        self._ask_job_action("retry")
+
+    def _ask_job_action(self, action: JobAction) -> None:
+        job = self.jobs_pane.table.selected
+        if job is None:
+            self.notify("no job selected", severity="warning")
+            return
+        self._confirm_job_action(job.id, action)
+
+    @on(JobActionRequested)
+    def _job_action_requested(self, message: JobActionRequested) -> None:
+        self._confirm_job_action(message.job_id, message.action)
+
+    def _known_job(self, job_id: UUID) -> JobRow | None:
+        screen = self.screen
+        if isinstance(screen, JobDetailScreen) and screen.job_id == job_id:
+            return screen.detail.job
+        return self.jobs_pane.table.jobs.get(str(job_id))
+
+    def _confirm_job_action(self, job_id: UUID, action: JobAction) -> None:
+        job = self._known_job(job_id)
+        label = short_id(job_id)
+        if job is not None:
+            label = f"{label} ({job.actor} on {job.queue}, {job.status.value})"
+            if action == "cancel" and job.is_terminal:
+                self.notify(f"job {short_id(job_id)} already finished: nothing to cancel")
+                return
+            if action == "retry" and job.status not in RETRYABLE_STATUSES:
+                self.notify(
+                    f"job {short_id(job_id)} is {job.status.value}: only failed, crashed or "
+                    "cancelled jobs can be retried",
+                    severity="warning",
+                )
+                return
+        if action == "cancel":
+            question = f"Cancel job {label}?"
+            detail = "A waiting job is cancelled at once; a running one is asked to stop."
+        else:
+            question = f"Retry job {label}?"
+            detail = "It goes back to pending with a fresh attempt budget."
+        self.push_screen(
+            ConfirmScreen(question, detail), callback=partial(self._job_confirmed, job_id, action)
+        )
+
+    def _job_confirmed(self, job_id: UUID, action: JobAction, confirmed: bool | None) -> None:
+        if confirmed:
+            self.run_worker(self._run_job_action(job_id, action), group="action")
+
+    async def _run_job_action(self, job_id: UUID, action: JobAction) -> None:
+        try:
+            if action == "cancel":
+                outcome = await asyncio.wait_for(self.source.cancel_job(job_id), self.query_timeout)
+                said = _CANCEL_OUTCOMES[outcome]
+            else:
+                retried = await asyncio.wait_for(self.source.retry_job(job_id), self.query_timeout)
+                said = "back to pending" if retried else "not retried (it is not failed any more)"
+        except Exception as exc:
+            self._notify_failure(f"{action} of job {short_id(job_id)} failed", exc)
+            return
+        self.notify(f"job {short_id(job_id)}: {said}", title=action, markup=False)
+        await self._reload_detail(job_id)
+        self._start_refresh()
+
+    def action_toggle_pause(self) -> None:
+        """Pause or resume the queue under the queues pane's cursor (after confirmation)."""
+        queue = self.queues_table.selected
+        if queue is None:
+            self.notify("no queue selected", severity="warning")
+            return
+        pause = not queue.paused
+        if pause:
+            question = f"Pause queue {queue.name!r}?"
+            detail = "Workers stop claiming its jobs; jobs already running finish."
+        else:
+            question = f"Resume queue {queue.name!r}?"
+            detail = "Workers start claiming its jobs again."
+        self.push_screen(
+            ConfirmScreen(question, detail),
+            callback=partial(self._pause_confirmed, queue.name, pause),
+        )
+
+    def _pause_confirmed(self, queue: str, pause: bool, confirmed: bool | None) -> None:
+        if confirmed:
+            self.run_worker(self._set_paused(queue, pause), group="action")
+
+    async def _set_paused(self, queue: str, pause: bool) -> None:
+        try:
+            await asyncio.wait_for(self.source.set_queue_paused(queue, pause), self.query_timeout)
+        except Exception as exc:
+            self._notify_failure(f"cannot {'pause' if pause else 'resume'} {queue!r}", exc)
+            return
+        self.notify(f"queue {queue!r} {'paused' if pause else 'resumed'}", markup=False)
+        self._start_refresh()
+
+    def _notify_failure(self, what: str, error: BaseException) -> None:
+        _, reason = describe_failure(error, self.query_timeout)
+        self.notify(f"{what}: {reason}", severity="error", markup=False)

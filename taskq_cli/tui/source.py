@@ -1,0 +1,316 @@
+"""The dashboard's read model: what one refresh of ``taskq top`` shows and where it comes from.
+
+TopApp never touches a Backend: it asks a ``DashboardSource`` for a ``Snapshot`` (one per
+refresh), a ``JobDetail`` (the detail screen) and the three operator actions. ``BackendSource``
+implements the protocol over any Backend with the protocol's index-backed dashboard reads, so
+one refresh stays cheap on a large ``jobs`` table. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    AttemptRow,
+    Backend,
+    CancelOutcome,
+    EventRow,
+    JobFilter,
+    JobRow,
+    QueueActivity,
+    QueueRow,
+    WorkerRow,
+)
+from taskq_core.errors import DatabaseUnavailableError
+from taskq_core.statemachine import JobStatus, parse_status
+
+WorkerState = Literal["running", "stale", "stopped"]
+
+# The jobs pane opens on what is failing: jobs that failed for good or whose worker died.
+DEFAULT_JOB_STATUSES: tuple[JobStatus, ...] = (JobStatus.FAILED, JobStatus.CRASHED)
+_FILTER_KEYS = ("queue", "actor", "status")
+_STATE_ORDER: dict[WorkerState, int] = {"running": 0, "stale": 1, "stopped": 2}
+
+# Failures that mean "the database cannot be reached right now" rather than a bug: the app
+# says so in its banner and keeps retrying.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    DatabaseUnavailableError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+)
+
+
+@dataclass(frozen=True)
+class JobsFilter:
+    """What the jobs pane lists: these statuses (empty: any), of this queue and actor."""
+
+    statuses: tuple[JobStatus, ...] = DEFAULT_JOB_STATUSES
+    queue: str | None = None
+    actor: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> JobsFilter:
+        """Read ``queue=NAME actor=NAME status=S1,S2`` (any order, each optional).
+
+        ``status=all`` lists every status; without a ``status`` term the default (recent
+        failures) applies. An empty text is the default filter. Raises ValueError with a
+        one-line reason for anything else.
+        """
+        values: dict[str, str] = {}
+        for term in text.split():
+            key, sep, value = term.partition("=")
+            if not sep or key not in _FILTER_KEYS or not value:
+                raise ValueError(
+                    f"cannot read {term!r}: use queue=NAME, actor=NAME, status=S1,S2 or status=all"
+                )
+            if key in values:
+                raise ValueError(f"{key} is given twice")
+            values[key] = value
+        statuses = DEFAULT_JOB_STATUSES
+        if "status" in values:
+            names = [name for name in values["status"].split(",") if name]
+            if not names:
+                raise ValueError("status needs at least one status name (or all)")
+            statuses = () if names == ["all"] else tuple(parse_status(name) for name in names)
+        return cls(statuses=statuses, queue=values.get("queue"), actor=values.get("actor"))
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the opening filter (recent failures of every queue and actor)."""
+        return self == JobsFilter()
+
+    def to_text(self) -> str:
+        """The filter in the syntax ``parse`` reads (empty for the default)."""
+        if self.is_default:
+            return ""
+        terms = []
+        if self.queue is not None:
+            terms.append(f"queue={self.queue}")
+        if self.actor is not None:
+            terms.append(f"actor={self.actor}")
+        if self.statuses != DEFAULT_JOB_STATUSES:
+            names = ",".join(s.value for s in self.statuses) or "all"
+            terms.append(f"status={names}")
+        return " ".join(terms)
+
+    def describe(self) -> str:
+        """A title for the jobs pane."""
+        if self.statuses == DEFAULT_JOB_STATUSES:
+            head = "Recent failures"
+        elif not self.statuses:
+            head = "Recent jobs"
+        else:
+            head = "Recent " + ", ".join(s.value for s in self.statuses)
+        scope = [f"queue {self.queue}"] if self.queue else []
+        scope += [f"actor {self.actor}"] if self.actor else []
+        return head + (f" ({', '.join(scope)})" if scope else "")
+
+    def job_filter(self, limit: int) -> JobFilter:
+        """The Backend filter for ``list_recent_jobs``."""
+        return JobFilter(
+            status=list(self.statuses) or None, queue=self.queue, actor=self.actor, limit=limit
+        )
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker row and what its heartbeat says: running, stale (silent too long), stopped."""
+
+    row: WorkerRow
+    state: WorkerState
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one refresh shows, read at ``now`` on the backend's clock."""
+
+    now: datetime
+    window: timedelta
+    queues: list[QueueActivity]
+    workers: list[WorkerView]
+    jobs: list[JobRow]
+    jobs_filter: JobsFilter
+    stale_after: timedelta
+
+    @property
+    def leader(self) -> WorkerView | None:
+        """The maintenance leader's worker, if one leads."""
+        return next((w for w in self.workers if w.row.is_leader), None)
+
+    def totals(self) -> dict[JobStatus, int]:
+        """Every status: exact counts for the active ones, terminal ones within the window."""
+        totals = dict.fromkeys(JobStatus, 0)
+        for queue in self.queues:
+            totals[JobStatus.PENDING] += queue.pending
+            totals[JobStatus.SCHEDULED] += queue.scheduled
+            totals[JobStatus.RUNNING] += queue.running
+            for status, count in queue.finished.items():
+                totals[status] += count
+        return totals
+
+    @property
+    def finished_per_minute(self) -> list[int]:
+        """Finished jobs per minute across queues, oldest first."""
+        if not self.queues:
+            return []
+        rows = [q.finished_per_minute for q in self.queues]
+        return [sum(column) for column in zip(*rows, strict=True)]
+
+    @property
+    def finished_last_minute(self) -> int:
+        """Jobs finished in the 60 seconds up to ``now``: the current rate."""
+        per_minute = self.finished_per_minute
+        return per_minute[-1] if per_minute else 0
+
+    def finished_rate(self, minutes: int = 5) -> float:
+        """Jobs finished per minute, averaged over the last ``minutes`` minutes."""
+        recent = self.finished_per_minute[-minutes:]
+        return sum(recent) / len(recent) if recent else 0.0
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """One job with its attempts and event timeline, for the detail screen."""
+
+    job: JobRow
+    attempts: list[AttemptRow]
+    events: list[EventRow]
+
+
+class DashboardSource(Protocol):
+    """What TopApp reads and changes. ``database`` and ``schema`` label the header."""
+
+    database: str
+    schema: str
+
+    async def snapshot(self, jobs: JobsFilter) -> Snapshot:
+        """Everything one refresh shows; the jobs pane lists what ``jobs`` selects."""
+
+    async def job_detail(self, job_id: UUID) -> JobDetail | None:
+        """One job with attempts and events; None when it does not exist."""
+
+    async def cancel_job(self, job_id: UUID) -> CancelOutcome:
+        """Cancel a waiting job at once or ask its worker to stop a running one."""
+
+    async def retry_job(self, job_id: UUID) -> bool:
+        """Re-pend a failed, crashed or cancelled job; False when it is none of those."""
+
+    async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
+        """Pause or resume a queue (workers stop or resume claiming its jobs)."""
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """What a refresh reads: the window of the failure counts, sparkline minutes, how many
+    jobs the pane lists, when a silent worker counts as stale, and how long stopped workers
+    stay listed."""
+
+    window: timedelta = timedelta(hours=1)
+    minutes: int = 20
+    jobs_limit: int = 100
+    stale_after: timedelta = timedelta(seconds=40)
+    stopped_visible_for: timedelta = timedelta(hours=1)
+    cancel_reason: str = "cancelled from taskq top"
+
+
+@dataclass
+class BackendSource:
+    """A DashboardSource over any Backend: three reads per refresh, run concurrently."""
+
+    backend: Backend
+    database: str
+    schema: str
+    settings: DashboardSettings = field(default_factory=DashboardSettings)
+
+    async def snapshot(self, jobs: JobsFilter) -> Snapshot:
+        """Queue activity, workers and the jobs pane, read concurrently."""
+        settings = self.settings
+        stats, workers, rows = await asyncio.gather(
+            self.backend.dashboard_stats(settings.window, settings.minutes),
+            self.backend.list_workers(),
+            self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
+        )
+        return Snapshot(
+            now=stats.now,
+            window=stats.window,
+            queues=stats.queues,
+            workers=self._worker_views(workers, stats.now),
+            jobs=rows,
+            jobs_filter=jobs,
+            stale_after=settings.stale_after,
+        )
+
+    def _worker_views(self, workers: Sequence[WorkerRow], now: datetime) -> list[WorkerView]:
+        """Live and stale workers, then recently stopped ones; stable order across refreshes."""
+        views = []
+        for worker in workers:
+            state = worker_state(worker, now, self.settings.stale_after)
+            stopped_at = worker.stopped_at or worker.last_seen_at
+            if state == "stopped" and now - stopped_at > self.settings.stopped_visible_for:
+                continue
+            views.append(WorkerView(worker, state))
+        views.sort(
+            key=lambda v: (
+                _STATE_ORDER[v.state],
+                v.row.label or "",
+                v.row.hostname,
+                v.row.pid,
+                str(v.row.id),
+            )
+        )
+        return views
+
+    async def job_detail(self, job_id: UUID) -> JobDetail | None:
+        """The job, its attempts and its events."""
+        job = await self.backend.get(job_id)
+        if job is None:
+            return None
+        attempts, events = await asyncio.gather(
+            self.backend.get_attempts(job_id), self.backend.get_events(job_id)
+        )
+        return JobDetail(job, attempts, events)
+
+    async def cancel_job(self, job_id: UUID) -> CancelOutcome:
+        """``write_cancel_request`` with a reason naming the dashboard."""
+        return await self.backend.write_cancel_request(job_id, self.settings.cancel_reason)
+
+    async def retry_job(self, job_id: UUID) -> bool:
+        """Operator retry (a fresh attempt budget)."""
+        return await self.backend.retry_job(job_id)
+
+    async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
+        """Upsert the queue row's ``paused`` flag."""
+        return await self.backend.update_queue(queue, paused=paused)
+
+
+def worker_state(worker: WorkerRow, now: datetime, stale_after: timedelta) -> WorkerState:
+    """``stopped`` once marked so; ``stale`` when its heartbeat is older than a live worker's
+    can be; otherwise ``running``."""
+    if worker.status != "running":
+        return "stopped"
+    if now - worker.last_seen_at > stale_after:
+        return "stale"
+    return "running"
+
+
+def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:
+    """(is it a connection problem, one line saying what went wrong) for a failed read."""
+    if isinstance(error, TimeoutError):
+        return True, f"no answer within {timeout:g}s"
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, CONNECTION_ERRORS):
+        if isinstance(error, OSError) and error.strerror:
+            text = error.strerror
+        return True, text
+    return False, f"{type(error).__name__}: {text}"

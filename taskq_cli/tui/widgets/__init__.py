@@ -1,0 +1,1 @@
+"""The dashboard's panes and screens, one per module."""

@@ -1,0 +1,171 @@
+"""The job detail screen: what the job is, what it carried, how it ended, and its history.
+
+Sections: the fields an operator needs first, the payload, the result (or the last error
+with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
+through the same confirmation as on the main screen; Esc goes back.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from taskq_cli.output import to_jsonable
+from taskq_cli.tui.messages import JobActionRequested
+from taskq_cli.tui.source import JobDetail
+from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(to_jsonable(value), indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _fields(job: JobRow) -> Text:
+    pairs: list[tuple[str, str]] = [
+        ("id", str(job.id)),
+        ("actor", job.actor),
+        ("queue", job.queue),
+        ("status", job.status.value),
+        ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
+        ("priority", str(job.priority)),
+        ("created", _when(job.created_at)),
+        ("scheduled", _when(job.scheduled_at)),
+        ("started", _when(job.started_at)),
+        ("finished", _when(job.finished_at)),
+        ("worker", "-" if job.locked_by_worker is None else str(job.locked_by_worker)),
+    ]
+    optional = [
+        ("identity key", job.identity_key),
+        ("fairness key", job.fairness_key),
+        ("deadline", _when(job.schedule_to_close) if job.schedule_to_close else None),
+        ("cancel reason", job.cancel_reason),
+        ("cancel asked", _when(job.cancel_requested_at) if job.cancel_requested_at else None),
+        ("trace id", job.trace_id),
+    ]
+    pairs += [(name, value) for name, value in optional if value is not None]
+    width = max(len(name) for name, _ in pairs)
+    text = Text()
+    for index, (name, value) in enumerate(pairs):
+        if index:
+            text.append("\n")
+        text.append(name.ljust(width), style="bold")
+        text.append("  ")
+        text.append(value)
+    return text
+
+
+def _outcome(job: JobRow) -> tuple[str, Text]:
+    if job.error_class is not None:
+        text = Text(f"{job.error_class}: {job.error_message or ''}", style="bold")
+        if job.error_traceback:
+            text.append("\n\n")
+            text.append(job.error_traceback)
+        return "Error", text
+    if job.result is not None:
+        return "Result", Text(_json(job.result))
+    return "Result", Text("none", style="dim")
+
+
+def _attempts(attempts: list[AttemptRow]) -> Text:
+    if not attempts:
+        return Text("no attempt has finished yet", style="dim")
+    text = Text()
+    for index, attempt in enumerate(attempts):
+        if index:
+            text.append("\n")
+        duration = "-" if attempt.duration_ms is None else f"{attempt.duration_ms:.0f}ms"
+        text.append(f"#{attempt.attempt} ", style="bold")
+        text.append(f"{attempt.outcome:<12} {_when(attempt.finished_at)}  {duration:>9}")
+        if attempt.worker_id is not None:
+            text.append(f"  worker {attempt.worker_id}")
+        if attempt.error_class is not None:
+            text.append(f"\n    {attempt.error_class}: {attempt.error_message or ''}")
+    return text
+
+
+def _timeline(events: list[EventRow]) -> Text:
+    if not events:
+        return Text("no events yet (enqueueing writes none)", style="dim")
+    text = Text()
+    for index, event in enumerate(events):
+        if index:
+            text.append("\n")
+        before = event.from_status.value if event.from_status else "-"
+        after = event.to_status.value if event.to_status else "-"
+        text.append(_when(event.occurred_at))
+        text.append(f"  {event.kind:<15}", style="bold")
+        text.append(f"{before} → {after}")
+        if event.detail:
+            text.append(f"  {json.dumps(to_jsonable(event.detail), sort_keys=True)}", style="dim")
+    return text
+
+
+class JobDetailScreen(Screen[None]):
+    """Everything about one job; ``show`` re-renders it after an action."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("c", "cancel_job", "Cancel job"),
+        Binding("r", "retry_job", "Retry job"),
+    ]
+
+    def __init__(self, detail: JobDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+    @property
+    def job_id(self) -> UUID:
+        """The id of the job on screen."""
+        return self.detail.job.id
+
+    def compose(self) -> ComposeResult:
+        """One scrolling column of sections."""
+        with VerticalScroll(id="detail-body"):
+            yield Static(id="detail-fields", classes="detail-section", markup=False)
+            yield Static(id="detail-payload", classes="detail-section", markup=False)
+            yield Static(id="detail-outcome", classes="detail-section", markup=False)
+            yield Static(id="detail-attempts", classes="detail-section", markup=False)
+            yield Static(id="detail-events", classes="detail-section", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Render the job."""
+        self.show(self.detail)
+
+    def show(self, detail: JobDetail) -> None:
+        """Render (or re-render) a job's detail."""
+        self.detail = detail
+        job = detail.job
+        self.sub_title = f"job {job.id}"
+        sections: list[tuple[str, str, Text]] = [
+            ("detail-fields", f"Job {job.id}", _fields(job)),
+            ("detail-payload", "Payload", Text(_json(job.payload))),
+            ("detail-outcome", *_outcome(job)),
+            ("detail-attempts", f"Attempts ({len(detail.attempts)})", _attempts(detail.attempts)),
+            ("detail-events", f"Events ({len(detail.events)})", _timeline(detail.events)),
+        ]
+        for widget_id, title, body in sections:
+            widget = self.query_one(f"#{widget_id}", Static)
+            widget.border_title = title
+            widget.update(body)
+
+    def action_cancel_job(self) -> None:
+        """Ask the app to cancel this job (it confirms first)."""
+        self.post_message(JobActionRequested(self.detail.job.id, "cancel"))
+
+    def action_retry_job(self) -> None:
+        """Ask the app to retry this job (it confirms first)."""
+        self.post_message(JobActionRequested(self.detail.job.id, "retry"))

@@ -1,0 +1,146 @@
+"""The jobs pane: recent failures by default, filterable by queue, actor and status.
+
+``/`` opens the filter line (``queue=media actor=resize status=failed,crashed``, or
+``status=all``; empty goes back to recent failures). Enter on a row asks the app for the
+job's detail screen. Rows are keyed by job id, so the cursor follows its job as new rows
+arrive above it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Input
+
+from taskq_cli.tui.formatting import Palette, age, short_id
+from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
+from taskq_cli.tui.source import JobsFilter, Snapshot
+from taskq_core.backend.protocol import JobRow
+from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
+
+COLUMNS = ("job", "actor", "queue", "status", "attempt", "when", "error")
+# Longest error text a row shows; the detail screen has the whole message and traceback.
+_ERROR_WIDTH = 44
+FILTER_HINT = "queue=NAME actor=NAME status=failed,crashed|all   (empty: recent failures)"
+
+
+def activity_at(job: JobRow) -> datetime:
+    """The moment the pane orders by: finished, else started (running), else created."""
+    if job.status in TERMINAL_STATUSES and job.finished_at is not None:
+        return job.finished_at
+    if job.status is JobStatus.RUNNING and job.started_at is not None:
+        return job.started_at
+    return job.created_at
+
+
+class JobsTable(DataTable[Text]):
+    """The rows of the jobs pane, keyed by job id."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Job details")]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.jobs: dict[str, JobRow] = {}
+
+    def on_mount(self) -> None:
+        """Add the columns."""
+        for label in COLUMNS:
+            self.add_column(label)
+
+    @property
+    def selected(self) -> JobRow | None:
+        """The job under the cursor, if any."""
+        if not self.row_count:
+            return None
+        row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        return self.jobs.get(str(row_key.value))
+
+    def show(self, snapshot: Snapshot, palette: Palette) -> None:
+        """Replace the rows with this snapshot's jobs, keeping the cursor on its job."""
+        selected = self.selected
+        self.jobs = {str(job.id): job for job in snapshot.jobs}
+        self.clear()
+        for job in snapshot.jobs:
+            error = ""
+            if job.error_class:
+                error = f"{job.error_class}: {job.error_message or ''}".strip()
+                if len(error) > _ERROR_WIDTH:
+                    error = error[: _ERROR_WIDTH - 1] + "…"
+            self.add_row(
+                Text(short_id(job.id)),
+                Text(job.actor),
+                Text(job.queue),
+                palette.status(job.status),
+                Text(f"{job.attempt}/{job.max_attempts}", justify="right"),
+                Text(f"{age(activity_at(job), snapshot.now)} ago"),
+                palette.text(error, "bad"),
+                key=str(job.id),
+            )
+        if selected is not None and str(selected.id) in self.jobs:
+            self.move_cursor(row=self.get_row_index(str(selected.id)), scroll=False)
+
+
+class JobsPane(Vertical):
+    """The filter line (hidden until ``/``) above the jobs table."""
+
+    BINDINGS = [Binding("escape", "close_filter", "Close filter", show=False)]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.jobs_filter = JobsFilter()
+
+    def compose(self) -> ComposeResult:
+        """The filter input and the table."""
+        yield Input(placeholder=FILTER_HINT, id="jobs-filter")
+        yield JobsTable(id="jobs-table")
+
+    def on_mount(self) -> None:
+        """Title the pane after the opening filter."""
+        self.border_title = self.jobs_filter.describe()
+
+    @property
+    def table(self) -> JobsTable:
+        """The jobs table."""
+        return self.query_one(JobsTable)
+
+    def show(self, snapshot: Snapshot, palette: Palette) -> None:
+        """Render a snapshot's jobs (its filter names the pane)."""
+        self.border_title = f"{snapshot.jobs_filter.describe()} · {len(snapshot.jobs)}"
+        self.table.show(snapshot, palette)
+
+    def open_filter(self) -> None:
+        """Show the filter line, filled with the current filter, and focus it."""
+        field = self.query_one("#jobs-filter", Input)
+        field.value = self.jobs_filter.to_text()
+        field.add_class("-open")
+        field.focus()
+
+    def action_close_filter(self) -> None:
+        """Hide the filter line without changing the filter."""
+        self.query_one("#jobs-filter", Input).remove_class("-open")
+        self.table.focus()
+
+    @on(Input.Submitted, "#jobs-filter")
+    def _submit_filter(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            jobs_filter = JobsFilter.parse(event.value)
+        except ValueError as exc:
+            self.notify(str(exc), title="filter", severity="error", markup=False)
+            return
+        self.jobs_filter = jobs_filter
+        self.border_title = jobs_filter.describe()
+        self.action_close_filter()
+        self.post_message(JobsFilterChanged(jobs_filter))
+
+    @on(DataTable.RowSelected, "#jobs-table")
+    def _choose_job(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(JobChosen(UUID(event.row_key.value)))

@@ -1,0 +1,66 @@
+"""TUI fixtures: a seeded in-memory dashboard, the app around it, and a way to let it settle.
+
+Pilot tests run ``TopApp`` on an InMemoryBackend with a FakeClock (fast and deterministic);
+the refresh timer is set far out so every refresh a test sees is one it asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from taskq_cli.tui.app import TopApp
+from taskq_cli.tui.source import BackendSource, DashboardSource
+from taskq_core.backend.memory import InMemoryBackend
+from taskq_core.clock import FakeClock
+from tests.tui.seed import SeededDashboard, seed_dashboard
+
+SIZE = (120, 40)
+# Far enough that the interval timer never fires during a test.
+NO_TIMER = 3600.0
+
+
+@dataclass
+class Dashboard:
+    """A seeded backend, its clock and what the seed created."""
+
+    backend: InMemoryBackend
+    clock: FakeClock
+    seeded: SeededDashboard
+    source: BackendSource
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No cursor blink, and NO_COLOR restored afterwards (Textual pops it from the
+    environment when an app starts)."""
+    monkeypatch.setattr(Input, "cursor_blink", False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    yield
+
+
+@pytest.fixture
+async def dashboard() -> AsyncIterator[Dashboard]:
+    """The seeded state of tests/tui/seed.py on a fresh InMemoryBackend."""
+    clock = FakeClock()
+    backend = InMemoryBackend(clock=clock)
+    seeded = await seed_dashboard(backend, clock.advance)
+    source = BackendSource(backend, database="localhost:5432/taskq", schema="public")
+    yield Dashboard(backend, clock, seeded, source)
+    await backend.close()
+
+
+def top_app(source: DashboardSource, *, timeout: float = 2.0) -> TopApp:
+    """The app as tests drive it: refreshes only when a test asks."""
+    return TopApp(source, refresh=NO_TIMER, timeout=timeout)
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait for every worker (refresh, detail, action) and the messages they posted."""
+    for _ in range(3):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
