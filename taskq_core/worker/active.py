@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 from uuid import UUID
@@ -32,8 +32,12 @@ class ActiveJob:
     cancel_observed_at: float | None = None
     cancel_reason: str = "requested"  # requested | shutdown
     started_monotonic: float = 0.0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Future[None] | None = None  # the consumer waits on it
+
+    def abandon(self) -> None:
+        """Release the waiting consumer: its task ended, or ignored even the forced cancel."""
+        if self.settled is not None and not self.settled.done():
+            self.settled.set_result(None)
 
 
 class ActiveJobs:
@@ -52,9 +56,7 @@ class ActiveJobs:
 
     def remove(self, job_id: UUID) -> None:
         """Stop tracking a job (idempotent)."""
-        active = self._jobs.pop(job_id, None)
-        if active is not None:
-            active.done.set()
+        self._jobs.pop(job_id, None)
         self.slot_freed.set()
         if not self._jobs:
             self.idle.set()

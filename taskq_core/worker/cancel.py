@@ -88,7 +88,7 @@ class CancelController:
                 self.deps.log.error("job_abandoned", job_id=str(job_id))
             active = self.deps.active.get(job_id)
             if active is not None:
-                active.abandoned.set()  # releases the consumer still waiting on the task
+                active.abandon()  # releases the consumer still waiting on the task
             self.deps.active.remove(job_id)
 
     def next_deadline(self) -> float | None:
