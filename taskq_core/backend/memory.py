@@ -46,6 +46,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     RetryKind,
     SnoozeOutcome,
+    Success,
     WorkerInfo,
     WorkerRow,
     check_dashboard_window,
@@ -658,6 +659,20 @@ class InMemoryBackend:
         job.result_expires_at = None if ttl is None else job.updated_at + ttl
         job.lock_expires_at = None
         return True
+
+    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
+        """mark_succeeded for each; the ids that were still this worker's."""
+        done: set[UUID] = set()
+        for success in successes:
+            written = await self.mark_succeeded(
+                success.job_id,
+                worker_id,
+                success.result,
+                fallback_result_ttl=success.fallback_result_ttl,
+            )
+            if written:
+                done.add(success.job_id)
+        return done
 
     def _fail(self, job: _Job, worker_id: UUID, error: ErrorInfo) -> None:
         """running -> failed with ``error`` as the job's last error."""
