@@ -16,7 +16,9 @@ from textual.widgets import Input
 from taskq_cli.tui.app import TopApp
 from taskq_cli.tui.source import BackendSource, DashboardSource
 from taskq_core.backend.memory import InMemoryBackend
+from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.clock import FakeClock
+from tests.conftest import PgTarget
 from tests.tui.seed import SeededDashboard, seed_dashboard
 
 SIZE = (120, 40)
@@ -51,6 +53,16 @@ async def dashboard() -> AsyncIterator[Dashboard]:
     seeded = await seed_dashboard(backend, clock.advance)
     source = BackendSource(backend, database="localhost:5432/taskq", schema="public")
     yield Dashboard(backend, clock, seeded, source)
+    await backend.close()
+
+
+@pytest.fixture
+async def seeded_pg(pg: PgTarget) -> AsyncIterator[tuple[PostgresBackend, SeededDashboard]]:
+    """The seed written to the test's PostgreSQL schema. The backend stays open for the whole
+    test: it holds the maintenance leadership the seed took."""
+    backend = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=3)
+    seeded = await seed_dashboard(backend)
+    yield backend, seeded
     await backend.close()
 
 

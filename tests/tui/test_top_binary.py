@@ -1,0 +1,30 @@
+"""The real ``taskq top`` in a real terminal: it draws the panes and ``q`` exits 0."""
+
+from __future__ import annotations
+
+import pexpect
+import pytest
+
+from taskq_core.backend.postgres.backend import PostgresBackend
+from tests.conftest import TASKQ_BIN, PgTarget
+from tests.tui.seed import SeededDashboard
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
+
+
+async def test_taskq_top_draws_the_dashboard_and_q_exits_0(
+    pg: PgTarget, seeded_pg: tuple[PostgresBackend, SeededDashboard]
+) -> None:
+    env = pg.env(TERM="xterm-256color", COLUMNS="120", LINES="40")
+    child = pexpect.spawn(
+        TASKQ_BIN, ["top", "--refresh", "0.5"], env=env, dimensions=(40, 120), timeout=30
+    )
+    try:
+        child.expect("webhooks")  # the last queue row: the queues pane is drawn
+        child.expect("Workers")
+        child.expect("media-1")  # the leader's row in the workers pane
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
