@@ -15,6 +15,7 @@ through a ConfirmScreen, then run in a worker, notify their outcome and trigger 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from functools import partial
 from uuid import UUID
 
@@ -22,7 +23,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Footer
+from textual.widgets import DataTable, Footer
 from textual.worker import Worker
 
 from taskq_cli.tui.formatting import Palette, short_id
@@ -180,6 +181,15 @@ class TopApp(App[None]):
     def _change_filter(self, message: JobsFilterChanged) -> None:
         self.jobs_filter = message.jobs_filter
         self._start_refresh()
+
+    @on(DataTable.RowSelected, "#queues-table")
+    def _show_queue_jobs(self, event: DataTable.RowSelected) -> None:
+        """Enter on a queue: the jobs pane lists that queue's jobs (same statuses)."""
+        event.stop()
+        queue = event.row_key.value
+        if queue is not None:
+            self.jobs_pane.apply_filter(replace(self.jobs_filter, queue=queue))
+            self.jobs_pane.table.focus()
 
     @on(JobChosen)
     def _choose_job(self, message: JobChosen) -> None:

@@ -532,3 +532,17 @@ async def test_no_color_removes_every_colour(
 def test_the_app_refuses_a_non_positive_refresh(dashboard: Dashboard) -> None:
     with pytest.raises(ValueError):
         TopApp(dashboard.source, refresh=0)
+
+
+async def test_enter_on_a_queue_lists_that_queues_jobs(dashboard: Dashboard) -> None:
+    app = top_app(dashboard.source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.queues_table.focus()
+        await select_row(app.queues_table, "reports")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.jobs_filter == JobsFilter(queue="reports")
+        assert app.focused is app.jobs_pane.table
+        assert column(app.jobs_pane.table, "actor") == ["build_report"]
+        assert app.jobs_pane.border_title == "Recent failures (queue reports) · 1"

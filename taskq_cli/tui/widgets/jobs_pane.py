@@ -114,6 +114,12 @@ class JobsPane(Vertical):
         self.border_title = f"{snapshot.jobs_filter.describe()} · {len(snapshot.jobs)}"
         self.table.show(snapshot, palette)
 
+    def apply_filter(self, jobs_filter: JobsFilter) -> None:
+        """Switch to ``jobs_filter`` as if the operator had typed it."""
+        self.jobs_filter = jobs_filter
+        self.border_title = jobs_filter.describe()
+        self.post_message(JobsFilterChanged(jobs_filter))
+
     def open_filter(self) -> None:
         """Show the filter line, filled with the current filter, and focus it."""
         field = self.query_one("#jobs-filter", Input)
@@ -134,10 +140,8 @@ class JobsPane(Vertical):
         except ValueError as exc:
             self.notify(str(exc), title="filter", severity="error", markup=False)
             return
-        self.jobs_filter = jobs_filter
-        self.border_title = jobs_filter.describe()
         self.action_close_filter()
-        self.post_message(JobsFilterChanged(jobs_filter))
+        self.apply_filter(jobs_filter)
 
     @on(DataTable.RowSelected, "#jobs-table")
     def _choose_job(self, event: DataTable.RowSelected) -> None:

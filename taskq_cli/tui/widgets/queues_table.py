@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from taskq_cli.tui.formatting import Palette, age, count, sparkline
@@ -32,7 +33,10 @@ def column_labels(window: timedelta, minutes: int) -> tuple[str, ...]:
 
 
 class QueuesTable(DataTable[Text]):
-    """One row per queue, keyed by name; the cursor stays on its queue across refreshes."""
+    """One row per queue, keyed by name; the cursor stays on its queue across refreshes.
+    Enter narrows the jobs pane to the queue under the cursor."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Show its jobs")]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
