@@ -356,6 +356,10 @@ class PostgresBackend:
                 # one plan whatever its parameters; without this the planner would re-plan
                 # the dispatch CTE (milliseconds of planning) on every call.
                 "plan_cache_mode": "force_generic_plan",
+                # The generic plan's estimates are pessimistic enough to cross jit_above_cost:
+                # on a server with JIT on, each dispatch would spend ~100 ms compiling a
+                # statement that runs in ~1 ms. Short queue statements never gain from JIT.
+                "jit": "off",
             },
         )
         return cls(
