@@ -25,8 +25,10 @@ test: lint
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow"
 
+# Enqueues the example jobs, drains them with
+# `taskq workgroup start workgroup.example.toml --until-idle`, prints a summary.
 demo: $(STAMP)
-	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/python -m examples.demo
+	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/python -m examples.demo --workgroup workgroup.example.toml
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

@@ -27,6 +27,7 @@ from taskq_cli.commands import (
     top,
     worker,
     workers,
+    workgroup,
 )
 from taskq_cli.options import GlobalOptions
 from taskq_core.constants import EXIT_ERROR
@@ -53,6 +54,7 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(actor_config.app, name="actor-config")
 app.add_typer(workers.app, name="workers")
 app.command("top")(top.top)
+app.add_typer(workgroup.app, name="workgroup")
 
 
 def _version() -> str:

@@ -1,0 +1,313 @@
+"""``taskq workgroup start|check|init``: supervise worker children described by a TOML file.
+
+``check`` validates the file and prints the plan, ``init`` writes a commented starter file,
+``start`` runs the group: a live table of children on a terminal, one structured log line per
+lifecycle event otherwise. The supervision itself lives in ``taskq_core.supervisor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from taskq_cli import output
+from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_core.durations import format_duration, parse_duration
+from taskq_core.errors import ConfigError
+from taskq_core.ids import uuid7
+from taskq_core.obs.logs import configure_logging
+from taskq_core.supervisor.config import (
+    ChildPlan,
+    WorkgroupPlan,
+    build_plan,
+    check_actors,
+    load_workgroup,
+    starter_toml,
+)
+from taskq_core.supervisor.manager import ChildState, ChildStatus, WorkgroupManager, open_workgroup
+
+app = typer.Typer(help="Supervise worker processes described by a TOML file.", no_args_is_help=True)
+
+FileArgument = Annotated[
+    Path, typer.Argument(help="Workgroup TOML file.", dir_okay=False, show_default=False)
+]
+
+
+def _print(text: str = "") -> None:
+    output.stdout.print(text, markup=False, highlight=False)
+
+
+def _seconds(value: float) -> str:
+    return format_duration(timedelta(seconds=value))
+
+
+# --- check --------------------------------------------------------------------------------
+
+
+def _plan_document(plan: WorkgroupPlan, actors: dict[str, tuple[str, ...]] | None) -> Any:
+    restart = plan.restart
+    return {
+        "file": str(plan.file),
+        "runtime_dir": str(plan.runtime_dir),
+        "shutdown_timeout": plan.shutdown_timeout,
+        "restart": {
+            "backoff_initial": restart.backoff_initial,
+            "backoff_max": restart.backoff_max,
+            "backoff_reset_after": restart.backoff_reset_after,
+            "burst_limit": restart.burst_limit,
+            "burst_window": restart.burst_window,
+        },
+        "children": [_child_document(child, actors) for child in plan.children],
+    }
+
+
+def _child_document(child: ChildPlan, actors: dict[str, tuple[str, ...]] | None) -> Any:
+    document: dict[str, Any] = {
+        "label": child.label,
+        "spec": child.spec,
+        "argv": list(child.argv),
+        "command": child.command,
+        "queues": list(child.queues),
+        "concurrency": child.concurrency,
+        "poll_interval": child.poll_interval,
+        "health": {
+            "enabled": child.health.enabled,
+            "check_interval": child.health.check_interval,
+            "stale_after": child.health.stale_after,
+            "start_timeout": child.health.start_timeout,
+        },
+        "health_socket": str(child.health_socket),
+        "env": child.shown_env(),
+    }
+    if actors is not None:
+        document["actors"] = list(actors.get(child.spec, ()))
+    return document
+
+
+def _print_plan(plan: WorkgroupPlan, actors: dict[str, tuple[str, ...]] | None) -> None:
+    restart = plan.restart
+    specs = plan.spec_names()
+    _print(f"workgroup {plan.file}: {len(plan.children)} children from {len(specs)} spec(s)")
+    _print(f"  runtime dir  {plan.runtime_dir}")
+    _print(f"  shutdown     SIGTERM, then SIGKILL after {_seconds(plan.shutdown_timeout)}")
+    _print(
+        f"  restarts     backoff {_seconds(restart.backoff_initial)} doubling to "
+        f"{_seconds(restart.backoff_max)} (reset after {_seconds(restart.backoff_reset_after)} "
+        f"up); a spec is given up after more than {restart.burst_limit} exits of one child "
+        f"within {_seconds(restart.burst_window)}, or in a row after short runs"
+    )
+    for child in plan.children:
+        health = child.health
+        _print()
+        _print(f"{child.label}  (spec {child.spec})")
+        _print(f"  command      {child.command}")
+        _print(
+            f"  queues       {', '.join(child.queues)}  ·  concurrency {child.concurrency}  ·  "
+            f"poll interval {_seconds(child.poll_interval)}"
+        )
+        if actors is not None:
+            _print(f"  actors       {', '.join(actors.get(child.spec, ())) or '(none)'}")
+        if health.enabled:
+            _print(
+                f"  health       check every {_seconds(health.check_interval)}, stale after "
+                f"{_seconds(health.stale_after)}, start timeout {_seconds(health.start_timeout)}"
+            )
+        else:
+            _print("  health       disabled")
+        _print(f"  socket       {child.health_socket}")
+        env = " ".join(f"{k}={v}" for k, v in child.shown_env().items())
+        _print(f"  env          {env}")
+
+
+@app.command("check")
+def check(
+    file: FileArgument,
+    no_import: Annotated[
+        bool, typer.Option("--no-import", help="Do not import the actors modules.")
+    ] = False,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Validate FILE and print the plan: every child's command line and settings (exit 0/1)."""
+    config = load_workgroup(file)
+    plan = build_plan(config)
+    actors = None
+    if not no_import:
+        report = check_actors(config)
+        actors = dict(report.actors)
+        for warning in report.warnings:
+            output.warn(warning)
+    if json:
+        output.print_json(_plan_document(plan, actors))
+    else:
+        _print_plan(plan, actors)
+
+
+# --- init ---------------------------------------------------------------------------------
+
+
+@app.command("init")
+def init(
+    file: Annotated[
+        Path, typer.Argument(help="Where to write the starter file.", dir_okay=False)
+    ] = Path("workgroup.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Write a commented starter workgroup file (refuses to overwrite without --force)."""
+    if file.exists() and not force:
+        raise ConfigError(f"{file} already exists; pass --force to overwrite it")
+    try:
+        file.write_text(starter_toml(), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {file}: {exc.strerror or exc}") from None
+    output.info(
+        f"wrote {file}: set `actors` and the [[workers]] tables, "
+        f"then run `taskq workgroup check {file}`"
+    )
+
+
+# --- start --------------------------------------------------------------------------------
+
+
+def _age(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    seconds = max(0.0, (datetime.now(UTC) - moment).total_seconds())
+    return f"{seconds:.0f}s ago"
+
+
+def _state(status: ChildStatus) -> str:
+    colours = {
+        ChildState.RUNNING: "green",
+        ChildState.BACKOFF: "yellow",
+        ChildState.STOPPING: "yellow",
+        ChildState.GIVEN_UP: "bold red",
+    }
+    text = status.state.value
+    if status.state is ChildState.BACKOFF and status.restart_in is not None:
+        text += f" ({status.restart_in:.1f}s)"
+    colour = colours.get(status.state)
+    return f"[{colour}]{text}[/]" if colour else text
+
+
+def children_table(manager: WorkgroupManager, *, output_dir: Path | None = None) -> Table:
+    """The live view: one row per child (name, pid, uptime, restarts, last seen, exit)."""
+    plan = manager.plan
+    table = Table(
+        title=f"workgroup {plan.file} · instance {plan.instance}",
+        caption=(f"child output in {output_dir} · " if output_dir else "")
+        + "Ctrl-C stops the group",
+        header_style="bold",
+    )
+    for column in ("child", "spec", "state", "pid", "uptime", "restarts", "last seen", "exit"):
+        table.add_column(column)
+    for status in manager.snapshot():
+        table.add_row(
+            status.label,
+            status.spec,
+            _state(status),
+            str(status.pid) if status.pid is not None else "-",
+            _seconds(status.uptime) if status.uptime is not None else "-",
+            str(status.restarts),
+            _age(status.last_seen_at),
+            str(status.last_exit_code) if status.last_exit_code is not None else "-",
+        )
+    return table
+
+
+async def _run_live(manager: WorkgroupManager, output_dir: Path | None) -> int:
+    with Live(
+        children_table(manager, output_dir=output_dir),
+        console=output.stdout,
+        refresh_per_second=4,
+        redirect_stderr=True,
+    ) as live:
+        task = asyncio.create_task(manager.run(), name="workgroup")
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.5)
+            live.update(children_table(manager, output_dir=output_dir))
+        return task.result()
+
+
+async def _start(
+    plan: WorkgroupPlan,
+    *,
+    pg_dsn: str,
+    schema: str,
+    output_dir: Path | None,
+    live: bool,
+) -> int:
+    base_env = {**os.environ, "TASKQ_PG_DSN": pg_dsn, "TASKQ_SCHEMA_NAME": schema}
+    async with open_workgroup(
+        plan, pg_dsn=pg_dsn, schema=schema, base_env=base_env, output_dir=output_dir
+    ) as manager:
+        if live:
+            return await _run_live(manager, output_dir)
+        return await manager.run()
+
+
+@app.command("start")
+def start(
+    ctx: typer.Context,
+    file: FileArgument,
+    until_idle: Annotated[
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Run children with --until-idle; exit once all have (0 ok, 3 failures, ...).",
+        ),
+    ] = False,
+    idle_max_runtime: Annotated[
+        str | None,
+        typer.Option("--idle-max-runtime", help="With --until-idle: passed to every child."),
+    ] = None,
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-dir", help="Append each child's output to DIR/LABEL.log.", file_okay=False
+        ),
+    ] = None,
+    plain: Annotated[
+        bool, typer.Option("--plain", help="Log lines even on a terminal (no live table).")
+    ] = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Run one `taskq worker` child per process in FILE and keep them up until stopped."""
+    settings = load_settings(ctx, dsn, schema)
+    max_runtime = None
+    if idle_max_runtime is not None:
+        if not until_idle:
+            raise ConfigError("--idle-max-runtime needs --until-idle")
+        try:
+            max_runtime = parse_duration(idle_max_runtime).total_seconds()
+        except ValueError as exc:
+            raise ConfigError(f"--idle-max-runtime: {exc}") from None
+    config = load_workgroup(file)
+    plan = build_plan(
+        config, instance=str(uuid7()), until_idle=until_idle, idle_max_runtime=max_runtime
+    )
+    live = not plain and output.stdout.is_terminal
+    # On a terminal the children's output would tear through the table: it goes to files.
+    output_dir = log_dir or (plan.runtime_dir if live else None)
+    configure_logging(fmt="console" if live else settings.log_format, level=settings.log_level)
+    code = run_async(
+        _start(
+            plan,
+            pg_dsn=settings.pg_dsn,
+            schema=settings.schema_name,
+            output_dir=output_dir,
+            live=live,
+        )
+    )
+    raise typer.Exit(code)

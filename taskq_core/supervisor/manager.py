@@ -1,0 +1,737 @@
+"""WorkgroupManager: runs the children of a workgroup plan and keeps them up.
+
+Each child slot (one per label, ``api-1`` ...) moves through these states:
+
+    PENDING --spawn--> RUNNING --exit--> BACKOFF --delay elapsed--> RUNNING (child_restarted)
+    RUNNING --stale heartbeat--> SIGKILL, then handled as an exit      (child_stale_killed)
+    RUNNING/BACKOFF --spec past its burst limit--> GIVEN_UP            (spec_given_up)
+    RUNNING --until-idle exit 0/3/4--> FINISHED
+    any --group stop--> STOPPING (SIGTERM + SIGCONT to its process group) --exit--> FINISHED
+
+A given-up spec is never restarted again, but its children still running keep serving; the
+other specs are unaffected. The group stops on SIGTERM/SIGINT: every child gets SIGTERM,
+each further stop signal is forwarded again (the worker escalates on its second and third),
+and children still alive after ``shutdown_timeout`` get SIGKILL. SIGHUP is forwarded as is.
+
+Everything that touches the outside world is injected: the child constructor (``spawn``),
+the clock, the health source (``workers`` rows) and the event sink, so tests replay exit and
+heartbeat histories with fakes and step ``run_once()`` by hand. ``run()`` only loops: it calls
+``run_once()`` and sleeps until a child exits (SIGCHLD), a signal arrives or a deadline is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from taskq_core.backend.protocol import WorkerRow
+from taskq_core.clock import Clock, SystemClock
+from taskq_core.constants import EXIT_ERROR, EXIT_OK
+from taskq_core.errors import ConfigError
+from taskq_core.obs.logs import get_logger
+from taskq_core.supervisor.config import ChildPlan, WorkgroupPlan
+from taskq_core.supervisor.policy import (
+    HeartbeatWatch,
+    RestartHistory,
+    decide_restart,
+    describe_exit,
+    group_exit_code,
+    is_final_exit,
+    is_stale,
+    observation_failed,
+    observe_heartbeat,
+)
+
+# A health query that takes longer than this counts as failed: the loop must keep reaping.
+HEALTH_QUERY_TIMEOUT = 5.0
+# Upper bound on one sleep of run(): a lost SIGCHLD costs at most this much latency.
+MAX_IDLE_SLEEP = 1.0
+
+HealthSource = Callable[[], Awaitable[Sequence[WorkerRow]]]
+
+
+# --- children ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLaunch:
+    """What a child constructor needs: the command, its full environment and its output."""
+
+    label: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    output: Path | None = None  # None: inherit the supervisor's stdout/stderr
+
+
+class ChildProcess(Protocol):
+    """A running child as the manager sees it."""
+
+    @property
+    def pid(self) -> int:
+        """The child's pid (also its process-group id)."""
+        ...
+
+    def poll(self) -> int | None:
+        """The exit code once it has exited (negative: killed by that signal), else None."""
+        ...
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the child's whole process group; a no-op once it has exited."""
+        ...
+
+
+ChildFactory = Callable[[ChildLaunch], ChildProcess]
+
+
+class PopenChild:
+    """A real child: ``subprocess.Popen`` in a new session (its own process group)."""
+
+    def __init__(self, launch: ChildLaunch) -> None:
+        output: IO[bytes] | None = None
+        if launch.output is not None:
+            output = launch.output.open("ab")
+        try:
+            self._process = subprocess.Popen(
+                list(launch.argv),
+                env=dict(launch.env),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT if output is not None else None,
+                start_new_session=True,
+            )
+        finally:
+            if output is not None:
+                output.close()
+
+    @property
+    def pid(self) -> int:
+        """The child's pid, which is also its process-group id."""
+        return self._process.pid
+
+    def poll(self) -> int | None:
+        """Reap the child if it has exited and return its code."""
+        return self._process.poll()
+
+    def signal(self, signum: int) -> None:
+        """Signal the process group while the leader is unreaped (its id cannot be reused)."""
+        if self._process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signum)
+
+
+# --- events and snapshots ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorEvent:
+    """One lifecycle event: a stable snake_case name, a log level and its fields."""
+
+    name: str
+    level: str
+    fields: Mapping[str, Any]
+
+
+EventSink = Callable[[SupervisorEvent], None]
+
+
+def log_event(event: SupervisorEvent) -> None:
+    """The default sink: one structlog line per event (component ``workgroup``)."""
+    logger = get_logger("workgroup")
+    getattr(logger, event.level)(event.name, **event.fields)
+
+
+class ChildState(StrEnum):
+    """Where one child slot is in its lifecycle (see the module docstring)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    GIVEN_UP = "given_up"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStatus:
+    """A read-only view of one child for displays."""
+
+    label: str
+    spec: str
+    state: ChildState
+    pid: int | None
+    uptime: float | None
+    restarts: int
+    last_seen_at: datetime | None
+    last_exit_code: int | None
+    restart_in: float | None
+
+
+@dataclass
+class _Slot:
+    plan: ChildPlan
+    state: ChildState = ChildState.PENDING
+    process: ChildProcess | None = None
+    pid: int | None = None
+    started_at: float = 0.0
+    spawned: bool = False
+    restarts: int = 0
+    restart_at: float | None = None
+    history: RestartHistory = field(default_factory=RestartHistory)
+    watch: HeartbeatWatch = field(default_factory=lambda: HeartbeatWatch.spawned(0.0))
+    next_check_at: float = 0.0
+    last_seen_at: datetime | None = None
+    last_exit_code: int | None = None
+    final_code: int | None = None
+    stale_killed: bool = False
+    hard_killed: bool = False
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+# --- the manager -------------------------------------------------------------------------
+
+
+class WorkgroupManager:
+    """Spawns, watches, restarts, health-checks and stops the children of one plan."""
+
+    def __init__(
+        self,
+        plan: WorkgroupPlan,
+        *,
+        spawn: ChildFactory = PopenChild,
+        clock: Clock | None = None,
+        health_source: HealthSource | None = None,
+        emit: EventSink = log_event,
+        hostname: str | None = None,
+        base_env: Mapping[str, str] | None = None,
+        output_dir: Path | None = None,
+    ) -> None:
+        self.plan = plan
+        self._spawn_child = spawn
+        self._clock = clock or SystemClock()
+        self._health_source = health_source
+        self._emit_event = emit
+        self._hostname = hostname or socket.gethostname()
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._output_dir = output_dir
+        self._slots = [_Slot(plan=child) for child in plan.children]
+        self._given_up: set[str] = set()
+        self._started = False
+        self._stop_deadline: float | None = None
+        self._exit_code: int | None = None
+        self._wake = asyncio.Event()
+
+    # -- public controls ----------------------------------------------------------------
+
+    @property
+    def exit_code(self) -> int | None:
+        """The group's exit code once it is done, else None."""
+        return self._exit_code
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop has been requested."""
+        return self._stop_deadline is not None
+
+    def wake(self) -> None:
+        """Make ``run()`` do a pass now (a child exited, a signal arrived)."""
+        self._wake.set()
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the group: SIGTERM every child now, SIGKILL survivors after the timeout.
+
+        A repeated request forwards SIGTERM again, which escalates each worker's own
+        shutdown (its second signal skips to force-cancelling, the third exits at once).
+        """
+        now = self._clock.monotonic()
+        live = [slot for slot in self._slots if slot.process is not None]
+        if self._stop_deadline is None:
+            self._stop_deadline = now + self.plan.shutdown_timeout
+            self._emit(
+                "workgroup_stopping",
+                reason=reason,
+                children=len(live),
+                timeout=self.plan.shutdown_timeout,
+            )
+            for slot in self._slots:
+                if slot.state in (ChildState.PENDING, ChildState.BACKOFF):
+                    slot.state, slot.restart_at = ChildState.FINISHED, None
+        else:
+            self._emit("stop_escalated", "warning", reason=reason, children=len(live))
+        for slot in live:
+            slot.state = ChildState.STOPPING
+            assert slot.process is not None
+            slot.process.signal(signal.SIGTERM)
+            # A stopped (SIGSTOP) child only acts on SIGTERM once continued, as systemd does.
+            slot.process.signal(signal.SIGCONT)
+        self.wake()
+
+    def forward_signal(self, signum: int) -> None:
+        """Send ``signum`` (SIGHUP: reload) to every live child's process group."""
+        live = [slot for slot in self._slots if slot.process is not None]
+        for slot in live:
+            assert slot.process is not None
+            slot.process.signal(signum)
+        self._emit(
+            "signal_forwarded",
+            signal=signal.Signals(signum).name,
+            children=[s.plan.label for s in live],
+        )
+
+    def snapshot(self) -> list[ChildStatus]:
+        """The current state of every child, in plan order."""
+        now = self._clock.monotonic()
+        return [
+            ChildStatus(
+                label=slot.plan.label,
+                spec=slot.plan.spec,
+                state=slot.state,
+                pid=slot.process.pid if slot.process is not None else None,
+                uptime=now - slot.started_at if slot.process is not None else None,
+                restarts=slot.restarts,
+                last_seen_at=slot.last_seen_at,
+                last_exit_code=slot.last_exit_code,
+                restart_in=(
+                    max(0.0, slot.restart_at - now) if slot.restart_at is not None else None
+                ),
+            )
+            for slot in self._slots
+        ]
+
+    # -- one pass -----------------------------------------------------------------------
+
+    async def run_once(self) -> int | None:
+        """Reap exits, restart what is due, health-check, enforce the stop deadline.
+
+        Returns the group's exit code once it is done (and from then on), else None.
+        """
+        if self._exit_code is not None:
+            return self._exit_code
+        if not self._started:
+            self._started = True
+            self._emit(
+                "workgroup_started",
+                instance=self.plan.instance,
+                file=str(self.plan.file),
+                specs=self.plan.spec_names(),
+                children=len(self._slots),
+                runtime_dir=str(self.plan.runtime_dir),
+                until_idle=self.plan.until_idle,
+            )
+            now = self._clock.monotonic()
+            for slot in self._slots:
+                if self.stopping:  # stopped before the first pass: spawn nothing
+                    slot.state = ChildState.FINISHED
+                else:
+                    self._spawn(slot, now)
+        self._reap()
+        if self.stopping:
+            self._enforce_stop_deadline()
+        else:
+            self._restart_due()
+            await self._check_health()
+            self._reap()
+        self._exit_code = self._finished_code()
+        if self._exit_code is not None:
+            self._emit("workgroup_stopped", exit_code=self._exit_code)
+        return self._exit_code
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time of the next timed action (restart, health check, stop)."""
+        times: list[float] = []
+        if self._stop_deadline is not None:
+            if any(s.process is not None and not s.hard_killed for s in self._slots):
+                times.append(self._stop_deadline)
+            return min(times) if times else None
+        for slot in self._slots:
+            if slot.state is ChildState.BACKOFF and slot.restart_at is not None:
+                times.append(slot.restart_at)
+            elif self._health_checked(slot):
+                times.append(slot.next_check_at)
+        return min(times) if times else None
+
+    def _emit(self, name: str, level: str = "info", **fields: Any) -> None:
+        self._emit_event(SupervisorEvent(name=name, level=level, fields=fields))
+
+    def _spawn(self, slot: _Slot, now: float) -> None:
+        plan = slot.plan
+        output = self._output_dir / f"{plan.label}.log" if self._output_dir else None
+        launch = ChildLaunch(
+            label=plan.label, argv=plan.argv, env={**self._base_env, **plan.env}, output=output
+        )
+        previous_pid = slot.pid
+        try:
+            process = self._spawn_child(launch)
+        except OSError as exc:
+            self._emit(
+                "child_spawn_failed", "error", label=plan.label, spec=plan.spec, error=str(exc)
+            )
+            slot.started_at = now
+            self._after_exit(slot, EXIT_ERROR, pid=None, now=now)
+            return
+        slot.process, slot.pid, slot.state = process, process.pid, ChildState.RUNNING
+        slot.started_at, slot.restart_at = now, None
+        slot.watch, slot.last_seen_at = HeartbeatWatch.spawned(now), None
+        slot.next_check_at = now + plan.health.check_interval
+        if slot.spawned:
+            slot.restarts += 1
+            self._emit(
+                "child_restarted",
+                label=plan.label,
+                spec=plan.spec,
+                pid=process.pid,
+                previous_pid=previous_pid,
+                restarts=slot.restarts,
+            )
+        else:
+            slot.spawned = True
+            self._emit("child_started", label=plan.label, spec=plan.spec, pid=process.pid)
+
+    def _reap(self) -> None:
+        for slot in self._slots:
+            if slot.process is None:
+                continue
+            code = slot.process.poll()
+            if code is not None:
+                pid = slot.process.pid
+                slot.process = None
+                self._after_exit(slot, code, pid=pid, now=self._clock.monotonic())
+
+    def _after_exit(self, slot: _Slot, code: int, *, pid: int | None, now: float) -> None:
+        plan = slot.plan
+        slot.last_exit_code = code
+        uptime = now - slot.started_at
+        common: dict[str, Any] = {
+            "label": plan.label,
+            "spec": plan.spec,
+            "pid": pid,
+            "exit_code": code,
+            "outcome": describe_exit(code),
+            "signal": _signal_name(code),
+            "uptime": round(uptime, 3),
+        }
+        stale, slot.stale_killed, slot.hard_killed = slot.stale_killed, False, False
+        if self.stopping:
+            slot.state, slot.final_code = ChildState.FINISHED, code
+            self._emit("child_exited", **common, reason="shutdown")
+            return
+        if is_final_exit(code, until_idle=self.plan.until_idle):
+            slot.state, slot.final_code = ChildState.FINISHED, code
+            self._emit("child_exited", **common, reason="finished")
+            return
+        reason = "stale_killed" if stale else "exited"
+        if plan.spec in self._given_up:
+            slot.state, slot.final_code = ChildState.GIVEN_UP, code
+            self._emit("child_exited", "warning", **common, reason=reason, restart=False)
+            return
+        decision = decide_restart(self.plan.restart, slot.history, now=now, uptime=uptime)
+        slot.history = decision.history
+        if decision.give_up:
+            self._emit("child_exited", "warning", **common, reason=reason, restart=False)
+            self._give_up(slot, code, decision.exits_in_window, decision.young_in_a_row)
+            return
+        slot.state, slot.restart_at = ChildState.BACKOFF, now + decision.delay
+        self._emit(
+            "child_exited", "warning", **common, reason=reason, restart_in=round(decision.delay, 3)
+        )
+
+    def _give_up(self, trigger: _Slot, code: int, exits: int, young_in_a_row: int) -> None:
+        spec = trigger.plan.spec
+        self._given_up.add(spec)
+        still_running = []
+        for slot in self._slots:
+            if slot.plan.spec != spec:
+                continue
+            if slot.process is not None:
+                still_running.append(slot.plan.label)
+            elif slot.state in (ChildState.PENDING, ChildState.BACKOFF) or slot is trigger:
+                slot.state, slot.restart_at = ChildState.GIVEN_UP, None
+                slot.final_code = slot.last_exit_code if slot.last_exit_code is not None else code
+        policy = self.plan.restart
+        self._emit(
+            "spec_given_up",
+            "error",
+            spec=spec,
+            label=trigger.plan.label,
+            exits=exits,
+            young_exits_in_a_row=young_in_a_row,
+            burst_limit=policy.burst_limit,
+            burst_window=policy.burst_window,
+            last_exit_code=code,
+            still_running=still_running,
+        )
+
+    def _restart_due(self) -> None:
+        now = self._clock.monotonic()
+        for slot in self._slots:
+            due = slot.restart_at is not None and slot.restart_at <= now
+            if slot.state is ChildState.BACKOFF and due:
+                self._spawn(slot, now)
+
+    def _health_checked(self, slot: _Slot) -> bool:
+        return (
+            self._health_source is not None
+            and slot.plan.health.enabled
+            and slot.state is ChildState.RUNNING
+            and slot.process is not None
+            and not slot.stale_killed
+        )
+
+    async def _check_health(self) -> None:
+        now = self._clock.monotonic()
+        watched = [slot for slot in self._slots if self._health_checked(slot)]
+        due = [slot for slot in watched if slot.next_check_at <= now]
+        if not due or self._health_source is None:
+            return
+        try:
+            rows = await asyncio.wait_for(self._health_source(), HEALTH_QUERY_TIMEOUT)
+        except Exception as exc:
+            now = self._clock.monotonic()
+            self._emit("health_check_failed", "warning", error=str(exc) or type(exc).__name__)
+            for slot in watched:
+                slot.watch = observation_failed(slot.watch, now=now)
+                slot.next_check_at = now + slot.plan.health.check_interval
+            return
+        now = self._clock.monotonic()
+        latest: dict[int, WorkerRow] = {}
+        for row in rows:
+            if row.hostname != self._hostname or row.workgroup_instance != self.plan.instance:
+                continue
+            if row.pid not in latest or row.last_seen_at > latest[row.pid].last_seen_at:
+                latest[row.pid] = row
+        for slot in due:
+            if slot.process is None or slot.state is not ChildState.RUNNING:
+                continue  # exited, or the group began stopping while the query ran
+            found = latest.get(slot.process.pid)
+            if found is not None:
+                slot.last_seen_at = found.last_seen_at
+            slot.watch = observe_heartbeat(
+                slot.watch, found.last_seen_at if found else None, now=now
+            )
+            slot.next_check_at = now + slot.plan.health.check_interval
+            health = slot.plan.health
+            if is_stale(
+                slot.watch,
+                now=now,
+                stale_after=health.stale_after,
+                start_timeout=health.start_timeout,
+            ):
+                self._kill_stale(slot, now)
+
+    def _kill_stale(self, slot: _Slot, now: float) -> None:
+        assert slot.process is not None
+        slot.stale_killed = True
+        self._emit(
+            "child_stale_killed",
+            "warning",
+            label=slot.plan.label,
+            spec=slot.plan.spec,
+            pid=slot.process.pid,
+            last_seen_at=slot.watch.last_seen_at.isoformat() if slot.watch.last_seen_at else None,
+            registered=slot.watch.last_seen_at is not None,
+            unchanged_for=round(now - slot.watch.moved_at, 3),
+        )
+        slot.process.signal(signal.SIGKILL)
+
+    def _enforce_stop_deadline(self) -> None:
+        assert self._stop_deadline is not None
+        if self._clock.monotonic() < self._stop_deadline:
+            return
+        for slot in self._slots:
+            if slot.process is not None and not slot.hard_killed:
+                slot.hard_killed = True
+                self._emit(
+                    "child_killed",
+                    "warning",
+                    label=slot.plan.label,
+                    spec=slot.plan.spec,
+                    pid=slot.process.pid,
+                    reason="shutdown_timeout",
+                    timeout=self.plan.shutdown_timeout,
+                )
+                slot.process.signal(signal.SIGKILL)
+
+    def _finished_code(self) -> int | None:
+        if any(slot.process is not None for slot in self._slots):
+            return None
+        if self.stopping:
+            return EXIT_OK
+        final = (ChildState.FINISHED, ChildState.GIVEN_UP)
+        if self.plan.until_idle and all(slot.state in final for slot in self._slots):
+            codes = [
+                slot.final_code if slot.final_code is not None else EXIT_ERROR
+                for slot in self._slots
+            ]
+            code = group_exit_code(codes)
+            self._emit(
+                "workgroup_drained",
+                exit_code=code,
+                children={slot.plan.label: slot.final_code for slot in self._slots},
+            )
+            return code
+        if all(slot.state is ChildState.GIVEN_UP for slot in self._slots):
+            self._emit("workgroup_failed", "error", reason="every spec was given up")
+            return EXIT_ERROR
+        return None
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Run until the group is done; return its exit code.
+
+        SIGTERM/SIGINT stop the group (repeat to escalate), SIGHUP is forwarded, SIGCHLD
+        wakes the loop. An unexpected error stops the group gracefully; anything escaping
+        (cancellation included) SIGKILLs the children so none is left orphaned.
+        """
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        if install_signal_handlers:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._on_stop_signal, signum)
+            loop.add_signal_handler(signal.SIGHUP, self.forward_signal, signal.SIGHUP)
+            loop.add_signal_handler(signal.SIGCHLD, self.wake)
+            handled = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD]
+        try:
+            while True:
+                self._wake.clear()
+                try:
+                    code = await self.run_once()
+                except Exception as exc:
+                    if self.stopping:
+                        raise
+                    self._emit("supervisor_error", "error", error=repr(exc))
+                    self.request_stop("supervisor_error")
+                    continue
+                if code is not None:
+                    return code
+                await self._sleep()
+        finally:
+            for signum in handled:
+                loop.remove_signal_handler(signum)
+            self._kill_survivors()
+
+    def _on_stop_signal(self, signum: int) -> None:
+        self.request_stop(signal.Signals(signum).name)
+
+    async def _sleep(self) -> None:
+        deadline = self.next_deadline()
+        timeout = MAX_IDLE_SLEEP
+        if deadline is not None:
+            timeout = min(timeout, max(0.005, deadline - self._clock.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _kill_survivors(self) -> None:
+        for slot in self._slots:
+            if slot.process is not None and slot.process.poll() is None:
+                self._emit(
+                    "child_killed",
+                    "error",
+                    label=slot.plan.label,
+                    spec=slot.plan.spec,
+                    pid=slot.process.pid,
+                    reason="supervisor_exiting",
+                )
+                slot.process.signal(signal.SIGKILL)
+
+
+# --- the runtime directory and the health source ------------------------------------------
+
+
+@contextlib.contextmanager
+def claim_runtime_dir(path: Path) -> Iterator[Path]:
+    """Create (mode 0700) and lock the runtime directory for this supervisor's lifetime.
+
+    The lock keeps two supervisors of one file from fighting over the same health sockets;
+    leftover sockets are removed on the way out.
+    """
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.stat().st_uid != os.getuid():
+            raise ConfigError(f"runtime directory {path} belongs to another user")
+        lock = (path / "supervisor.lock").open("a+")
+    except OSError as exc:
+        raise ConfigError(f"cannot use runtime directory {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise ConfigError(
+                f"another workgroup supervisor (pid {holder}) is using runtime directory {path}"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield path
+    finally:
+        for leftover in path.glob("*.sock"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        lock.close()
+
+
+@contextlib.asynccontextmanager
+async def postgres_health_source(dsn: str, schema: str) -> AsyncIterator[HealthSource]:
+    """A health source reading the ``workers`` table through a small PostgresBackend pool."""
+    from taskq_core.backend.postgres.backend import PostgresBackend
+
+    backend = await PostgresBackend.connect(dsn, schema, min_size=1, max_size=2)
+    try:
+        yield backend.list_workers
+    finally:
+        await backend.close()
+
+
+@contextlib.asynccontextmanager
+async def open_workgroup(
+    plan: WorkgroupPlan,
+    *,
+    pg_dsn: str,
+    schema: str,
+    base_env: Mapping[str, str] | None = None,
+    output_dir: Path | None = None,
+    emit: EventSink = log_event,
+) -> AsyncIterator[WorkgroupManager]:
+    """A manager for ``plan`` with everything around it that ``taskq workgroup start`` needs.
+
+    Claims the runtime directory, makes sure the database is up before any child starts (an
+    embedded server started by a child would live in that child's process group and die with
+    it), and opens the health source when some spec has health checks enabled.
+    """
+    from taskq_core.backend.postgres.connection import prepare_dsn
+    from taskq_core.embedded import is_embedded_dsn
+
+    with claim_runtime_dir(plan.runtime_dir):
+        if output_dir is not None:
+            await asyncio.to_thread(output_dir.mkdir, parents=True, exist_ok=True)
+        async with contextlib.AsyncExitStack() as stack:
+            source: HealthSource | None = None
+            if any(child.health.enabled for child in plan.children):
+                source = await stack.enter_async_context(postgres_health_source(pg_dsn, schema))
+            elif is_embedded_dsn(pg_dsn):
+                await asyncio.to_thread(prepare_dsn, pg_dsn)
+            yield WorkgroupManager(
+                plan, health_source=source, base_env=base_env, output_dir=output_dir, emit=emit
+            )
