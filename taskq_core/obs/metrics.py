@@ -58,6 +58,19 @@ def instruments() -> Instruments:
     )
 
 
+def sdk_installed() -> bool:
+    """Whether the application installed a tracer or meter provider.
+
+    The API's default providers are proxies that record nothing; the worker's hot path skips
+    span and instrument calls entirely until a real provider is set (checked per call, so a
+    provider installed after start is honoured).
+    """
+    return not (
+        isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        and type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+    )
+
+
 def tracer() -> trace.Tracer:
     """The TaskQ tracer from the global provider."""
     return trace.get_tracer(INSTRUMENTATION)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from taskq_core.obs.metrics import instruments
+from taskq_core.obs.metrics import instruments, sdk_installed
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
 
@@ -34,7 +34,7 @@ class ProducerLoop:
             settings.notify_poll_interval if settings.notify_enabled else settings.poll_interval
         )
         self._guard = UnexpectedErrorGuard("producer", deps.log)
-        self.min_batch = max(1, deps.capacity // 4)
+        self.min_batch = max(1, deps.capacity // 2)
 
     async def run_once(self) -> ProducerTick:
         """Claim up to the free capacity; return how many were asked for and claimed."""
@@ -48,7 +48,7 @@ class ProducerLoop:
         jobs = await deps.backend.dispatch_batch(
             deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
         )
-        if deps.settings.otel_enabled:
+        if deps.settings.otel_enabled and sdk_installed():
             instruments().dispatch_duration.record(deps.clock.monotonic() - started)
         for job in jobs:
             deps.local_queue.put_nowait(job)
