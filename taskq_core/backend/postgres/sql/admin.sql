@@ -179,7 +179,7 @@ SELECT count(*) AS count
 FROM (
     SELECT 1
     FROM {schema}.jobs j
-    WHERE ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
       AND ($2::text IS NULL OR j.queue = $2::text)
       AND ($3::text IS NULL OR j.actor = $3::text)
       AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))

@@ -598,7 +598,7 @@ matched AS (
     SELECT j.id
     FROM {schema}.jobs j
     WHERE j.status IN ('pending', 'scheduled', 'running')
-      AND ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
       AND ($2::text IS NULL OR j.queue = $2::text)
       AND ($3::text IS NULL OR j.actor = $3::text)
       AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
@@ -666,7 +666,7 @@ matched AS (
     SELECT j.id, j.status
     FROM {schema}.jobs j
     WHERE j.status IN ('failed', 'crashed', 'cancelled')
-      AND ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
       AND ($2::text IS NULL OR j.queue = $2::text)
       AND ($3::text IS NULL OR j.actor = $3::text)
       AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
@@ -697,11 +697,15 @@ SELECT (SELECT count(*) FROM moved) AS retried, (SELECT count(*) FROM woken) AS 
 -- name: get_job
 SELECT * FROM {schema}.jobs WHERE id = $1::uuid;
 
+-- name: use_custom_plans
+-- For operator filter queries inside their own transaction: plan for the actual arguments.
+SET LOCAL plan_cache_mode = force_custom_plan;
+
 -- name: list_jobs
 -- $1 statuses (NULL: any; empty: none), $2 queue, $3 actor, $4 ids, $5 limit (NULL: all).
 SELECT *
 FROM {schema}.jobs j
-WHERE ($1::text[] IS NULL OR j.status::text = ANY ($1::text[]))
+WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
   AND ($2::text IS NULL OR j.queue = $2::text)
   AND ($3::text IS NULL OR j.actor = $3::text)
   AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
