@@ -78,10 +78,11 @@ class TaskqSettings(BaseSettings):
     dispatcher_pool_size: int = Field(default=4, ge=1)
     heartbeat_pool_size: int = Field(default=4, ge=1)
     max_concurrency: int = Field(default=8, ge=1, le=10_000)
-    # Jobs claimed ahead of free consumers (None: as many as max_concurrency), so a consumer
-    # never waits for a dispatch round trip and claims come in batches.
+    # Jobs claimed ahead of free consumers (None: 4 x max_concurrency, at least 16), so a
+    # consumer never waits for a dispatch round trip and claims come in large batches.
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
-    completion_batch_max: int = Field(default=500, ge=1, le=10_000)
+    # The most successes one flush writes: bigger flushes hold their row locks longer.
+    completion_batch_max: int = Field(default=200, ge=1, le=10_000)
     pool_max_inactive_lifetime: Seconds = 300.0
     dispatch_oversample: int = Field(default=2, ge=1)
     dispatch_scope_by_home_queue: bool = False
@@ -241,7 +242,7 @@ class TaskqSettings(BaseSettings):
     @property
     def effective_prefetch(self) -> int:
         """Jobs claimed beyond max_concurrency."""
-        return self.max_concurrency if self.prefetch is None else self.prefetch
+        return max(4 * self.max_concurrency, 16) if self.prefetch is None else self.prefetch
 
     @property
     def lock_lease_delta(self) -> timedelta:

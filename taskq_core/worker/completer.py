@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +37,17 @@ class FlushResult:
 class Completer:
     """Buffers successes and flushes them; ``close`` writes whatever is left."""
 
-    def __init__(self, backend: Backend, worker_id: Any, log: Any, *, max_batch: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        worker_id: Any,
+        log: Any,
+        *,
+        max_batch: int,
+        on_flushed: Callable[[], None] | None = None,
+    ) -> None:
         self.backend = backend
+        self.on_flushed = on_flushed
         self.worker_id = worker_id
         self.log = log
         self.max_batch = max_batch
@@ -66,6 +76,8 @@ class Completer:
             self._ready.clear()
             while self._pending:
                 await self.flush_once()
+                if self.on_flushed is not None:
+                    self.on_flushed()  # finished rows no longer count against caps
 
     async def flush_once(self) -> FlushResult:
         """Write up to ``max_batch`` waiting successes (retrying transient errors)."""

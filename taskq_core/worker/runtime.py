@@ -159,6 +159,8 @@ class Worker:
                 grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
             ),
         )
+        # A flush moves rows out of 'running': capped actors may have room again.
+        self.deps.completer.on_flushed = self.deps.active.slot_freed.set
         self.shutdown = ShutdownOrchestrator(self.deps)
         return self.deps
 
