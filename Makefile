@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench completions clean
+.PHONY: install test test-fast lint demo bench bench-peers completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,31 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
+
+# TaskQ side by side with the peer queues on the same PostgreSQL (BENCH_PG, default the local
+# server), with the harness in ../shared/bench-peers. The peers get a venv of their own.
+PEERS_DIR ?= ../shared/bench-peers
+BENCH_VENV := .bench-venv
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_RESULTS ?= .bench-results
+REPS ?= 3
+
+$(BENCH_STAMP): pyproject.toml $(PEERS_DIR)/requirements.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet -r $(PEERS_DIR)/requirements.txt
+	$(BENCH_VENV)/bin/pip install --quiet -e .
+	touch $(BENCH_STAMP)
+
+bench-peers: $(BENCH_STAMP)
+	mkdir -p $(BENCH_RESULTS)
+	rm -f $(BENCH_RESULTS)/raw.jsonl
+	BENCH_PY=$(abspath $(BENCH_VENV))/bin/python EXTRA_DIR=$(abspath benchmarks) \
+	  PYTHONPATH=$(abspath $(PEERS_DIR)) PEERS="pgqueuer procrastinate taskq" REPS=$(REPS) \
+	  CEILINGS=$${CEILINGS:-0} OUT=$(abspath $(BENCH_RESULTS))/raw.jsonl \
+	  bash $(PEERS_DIR)/run_all.sh
+	@echo
+	$(BENCH_VENV)/bin/python benchmarks/peer_ratios.py $(BENCH_RESULTS)/raw.jsonl
 
 completions: $(STAMP)
 	$(BIN)/python scripts/gen_completions.py
