@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench bench-peers completions clean
+.PHONY: install test test-fast lint demo bench bench-peers bench-scale completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
+
+# Drain rate with 1,000,000 jobs waiting vs 10,000, and the worker's memory (a few minutes).
+bench-scale: $(STAMP)
+	$(BIN)/python benchmarks/scale.py
 
 # TaskQ side by side with the peer queues on the same PostgreSQL (BENCH_PG, default the local
 # server), with the harness in ../shared/bench-peers. The peers get a venv of their own.
