@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -30,7 +30,7 @@ from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
 from taskq_core.obs.metrics import instruments, producer_span
-from taskq_core.retry import DEFAULT_RETRY_POLICY
+from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskq_core.settings import TaskqSettings
 
 
@@ -53,6 +53,37 @@ def _delta(value: timedelta | float | None) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
     return timedelta(seconds=float(value))
+
+
+@dataclass(slots=True)
+class _ActorPlan:
+    """What the jobs of one actor share within a batch, resolved once per distinct actor."""
+
+    name: str
+    ref: ActorRef | None
+    queue: str | None  # None: a by-name actor's stored queue, looked up when first needed
+    retry: RetryPolicy
+    priority: int
+    result_ttl: timedelta | None
+    deadline: timedelta | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        # An indefinite policy's time budget is the default schedule_to_close deadline.
+        budget = self.retry.time_budget if self.retry.kind == "indefinite" else None
+        self.deadline = budget
+
+    def dump(self, payload: Any) -> dict[str, Any]:
+        """One payload as stored: validated by the actor's model when the actor is known."""
+        if self.ref is not None:
+            return self.ref.dump_payload(payload)
+        if isinstance(payload, dict):
+            return payload
+        if payload is None:
+            return {}
+        if isinstance(payload, BaseModel):
+            dumped: dict[str, Any] = payload.model_dump(mode="json")
+            return dumped
+        raise ConfigError(f"payload for {self.name} must be a JSON object")
 
 
 class JobsClient:
@@ -137,7 +168,7 @@ class JobsClient:
             actor, payload, delay, queue, priority, identity_key, fairness_key,
             schedule_to_close, metadata,
         )  # fmt: skip
-        args = await self._build_args(item)
+        [args] = await self._build_batch([item])
         await self._check_capacity([args])
         with producer_span(args.queue, args.actor) as (trace_id, span_id):
             args = replace(args, trace_id=trace_id, span_id=span_id)
@@ -167,7 +198,7 @@ class JobsClient:
         self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
     ) -> list[EnqueueArgs]:
         """Build and check every item; the batch shares one producer span."""
-        args = [await self._build_args(self._item(i)) for i in items]
+        args = await self._build_batch(items)
         await self._check_capacity(args)
         if not args:
             return args
@@ -176,51 +207,78 @@ class JobsClient:
                 return args
             return [replace(a, trace_id=trace_id, span_id=span_id) for a in args]
 
-    @staticmethod
-    def _item(item: EnqueueItem | tuple[ActorRef | str, Any]) -> EnqueueItem:
-        if isinstance(item, EnqueueItem):
-            return item
-        if isinstance(item, tuple) and len(item) == 2:
-            return EnqueueItem(item[0], item[1])
-        raise TypeError("enqueue_batch items are EnqueueItem or (actor, payload) tuples")
+    async def _build_batch(
+        self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
+    ) -> list[EnqueueArgs]:
+        """Every item's EnqueueArgs, in order; the first invalid item raises, nothing is sent.
 
-    async def _build_args(self, item: EnqueueItem) -> EnqueueArgs:
-        ref = item.actor if isinstance(item.actor, ActorRef) else self._registry.get(item.actor)
-        name = item.actor.name if isinstance(item.actor, ActorRef) else item.actor
+        What the jobs of one actor share (its options, a by-name actor's stored queue) is
+        resolved once per distinct actor; only the payload is validated per item. This loop
+        runs for every bulk-enqueued job, so it awaits nothing per item.
+        """
+        plans: dict[str | int, _ActorPlan] = {}
+        built: list[EnqueueArgs] = []
+        for raw in items:
+            if isinstance(raw, EnqueueItem):
+                item: EnqueueItem | None = raw
+                actor, payload = raw.actor, raw.payload
+            elif isinstance(raw, tuple) and len(raw) == 2:
+                item = None
+                actor, payload = raw
+            else:
+                raise TypeError("enqueue_batch items are EnqueueItem or (actor, payload) tuples")
+            # Refs key by identity: an ActorRef holds dicts, so it is not hashable.
+            key = actor if isinstance(actor, str) else id(actor)
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = self._plan(actor)
+            payload = plan.dump(payload)
+            queue = plan.queue if item is None or item.queue is None else item.queue
+            if queue is None:  # a by-name actor without a queue: its stored one, looked up once
+                queue = plan.queue = await self._stored_queue(plan.name)
+            if item is None:
+                built.append(
+                    EnqueueArgs(
+                        actor=plan.name,
+                        payload=payload,
+                        queue=queue,
+                        priority=plan.priority,
+                        schedule_to_close=plan.deadline,
+                        retry_kind=plan.retry.kind,
+                        max_attempts=plan.retry.max_attempts,
+                        result_ttl=plan.result_ttl,
+                        metadata={},
+                    )
+                )
+                continue
+            deadline = _delta(item.schedule_to_close)
+            built.append(
+                EnqueueArgs(
+                    actor=plan.name,
+                    payload=payload,
+                    queue=queue,
+                    priority=plan.priority if item.priority is None else item.priority,
+                    delay=_delta(item.delay),
+                    identity_key=item.identity_key,
+                    fairness_key=item.fairness_key,
+                    schedule_to_close=plan.deadline if deadline is None else deadline,
+                    retry_kind=plan.retry.kind,
+                    max_attempts=plan.retry.max_attempts,
+                    result_ttl=plan.result_ttl,
+                    metadata=dict(item.metadata or {}),
+                )
+            )
+        return built
+
+    def _plan(self, actor: ActorRef | str) -> _ActorPlan:
+        """What every job of ``actor`` shares: its ref (if known), queue, retry policy."""
+        ref = actor if isinstance(actor, ActorRef) else self._registry.get(actor)
+        name = actor.name if isinstance(actor, ActorRef) else actor
         if not name:
             raise ConfigError("actor name must not be empty")
-        if ref is not None:
-            payload = ref.dump_payload(item.payload)
-            queue = item.queue or ref.queue
-            retry = ref.retry
-        else:
-            if isinstance(item.payload, BaseModel):
-                payload = item.payload.model_dump(mode="json")
-            elif item.payload is None:
-                payload = {}
-            elif isinstance(item.payload, dict):
-                payload = item.payload
-            else:
-                raise ConfigError(f"payload for {name} must be a JSON object")
-            queue = item.queue or await self._stored_queue(name)
-            retry = DEFAULT_RETRY_POLICY
-        deadline = _delta(item.schedule_to_close)
-        if deadline is None and retry.kind == "indefinite" and retry.time_budget is not None:
-            deadline = retry.time_budget
-        return EnqueueArgs(
-            actor=name,
-            payload=payload,
-            queue=queue,
-            priority=item.priority if item.priority is not None else (ref.priority if ref else 0),
-            delay=_delta(item.delay),
-            identity_key=item.identity_key,
-            fairness_key=item.fairness_key,
-            schedule_to_close=deadline,
-            retry_kind=retry.kind,
-            max_attempts=retry.max_attempts,
-            result_ttl=ref.result_ttl if ref else None,
-            metadata=dict(item.metadata or {}),
-        )
+        if ref is None:
+            return _ActorPlan(name, None, None, DEFAULT_RETRY_POLICY, 0, None)
+        return _ActorPlan(name, ref, ref.queue, ref.retry, ref.priority, ref.result_ttl)
 
     async def _stored_queue(self, actor: str) -> str:
         """A by-name enqueue goes to the queue the actor registered, else the default queue."""

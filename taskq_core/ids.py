@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from array import array
 from uuid import UUID
 
 _lock = threading.Lock()
@@ -27,3 +28,41 @@ def uuid7() -> UUID:
     rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
     return UUID(int=value)
+
+
+def uuid7_batch(count: int) -> list[UUID]:
+    """``count`` UUIDv7s, strictly increasing and after any id made before in this process.
+
+    Same layout and ordering as ``uuid7``, but the time/counter slots are reserved under one
+    lock and the random bits come from one ``os.urandom`` call: bulk enqueues mint ids at a
+    fraction of the per-id cost.
+    """
+    global _last_ms, _counter
+    if count <= 0:
+        return []
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms > _last_ms:
+            first_ms, first_counter = now_ms, int.from_bytes(os.urandom(2), "big") & 0x3FF
+        else:
+            first_ms, first_counter = _last_ms, _counter + 1
+        # Slot i is (first_ms, first_counter + i), carrying into the next ms past 0xFFF as
+        # uuid7 does when a millisecond's counter runs out.
+        last = first_counter + count - 1
+        _last_ms, _counter = first_ms + (last >> 12), last & 0xFFF
+    mask62 = (1 << 62) - 1
+    version, variant = 0x7 << 76, 0b10 << 62
+    return [
+        UUID(
+            int=((first_ms + (slot >> 12)) & ((1 << 48) - 1)) << 80
+            | version
+            | (slot & 0xFFF) << 64
+            | variant
+            | (rand & mask62)
+        )
+        for slot, rand in zip(
+            range(first_counter, first_counter + count),
+            array("Q", os.urandom(8 * count)),  # native 64-bit words, one per id
+            strict=True,
+        )
+    ]

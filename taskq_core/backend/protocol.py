@@ -449,8 +449,8 @@ class Backend(Protocol):
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """Insert all jobs in one statement, one row per item in order; one NOTIFY.
-        A bad item inserts nothing."""
+        """Insert all jobs atomically (PG: one COPY in one transaction), one row per item in
+        order; one NOTIFY. A bad item inserts nothing."""
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None

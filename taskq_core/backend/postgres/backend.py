@@ -10,7 +10,6 @@ dedicated connection holding the maintenance leader's session advisory lock.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -61,11 +60,11 @@ from taskq_core.constants import (
     wake_channel,
 )
 from taskq_core.errors import TaskqError
-from taskq_core.ids import uuid7
+from taskq_core.ids import uuid7, uuid7_batch
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
-from . import connection
+from . import bulk, connection
 from .notify import NotifyListener
 from .queries import SchemaQueries
 
@@ -83,27 +82,6 @@ _TEXT_JSON_FIELDS = ("payload", "result", "metadata", "progress_state")
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
 _ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
-# Columns the COPY path writes, in order.
-_COPY_COLUMNS = (
-    "id",
-    "actor",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "scheduled_at",
-    "created_at",
-    "updated_at",
-    "identity_key",
-    "fairness_key",
-    "schedule_to_close",
-    "retry_kind",
-    "max_attempts",
-    "result_ttl",
-    "metadata",
-    "trace_id",
-    "span_id",
-)
 # What the leader connection may throw when the database or the network goes away.
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
@@ -118,9 +96,7 @@ _LEADER_QUERY_TIMEOUT = 10.0
 
 
 # --- JSON -----------------------------------------------------------------------------------
-def _dumps(value: Any) -> str:
-    """JSON text as jsonb stores it; NaN and non-JSON values raise (as they would in PG)."""
-    return json.dumps(value, allow_nan=False)
+_dumps = bulk.dumps  # JSON text as jsonb stores it; NaN and non-JSON values raise
 
 
 def _encode_jsonb(value: Any) -> bytes:
@@ -136,10 +112,7 @@ def _encode_json(value: Any) -> bytes:
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    """Pool connection set-up: JSON columns in and out as Python objects.
-
-    Binary format, because COPY (``copy_records_to_table``) only encodes binary codecs.
-    """
+    """Pool connection set-up: JSON columns in and out as Python objects (binary format)."""
     await conn.set_type_codec(
         "jsonb",
         encoder=_encode_jsonb,
@@ -249,29 +222,81 @@ def _queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
 
 
 # --- enqueue helpers --------------------------------------------------------------------------
-def _check(args: EnqueueArgs) -> UUID:
-    """Validate one item as the schema would, and return its (possibly new) job id."""
+def _validate(args: EnqueueArgs) -> None:
+    """Reject an item as the schema's CHECK constraints would, before anything is sent."""
     if args.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
     if args.retry_kind not in _RETRY_KINDS:
         raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+
+
+def _check(args: EnqueueArgs) -> UUID:
+    """Validate one item and return its (possibly new) job id."""
+    _validate(args)
     return args.job_id or uuid7()
+
+
+def _batch_ids(args_list: Sequence[EnqueueArgs]) -> list[UUID]:
+    """Validate every item; each item's job id, the missing ones minted in one bulk call."""
+    missing = 0
+    for args in args_list:
+        _validate(args)
+        if args.job_id is None:
+            missing += 1
+    fresh = iter(uuid7_batch(missing))
+    return [next(fresh) if args.job_id is None else args.job_id for args in args_list]
 
 
 def _is_delayed(args: EnqueueArgs) -> bool:
     return args.delay is not None and args.delay > timedelta(0)
 
 
-_COPY_TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_STATUS_ON_ENQUEUE = {False: JobStatus.PENDING, True: JobStatus.SCHEDULED}
+_ZERO = timedelta(0)
 
 
-def _copy_text_field(value: object) -> str:
-    """One field in COPY's text format."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, timedelta):
-        value = f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
-    return str(value).translate(_COPY_TEXT_ESCAPES)
+def _inserted_row(
+    args: EnqueueArgs, job_id: UUID, payload: bytes, metadata: bytes, now: datetime
+) -> JobRow:
+    """The row a bulk-enqueued item became: the item, the batch's clock reading, defaults."""
+    delay = args.delay
+    delayed = delay is not None and delay > _ZERO
+    deadline = args.schedule_to_close
+    return JobRow(
+        id=job_id,
+        actor=args.actor,
+        queue=args.queue,
+        payload=bulk.jsonb_field_value(payload),
+        status=_STATUS_ON_ENQUEUE[delayed],
+        priority=args.priority,
+        scheduled_at=now + delay if delayed and delay is not None else now,
+        created_at=now,
+        retry_kind=args.retry_kind,
+        max_attempts=args.max_attempts,
+        attempt=0,
+        locked_by_worker=None,
+        lock_expires_at=None,
+        started_at=None,
+        finished_at=None,
+        cancel_phase=0,
+        cancel_requested_at=None,
+        cancel_reason=None,
+        identity_key=args.identity_key,
+        fairness_key=args.fairness_key,
+        schedule_to_close=None if deadline is None else now + deadline,
+        result=None,
+        result_ttl=args.result_ttl,
+        result_expires_at=None,
+        error_class=None,
+        error_message=None,
+        error_traceback=None,
+        metadata=bulk.jsonb_field_value(metadata),
+        trace_id=args.trace_id,
+        span_id=args.span_id,
+        progress_seq=0,
+        progress_state=None,
+        updated_at=now,
+    )
 
 
 def _statuses(filter: JobFilter) -> list[str] | None:
@@ -318,7 +343,6 @@ class PostgresBackend:
         self._leader_conn: asyncpg.Connection | None = None
         self._leader_worker: UUID | None = None
         self._leader_lock = asyncio.Lock()
-        self._own_connections: set[object] = set()
         self._closed = False
         self.listener = NotifyListener(
             lambda: self._open_direct_connection(f"taskq_listen_{schema}"),
@@ -432,103 +456,87 @@ class PostgresBackend:
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """One INSERT ... SELECT FROM unnest(...) for the whole batch, rows in item order."""
+        """COPY the batch in, as ``enqueue_batch_fast`` does, and return its rows in item order.
+
+        Every column of a new row is known without reading it back: the item, the database
+        clock read in the same transaction, and the schema defaults (no trigger writes to
+        ``jobs``). So the rows are built from what was sent, the JSON columns decoded from the
+        very text the COPY carried (as the in-memory backend does).
+        """
         if not args_list:
             return []
-        columns: list[list[Any]] = [[] for _ in range(15)]
-        for args in args_list:
-            for column, value in zip(columns, self._enqueue_params(args)[:15], strict=True):
-                column.append(value)
-        executor: Any = self._pool if connection is None else connection
-        try:
-            records = await executor.fetch(
-                self._queries["enqueue_batch"], *columns, self._wake_channel
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
-        by_id = {record["id"]: record for record in records}
-        return [_job_from_text_json(by_id[job_id]) for job_id in columns[0]]
+        ids, payloads, metadatas, now = await self._copy(args_list, connection)
+        return [
+            _inserted_row(*row, now)
+            for row in zip(args_list, ids, payloads, metadatas, strict=True)
+        ]
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
-        """COPY the jobs in (no RETURNING), then one NOTIFY; returns the count.
+        """Binary COPY of the jobs (no RETURNING) with one NOTIFY; returns the count.
 
-        On TaskQ's own connections this is binary ``copy_records_to_table``; on a caller's
-        connection, whose jsonb codec is unknown, the same rows go through COPY's text format.
+        The rows are encoded by ``bulk`` (no connection codec involved), so TaskQ's own
+        connections and a caller's take the same path.
         """
         if not args_list:
             return 0
-        ids = [_check(args) for args in args_list]
-        if connection is None:
-            async with self._pool.acquire() as conn:
-                return await self._copy(conn, args_list, ids, binary=True)
-        return await self._copy(
-            connection, args_list, ids, binary=connection in self._own_connections
-        )
+        await self._copy(args_list, connection)
+        return len(args_list)
 
     async def _copy(
-        self, conn: Any, args_list: Sequence[EnqueueArgs], ids: list[UUID], *, binary: bool
-    ) -> int:
+        self, args_list: Sequence[EnqueueArgs], connection: Any
+    ) -> tuple[list[UUID], list[bytes], list[bytes], datetime]:
+        """Validate and serialize every item, then COPY the batch in one transaction.
+
+        Returns what was sent: ids, JSON fields, and the clock reading every time is based on.
+        """
+        ids = _batch_ids(args_list)
+        # Serialized before the COPY starts, so a bad payload raises with nothing sent.
+        payloads = [bulk.jsonb_field(args.payload) for args in args_list]
+        metadatas = [bulk.jsonb_field(args.metadata) for args in args_list]
+        wake = not all(_is_delayed(args) for args in args_list)
+        if connection is None:
+            async with self._pool.acquire() as conn:
+                now = await self._copy_in(conn, args_list, ids, payloads, metadatas, wake)
+        else:
+            now = await self._copy_in(connection, args_list, ids, payloads, metadatas, wake)
+        return ids, payloads, metadatas, now
+
+    async def _copy_in(
+        self,
+        conn: Any,
+        args_list: Sequence[EnqueueArgs],
+        ids: list[UUID],
+        payloads: list[bytes],
+        metadatas: list[bytes],
+        wake: bool,
+    ) -> datetime:
         async with conn.transaction():
-            # Delays resolve on the database clock, read once inside the transaction.
-            now: datetime = await conn.fetchval(self._queries["server_clock"])
-            records = [
-                self._copy_record(args, job_id, now)
-                for args, job_id in zip(args_list, ids, strict=True)
-            ]
+            # One round trip reads the database clock (delays resolve on the arbiter's time)
+            # and queues the wake NOTIFY when a job is dispatchable now: COPY cannot notify,
+            # and a NOTIFY is only delivered if this transaction commits.
+            now: datetime = await conn.fetchval(
+                self._queries["copy_clock"], self._wake_channel, wake
+            )
+            data = bulk.encode(args_list, ids, payloads, metadatas, now)
             try:
-                if binary:
-                    await conn.copy_records_to_table(
-                        "jobs", records=records, columns=_COPY_COLUMNS, schema_name=self.schema
-                    )
-                else:
-                    await conn.copy_to_table(
-                        "jobs",
-                        source=io.BytesIO(_copy_text(records)),
-                        columns=_COPY_COLUMNS,
-                        schema_name=self.schema,
-                        format="text",
-                    )
+                await conn.copy_to_table(
+                    "jobs",
+                    source=memoryview(data),  # bytes would be taken for a file path
+                    columns=bulk.COLUMNS,
+                    schema_name=self.schema,
+                    format="binary",
+                )
             except asyncpg.UniqueViolationError as exc:
                 raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
-            if any(record[4] == "pending" for record in records):
-                await conn.execute(self._queries["wake"], self._wake_channel)
-        return len(records)
-
-    @staticmethod
-    def _copy_record(args: EnqueueArgs, job_id: UUID, now: datetime) -> tuple[Any, ...]:
-        delayed = _is_delayed(args)
-        return (
-            job_id,
-            args.actor,
-            args.queue,
-            args.payload,
-            "scheduled" if delayed else "pending",
-            args.priority,
-            now + args.delay if delayed and args.delay is not None else now,
-            now,
-            now,
-            args.identity_key,
-            args.fairness_key,
-            None if args.schedule_to_close is None else now + args.schedule_to_close,
-            args.retry_kind,
-            args.max_attempts,
-            args.result_ttl,
-            args.metadata,
-            args.trace_id,
-            args.span_id,
-        )
+        return now
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         """A pool connection inside a transaction; pass it as ``connection=``."""
         async with self._pool.acquire() as conn, conn.transaction():
-            self._own_connections.add(conn)
-            try:
-                yield conn
-            finally:
-                self._own_connections.discard(conn)
+            yield conn
 
     # --- dispatch ----------------------------------------------------------------------------
     async def dispatch_batch(
@@ -599,6 +607,7 @@ class PostgresBackend:
             [s.job_id for s in successes],
             [s.result for s in successes],
             [s.fallback_result_ttl for s in successes],
+            self._wake_channel,
         )
         return {row["id"] for row in rows}
 
@@ -1049,18 +1058,6 @@ class PostgresBackend:
     def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """An Event set whenever a cancel request is written (events NOTIFY)."""
         return self.listener.subscribe_cancel_wake()
-
-
-def _copy_text(records: list[tuple[Any, ...]]) -> bytes:
-    """Rows in COPY's text format, JSON columns serialized here (no connection codec used)."""
-    lines = []
-    json_columns = (_COPY_COLUMNS.index("payload"), _COPY_COLUMNS.index("metadata"))
-    for record in records:
-        values = list(record)
-        for index in json_columns:
-            values[index] = _dumps(values[index])
-        lines.append("\t".join(_copy_text_field(value) for value in values))
-    return ("\n".join(lines) + "\n").encode()
 
 
 if TYPE_CHECKING:

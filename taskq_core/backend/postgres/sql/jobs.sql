@@ -44,62 +44,13 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
        (SELECT count(*) FROM woken) AS woken
 FROM inserted i;
 
--- name: enqueue_batch
--- Many jobs in one INSERT ... SELECT FROM unnest(...): one array per column, in item order,
--- JSON as text (any connection works, as for `enqueue`). One NOTIFY for the whole batch.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-items AS (
-    SELECT *
-    FROM unnest(
-        $1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::interval[],
-        $7::text[], $8::text[], $9::interval[], $10::text[], $11::integer[], $12::interval[],
-        $13::text[], $14::text[], $15::text[]
-    ) WITH ORDINALITY AS t(
-        id, actor, queue, payload, priority, delay, identity_key, fairness_key,
-        schedule_to_close, retry_kind, max_attempts, result_ttl, metadata, trace_id, span_id,
-        ord
-    )
-),
-inserted AS (
-    INSERT INTO {schema}.jobs (
-        id, actor, queue, payload, status, priority, scheduled_at, created_at, updated_at,
-        identity_key, fairness_key, schedule_to_close, retry_kind, max_attempts, result_ttl,
-        metadata, trace_id, span_id
-    )
-    SELECT t.id, t.actor, t.queue, t.payload::jsonb,
-           (CASE WHEN t.delay > interval '0' THEN 'scheduled' ELSE 'pending' END)
-               ::{schema}.job_status,
-           t.priority,
-           CASE WHEN t.delay > interval '0' THEN k.now + t.delay ELSE k.now END,
-           k.now, k.now, t.identity_key, t.fairness_key, k.now + t.schedule_to_close,
-           t.retry_kind, t.max_attempts, t.result_ttl, t.metadata::jsonb, t.trace_id, t.span_id
-    FROM items t CROSS JOIN clock k
-    ORDER BY t.ord
-    RETURNING *
-),
-woken AS (
-    SELECT pg_notify($16::text, '')
-    WHERE EXISTS (SELECT 1 FROM inserted WHERE status = 'pending')
-)
-SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
-       i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
-       i.lock_expires_at, i.started_at, i.finished_at, i.cancel_phase, i.cancel_requested_at,
-       i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
-       i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
-       i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
-       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at,
-       (SELECT count(*) FROM woken) AS woken
-FROM inserted i;
-
--- name: server_clock
--- The database's clock, read once before a COPY so delays resolve on the arbiter's time.
-SELECT clock_timestamp();
-
--- name: wake
--- 'New dispatchable work may exist' (after a COPY, which cannot NOTIFY by itself).
-SELECT pg_notify($1::text, '');
+-- name: copy_clock
+-- Opens a bulk enqueue (enqueue_batch, enqueue_batch_fast: one COPY in one transaction). Reads
+-- the database clock once, so delays and deadlines resolve on the arbiter's time, and, when $2
+-- (some job of the batch is dispatchable now), queues the one wake NOTIFY on channel $1. COPY
+-- cannot notify by itself; the NOTIFY is delivered only if the COPY's transaction commits.
+SELECT clock_timestamp() AS now,
+       (SELECT count(*) FROM (SELECT pg_notify($1::text, '') WHERE $2::boolean) AS n) AS woken;
 
 -- name: release_unstarted
 -- Shutdown drain: give back jobs this worker claimed but never started (attempt returned).
@@ -197,7 +148,9 @@ SELECT count(*) FROM done;
 
 -- name: mark_succeeded_many
 -- mark_succeeded for a batch: $2 ids, $3 results, $4 fallback TTLs (parallel arrays). Rows
--- are locked in id order so a flush never deadlocks with another multi-row writer.
+-- are locked in id order so a flush never deadlocks with another multi-row writer. When a
+-- finished job frees room under a max_concurrent cap (its actor's or its queue's), the wake
+-- channel $5 is notified: another worker may be waiting for exactly that room.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -221,7 +174,7 @@ done AS (
             j.result_ttl, i.fallback_ttl)
     FROM owned o, input i, clock k
     WHERE j.id = o.id AND i.id = o.id
-    RETURNING j.id, j.attempt, j.started_at, j.finished_at
+    RETURNING j.id, j.actor, j.queue, j.attempt, j.started_at, j.finished_at
 ),
 attempt AS (
     INSERT INTO {schema}.job_attempts (
@@ -234,8 +187,18 @@ attempt AS (
 event AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
     SELECT d.id, 'state_change', 'running', 'succeeded', $1::uuid FROM done d
+),
+wake AS (
+    SELECT pg_notify($5::text, '')
+    WHERE EXISTS (
+        SELECT 1 FROM done d
+        WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
+                      WHERE ac.actor = d.actor AND ac.max_concurrent IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM {schema}.queues q
+                      WHERE q.name = d.queue AND q.max_concurrent IS NOT NULL)
+    )
 )
-SELECT id FROM done;
+SELECT d.id FROM done d LEFT JOIN wake ON true;
 
 -- name: mark_failed_or_retry
 -- The actor raised. $6 NULL -> failed. Otherwise scheduled at now() + $6, unless that passes

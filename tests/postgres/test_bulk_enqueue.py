@@ -1,0 +1,73 @@
+"""Bulk enqueue (binary COPY encoded by ``bulk``): what it stores is what it returns."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.protocol import EnqueueArgs, JobFilter
+from taskq_core.ids import uuid7, uuid7_batch
+from tests.conftest import PgTarget
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
+    opened = await PostgresBackend.connect(pg.dsn, pg.schema)
+    yield opened
+    await opened.close()
+
+
+def rich(n: int) -> EnqueueArgs:
+    """An item that sets every column the COPY writes (days in the intervals on purpose)."""
+    return EnqueueArgs(
+        actor=f"actor-{n % 2}",
+        payload={"n": n, "text": "tab\there\nünï", "float": 2.5, "list": [1, None]},
+        queue="bulk",
+        priority=-(2**31) if n == 0 else n,
+        delay=timedelta(days=1, seconds=3, microseconds=7) if n % 2 else None,
+        identity_key=f"id-{n}",
+        fairness_key="tenant",
+        schedule_to_close=timedelta(days=2, microseconds=1),
+        retry_kind="indefinite",
+        max_attempts=2**31 - 1,
+        result_ttl=timedelta(days=3, hours=4),
+        metadata={"source": "bulk", "n": n},
+        trace_id="t" * 32,
+        span_id="s" * 16,
+    )
+
+
+async def test_enqueue_batch_returns_exactly_the_stored_rows(backend: PostgresBackend) -> None:
+    rows = await backend.enqueue_batch([rich(n) for n in range(4)])
+    assert [await backend.get(row.id) for row in rows] == rows
+
+
+async def test_a_callers_own_connection_without_codecs_takes_the_same_path(
+    backend: PostgresBackend, pg: PgTarget
+) -> None:
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        async with conn.transaction():
+            rows = await backend.enqueue_batch([rich(1)], connection=conn)
+            assert await backend.enqueue_batch_fast([rich(2)], connection=conn) == 1
+    finally:
+        await conn.close()
+    assert await backend.get(rows[0].id) == rows[0]
+    assert len(await backend.list_jobs(JobFilter(queue="bulk"))) == 2
+
+
+def test_bulk_ids_are_increasing_and_follow_single_ones() -> None:
+    before = uuid7()
+    ids = uuid7_batch(5000)  # more than one millisecond's 12-bit counter
+    after = uuid7()
+    assert before < ids[0] and ids[-1] < after
+    assert all(a < b for a, b in itertools.pairwise(ids))
+    assert {i.version for i in ids} == {7}
+    assert uuid7_batch(0) == []
