@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Annotated, Any
+from uuid import UUID
 
 import pytest
 from pydantic import BaseModel
@@ -57,6 +58,13 @@ def backend() -> InMemoryBackend:
 
 async def run(worker: Worker, timeout: float = 20.0) -> int:
     return await asyncio.wait_for(worker.run(), timeout)
+
+
+async def wait_running(backend: InMemoryBackend, job_id: UUID) -> None:
+    """Wait (up to 2 s) until the worker has started the job."""
+    async with asyncio.timeout(2):
+        while (job := await backend.get(job_id)) is None or job.status is not JobStatus.RUNNING:
+            await asyncio.sleep(0.01)
 
 
 async def test_until_idle_drains_every_job_and_stores_results(
@@ -186,11 +194,7 @@ async def test_cooperative_cancel_ends_cancelled(
     row = await backend.enqueue(EnqueueArgs(actor="patient"))
     worker = make_worker(backend, [patient])
     task = asyncio.create_task(run(worker))
-    for _ in range(200):
-        job = await backend.get(row.id)
-        if job is not None and job.status is JobStatus.RUNNING:
-            break
-        await asyncio.sleep(0.01)
+    await wait_running(backend, row.id)
     assert await backend.write_cancel_request(row.id, "test") == "requested"
     assert await task == 0
     job = await backend.get(row.id)
@@ -211,11 +215,7 @@ async def test_non_cooperative_job_is_forced_then_abandoned(
     row = await backend.enqueue(EnqueueArgs(actor="stubborn"))
     worker = make_worker(backend, [stubborn])
     task = asyncio.create_task(run(worker))
-    for _ in range(200):
-        job = await backend.get(row.id)
-        if job is not None and job.status is JobStatus.RUNNING:
-            break
-        await asyncio.sleep(0.01)
+    await wait_running(backend, row.id)
     await backend.write_cancel_request(row.id, "test")
     assert await task == 0
     job = await backend.get(row.id)
