@@ -72,7 +72,7 @@ async def drain(
     async with worker_process(
         dsn, backend.schema, "--concurrency", str(concurrency), "--until-idle"
     ) as proc:
-        while await backend.count_active_jobs(["default"]):
+        while await backend.has_active_jobs(["default"]):
             await asyncio.sleep(0.02)
         seconds = time.perf_counter() - started
         code = await proc.wait()
@@ -91,7 +91,7 @@ async def latency(backend: PostgresBackend, dsn: str, samples: int) -> Latency:
             row = await backend.enqueue(EnqueueArgs("stamp", {}))
             sent[row.id] = at
             await asyncio.sleep(0.005)
-        while await backend.count_active_jobs(["default"]):
+        while await backend.has_active_jobs(["default"]):
             await asyncio.sleep(0.05)
     rows = await backend.list_jobs(JobFilter(actor="stamp", limit=None))
     millis = sorted((row.result - sent[row.id]) * 1000 for row in rows if row.id in sent)

@@ -1041,6 +1041,11 @@ class InMemoryBackend:
         keys = sorted(counts, key=lambda key: (key[0], _STATUS_ORDER[key[1]]))
         return [QueueStatusCount(queue, status, counts[queue, status]) for queue, status in keys]
 
+    async def has_active_jobs(self, queues: Sequence[str]) -> bool:
+        """Whether any pending, scheduled or running job is in these queues."""
+        wanted = set(queues)
+        return any(j.queue in wanted and j.status in ACTIVE_STATUSES for j in self._jobs.values())
+
     async def count_active_jobs(self, queues: Sequence[str]) -> int:
         """Pending + scheduled + running jobs in these queues."""
         wanted = set(queues)

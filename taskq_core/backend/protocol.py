@@ -637,6 +637,10 @@ class Backend(Protocol):
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
         """Job counts per (queue, status), by queue then status in JobStatus order."""
 
+    async def has_active_jobs(self, queues: Sequence[str]) -> bool:
+        """Whether any pending, scheduled or running job is in these queues (cheap on any
+        backlog: the until-idle drain monitor asks it every poll)."""
+
     async def count_active_jobs(self, queues: Sequence[str]) -> int:
         """Pending + scheduled + running jobs in these queues."""
 

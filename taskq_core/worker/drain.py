@@ -32,7 +32,7 @@ class DrainMonitor:
         max_runtime = deps.settings.idle_max_runtime
         if max_runtime is not None and now - self.started_at >= max_runtime:
             return EXIT_IDLE_MAX_RUNTIME
-        busy = deps.in_flight() > 0 or await deps.backend.count_active_jobs(deps.queues) > 0
+        busy = deps.in_flight() > 0 or await deps.backend.has_active_jobs(deps.queues)
         if busy:
             self.idle_since = None
             return None

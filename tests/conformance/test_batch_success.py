@@ -8,7 +8,7 @@ from uuid import uuid4
 from taskq_core.backend.protocol import Success
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import reload, running_job
+from tests.conformance.states import args, reload, running_job
 
 
 async def test_batch_success_writes_each_owned_job_with_attempt_and_event(
@@ -45,3 +45,14 @@ async def test_batch_success_skips_rows_the_worker_does_not_own(harness: Harness
     assert (await reload(backend, theirs.id)).status is JobStatus.RUNNING
     assert await backend.mark_succeeded_many(worker, [Success(mine.id, None)]) == set()
     assert await backend.mark_succeeded_many(worker, []) == set()
+
+
+async def test_has_active_jobs_tracks_waiting_and_running_work(harness: Harness) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend)
+    assert await backend.has_active_jobs([job.queue]) is True
+    assert await backend.has_active_jobs(["elsewhere"]) is False
+    await backend.mark_succeeded_many(worker, [Success(job.id, None)])
+    assert await backend.has_active_jobs([job.queue]) is False
+    later = await backend.enqueue(args(queue=job.queue, delay=timedelta(hours=1)))
+    assert await backend.has_active_jobs([later.queue]) is True

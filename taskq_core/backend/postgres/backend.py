@@ -774,6 +774,10 @@ class PostgresBackend:
         records = await self._pool.fetch(self._queries["count_by_queue_status"])
         return [QueueStatusCount(r["queue"], JobStatus(r["status"]), r["count"]) for r in records]
 
+    async def has_active_jobs(self, queues: Sequence[str]) -> bool:
+        """Whether any pending, scheduled or running job is in these queues."""
+        return bool(await self._pool.fetchval(self._queries["has_active_jobs"], list(queues)))
+
     async def count_active_jobs(self, queues: Sequence[str]) -> int:
         """Pending + scheduled + running jobs in these queues."""
         return int(await self._pool.fetchval(self._queries["count_active_jobs"], list(queues)))

@@ -687,6 +687,13 @@ FROM {schema}.jobs
 GROUP BY queue, status
 ORDER BY queue, status;
 
+-- name: has_active_jobs
+-- The drain monitor's question, answered by the first index entry found, not a count.
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs
+               WHERE status = 'pending' AND queue = ANY ($1::text[]))
+    OR EXISTS (SELECT 1 FROM {schema}.jobs
+               WHERE status IN ('scheduled', 'running') AND queue = ANY ($1::text[]));
+
 -- name: count_active_jobs
 -- Two counts, so each half has its index: pending rows live in the dispatch indexes, the
 -- others in jobs_status_queue_idx.
