@@ -80,10 +80,17 @@ capped_actors AS (
         WHERE rj.status = 'running' AND rj.actor = ac.actor
     ) f
     CROSS JOIN LATERAL (
-        -- One index probe per capped actor (a LIMIT keeps the planner from turning this into
-        -- a scan of every pending row).
-        SELECT 1 FROM {schema}.jobs pj
-        WHERE pj.status = 'pending' AND pj.actor = ac.actor AND pj.queue = ANY ($1::text[])
+        -- One index probe per capped actor and requested queue. The ORDER BY follows
+        -- jobs_dispatch_idx: without it the generic plan may pick a sequential scan that
+        -- reads the whole backlog whenever the capped actor has nothing pending.
+        SELECT 1
+        FROM unnest($1::text[]) AS rq(queue)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM {schema}.jobs pj
+            WHERE pj.status = 'pending' AND pj.actor = ac.actor AND pj.queue = rq.queue
+            ORDER BY pj.priority DESC, pj.scheduled_at, pj.id
+            LIMIT 1
+        ) probe
         LIMIT 1
     ) has_pending
     WHERE ac.max_concurrent IS NOT NULL
