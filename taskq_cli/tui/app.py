@@ -23,6 +23,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker
 
@@ -152,10 +153,13 @@ class TopApp(App[None]):
             return  # read for a filter the operator has replaced since
         self.snapshot = snapshot
         palette = Palette.from_variables(self.theme_variables)
-        self.summary.show(snapshot, palette)
-        self.queues_table.show(snapshot, palette)
-        self.workers_table.show(snapshot, palette)
-        self.jobs_pane.show(snapshot, palette)
+        try:
+            self.summary.show(snapshot, palette)
+            self.queues_table.show(snapshot, palette)
+            self.workers_table.show(snapshot, palette)
+            self.jobs_pane.show(snapshot, palette)
+        except NoMatches:
+            return  # a refresh that lands while the app quits: its widgets are gone
         if self.failing:
             self.failing = False
             self.banner.clear()
@@ -164,7 +168,10 @@ class TopApp(App[None]):
     @on(RefreshFailed)
     def _show_failure(self, message: RefreshFailed) -> None:
         last_good = None if self.snapshot is None else self.snapshot.now
-        self.banner.show_failure(message.reason, message.unreachable, last_good)
+        try:
+            self.banner.show_failure(message.reason, message.unreachable, last_good)
+        except NoMatches:
+            return  # the app is quitting
         if not self.failing:
             self.failing = True
             head = "database unreachable" if message.unreachable else "refresh failed"
