@@ -29,7 +29,7 @@ from rich.table import Table
 from taskq_core import embedded
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.migrate import migrate_up
-from taskq_core.backend.protocol import EnqueueArgs
+from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
@@ -136,13 +136,13 @@ async def cycle_loop(backend: PostgresBackend, batch: int, duration: float) -> i
             if not await backend.count_pending_jobs(["noop"]):
                 break
             continue
-        await asyncio.gather(*(backend.mark_succeeded(row.id, worker, None) for row in rows))
+        await backend.mark_succeeded_many(worker, [Success(row.id, None) for row in rows])
         done += len(rows)
     return done
 
 
 async def cycle_section(bench: Bench) -> list[Measurement]:
-    """The raw queue cycle: dispatch_batch, then mark_succeeded for each row, from
+    """The raw queue cycle: dispatch_batch, then one mark_succeeded_many for the batch, from
     ``concurrency`` loops at once, for a fixed time per batch size."""
     results = []
     duration = 1.0 if bench.quick else 5.0
