@@ -693,9 +693,17 @@ class PostgresBackend:
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
         """Cancel at once when waiting; flag (phase 1) and NOTIFY when running."""
         record = await self._one(
-            self._queries["write_cancel_request"], job_id, reason, self._events_channel
-        )
-        return cast(CancelOutcome, record["outcome"])
+            self._queries["cancel_where"], None, None, None, [job_id], None, reason,
+            self._events_channel,
+        )  # fmt: skip
+        if record["cancelled"]:
+            return "cancelled"
+        if record["requested"]:
+            return "requested"
+        job = await self.get(job_id)  # nothing changed: say why
+        if job is None:
+            return "not_found"
+        return "already_requested" if job.status is JobStatus.RUNNING else "terminal"
 
     async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
         """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs."""

@@ -497,63 +497,11 @@ events AS (
 )
 SELECT count(*) FROM moved;
 
--- name: write_cancel_request
--- Cancel one job: pending/scheduled -> cancelled at once; running -> cancel_phase 1 and a
--- NOTIFY on the events channel ($3) for the worker that holds it. The outcome says which.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-target AS (
-    SELECT j.id, j.status, j.cancel_requested_at
-    FROM {schema}.jobs j
-    WHERE j.id = $1::uuid
-    FOR UPDATE
-),
-cancelled AS (
-    UPDATE {schema}.jobs j
-    SET status = 'cancelled', cancel_requested_at = k.now, cancel_reason = $2::text,
-        finished_at = k.now, updated_at = k.now
-    FROM target t CROSS JOIN clock k
-    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled')
-    RETURNING j.id, t.status AS from_status
-),
-requested AS (
-    UPDATE {schema}.jobs j
-    SET cancel_phase = 1, cancel_requested_at = k.now, cancel_reason = $2::text,
-        updated_at = k.now
-    FROM target t CROSS JOIN clock k
-    WHERE j.id = t.id AND t.status = 'running' AND t.cancel_requested_at IS NULL
-    RETURNING j.id, j.locked_by_worker
-),
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
-    SELECT c.id, 'cancel_request', c.from_status, 'cancelled'::{schema}.job_status,
-           jsonb_build_object('reason', $2::text)
-    FROM cancelled c
-    UNION ALL
-    SELECT r.id, 'cancel_request', 'running'::{schema}.job_status,
-           'running'::{schema}.job_status,
-           jsonb_build_object('reason', $2::text, 'cancel_phase', 1)
-    FROM requested r
-),
-notified AS (
-    SELECT pg_notify($3::text, json_build_object(
-               'type', 'cancel', 'job_id', r.id, 'worker_id', r.locked_by_worker)::text)
-    FROM requested r
-)
-SELECT CASE WHEN EXISTS (SELECT 1 FROM cancelled) THEN 'cancelled'
-            WHEN EXISTS (SELECT 1 FROM requested) THEN 'requested'
-            WHEN t.id IS NULL THEN 'not_found'
-            WHEN t.status = 'running' THEN 'already_requested'
-            ELSE 'terminal' END AS outcome,
-       (SELECT count(*) FROM notified) AS notified
-FROM (SELECT 1) AS one
-LEFT JOIN target t ON true;
-
 -- name: cancel_where
--- Bulk cancel: the newest $5 non-terminal jobs matching the filter ($1 statuses or NULL,
--- $2 queue, $3 actor, $4 ids), locked in id order so concurrent bulk writers cannot
--- deadlock; then as `write_cancel_request` for each. One NOTIFY per running job.
+-- Cancel the newest $5 non-terminal jobs matching the filter ($1 statuses or NULL, $2 queue,
+-- $3 actor, $4 ids), locked in id order so concurrent bulk writers cannot deadlock:
+-- pending/scheduled -> cancelled at once; running -> cancel_phase 1 and a NOTIFY on the
+-- events channel ($7) for the worker that holds it. A single-job cancel is this with $4.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
