@@ -9,13 +9,13 @@ job sees its cancel within a second instead of a heartbeat later. Consecutive fa
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.waits import wait_any
 
 ISOLATION_RETRY_DELAY = timedelta(seconds=5)
 
@@ -83,7 +83,7 @@ class HeartbeatLoop:
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 timeout = max(0.0, wake_at - deps.clock.monotonic())
-                await _wait_either(cancel_wake, deps.shutdown_event, timeout)
+                await wait_any(cancel_wake, deps.shutdown_event, timeout=timeout)
         deps.liveness.forget("heartbeat")
 
     async def isolate_self(self) -> None:
@@ -101,14 +101,3 @@ class HeartbeatLoop:
         deps.producer_stop.set()
         deps.consumer_stop.set()
         deps.shutdown_event.set()
-
-
-async def _wait_either(first: asyncio.Event, second: asyncio.Event, timeout: float) -> None:
-    if first.is_set() or second.is_set():
-        return
-    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

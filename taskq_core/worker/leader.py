@@ -16,6 +16,7 @@ from typing import Any
 
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.waits import wait_any
 
 STRANDED_CHECK_INTERVAL = 60.0
 
@@ -82,25 +83,10 @@ async def run_gated(
             await wait_or_shutdown(deps, interval)
         else:
             deps.liveness.forget(name)  # a closed gate must not look like a stalled loop
-            await _wait_leader_or_shutdown(deps)
+            await wait_any(deps.is_leader, deps.shutdown_event)
     deps.liveness.forget(name)
 
 
 async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:
     """Sleep ``seconds`` unless shutdown begins first."""
-    try:
-        await asyncio.wait_for(deps.shutdown_event.wait(), timeout=seconds)
-    except TimeoutError:
-        pass
-
-
-async def _wait_leader_or_shutdown(deps: WorkerDeps) -> None:
-    waiters = [
-        asyncio.ensure_future(deps.is_leader.wait()),
-        asyncio.ensure_future(deps.shutdown_event.wait()),
-    ]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
+    await wait_any(deps.shutdown_event, timeout=seconds)

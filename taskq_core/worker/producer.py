@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from taskq_core.obs.metrics import instruments, sdk_installed
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.waits import wait_any
 
 
 @dataclass(frozen=True)
@@ -81,18 +82,6 @@ class ProducerLoop:
                 if full_batch:
                     await asyncio.sleep(0)  # more work is likely waiting: go again at once
                     continue
-                await _wait_any(
-                    [wake, deps.active.slot_freed, deps.producer_stop], self.poll_interval
+                await wait_any(
+                    wake, deps.active.slot_freed, deps.producer_stop, timeout=self.poll_interval
                 )
-
-
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    """Return when any event is set or ``timeout`` seconds pass."""
-    if any(event.is_set() for event in events):
-        return
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
