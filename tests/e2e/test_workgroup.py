@@ -388,6 +388,7 @@ async def test_a_child_ignoring_sigterm_is_sigkilled_after_the_shutdown_timeout(
         "from taskq_core import actor\n\n"
         "@actor\n"
         "def stubborn(payload: dict) -> None:\n"
+        "    open(payload['marker'], 'w').close()  # the job really started\n"
         "    time.sleep(60)  # a thread cannot be cancelled: shutdown must wait for it\n\n"
         "registry = [stubborn]\n"
     )
@@ -401,11 +402,14 @@ async def test_a_child_ignoring_sigterm_is_sigkilled_after_the_shutdown_timeout(
         PYTHONPATH=str(tmp_path),
     )
     pid = (await registered(backend, supervisor, {"main-1"}))["main-1"].pid
-    job = await backend.enqueue(EnqueueArgs("stubborn", {}))
+    marker = tmp_path / "started"
+    job = await backend.enqueue(EnqueueArgs("stubborn", {"marker": str(marker)}))
 
     async def running() -> bool:
+        # Claimed is not enough (a claimed job can still wait in the local queue, and a
+        # shutdown hands it back): wait until the actor itself has started.
         row = await backend.get(job.id)
-        return row is not None and row.status is JobStatus.RUNNING
+        return row is not None and row.status is JobStatus.RUNNING and marker.exists()
 
     await poll_for(running, timeout=15, what="the stubborn job running", supervisor=supervisor)
     started = time.monotonic()
