@@ -51,6 +51,7 @@ from taskq_core.backend.protocol import (
     check_dashboard_window,
     check_protocol_version,
     check_recent_limit,
+    job_row,
 )
 from taskq_core.constants import (
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
@@ -78,7 +79,11 @@ _log = get_logger("postgres_backend")
 _RETRY_KINDS = frozenset({"transient", "indefinite", "non_retryable"})
 _QUEUE_MODES = frozenset({"strict_fifo", "round_robin"})
 _JOB_FIELDS = tuple(f.name for f in fields(JobRow))
-_TEXT_JSON_FIELDS = ("payload", "result", "metadata", "progress_state")
+_STATUS_INDEX = _JOB_FIELDS.index("status")
+_JOB_STATUS = {status.value: status for status in JobStatus}
+_TEXT_JSON_INDEXES = tuple(
+    _JOB_FIELDS.index(name) for name in ("payload", "result", "metadata", "progress_state")
+)
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
 _ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
@@ -103,7 +108,12 @@ def _encode_jsonb(value: Any) -> bytes:
     return b"\x01" + _dumps(value).encode()  # jsonb binary format: version byte, then text
 
 
+_EMPTY_JSONB = b"\x01{}"  # the usual payload and metadata
+
+
 def _decode_jsonb(data: bytes) -> Any:
+    if data == _EMPTY_JSONB:
+        return {}
     return json.loads(data[1:])
 
 
@@ -125,21 +135,39 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's reset query (advisory unlock, CLOSE, UNLISTEN, RESET).
+
+    That query is a round trip after every pooled statement, and TaskQ's own statements leave
+    no session state behind (LISTEN and the leader lock live on dedicated connections; settings
+    are SET LOCAL). asyncpg still rolls back an open transaction before calling this. The one
+    connection that user code touches, ``transaction()``'s, is reset there.
+    """
+
+
+async def _reset_lent(conn: Any) -> None:
+    """Full reset of a connection the caller used: whatever session state it left goes."""
+    try:
+        await conn.reset()
+    except Exception:  # a connection that cannot be reset is not reused
+        conn.terminate()
+
+
 # --- records -> protocol rows ----------------------------------------------------------------
 def _job(record: asyncpg.Record) -> JobRow:
-    values = {name: record[name] for name in _JOB_FIELDS}
-    values["status"] = JobStatus(values["status"])
-    return JobRow(**values)
+    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
+    return job_row(values)
 
 
 def _job_from_text_json(record: asyncpg.Record) -> JobRow:
     """A row whose JSON columns came back as text (the codec-independent enqueue queries)."""
-    values = {name: record[name] for name in _JOB_FIELDS}
-    values["status"] = JobStatus(values["status"])
-    for name in _TEXT_JSON_FIELDS:
-        if values[name] is not None:
-            values[name] = json.loads(values[name])
-    return JobRow(**values)
+    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
+    for index in _TEXT_JSON_INDEXES:
+        if values[index] is not None:
+            values[index] = json.loads(values[index])
+    return job_row(values)
 
 
 def _attempt(record: asyncpg.Record) -> AttemptRow:
@@ -262,40 +290,43 @@ def _inserted_row(
     delay = args.delay
     delayed = delay is not None and delay > _ZERO
     deadline = args.schedule_to_close
-    return JobRow(
-        id=job_id,
-        actor=args.actor,
-        queue=args.queue,
-        payload=bulk.jsonb_field_value(payload),
-        status=_STATUS_ON_ENQUEUE[delayed],
-        priority=args.priority,
-        scheduled_at=now + delay if delayed and delay is not None else now,
-        created_at=now,
-        retry_kind=args.retry_kind,
-        max_attempts=args.max_attempts,
-        attempt=0,
-        locked_by_worker=None,
-        lock_expires_at=None,
-        started_at=None,
-        finished_at=None,
-        cancel_phase=0,
-        cancel_requested_at=None,
-        cancel_reason=None,
-        identity_key=args.identity_key,
-        fairness_key=args.fairness_key,
-        schedule_to_close=None if deadline is None else now + deadline,
-        result=None,
-        result_ttl=args.result_ttl,
-        result_expires_at=None,
-        error_class=None,
-        error_message=None,
-        error_traceback=None,
-        metadata=bulk.jsonb_field_value(metadata),
-        trace_id=args.trace_id,
-        span_id=args.span_id,
-        progress_seq=0,
-        progress_state=None,
-        updated_at=now,
+    # Every JobRow field in declaration order (see protocol.JobRow).
+    return job_row(
+        (
+            job_id,
+            args.actor,
+            args.queue,
+            bulk.jsonb_field_value(payload),
+            _STATUS_ON_ENQUEUE[delayed],
+            args.priority,
+            now + delay if delayed and delay is not None else now,  # scheduled_at
+            now,  # created_at
+            args.retry_kind,
+            args.max_attempts,
+            0,  # attempt
+            None,  # locked_by_worker
+            None,  # lock_expires_at
+            None,  # started_at
+            None,  # finished_at
+            0,  # cancel_phase
+            None,  # cancel_requested_at
+            None,  # cancel_reason
+            args.identity_key,
+            args.fairness_key,
+            None if deadline is None else now + deadline,  # schedule_to_close
+            None,  # result
+            args.result_ttl,
+            None,  # result_expires_at
+            None,  # error_class
+            None,  # error_message
+            None,  # error_traceback
+            bulk.jsonb_field_value(metadata),
+            args.trace_id,
+            args.span_id,
+            0,  # progress_seq
+            None,  # progress_state
+            now,  # updated_at
+        )
     )
 
 
@@ -374,6 +405,7 @@ class PostgresBackend:
             min_size=min_size,
             max_size=max_size,
             init=_init_connection,
+            reset=_keep_session,
             server_settings={
                 "application_name": f"taskq_{schema}",
                 # Every statement here is prepared once per connection and shaped to suit
@@ -535,8 +567,12 @@ class PostgresBackend:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         """A pool connection inside a transaction; pass it as ``connection=``."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield conn
+        async with self._pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                await _reset_lent(conn)
 
     # --- dispatch ----------------------------------------------------------------------------
     async def dispatch_batch(
