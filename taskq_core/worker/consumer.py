@@ -21,7 +21,7 @@ from taskq_core.actors import ActorRef, JobContext
 from taskq_core.backend.protocol import ErrorInfo, JobRow, Success
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
-from taskq_core.obs.metrics import consumer_span, instruments, sdk_installed
+from taskq_core.obs.metrics import consumer_span, instruments
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.deps import WorkerDeps
@@ -76,7 +76,7 @@ class ConsumerLoop:
 
 async def execute_job(deps: WorkerDeps, job: JobRow) -> str:
     """Run one claimed job and record its outcome; returns the outcome name."""
-    if not deps.settings.otel_enabled or not sdk_installed():
+    if not deps.telemetry:
         return await _execute(deps, job)
     started = deps.clock.monotonic()
     with consumer_span(job.actor, job.queue, str(job.id), job.trace_id, job.span_id) as span:

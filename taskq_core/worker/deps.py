@@ -64,6 +64,10 @@ class WorkerDeps:
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None
     exit_code: int = 0
+    # Whether spans and metrics are recorded: otel_enabled and an SDK provider installed.
+    # The producer refreshes it before every dispatch, so consumers read a flag per job
+    # instead of probing the OpenTelemetry globals (an environment lookup) each time.
+    telemetry: bool = False
 
     @property
     def queues(self) -> list[str]:

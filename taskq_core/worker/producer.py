@@ -45,11 +45,12 @@ class ProducerLoop:
             return ProducerTick(0, 0)
         if free < self.min_batch and not deps.local_queue.empty():
             return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
+        deps.telemetry = deps.settings.otel_enabled and sdk_installed()
         started = deps.clock.monotonic()
         jobs = await deps.backend.dispatch_batch(
             deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
         )
-        if deps.settings.otel_enabled and sdk_installed():
+        if deps.telemetry:
             instruments().dispatch_duration.record(deps.clock.monotonic() - started)
         for job in jobs:
             deps.local_queue.put_nowait(job)

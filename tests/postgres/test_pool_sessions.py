@@ -7,7 +7,10 @@ TaskQ's own statements leave no session state; the one connection user code gets
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from uuid import uuid4
 
+import asyncpg
 import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
@@ -57,3 +60,21 @@ async def test_a_failed_lent_transaction_leaves_a_usable_pool(
     assert (await one_connection.get(job.id)) == job
     async with one_connection.transaction() as conn:
         assert await conn.fetchval("SHOW work_mem") != "64kB"
+
+
+async def test_dispatch_commits_asynchronously_only_for_itself(
+    one_connection: PostgresBackend, pg: PgTarget
+) -> None:
+    """The claim turns synchronous_commit off for its own transaction, never for the session."""
+    await one_connection.enqueue(EnqueueArgs(actor="a", payload={}))
+    dispatch = one_connection._queries["dispatch_batch"]
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        await conn.execute("SET synchronous_commit = 'on'")  # the test server's default is off
+        async with conn.transaction():
+            claimed = await conn.fetch(dispatch, ["default"], 1, uuid4(), timedelta(minutes=1), 2)
+            assert len(claimed) == 1
+            assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    finally:
+        await conn.close()

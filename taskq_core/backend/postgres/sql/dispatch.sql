@@ -3,6 +3,13 @@
 -- Parameters: $1 queues (text[], in the worker's order), $2 limit, $3 worker id, $4 lock
 -- lease (interval), $5 oversample factor.
 --
+-- Commit: the claim's transaction runs with synchronous_commit off (set_config in `clock`,
+-- local to it), so the one dispatcher of a worker never waits on a WAL flush. What a server
+-- crash can lose is the last fraction of a second of claims: those jobs are pending again and
+-- run again (at-least-once, as after any crash). A claim is never lost once its job's outcome
+-- is durable: that write commits synchronously, which flushes the WAL before it, claim
+-- included. Completions, failures and every operator write keep synchronous commits.
+--
 -- Shape (both queue modes in one statement, so a dispatch is one round trip):
 --   queue_capacity   requested, unpaused queues: mode, mode-group order, residual room under
 --                    queues.max_concurrent (running jobs of the queue counted only when capped)
@@ -49,7 +56,8 @@
 
 -- name: dispatch_batch
 WITH RECURSIVE clock AS (
-    SELECT clock_timestamp() AS now
+    SELECT clock_timestamp() AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 requested AS (
     SELECT r.name AS queue, min(r.ord) AS ord

@@ -154,26 +154,25 @@ SELECT count(*) FROM done;
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
-input AS (
-    SELECT i.id, i.result, i.fallback_ttl
-    FROM unnest($2::uuid[], $3::jsonb[], $4::interval[]) AS i(id, result, fallback_ttl)
-),
 owned AS (
-    SELECT j.id
-    FROM {schema}.jobs j
-    WHERE j.id = ANY($2::uuid[]) AND j.status = 'running' AND j.locked_by_worker = $1::uuid
+    -- The input rows carry their results into the lock step, so the UPDATE below joins
+    -- nothing but these rows (joining the unnested arrays again compared every pair: n^2).
+    SELECT j.id, i.result, i.fallback_ttl
+    FROM unnest($2::uuid[], $3::jsonb[], $4::interval[]) AS i(id, result, fallback_ttl)
+    JOIN {schema}.jobs j ON j.id = i.id
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
     ORDER BY j.id
-    FOR UPDATE
+    FOR UPDATE OF j
 ),
 done AS (
     UPDATE {schema}.jobs j
-    SET status = 'succeeded', result = i.result, finished_at = k.now, updated_at = k.now,
+    SET status = 'succeeded', result = o.result, finished_at = k.now, updated_at = k.now,
         lock_expires_at = NULL,
         result_expires_at = k.now + COALESCE(
             (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
-            j.result_ttl, i.fallback_ttl)
-    FROM owned o, input i, clock k
-    WHERE j.id = o.id AND i.id = o.id
+            j.result_ttl, o.fallback_ttl)
+    FROM owned o, clock k
+    WHERE j.id = o.id
     RETURNING j.id, j.actor, j.queue, j.attempt, j.started_at, j.finished_at
 ),
 attempt AS (
