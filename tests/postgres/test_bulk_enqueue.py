@@ -63,6 +63,45 @@ async def test_a_callers_own_connection_without_codecs_takes_the_same_path(
     assert len(await backend.list_jobs(JobFilter(queue="bulk"))) == 2
 
 
+async def test_a_batch_of_many_slices_returns_every_row_in_order(
+    backend: PostgresBackend,
+) -> None:
+    items = [rich(n) for n in range(2_345)]  # the COPY streams slices of 1,000 rows
+    rows = await backend.enqueue_batch(items)
+    assert [row.payload["n"] for row in rows] == list(range(2_345))
+    stored = await backend.list_jobs(JobFilter(queue="bulk", limit=None))
+    assert {row.id: row for row in stored} == {row.id: row for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"), [({"x": float("nan")}, ValueError), ({"x": object()}, TypeError)]
+)
+async def test_an_invalid_item_in_a_late_slice_rolls_back_the_whole_batch(
+    backend: PostgresBackend, pg: PgTarget, bad: dict[str, object], error: type[Exception]
+) -> None:
+    """Earlier slices already reached the server: the transaction takes them back."""
+    items = [EnqueueArgs("a", {"n": n}, queue="bulk") for n in range(2_500)]
+    items[2_200] = EnqueueArgs("a", bad, queue="bulk")
+    with pytest.raises(error):
+        await backend.enqueue_batch_fast(items)
+    with pytest.raises(error):
+        await backend.enqueue_batch(items)
+    assert await backend.list_jobs(JobFilter(queue="bulk")) == []
+
+    # Inside a caller's transaction only the batch rolls back; the caller's work commits.
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        async with conn.transaction():
+            kept = await backend.enqueue(
+                EnqueueArgs("a", {"kept": True}, queue="bulk"), connection=conn
+            )
+            with pytest.raises(error):
+                await backend.enqueue_batch_fast(items, connection=conn)
+    finally:
+        await conn.close()
+    assert [row.id for row in await backend.list_jobs(JobFilter(queue="bulk"))] == [kept.id]
+
+
 def test_bulk_ids_are_increasing_and_follow_single_ones() -> None:
     before = uuid7()
     ids = uuid7_batch(5000)  # more than one millisecond's 12-bit counter

@@ -13,7 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 from uuid import UUID
@@ -341,6 +341,49 @@ def _filter_args(filter: JobFilter) -> tuple[Any, ...]:
     return (_statuses(filter), filter.queue, filter.actor, ids, filter.limit)
 
 
+_COPY_SLICE = 1000  # rows per COPY data message
+
+
+@dataclass(slots=True)
+class _CopyBatch:
+    """A bulk enqueue, prepared and streamed to the server a slice at a time.
+
+    Each slice is validated, given its ids, serialized and encoded while the server inserts
+    the slice before it (two cores at work, not one after the other); for ``enqueue_batch``
+    the JobRows of the slice just sent are built in the same gap. An invalid item ends the
+    stream early (with a well-formed trailer) and is raised once the COPY returns, inside
+    its transaction, so the whole batch rolls back: a batch commits entirely or not at all.
+    """
+
+    args_list: Sequence[EnqueueArgs]
+    rows: list[JobRow] | None
+    error: Exception | None = None
+
+    async def stream(self, now: datetime) -> AsyncIterator[bytes]:
+        encoder = bulk.RowEncoder(now)
+        count = len(self.args_list)
+        data = bulk.HEADER
+        for start in range(0, count, _COPY_SLICE):
+            args = self.args_list[start : start + _COPY_SLICE]
+            try:
+                ids = _batch_ids(args)
+                payloads = [bulk.jsonb_field(item.payload) for item in args]
+                metadatas = [bulk.jsonb_field(item.metadata) for item in args]
+            except Exception as exc:  # raised by _copy_in, after the COPY, to roll it back
+                self.error = exc
+                break
+            data += encoder.rows(args, ids, payloads, metadatas)
+            if start + _COPY_SLICE < count:
+                yield data
+                data = b""
+            if self.rows is not None:
+                self.rows.extend(
+                    _inserted_row(*row, now)
+                    for row in zip(args, ids, payloads, metadatas, strict=True)
+                )
+        yield data + bulk.TRAILER
+
+
 class PostgresBackend:
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``."""
 
@@ -497,11 +540,9 @@ class PostgresBackend:
         """
         if not args_list:
             return []
-        ids, payloads, metadatas, now = await self._copy(args_list, connection)
-        return [
-            _inserted_row(*row, now)
-            for row in zip(args_list, ids, payloads, metadatas, strict=True)
-        ]
+        rows: list[JobRow] = []
+        await self._copy(args_list, connection, rows)
+        return rows
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
@@ -517,33 +558,18 @@ class PostgresBackend:
         return len(args_list)
 
     async def _copy(
-        self, args_list: Sequence[EnqueueArgs], connection: Any
-    ) -> tuple[list[UUID], list[bytes], list[bytes], datetime]:
-        """Validate and serialize every item, then COPY the batch in one transaction.
-
-        Returns what was sent: ids, JSON fields, and the clock reading every time is based on.
-        """
-        ids = _batch_ids(args_list)
-        # Serialized before the COPY starts, so a bad payload raises with nothing sent.
-        payloads = [bulk.jsonb_field(args.payload) for args in args_list]
-        metadatas = [bulk.jsonb_field(args.metadata) for args in args_list]
+        self, args_list: Sequence[EnqueueArgs], connection: Any, rows: list[JobRow] | None = None
+    ) -> None:
+        """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
+        batch = _CopyBatch(args_list, rows)
         wake = not all(_is_delayed(args) for args in args_list)
         if connection is None:
             async with self._pool.acquire() as conn:
-                now = await self._copy_in(conn, args_list, ids, payloads, metadatas, wake)
+                await self._copy_in(conn, batch, wake)
         else:
-            now = await self._copy_in(connection, args_list, ids, payloads, metadatas, wake)
-        return ids, payloads, metadatas, now
+            await self._copy_in(connection, batch, wake)
 
-    async def _copy_in(
-        self,
-        conn: Any,
-        args_list: Sequence[EnqueueArgs],
-        ids: list[UUID],
-        payloads: list[bytes],
-        metadatas: list[bytes],
-        wake: bool,
-    ) -> datetime:
+    async def _copy_in(self, conn: Any, batch: _CopyBatch, wake: bool) -> None:
         async with conn.transaction():
             # One round trip reads the database clock (delays resolve on the arbiter's time)
             # and queues the wake NOTIFY when a job is dispatchable now: COPY cannot notify,
@@ -551,18 +577,18 @@ class PostgresBackend:
             now: datetime = await conn.fetchval(
                 self._queries["copy_clock"], self._wake_channel, wake
             )
-            data = bulk.encode(args_list, ids, payloads, metadatas, now)
             try:
                 await conn.copy_to_table(
                     "jobs",
-                    source=memoryview(data),  # bytes would be taken for a file path
+                    source=batch.stream(now),
                     columns=bulk.COLUMNS,
                     schema_name=self.schema,
                     format="binary",
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
-        return now
+            if batch.error is not None:
+                raise batch.error  # an invalid item: the transaction rolls back
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:

@@ -45,8 +45,8 @@ COLUMNS = (
     "span_id",
 )
 
-_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
-_TRAILER = b"\xff\xff"
+HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
+TRAILER = b"\xff\xff"
 _FIELD_COUNT = struct.pack(">h", len(COLUMNS))
 _NULL = b"\xff\xff\xff\xff"
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -96,84 +96,97 @@ def _interval(value: timedelta) -> bytes:
     return _pack_interval(16, value.seconds * 1_000_000 + value.microseconds, value.days, 0)
 
 
-def encode(
-    args_list: Sequence[EnqueueArgs],
-    ids: Sequence[UUID],
-    payloads: Sequence[bytes],
-    metadatas: Sequence[bytes],
-    now: datetime,
-) -> bytes:
-    """The whole COPY stream for a batch; every time is ``now`` (the DB clock) plus an offset.
+class RowEncoder:
+    """Encodes a batch's rows slice by slice; every time is ``now`` (the DB clock) + an offset.
 
-    ``payloads`` and ``metadatas`` are the items' ``jsonb_field``s. Each distinct text, number
-    and time offset is encoded once: a bulk enqueue mostly repeats them.
+    Each distinct text, number and time offset is encoded once per batch (a bulk enqueue
+    mostly repeats them), and the cache lives as long as the encoder, across slices.
     """
-    now_us = (now - _PG_EPOCH) // _MICROSECOND
-    now_field = _pack_int8(8, now_us)
-    texts: dict[str, bytes] = {}
-    ints: dict[int, bytes] = {}
-    # delay -> (status, scheduled_at); deadline -> schedule_to_close; ttl -> result_ttl
-    starts: dict[timedelta | None, bytes] = {None: _text("pending") + now_field}
-    deadlines: dict[timedelta | None, bytes] = {None: _NULL}
-    ttls: dict[timedelta | None, bytes] = {None: _NULL}
 
-    def text(value: str | None) -> bytes:
+    def __init__(self, now: datetime) -> None:
+        self._now_us = (now - _PG_EPOCH) // _MICROSECOND
+        self._now_field = _pack_int8(8, self._now_us)
+        self._texts: dict[str, bytes] = {}
+        self._ints: dict[int, bytes] = {}
+        # delay -> (status, scheduled_at); deadline -> schedule_to_close; ttl -> result_ttl
+        self._starts: dict[timedelta | None, bytes] = {None: _text("pending") + self._now_field}
+        self._deadlines: dict[timedelta | None, bytes] = {None: _NULL}
+        self._ttls: dict[timedelta | None, bytes] = {None: _NULL}
+
+    def _text(self, value: str | None) -> bytes:
         if value is None:
             return _NULL
-        piece = texts.get(value)
+        piece = self._texts.get(value)
         if piece is None:
-            piece = texts[value] = _text(value)
+            piece = self._texts[value] = _text(value)
         return piece
 
-    def int4(value: int) -> bytes:
-        piece = ints.get(value)
+    def _int4(self, value: int) -> bytes:
+        piece = self._ints.get(value)
         if piece is None:
-            piece = ints[value] = _pack_int4(4, value)
+            piece = self._ints[value] = _pack_int4(4, value)
         return piece
 
-    parts = [_HEADER]
-    extend = parts.extend
-    for args, job_id, payload, metadata in zip(args_list, ids, payloads, metadatas, strict=True):
-        start = starts.get(args.delay)
-        if start is None:
-            delay = args.delay
+    def _start(self, delay: timedelta | None) -> bytes:
+        piece = self._starts.get(delay)
+        if piece is None:
             assert delay is not None
-            start = starts[delay] = (
-                _text("scheduled") + _pack_int8(8, now_us + delay // _MICROSECOND)
+            piece = self._starts[delay] = (
+                _text("scheduled") + _pack_int8(8, self._now_us + delay // _MICROSECOND)
                 if delay > _ZERO
-                else starts[None]
+                else self._starts[None]
             )
-        deadline = deadlines.get(args.schedule_to_close)
-        if deadline is None:
-            offset = args.schedule_to_close
+        return piece
+
+    def _deadline(self, offset: timedelta | None) -> bytes:
+        piece = self._deadlines.get(offset)
+        if piece is None:
             assert offset is not None
-            deadline = deadlines[offset] = _pack_int8(8, now_us + offset // _MICROSECOND)
-        ttl = ttls.get(args.result_ttl)
-        if ttl is None:
-            assert args.result_ttl is not None
-            ttl = ttls[args.result_ttl] = _interval(args.result_ttl)
-        extend(
-            (
-                _FIELD_COUNT,
-                _UUID_LENGTH,
-                job_id.bytes,
-                text(args.actor),
-                text(args.queue),
-                payload,
-                start,  # status and scheduled_at
-                int4(args.priority),
-                now_field,  # created_at
-                now_field,  # updated_at
-                text(args.identity_key),
-                text(args.fairness_key),
-                deadline,
-                text(args.retry_kind),
-                int4(args.max_attempts),
-                ttl,
-                metadata,
-                text(args.trace_id),
-                text(args.span_id),
+            piece = self._deadlines[offset] = _pack_int8(8, self._now_us + offset // _MICROSECOND)
+        return piece
+
+    def _ttl(self, ttl: timedelta | None) -> bytes:
+        piece = self._ttls.get(ttl)
+        if piece is None:
+            assert ttl is not None
+            piece = self._ttls[ttl] = _interval(ttl)
+        return piece
+
+    def rows(
+        self,
+        args_list: Sequence[EnqueueArgs],
+        ids: Sequence[UUID],
+        payloads: Sequence[bytes],
+        metadatas: Sequence[bytes],
+    ) -> bytes:
+        """The COPY rows of one slice (``payloads``, ``metadatas``: ``jsonb_field``s)."""
+        text, int4, now_field = self._text, self._int4, self._now_field
+        parts: list[bytes] = []
+        extend = parts.extend
+        for args, job_id, payload, metadata in zip(
+            args_list, ids, payloads, metadatas, strict=True
+        ):
+            extend(
+                (
+                    _FIELD_COUNT,
+                    _UUID_LENGTH,
+                    job_id.bytes,
+                    text(args.actor),
+                    text(args.queue),
+                    payload,
+                    self._start(args.delay),  # status and scheduled_at
+                    int4(args.priority),
+                    now_field,  # created_at
+                    now_field,  # updated_at
+                    text(args.identity_key),
+                    text(args.fairness_key),
+                    self._deadline(args.schedule_to_close),
+                    text(args.retry_kind),
+                    int4(args.max_attempts),
+                    self._ttl(args.result_ttl),
+                    metadata,
+                    text(args.trace_id),
+                    text(args.span_id),
+                )
             )
-        )
-    parts.append(_TRAILER)
-    return b"".join(parts)
+        return b"".join(parts)
