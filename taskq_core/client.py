@@ -25,6 +25,7 @@ from taskq_core.backend.protocol import (
     EnqueueArgs,
     JobFilter,
     JobRow,
+    from_values,
 )
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
@@ -236,18 +237,27 @@ class JobsClient:
             queue = plan.queue if item is None or item.queue is None else item.queue
             if queue is None:  # a by-name actor without a queue: its stored one, looked up once
                 queue = plan.queue = await self._stored_queue(plan.name)
-            if item is None:
+            if item is None:  # the bulk path: every field but the payload is the actor's
                 built.append(
-                    EnqueueArgs(
-                        actor=plan.name,
-                        payload=payload,
-                        queue=queue,
-                        priority=plan.priority,
-                        schedule_to_close=plan.deadline,
-                        retry_kind=plan.retry.kind,
-                        max_attempts=plan.retry.max_attempts,
-                        result_ttl=plan.result_ttl,
-                        metadata={},
+                    from_values(
+                        EnqueueArgs,
+                        (
+                            plan.name,  # actor (fields in EnqueueArgs order)
+                            payload,
+                            queue,
+                            plan.priority,
+                            None,  # delay
+                            None,  # identity_key
+                            None,  # fairness_key
+                            plan.deadline,  # schedule_to_close
+                            plan.retry.kind,
+                            plan.retry.max_attempts,
+                            plan.result_ttl,
+                            {},  # metadata
+                            None,  # trace_id
+                            None,  # span_id
+                            None,  # job_id
+                        ),
                     )
                 )
                 continue

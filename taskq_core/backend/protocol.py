@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from taskq_core.constants import DEFAULT_QUEUE
@@ -127,18 +127,22 @@ class JobRow:
         return self.status in TERMINAL_STATUSES
 
 
-# The slot descriptors of JobRow, in field order: ``job_row`` fills them directly.
-_JOB_ROW_SETTERS = tuple(getattr(JobRow, f.name).__set__ for f in fields(JobRow))
+_Row = TypeVar("_Row", "JobRow", "EnqueueArgs")
+_SLOT_SETTERS: dict[type, tuple[Any, ...]] = {}  # per class: its fields' slot descriptors
 
 
-def job_row(values: Sequence[Any]) -> JobRow:
-    """A JobRow from every field's value in declaration order, already of the right types.
+def from_values(cls: type[_Row], values: Sequence[Any]) -> _Row:
+    """An instance of a frozen, slotted dataclass from every field's value in declaration order.
 
-    Backends build a row per dispatched or bulk-enqueued job; the frozen dataclass ``__init__``
-    (keyword arguments, one ``object.__setattr__`` per field) cost over twice as much.
+    The values must already have the right types: no ``__init__`` runs. Backends and the client
+    build one JobRow / EnqueueArgs per job of a batch, and the generated ``__init__`` (keyword
+    arguments, one ``object.__setattr__`` per field) cost two to three times as much.
     """
-    row: JobRow = object.__new__(JobRow)
-    for set_field, value in zip(_JOB_ROW_SETTERS, values, strict=True):
+    setters = _SLOT_SETTERS.get(cls)
+    if setters is None:
+        setters = _SLOT_SETTERS[cls] = tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+    row: _Row = object.__new__(cls)
+    for set_field, value in zip(setters, values, strict=True):
         set_field(row, value)
     return row
 

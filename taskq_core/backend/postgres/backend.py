@@ -51,7 +51,7 @@ from taskq_core.backend.protocol import (
     check_dashboard_window,
     check_protocol_version,
     check_recent_limit,
-    job_row,
+    from_values,
 )
 from taskq_core.constants import (
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
@@ -157,7 +157,7 @@ async def _reset_lent(conn: Any) -> None:
 def _job(record: asyncpg.Record) -> JobRow:
     values = list(map(record.__getitem__, _JOB_FIELDS))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
-    return job_row(values)
+    return from_values(JobRow, values)
 
 
 def _job_from_text_json(record: asyncpg.Record) -> JobRow:
@@ -167,7 +167,7 @@ def _job_from_text_json(record: asyncpg.Record) -> JobRow:
     for index in _TEXT_JSON_INDEXES:
         if values[index] is not None:
             values[index] = json.loads(values[index])
-    return job_row(values)
+    return from_values(JobRow, values)
 
 
 def _attempt(record: asyncpg.Record) -> AttemptRow:
@@ -291,7 +291,8 @@ def _inserted_row(
     delayed = delay is not None and delay > _ZERO
     deadline = args.schedule_to_close
     # Every JobRow field in declaration order (see protocol.JobRow).
-    return job_row(
+    return from_values(
+        JobRow,
         (
             job_id,
             args.actor,
@@ -326,7 +327,7 @@ def _inserted_row(
             0,  # progress_seq
             None,  # progress_state
             now,  # updated_at
-        )
+        ),
     )
 
 
