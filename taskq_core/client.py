@@ -34,6 +34,8 @@ from taskq_core.obs.metrics import instruments, producer_span
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskq_core.settings import TaskqSettings
 
+_NOT_OPEN = "JobsClient is not open: use 'async with JobsClient(...)' or await open()"
+
 
 @dataclass(frozen=True)
 class EnqueueItem:
@@ -146,7 +148,7 @@ class JobsClient:
     def backend(self) -> Backend:
         """The backend in use (after ``open``)."""
         if self._backend is None:
-            raise RuntimeError("JobsClient is not open: use 'async with JobsClient(...)'")
+            raise RuntimeError(_NOT_OPEN)
         return self._backend
 
     # --- enqueue -----------------------------------------------------------------------------
@@ -298,7 +300,8 @@ class JobsClient:
         return self._queues_by_actor[actor]
 
     async def _check_capacity(self, args: Sequence[EnqueueArgs]) -> None:
-        assert self._capacity is not None
+        if self._capacity is None:
+            raise RuntimeError(_NOT_OPEN)
         wanted: dict[str, int] = {}
         for a in args:
             wanted[a.actor] = wanted.get(a.actor, 0) + 1

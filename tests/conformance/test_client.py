@@ -150,3 +150,12 @@ async def test_transactional_enqueue_rolls_back_with_the_caller(harness: Harness
         async with harness.backend.transaction() as tx:
             kept = await client.enqueue(resize, Resize(url="v", width=2), connection=tx)
     assert [j.id for j in await harness.backend.list_jobs(JobFilter(limit=None))] == [kept.id]
+
+
+async def test_a_client_that_was_never_opened_says_so(harness: Harness) -> None:
+    client = JobsClient(backend=harness.backend)
+    with pytest.raises(RuntimeError, match="not open"):
+        await client.enqueue(resize, Resize(url="u", width=1))
+    with pytest.raises(RuntimeError, match="not open"):
+        await client.enqueue_many_fast([("by-name", {})])
+    assert await harness.backend.list_jobs(JobFilter()) == []
