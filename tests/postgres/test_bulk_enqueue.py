@@ -66,7 +66,7 @@ async def test_a_callers_own_connection_without_codecs_takes_the_same_path(
 async def test_a_batch_of_many_slices_returns_every_row_in_order(
     backend: PostgresBackend,
 ) -> None:
-    items = [rich(n) for n in range(2_345)]  # the COPY streams slices of 1,000 rows
+    items = [rich(n) for n in range(2_345)]  # the COPY streams it in slices of 587 rows
     rows = await backend.enqueue_batch(items)
     assert [row.payload["n"] for row in rows] == list(range(2_345))
     stored = await backend.list_jobs(JobFilter(queue="bulk", limit=None))

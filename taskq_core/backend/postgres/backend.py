@@ -342,7 +342,9 @@ def _filter_args(filter: JobFilter) -> tuple[Any, ...]:
     return (_statuses(filter), filter.queue, filter.actor, ids, filter.limit)
 
 
-_COPY_SLICE = 1000  # rows per COPY data message
+# Rows per COPY data message: a batch goes out in about four slices (so even a small one
+# overlaps its encoding with the server's inserts), of 250 to 1,000 rows.
+_COPY_SLICE_ROWS = (250, 1000)
 
 
 @dataclass(slots=True)
@@ -363,9 +365,11 @@ class _CopyBatch:
     async def stream(self, now: datetime) -> AsyncIterator[bytes]:
         encoder = bulk.RowEncoder(now)
         count = len(self.args_list)
+        least, most = _COPY_SLICE_ROWS
+        step = min(most, max(least, -(-count // 4)))
         data = bulk.HEADER
-        for start in range(0, count, _COPY_SLICE):
-            args = self.args_list[start : start + _COPY_SLICE]
+        for start in range(0, count, step):
+            args = self.args_list[start : start + step]
             try:
                 ids = _batch_ids(args)
                 payloads = [bulk.jsonb_field(item.payload) for item in args]
@@ -374,7 +378,7 @@ class _CopyBatch:
                 self.error = exc
                 break
             data += encoder.rows(args, ids, payloads, metadatas)
-            if start + _COPY_SLICE < count:
+            if start + step < count:
                 yield data
                 data = b""
             if self.rows is not None:
