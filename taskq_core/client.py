@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -87,6 +87,104 @@ class _ActorPlan:
             dumped: dict[str, Any] = payload.model_dump(mode="json")
             return dumped
         raise ConfigError(f"payload for {self.name} must be a JSON object")
+
+
+def _parse(raw: Any) -> tuple[EnqueueItem | None, ActorRef | str]:
+    """(the item, or None for an ``(actor, payload)`` tuple; its actor)."""
+    if isinstance(raw, EnqueueItem):
+        return raw, raw.actor
+    if isinstance(raw, tuple) and len(raw) == 2:
+        return None, raw[0]
+    raise TypeError("enqueue_batch items are EnqueueItem or (actor, payload) tuples")
+
+
+class _Batch(Sequence[EnqueueArgs]):
+    """A batch's EnqueueArgs, each built (its payload validated) when it is read.
+
+    The Postgres backend reads a bulk enqueue a slice at a time while the server inserts the
+    slice before, so the client's per-item work overlaps the server's too. An invalid item
+    raises when read; the backend then rolls the whole batch back. ``trace`` holds the
+    batch's producer span ids once it is open.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]],
+        plans: list[_ActorPlan],
+        counts: dict[str, int],
+    ) -> None:
+        self._items = items
+        self._plans = plans
+        self.counts = counts
+        self.trace: tuple[str | None, str | None] = (None, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def actor(self) -> str:
+        return self._plans[0].name
+
+    @property
+    def queue(self) -> str:
+        item, _ = _parse(self._items[0])
+        if item is not None and item.queue is not None:
+            return item.queue
+        return self._plans[0].queue or DEFAULT_QUEUE
+
+    @overload
+    def __getitem__(self, index: int) -> EnqueueArgs: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EnqueueArgs]: ...
+
+    def __getitem__(self, index: int | slice) -> EnqueueArgs | list[EnqueueArgs]:
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(len(self._items)))]
+        return self._build(range(len(self._items))[index])
+
+    def _build(self, index: int) -> EnqueueArgs:
+        raw, plan = self._items[index], self._plans[index]
+        item, _ = _parse(raw)
+        trace_id, span_id = self.trace
+        if item is None:  # the bulk path: every field but the payload is the actor's
+            return from_values(
+                EnqueueArgs,
+                (
+                    plan.name,  # actor (fields in EnqueueArgs order)
+                    plan.dump(raw[1]),  # type: ignore[index]  # an (actor, payload) tuple
+                    plan.queue,
+                    plan.priority,
+                    None,  # delay
+                    None,  # identity_key
+                    None,  # fairness_key
+                    plan.deadline,  # schedule_to_close
+                    plan.retry.kind,
+                    plan.retry.max_attempts,
+                    plan.result_ttl,
+                    {},  # metadata
+                    trace_id,
+                    span_id,
+                    None,  # job_id
+                ),
+            )
+        deadline = _delta(item.schedule_to_close)
+        return EnqueueArgs(
+            actor=plan.name,
+            payload=plan.dump(item.payload),
+            queue=item.queue if item.queue is not None else plan.queue or DEFAULT_QUEUE,
+            priority=plan.priority if item.priority is None else item.priority,
+            delay=_delta(item.delay),
+            identity_key=item.identity_key,
+            fairness_key=item.fairness_key,
+            schedule_to_close=plan.deadline if deadline is None else deadline,
+            retry_kind=plan.retry.kind,
+            max_attempts=plan.retry.max_attempts,
+            result_ttl=plan.result_ttl,
+            metadata=dict(item.metadata or {}),
+            trace_id=trace_id,
+            span_id=span_id,
+        )
 
 
 class JobsClient:
@@ -171,8 +269,9 @@ class JobsClient:
             actor, payload, delay, queue, priority, identity_key, fairness_key,
             schedule_to_close, metadata,
         )  # fmt: skip
-        [args] = await self._build_batch([item])
-        await self._check_capacity([args])
+        batch = await self._prepare([item])
+        args = batch[0]  # validated before the capacity check and any insert
+        await self._check_capacity(batch.counts)
         with producer_span(args.queue, args.actor) as (trace_id, span_id):
             args = replace(args, trace_id=trace_id, span_id=span_id)
             return await self.backend.enqueue(args, connection=connection)
@@ -183,9 +282,16 @@ class JobsClient:
         *,
         connection: Any = None,
     ) -> list[JobRow]:
-        """Insert every item in one transaction; one row per item, in order."""
-        args = await self._traced_args(items)
-        return await self.backend.enqueue_batch(args, connection=connection)
+        """Insert every item in one transaction; one row per item, in order.
+
+        An invalid item raises (PayloadValidationError, ...) and nothing of the batch is stored.
+        """
+        batch = await self._prepare(items)
+        await self._check_capacity(batch.counts)
+        if not batch:
+            return []
+        with producer_span(batch.queue, batch.actor) as batch.trace:
+            return await self.backend.enqueue_batch(batch, connection=connection)
 
     async def enqueue_many_fast(
         self,
@@ -194,93 +300,34 @@ class JobsClient:
         connection: Any = None,
     ) -> int:
         """Bulk insert through the COPY path; returns how many jobs were inserted."""
-        args = await self._traced_args(items)
-        return await self.backend.enqueue_batch_fast(args, connection=connection)
+        batch = await self._prepare(items)
+        await self._check_capacity(batch.counts)
+        if not batch:
+            return 0
+        with producer_span(batch.queue, batch.actor) as batch.trace:
+            return await self.backend.enqueue_batch_fast(batch, connection=connection)
 
-    async def _traced_args(
-        self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
-    ) -> list[EnqueueArgs]:
-        """Build and check every item; the batch shares one producer span."""
-        args = await self._build_batch(items)
-        await self._check_capacity(args)
-        if not args:
-            return args
-        with producer_span(args[0].queue, args[0].actor) as (trace_id, span_id):
-            if trace_id is None:
-                return args
-            return [replace(a, trace_id=trace_id, span_id=span_id) for a in args]
+    async def _prepare(self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]) -> _Batch:
+        """Resolve what the batch's actors share; the items themselves are built when read.
 
-    async def _build_batch(
-        self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
-    ) -> list[EnqueueArgs]:
-        """Every item's EnqueueArgs, in order; the first invalid item raises, nothing is sent.
-
-        What the jobs of one actor share (its options, a by-name actor's stored queue) is
-        resolved once per distinct actor; only the payload is validated per item. This loop
-        runs for every bulk-enqueued job, so it awaits nothing per item.
+        Everything that may await happens here, once per distinct actor (a by-name actor's
+        stored queue); building an item (payload validation, its EnqueueArgs) awaits nothing.
         """
         plans: dict[str | int, _ActorPlan] = {}
-        built: list[EnqueueArgs] = []
+        item_plans: list[_ActorPlan] = []
+        counts: dict[str, int] = {}
         for raw in items:
-            if isinstance(raw, EnqueueItem):
-                item: EnqueueItem | None = raw
-                actor, payload = raw.actor, raw.payload
-            elif isinstance(raw, tuple) and len(raw) == 2:
-                item = None
-                actor, payload = raw
-            else:
-                raise TypeError("enqueue_batch items are EnqueueItem or (actor, payload) tuples")
+            item, actor = _parse(raw)
             # Refs key by identity: an ActorRef holds dicts, so it is not hashable.
             key = actor if isinstance(actor, str) else id(actor)
             plan = plans.get(key)
             if plan is None:
                 plan = plans[key] = self._plan(actor)
-            payload = plan.dump(payload)
-            queue = plan.queue if item is None or item.queue is None else item.queue
-            if queue is None:  # a by-name actor without a queue: its stored one, looked up once
-                queue = plan.queue = await self._stored_queue(plan.name)
-            if item is None:  # the bulk path: every field but the payload is the actor's
-                built.append(
-                    from_values(
-                        EnqueueArgs,
-                        (
-                            plan.name,  # actor (fields in EnqueueArgs order)
-                            payload,
-                            queue,
-                            plan.priority,
-                            None,  # delay
-                            None,  # identity_key
-                            None,  # fairness_key
-                            plan.deadline,  # schedule_to_close
-                            plan.retry.kind,
-                            plan.retry.max_attempts,
-                            plan.result_ttl,
-                            {},  # metadata
-                            None,  # trace_id
-                            None,  # span_id
-                            None,  # job_id
-                        ),
-                    )
-                )
-                continue
-            deadline = _delta(item.schedule_to_close)
-            built.append(
-                EnqueueArgs(
-                    actor=plan.name,
-                    payload=payload,
-                    queue=queue,
-                    priority=plan.priority if item.priority is None else item.priority,
-                    delay=_delta(item.delay),
-                    identity_key=item.identity_key,
-                    fairness_key=item.fairness_key,
-                    schedule_to_close=plan.deadline if deadline is None else deadline,
-                    retry_kind=plan.retry.kind,
-                    max_attempts=plan.retry.max_attempts,
-                    result_ttl=plan.result_ttl,
-                    metadata=dict(item.metadata or {}),
-                )
-            )
-        return built
+            if plan.queue is None and (item is None or item.queue is None):
+                plan.queue = await self._stored_queue(plan.name)  # looked up once per actor
+            item_plans.append(plan)
+            counts[plan.name] = counts.get(plan.name, 0) + 1
+        return _Batch(items, item_plans, counts)
 
     def _plan(self, actor: ActorRef | str) -> _ActorPlan:
         """What every job of ``actor`` shares: its ref (if known), queue, retry policy."""
@@ -299,12 +346,10 @@ class JobsClient:
             self._queues_by_actor[actor] = row.queue if row else DEFAULT_QUEUE
         return self._queues_by_actor[actor]
 
-    async def _check_capacity(self, args: Sequence[EnqueueArgs]) -> None:
+    async def _check_capacity(self, wanted: dict[str, int]) -> None:
+        """Refuse the enqueue when an actor's pending jobs plus ``wanted`` pass max_pending."""
         if self._capacity is None:
             raise RuntimeError(_NOT_OPEN)
-        wanted: dict[str, int] = {}
-        for a in args:
-            wanted[a.actor] = wanted.get(a.actor, 0) + 1
         limits: dict[str, int] = {}
         for actor_name in wanted:
             ref = self._registry.get(actor_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -253,6 +254,28 @@ async def test_a_batch_enqueue_wakes_the_subscribers(harness: Harness) -> None:
         await harness.backend.enqueue_batch_fast([args(), args()])
         await wait_set(first)
         await wait_set(other)
+
+
+async def test_a_batch_wakes_the_subscribers_when_its_only_due_job_comes_last(
+    harness: Harness,
+) -> None:
+    later = [args(delay=timedelta(hours=1)) for _ in range(2_400)]
+    async with harness.backend.subscribe_wake() as woken:
+        await harness.backend.enqueue_batch_fast(later)
+        await asyncio.sleep(0.2)  # a wake would be delivered by now
+        assert not woken.is_set()  # nothing is due: waking the workers would be for nothing
+        await harness.backend.enqueue_batch_fast([*later[:2_000], args()])
+        await wait_set(woken)
+
+
+async def test_a_failed_batch_wakes_no_one(harness: Harness) -> None:
+    async with harness.backend.subscribe_wake() as woken:
+        with pytest.raises(ValueError):
+            await harness.backend.enqueue_batch_fast(
+                [args() for _ in range(2_000)] + [args(max_attempts=0)]
+            )
+        await asyncio.sleep(0.2)
+        assert not woken.is_set()
 
 
 async def test_a_committed_transactional_enqueue_wakes_the_subscribers(harness: Harness) -> None:

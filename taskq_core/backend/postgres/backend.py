@@ -361,6 +361,7 @@ class _CopyBatch:
     args_list: Sequence[EnqueueArgs]
     rows: list[JobRow] | None
     error: Exception | None = None
+    wake: bool = False  # some job of the batch is dispatchable now
 
     async def stream(self, now: datetime) -> AsyncIterator[bytes]:
         encoder = bulk.RowEncoder(now)
@@ -369,14 +370,15 @@ class _CopyBatch:
         step = min(most, max(least, -(-count // 4)))
         data = bulk.HEADER
         for start in range(0, count, step):
-            args = self.args_list[start : start + step]
             try:
+                args = self.args_list[start : start + step]  # a client's batch builds here
                 ids = _batch_ids(args)
                 payloads = [bulk.jsonb_field(item.payload) for item in args]
                 metadatas = [bulk.jsonb_field(item.metadata) for item in args]
             except Exception as exc:  # raised by _copy_in, after the COPY, to roll it back
                 self.error = exc
                 break
+            self.wake = self.wake or not all(_is_delayed(item) for item in args)
             data += encoder.rows(args, ids, payloads, metadatas)
             if start + step < count:
                 yield data
@@ -567,21 +569,16 @@ class PostgresBackend:
     ) -> None:
         """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
         batch = _CopyBatch(args_list, rows)
-        wake = not all(_is_delayed(args) for args in args_list)
         if connection is None:
             async with self._pool.acquire() as conn:
-                await self._copy_in(conn, batch, wake)
+                await self._copy_in(conn, batch)
         else:
-            await self._copy_in(connection, batch, wake)
+            await self._copy_in(connection, batch)
 
-    async def _copy_in(self, conn: Any, batch: _CopyBatch, wake: bool) -> None:
+    async def _copy_in(self, conn: Any, batch: _CopyBatch) -> None:
         async with conn.transaction():
-            # One round trip reads the database clock (delays resolve on the arbiter's time)
-            # and queues the wake NOTIFY when a job is dispatchable now: COPY cannot notify,
-            # and a NOTIFY is only delivered if this transaction commits.
-            now: datetime = await conn.fetchval(
-                self._queries["copy_clock"], self._wake_channel, wake
-            )
+            # Delays and deadlines resolve on the database clock (the arbiter's time).
+            now: datetime = await conn.fetchval(self._queries["copy_clock"])
             try:
                 await conn.copy_to_table(
                     "jobs",
@@ -594,6 +591,8 @@ class PostgresBackend:
                 raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
             if batch.error is not None:
                 raise batch.error  # an invalid item: the transaction rolls back
+            if batch.wake:  # COPY cannot notify; delivered only if this transaction commits
+                await conn.execute(self._queries["copy_wake"], self._wake_channel)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:

@@ -45,12 +45,14 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
 FROM inserted i;
 
 -- name: copy_clock
--- Opens a bulk enqueue (enqueue_batch, enqueue_batch_fast: one COPY in one transaction). Reads
--- the database clock once, so delays and deadlines resolve on the arbiter's time, and, when $2
--- (some job of the batch is dispatchable now), queues the one wake NOTIFY on channel $1. COPY
--- cannot notify by itself; the NOTIFY is delivered only if the COPY's transaction commits.
-SELECT clock_timestamp() AS now,
-       (SELECT count(*) FROM (SELECT pg_notify($1::text, '') WHERE $2::boolean) AS n) AS woken;
+-- Opens a bulk enqueue (enqueue_batch, enqueue_batch_fast: one COPY in one transaction): the
+-- database clock, read once, so delays and deadlines resolve on the arbiter's time.
+SELECT clock_timestamp() AS now;
+
+-- name: copy_wake
+-- Closes a bulk enqueue with a job dispatchable now: the one wake NOTIFY on channel $1 (COPY
+-- cannot notify by itself), delivered only if the COPY's transaction commits.
+SELECT pg_notify($1::text, '');
 
 -- name: release_unstarted
 -- Shutdown drain: give back jobs this worker claimed but never started (attempt returned).
