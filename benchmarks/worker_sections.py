@@ -24,12 +24,21 @@ ACTORS = "benchmarks.bench_actors:registry"
 
 @dataclass(frozen=True)
 class Latency:
-    """Enqueue->start latency percentiles in milliseconds."""
+    """Enqueue->start latency percentiles in milliseconds (p50, p95, p99).
+
+    ``total`` counts from the enqueue call, as the peer harness does; ``commit`` is the
+    enqueue's own INSERT + commit; ``after_commit`` the rest (NOTIFY, claim, start).
+    """
 
     samples: int
-    p50: float
-    p95: float
-    p99: float
+    total: tuple[float, float, float]
+    commit: tuple[float, float, float]
+    after_commit: tuple[float, float, float]
+
+
+def _percentiles(millis: list[float]) -> tuple[float, float, float]:
+    cuts = statistics.quantiles(millis, n=100)
+    return cuts[49], cuts[94], cuts[98]
 
 
 def worker_env(dsn: str, schema: str) -> dict[str, str]:
@@ -85,15 +94,19 @@ async def latency(backend: PostgresBackend, dsn: str, samples: int) -> Latency:
         while not await backend.list_workers():
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)  # let it settle into its idle wait
-        sent: dict[object, float] = {}
+        sent: dict[object, tuple[float, float]] = {}
         for _ in range(samples):
             at = time.time()
             row = await backend.enqueue(EnqueueArgs("stamp", {}))
-            sent[row.id] = at
+            sent[row.id] = (at, time.time())
             await asyncio.sleep(0.005)
         while await backend.has_active_jobs(["default"]):
             await asyncio.sleep(0.05)
     rows = await backend.list_jobs(JobFilter(actor="stamp", limit=None))
-    millis = sorted((row.result - sent[row.id]) * 1000 for row in rows if row.id in sent)
-    cuts = statistics.quantiles(millis, n=100)
-    return Latency(len(millis), cuts[49], cuts[94], cuts[98])
+    timed = [(*sent[row.id], row.result) for row in rows if row.id in sent]
+    return Latency(
+        len(timed),
+        total=_percentiles([(started - at) * 1000 for at, _, started in timed]),
+        commit=_percentiles([(done - at) * 1000 for at, done, _ in timed]),
+        after_commit=_percentiles([(started - done) * 1000 for _, done, started in timed]),
+    )
