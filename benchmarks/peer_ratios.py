@@ -38,6 +38,13 @@ def medians(paths: list[Path]) -> dict[tuple[str, str], float]:
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
+def figure(value: float | None, key: str) -> str:
+    """Jobs/s as whole numbers, milliseconds with one decimal."""
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if key in LATENCY else f"{value:,.0f}"
+
+
 def main(argv: list[str]) -> int:
     table = medians([Path(p) for p in argv])
     peers = sorted({peer for peer, _ in table if peer != "taskq"})
@@ -45,14 +52,14 @@ def main(argv: list[str]) -> int:
     print("|---|---|" + "---|---|" * len(peers))
     for key, label in {**THROUGHPUT, **LATENCY}.items():
         mine = table.get(("taskq", key))
-        cells = [label, "-" if mine is None else f"{mine:,.1f}"]
+        cells = [label, figure(mine, key)]
         for peer in peers:
             theirs = table.get((peer, key))
             if mine is None or theirs is None:
-                cells += ["-" if theirs is None else f"{theirs:,.1f}", "-"]
+                cells += [figure(theirs, key), "-"]
                 continue
             ratio = mine / theirs if key in THROUGHPUT else theirs / mine
-            cells += [f"{theirs:,.1f}", f"{ratio:.2f}x"]
+            cells += [figure(theirs, key), f"{ratio:.2f}x"]
         print("| " + " | ".join(cells) + " |")
     return 0
 
