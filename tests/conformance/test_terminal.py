@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
-from taskq_core.backend.protocol import ActorDeclaration
+from taskq_core.backend.protocol import ActorDeclaration, Success
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import BOOM, LEASE, args, between, reload, running_job
@@ -42,6 +42,19 @@ async def test_results_may_be_any_json_value(harness: Harness) -> None:
     for result in ["text", 3, [1, "two"], None]:
         job, worker = await running_job(harness.backend)
         assert await harness.backend.mark_succeeded(job.id, worker, result)
+        assert (await reload(harness.backend, job.id)).result == result
+
+
+async def test_a_batch_of_completions_keeps_every_kind_of_json_result(
+    harness: Harness,
+) -> None:
+    """The worker's completer writes results in batches: a list must not become an array."""
+    results = ["text", 3, [1, "two"], [[1], [2]], {"a": [1]}, None]
+    jobs = [await running_job(harness.backend) for _ in results]
+    for (job, worker), result in zip(jobs, results, strict=True):
+        assert await harness.backend.mark_succeeded_many(worker, [Success(job.id, result)]) == {
+            job.id
+        }
         assert (await reload(harness.backend, job.id)).result == result
 
 

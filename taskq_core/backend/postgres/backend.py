@@ -671,7 +671,8 @@ class PostgresBackend:
             self._queries["mark_succeeded_many"],
             worker_id,
             [s.job_id for s in successes],
-            [s.result for s in successes],
+            # As JSON text: an array of jsonb would read a list result as a nested array.
+            [None if s.result is None else _dumps(s.result) for s in successes],
             [s.fallback_result_ttl for s in successes],
             self._wake_channel,
         )

@@ -149,7 +149,7 @@ event AS (
 SELECT count(*) FROM done;
 
 -- name: mark_succeeded_many
--- mark_succeeded for a batch: $2 ids, $3 results, $4 fallback TTLs (parallel arrays). Rows
+-- mark_succeeded for a batch: $2 ids, $3 results (JSON text), $4 fallback TTLs. Rows
 -- are locked in id order so a flush never deadlocks with another multi-row writer. When a
 -- finished job frees room under a max_concurrent cap (its actor's or its queue's), the wake
 -- channel $5 is notified: another worker may be waiting for exactly that room.
@@ -160,7 +160,7 @@ owned AS (
     -- The input rows carry their results into the lock step, so the UPDATE below joins
     -- nothing but these rows (joining the unnested arrays again compared every pair: n^2).
     SELECT j.id, i.result, i.fallback_ttl
-    FROM unnest($2::uuid[], $3::jsonb[], $4::interval[]) AS i(id, result, fallback_ttl)
+    FROM unnest($2::uuid[], $3::text[], $4::interval[]) AS i(id, result, fallback_ttl)
     JOIN {schema}.jobs j ON j.id = i.id
     WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
     ORDER BY j.id
@@ -168,7 +168,7 @@ owned AS (
 ),
 done AS (
     UPDATE {schema}.jobs j
-    SET status = 'succeeded', result = o.result, finished_at = k.now, updated_at = k.now,
+    SET status = 'succeeded', result = o.result::jsonb, finished_at = k.now, updated_at = k.now,
         lock_expires_at = NULL,
         result_expires_at = k.now + COALESCE(
             (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
