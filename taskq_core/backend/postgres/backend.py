@@ -657,11 +657,13 @@ class PostgresBackend:
         *,
         fallback_result_ttl: timedelta | None = None,
     ) -> bool:
-        """running -> succeeded with its attempt and event; False when not ours any more."""
-        done = await self._pool.fetchval(
-            self._queries["mark_succeeded"], job_id, worker_id, result, fallback_result_ttl
-        )
-        return bool(done)
+        """running -> succeeded with its attempt and event; False when not ours any more.
+
+        A flush of one: one copy of the completion SQL (it also wakes a waiting worker when
+        the job frees room under a cap).
+        """
+        success = Success(job_id, result, fallback_result_ttl)
+        return bool(await self.mark_succeeded_many(worker_id, [success]))
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """Many completions in one statement; the ids this worker still owned."""

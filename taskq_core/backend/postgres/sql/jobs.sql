@@ -117,42 +117,13 @@ FROM (SELECT 1) AS one
 LEFT JOIN extended f ON f.cancel_requested_at IS NOT NULL
 ORDER BY f.cancel_requested_at, f.id;
 
--- name: mark_succeeded
--- running -> succeeded. The result TTL is re-read from actor_config on every completion:
--- stored TTL, else the job's own, else the worker's fallback ($4); none -> no expiry.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-done AS (
-    UPDATE {schema}.jobs j
-    SET status = 'succeeded', result = $3::jsonb, finished_at = k.now, updated_at = k.now,
-        lock_expires_at = NULL,
-        result_expires_at = k.now + COALESCE(
-            (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
-            j.result_ttl, $4::interval)
-    FROM clock k
-    WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
-    RETURNING j.id, j.attempt, j.started_at, j.finished_at
-),
-attempt AS (
-    INSERT INTO {schema}.job_attempts (
-        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
-    )
-    SELECT d.id, d.attempt, $2::uuid, 'succeeded', d.started_at, d.finished_at,
-           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
-    FROM done d
-),
-event AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT d.id, 'state_change', 'running', 'succeeded', $2::uuid FROM done d
-)
-SELECT count(*) FROM done;
-
 -- name: mark_succeeded_many
--- mark_succeeded for a batch: $2 ids, $3 results (JSON text), $4 fallback TTLs. Rows
--- are locked in id order so a flush never deadlocks with another multi-row writer. When a
--- finished job frees room under a max_concurrent cap (its actor's or its queue's), the wake
--- channel $5 is notified: another worker may be waiting for exactly that room.
+-- running -> succeeded for a batch (mark_succeeded is a batch of one): $2 ids, $3 results
+-- (JSON text), $4 fallback TTLs (parallel arrays). The result TTL is re-read from actor_config on every
+-- completion: stored TTL, else the job's own, else the worker's fallback; none -> no expiry.
+-- Rows are locked in id order so a flush never deadlocks with another multi-row writer. When
+-- a finished job frees room under a max_concurrent cap (its actor's or its queue's), the
+-- wake channel $5 is notified: another worker may be waiting for exactly that room.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
