@@ -74,6 +74,22 @@ async def test_the_oldest_pending_job_is_found_across_priorities(harness: Harnes
     assert timedelta(seconds=35) <= waited < timedelta(seconds=60)
 
 
+async def test_pending_jobs_with_and_without_a_fairness_key_all_count(harness: Harness) -> None:
+    backend = harness.backend
+    mixed, keyed = new_queue(), new_queue()
+    oldest = await backend.enqueue(args(queue=mixed, fairness_key="t1"))
+    await harness.travel(10)
+    await backend.enqueue_batch([args(queue=mixed), args(queue=mixed, priority=3)])
+    await backend.enqueue_batch([args(queue=mixed, fairness_key="t2", priority=-1)])
+    await backend.enqueue_batch([args(queue=keyed, fairness_key="t1") for _ in range(2)])
+    stats = await backend.dashboard_stats(HOUR, 10)
+    by_name = {q.name: q for q in stats.queues}
+    assert sorted(by_name) == sorted([mixed, keyed])
+    assert (by_name[mixed].pending, by_name[keyed].pending) == (4, 2)
+    assert by_name[mixed].oldest_pending_at == (await reload(backend, oldest.id)).scheduled_at
+    assert by_name[keyed].oldest_pending_at is not None
+
+
 async def test_a_queue_without_pending_jobs_has_no_oldest_pending(harness: Harness) -> None:
     queue = new_queue()
     await running_job(harness.backend, queue=queue)

@@ -112,6 +112,21 @@ async def test_strict_fifo_orders_across_actors_and_queues_by_priority_then_age(
     assert payloads(await dispatch(harness.backend, ["x", "y"])) == [2, 1, 3]
 
 
+async def test_strict_fifo_orders_jobs_with_and_without_a_fairness_key_together(
+    harness: Harness,
+) -> None:
+    keys = [None, "k", None, "k", "j", None]
+    for n, (key, priority) in enumerate(zip(keys, [0, 0, 5, 5, 0, 0], strict=True)):
+        await harness.backend.enqueue(
+            args(queue="q", priority=priority, fairness_key=key, payload={"n": n})
+        )
+    order = []
+    for _ in range(3):
+        [row] = await dispatch(harness.backend, "q", 1)
+        order.append(row.payload["n"])
+    assert order + payloads(await dispatch(harness.backend, "q")) == [2, 3, 0, 1, 4, 5]
+
+
 async def test_round_robin_interleaves_fairness_keys(harness: Harness) -> None:
     await harness.backend.update_queue("q", mode="round_robin")
     for n in range(4):
@@ -335,6 +350,41 @@ async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
         + [args(queue="q2", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(127)]
     )
     assert payloads(await dispatch(backend, "q2", 3)) == ["deep0", "t0", "t1"]
+
+
+async def test_round_robin_counts_jobs_without_a_key_as_one_cohort_of_the_budget(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    for queue, others in (("q", 126), ("q2", 127)):
+        await backend.update_queue(queue, mode="round_robin")
+        await backend.enqueue_batch(
+            [args(queue=queue, fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(20)]
+            + [args(queue=queue, payload={"n": "none"})]
+            + [
+                args(queue=queue, fairness_key=f"t{n:03}", payload={"n": f"t{n}"})
+                for n in range(others)
+            ]
+        )
+    # 128 cohorts, the unkeyed one included: every cohort's head competes.
+    assert payloads(await dispatch(backend, "q", 3)) == ["deep0", "none", "t0"]
+    # 129: the shared window, which the deep cohort fills.
+    assert payloads(await dispatch(backend, "q2", 3)) == ["deep0", "deep1", "deep2"]
+
+
+async def test_round_robin_puts_a_literal_null_key_in_the_cohort_of_unkeyed_jobs(
+    harness: Harness,
+) -> None:
+    await harness.backend.update_queue("q", mode="round_robin")
+    await harness.backend.enqueue_batch(
+        [
+            args(queue="q", payload={"n": "none0"}),
+            args(queue="q", payload={"n": "none1"}),
+            args(queue="q", fairness_key="__null__", payload={"n": "literal"}),
+            args(queue="q", fairness_key="k", payload={"n": "k"}),
+        ]
+    )
+    assert payloads(await dispatch(harness.backend, "q")) == ["none0", "k", "none1", "literal"]
 
 
 async def test_round_robin_alternates_cohorts_one_job_at_a_time(harness: Harness) -> None:

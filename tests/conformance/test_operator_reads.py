@@ -70,6 +70,20 @@ async def test_strict_fifo_position_counts_the_jobs_dispatched_first(harness: Ha
     assert top is not None and top.ahead == 0
 
 
+async def test_strict_fifo_position_counts_jobs_with_a_fairness_key(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    first, second, third = await backend.enqueue_batch(
+        [
+            args(queue=queue, fairness_key="a"),
+            args(queue=queue),
+            args(queue=queue, fairness_key="b"),
+        ]
+    )
+    positions = [await backend.get_dispatch_position(job.id) for job in (first, second, third)]
+    assert [p.ahead for p in positions if p] == [0, 1, 2]
+
+
 async def test_round_robin_position_ranks_inside_each_fairness_cohort(harness: Harness) -> None:
     backend = harness.backend
     queue = new_queue()

@@ -138,6 +138,17 @@ async def test_count_active_jobs_counts_waiting_and_running_jobs_of_the_queues(
     assert await harness.backend.count_active_jobs([]) == 0
 
 
+async def test_active_counts_include_jobs_with_a_fairness_key(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.enqueue_batch(
+        [args(queue="keyed", fairness_key=f"t{n}") for n in range(3)] + [args(queue="mixed")]
+    )
+    await backend.enqueue(args(queue="mixed", fairness_key="t0"))
+    assert await backend.count_active_jobs(["keyed"]) == 3
+    assert await backend.count_active_jobs(["keyed", "mixed"]) == 5
+    assert await backend.has_active_jobs(["keyed"]) is True
+
+
 async def test_count_pending_jobs_counts_waiting_jobs_per_requested_actor(
     harness: Harness,
 ) -> None:

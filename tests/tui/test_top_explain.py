@@ -186,7 +186,8 @@ async def test_one_refresh_uses_indexes_not_sequential_scans_of_jobs(
     assert offenders == {}
     # The reads walk the partial indexes made for them.
     assert {
-        "jobs_queue_dispatch_idx",
+        "jobs_fair_dispatch_idx",
+        "jobs_keyed_dispatch_idx",
         "jobs_status_queue_idx",
         "jobs_finished_idx",
     } <= walked, walked

@@ -254,9 +254,10 @@ FROM target t;
 -- The live dashboard's per-queue activity, on the database clock ($1 window for the
 -- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
 -- large table, so every read of jobs walks an index:
--- * the queues with pending jobs come from a loose index scan over jobs_queue_dispatch_idx
---   that stops once per (queue, priority); the first entry of each group is that group's
---   longest-waiting job, so the same walk yields the oldest pending job of every queue;
+-- * the queues with pending jobs come from a loose index scan over jobs_fair_dispatch_idx,
+--   one probe per queue; then a walk per queue stops once per priority, in the unkeyed
+--   jobs' cohort of that index and in jobs_keyed_dispatch_idx: the first entry of each
+--   group is that group's longest-waiting job, so the walk yields each queue's oldest;
 -- * the queues with other jobs come from a loose index scan of jobs_status_queue_idx, one
 --   probe per (status, queue) pair;
 -- * the counts are per queue and status, each an index (only) scan of the matching partial
@@ -266,30 +267,70 @@ FROM target t;
 WITH RECURSIVE clock AS (
     SELECT clock_timestamp() AS now
 ),
-pending_heads AS (
-    (SELECT j.queue, j.priority, j.scheduled_at
-     FROM {schema}.jobs j
-     WHERE j.status = 'pending'
-     ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
-     LIMIT 1)
+pending_queues AS (
+    -- Loose index scan over jobs_fair_dispatch_idx (every pending job): one probe per queue.
+    (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT n.queue, n.priority, n.scheduled_at
-    FROM pending_heads h
+    SELECT n.queue
+    FROM pending_queues p
     CROSS JOIN LATERAL (
-        -- The next priority of the same queue, else the first group of the next queue.
-        (SELECT j.queue, j.priority, j.scheduled_at
-         FROM {schema}.jobs j
-         WHERE j.status = 'pending' AND j.queue = h.queue AND j.priority < h.priority
-         ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
-         LIMIT 1)
-        UNION ALL
-        (SELECT j.queue, j.priority, j.scheduled_at
-         FROM {schema}.jobs j
-         WHERE j.status = 'pending' AND j.queue > h.queue
-         ORDER BY j.queue, j.priority DESC, j.scheduled_at, j.id
-         LIMIT 1)
+        SELECT j.queue FROM {schema}.jobs j
+        WHERE j.status = 'pending' AND j.queue > p.queue
+        ORDER BY j.queue
         LIMIT 1
     ) n
+),
+pending_heads AS (
+    -- Per queue, its priority groups from the top, each the older head of the unkeyed jobs
+    -- (the '__null__' cohort of jobs_fair_dispatch_idx) and of the keyed ones
+    -- (jobs_keyed_dispatch_idx).
+    SELECT t.queue, t.priority, t.scheduled_at
+    FROM pending_queues p
+    CROSS JOIN LATERAL (
+        SELECT x.queue, x.priority, x.scheduled_at
+        FROM (
+            (SELECT j.queue, j.priority, j.scheduled_at
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = p.queue
+               AND COALESCE(j.fairness_key, '__null__') = '__null__'
+               AND j.fairness_key IS NULL
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.priority, j.scheduled_at
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = p.queue AND j.fairness_key IS NOT NULL
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT 1)
+        ) x
+        ORDER BY x.priority DESC, x.scheduled_at
+        LIMIT 1
+    ) t
+    UNION ALL
+    SELECT t.queue, t.priority, t.scheduled_at
+    FROM pending_heads h
+    CROSS JOIN LATERAL (
+        -- The next priority group of the same queue.
+        SELECT x.queue, x.priority, x.scheduled_at
+        FROM (
+            (SELECT j.queue, j.priority, j.scheduled_at
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = h.queue
+               AND COALESCE(j.fairness_key, '__null__') = '__null__'
+               AND j.fairness_key IS NULL AND j.priority < h.priority
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.priority, j.scheduled_at
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = h.queue AND j.fairness_key IS NOT NULL
+               AND j.priority < h.priority
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT 1)
+        ) x
+        ORDER BY x.priority DESC, x.scheduled_at
+        LIMIT 1
+    ) t
 ),
 other_pairs AS (
     (SELECT j.status, j.queue
@@ -309,7 +350,7 @@ other_pairs AS (
     ) n
 ),
 names AS (
-    SELECT h.queue AS name FROM pending_heads h
+    SELECT p.queue AS name FROM pending_queues p
     UNION
     SELECT p.queue FROM other_pairs p
     UNION

@@ -22,7 +22,8 @@
 --                    - actors without a cap share one window per strict_fifo queue (and per
 --                      round_robin queue past the cohort budget) of residual * $5 rows, at
 --                      least 16, so up to 16 dispatchers asking for one job each at the same
---                      moment each find an unlocked row in it;
+--                      moment each find an unlocked row in it; it merges the heads of the
+--                      unkeyed jobs and of the keyed ones (two indexes, migration 0002);
 --                    - in round_robin queues, one window per cohort instead (the whole
 --                      residual * $5 while cohorts * window <= 256, else an even share:
 --                      max(ceil(window / cohorts) + 1, 256 / cohorts) rows);
@@ -134,7 +135,7 @@ rr_queues AS (
     SELECT rc.queue, count(*) AS cohorts FROM rr_cohorts rc GROUP BY rc.queue
 ),
 shared_windows AS (
-    SELECT qc.queue, qc.mode, qc.mode_order, qc.residual
+    SELECT qc.queue, qc.mode, qc.mode_order, GREATEST(qc.residual * $5::bigint, 16) AS size
     FROM queue_capacity qc
     LEFT JOIN rr_queues rq ON rq.queue = qc.queue
     WHERE qc.residual > 0 AND (qc.mode = 'strict_fifo' OR rq.cohorts > 128)
@@ -144,14 +145,32 @@ candidates AS (
     FROM shared_windows sw
     CROSS JOIN capped k
     CROSS JOIN LATERAL (
-        SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
-               COALESCE(j.fairness_key, '__null__') AS cohort
-        FROM {schema}.jobs j
-        WHERE j.status = 'pending' AND j.queue = sw.queue
-          AND j.scheduled_at <= (SELECT now FROM clock)
-          AND {schema}.actor_not_in(j.actor, k.actors)
-        ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT GREATEST(sw.residual * $5::bigint, 16)
+        -- The merge of two index heads: the jobs without a fairness key (the '__null__'
+        -- cohort of jobs_fair_dispatch_idx) and the keyed ones (jobs_keyed_dispatch_idx).
+        SELECT w.*
+        FROM (
+            (SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
+                    '__null__'::text AS cohort
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = sw.queue
+               AND COALESCE(j.fairness_key, '__null__') = '__null__'
+               AND j.fairness_key IS NULL
+               AND j.scheduled_at <= (SELECT now FROM clock)
+               AND {schema}.actor_not_in(j.actor, k.actors)
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT sw.size)
+            UNION ALL
+            (SELECT j.id, j.actor, j.queue, j.identity_key, j.priority, j.scheduled_at,
+                    j.fairness_key AS cohort
+             FROM {schema}.jobs j
+             WHERE j.status = 'pending' AND j.queue = sw.queue AND j.fairness_key IS NOT NULL
+               AND j.scheduled_at <= (SELECT now FROM clock)
+               AND {schema}.actor_not_in(j.actor, k.actors)
+             ORDER BY j.priority DESC, j.scheduled_at, j.id
+             LIMIT sw.size)
+        ) w
+        ORDER BY w.priority DESC, w.scheduled_at, w.id
+        LIMIT sw.size
     ) c
     UNION ALL
     SELECT c.*, qc.mode, qc.mode_order
