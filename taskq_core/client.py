@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import TracebackType
@@ -142,6 +142,11 @@ class _Batch(Sequence[EnqueueArgs]):
         if isinstance(index, slice):
             return [self._build(i) for i in range(*index.indices(len(self._items)))]
         return self._build(range(len(self._items))[index])
+
+    def __iter__(self) -> Iterator[EnqueueArgs]:
+        build = self._build
+        for index in range(len(self._items)):
+            yield build(index)
 
     def _build(self, index: int) -> EnqueueArgs:
         raw, plan = self._items[index], self._plans[index]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -71,6 +72,23 @@ async def test_a_batch_of_many_slices_returns_every_row_in_order(
     assert [row.payload["n"] for row in rows] == list(range(2_345))
     stored = await backend.list_jobs(JobFilter(queue="bulk", limit=None))
     assert {row.id: row for row in stored} == {row.id: row for row in rows}
+
+
+async def test_caller_ids_are_kept_and_the_others_minted_in_item_order(
+    backend: PostgresBackend,
+) -> None:
+    own = [uuid4() for _ in range(3)]
+    items = [
+        EnqueueArgs("a", {"n": n}, job_id=own[n // 400] if n % 400 == 0 else None)
+        for n in range(1_200)
+    ]
+    assert await backend.enqueue_batch_fast(items) == 1_200
+    stored = await backend.list_jobs(JobFilter(actor="a", limit=None))
+    by_n = {row.payload["n"]: row.id for row in stored}
+    assert [by_n[0], by_n[400], by_n[800]] == own
+    minted = [by_n[n] for n in range(1_200) if n % 400]
+    assert all(a < b for a, b in itertools.pairwise(minted))
+    assert {job_id.version for job_id in minted} == {7}
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ dedicated connection holding the maintenance leader's session advisory lock.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -61,7 +62,7 @@ from taskq_core.constants import (
     wake_channel,
 )
 from taskq_core.errors import TaskqError
-from taskq_core.ids import uuid7, uuid7_batch
+from taskq_core.ids import uuid7, uuid7_batch_ints
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
@@ -264,17 +265,6 @@ def _check(args: EnqueueArgs) -> UUID:
     return args.job_id or uuid7()
 
 
-def _batch_ids(args_list: Sequence[EnqueueArgs]) -> list[UUID]:
-    """Validate every item; each item's job id, the missing ones minted in one bulk call."""
-    missing = 0
-    for args in args_list:
-        _validate(args)
-        if args.job_id is None:
-            missing += 1
-    fresh = iter(uuid7_batch(missing))
-    return [next(fresh) if args.job_id is None else args.job_id for args in args_list]
-
-
 def _is_delayed(args: EnqueueArgs) -> bool:
     return args.delay is not None and args.delay > timedelta(0)
 
@@ -353,9 +343,11 @@ class _CopyBatch:
 
     Each slice is validated, given its ids, serialized and encoded while the server inserts
     the slice before it (two cores at work, not one after the other); for ``enqueue_batch``
-    the JobRows of the slice just sent are built in the same gap. An invalid item ends the
-    stream early (with a well-formed trailer) and is raised once the COPY returns, inside
-    its transaction, so the whole batch rolls back: a batch commits entirely or not at all.
+    the JobRows are built in the same pass. Items are encoded one by one as they are read, so
+    nothing per item outlives its row unless the rows are asked for (no work for the garbage
+    collector). An invalid item ends the stream early (with a well-formed trailer) and is
+    raised once the COPY returns, inside its transaction, so the whole batch rolls back: a
+    batch commits entirely or not at all.
     """
 
     args_list: Sequence[EnqueueArgs]
@@ -368,27 +360,38 @@ class _CopyBatch:
         count = len(self.args_list)
         least, most = _COPY_SLICE_ROWS
         step = min(most, max(least, -(-count // 4)))
+        items = iter(self.args_list)  # a client's batch builds each item here
         data = bulk.HEADER
         for start in range(0, count, step):
             try:
-                args = self.args_list[start : start + step]  # a client's batch builds here
-                ids = _batch_ids(args)
-                payloads = [bulk.jsonb_field(item.payload) for item in args]
-                metadatas = [bulk.jsonb_field(item.metadata) for item in args]
+                size = min(step, count - start)
+                data += self._encode(encoder, itertools.islice(items, size), size, now)
             except Exception as exc:  # raised by _copy_in, after the COPY, to roll it back
                 self.error = exc
                 break
-            self.wake = self.wake or not all(_is_delayed(item) for item in args)
-            data += encoder.rows(args, ids, payloads, metadatas)
             if start + step < count:
                 yield data
                 data = b""
-            if self.rows is not None:
-                self.rows.extend(
-                    _inserted_row(*row, now)
-                    for row in zip(args, ids, payloads, metadatas, strict=True)
-                )
         yield data + bulk.TRAILER
+
+    def _encode(
+        self, encoder: bulk.RowEncoder, items: Iterable[EnqueueArgs], size: int, now: datetime
+    ) -> bytes:
+        """The rows of a slice of ``size`` items; appends their JobRows when asked for."""
+        parts: list[bytes] = []
+        rows = self.rows
+        fresh = iter(uuid7_batch_ints(size))  # an item with its own id leaves one unused
+        for args in items:
+            _validate(args)
+            job_id = next(fresh) if args.job_id is None else args.job_id.int
+            payload = bulk.jsonb_field(args.payload)
+            metadata = bulk.jsonb_field(args.metadata)
+            parts.append(encoder.row(args, job_id, payload, metadata))
+            if not self.wake and not _is_delayed(args):
+                self.wake = True
+            if rows is not None:
+                rows.append(_inserted_row(args, UUID(int=job_id), payload, metadata, now))
+        return b"".join(parts)
 
 
 class PostgresBackend:

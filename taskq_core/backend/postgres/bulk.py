@@ -3,8 +3,8 @@
 asyncpg's ``copy_records_to_table`` runs every value of every row through its codecs (a UUID,
 three timestamps, two JSON documents and a dozen more columns per job). A bulk enqueue repeats
 the same actor, queue, times and options row after row, so this encoder turns each distinct
-value into its wire bytes once per batch, and a row is one join of cached pieces plus its own
-id and JSON. The bytes depend on no connection codec: TaskQ's connections and a caller's take
+set of them into wire bytes once per batch, and a row is its own id and JSON plus that cached
+piece. The bytes depend on no connection codec: TaskQ's connections and a caller's take
 the same path.
 
 Binary COPY format (PostgreSQL docs, "COPY", "Binary Format"): an 11-byte signature, a flags
@@ -15,20 +15,22 @@ word and a header-extension length; per row a 16-bit field count, then per field
 from __future__ import annotations
 
 import json
+import operator
 import struct
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
 
 from taskq_core.backend.protocol import EnqueueArgs
 
-# The columns a bulk enqueue writes, in row order; every other column takes its default.
+# The columns a bulk enqueue writes, in row order: first the values of each row's own, then
+# those a row shares with the other items of its batch that have the same options (encoded
+# once, see RowEncoder). Every other column takes its default.
 COLUMNS = (
     "id",
+    "payload",
+    "metadata",
     "actor",
     "queue",
-    "payload",
     "status",
     "scheduled_at",
     "priority",
@@ -40,7 +42,6 @@ COLUMNS = (
     "retry_kind",
     "max_attempts",
     "result_ttl",
-    "metadata",
     "trace_id",
     "span_id",
 )
@@ -52,7 +53,7 @@ _NULL = b"\xff\xff\xff\xff"
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
-_UUID_LENGTH = struct.pack(">i", 16)
+_ROW_HEAD = _FIELD_COUNT + struct.pack(">i", 16)  # the field count, then the id's length
 _pack_length = struct.Struct(">i").pack
 _pack_int4 = struct.Struct(">ii").pack
 _pack_int8 = struct.Struct(">iq").pack
@@ -91,102 +92,91 @@ def _text(value: str) -> bytes:
     return _pack_length(len(data)) + data
 
 
+def _optional_text(value: str | None) -> bytes:
+    return _NULL if value is None else _text(value)
+
+
 def _interval(value: timedelta) -> bytes:
     # As asyncpg sends a timedelta: days stay days (never folded into the time part).
     return _pack_interval(16, value.seconds * 1_000_000 + value.microseconds, value.days, 0)
 
 
-class RowEncoder:
-    """Encodes a batch's rows slice by slice; every time is ``now`` (the DB clock) + an offset.
+# The EnqueueArgs fields of a row's shared columns, in column order: the key of its encoding.
+_shared_fields = operator.attrgetter(
+    "actor",
+    "queue",
+    "delay",
+    "priority",
+    "identity_key",
+    "fairness_key",
+    "schedule_to_close",
+    "retry_kind",
+    "max_attempts",
+    "result_ttl",
+    "trace_id",
+    "span_id",
+)
 
-    Each distinct text, number and time offset is encoded once per batch (a bulk enqueue
-    mostly repeats them), and the cache lives as long as the encoder, across slices.
+
+class RowEncoder:
+    """Encodes a batch's rows; every time is ``now`` (the DB clock) + an offset.
+
+    A row is its id, its two JSON fields and the encoding of its shared columns, looked up by
+    their values: the items of a bulk enqueue mostly share them all, so that part is encoded
+    once per batch. The cache lives as long as the encoder.
     """
 
     def __init__(self, now: datetime) -> None:
         self._now_us = (now - _PG_EPOCH) // _MICROSECOND
         self._now_field = _pack_int8(8, self._now_us)
-        self._texts: dict[str, bytes] = {}
-        self._ints: dict[int, bytes] = {}
-        # delay -> (status, scheduled_at); deadline -> schedule_to_close; ttl -> result_ttl
-        self._starts: dict[timedelta | None, bytes] = {None: _text("pending") + self._now_field}
-        self._deadlines: dict[timedelta | None, bytes] = {None: _NULL}
-        self._ttls: dict[timedelta | None, bytes] = {None: _NULL}
+        self._shared: dict[tuple[Any, ...], bytes] = {}
 
-    def _text(self, value: str | None) -> bytes:
-        if value is None:
-            return _NULL
-        piece = self._texts.get(value)
-        if piece is None:
-            piece = self._texts[value] = _text(value)
-        return piece
+    def row(self, args: EnqueueArgs, job_id: int, payload: bytes, metadata: bytes) -> bytes:
+        """One COPY row (``job_id``: the UUID as an int; ``payload``, ``metadata``: fields)."""
+        key = _shared_fields(args)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = self._encode_shared(*key)
+        return b"".join((_ROW_HEAD, job_id.to_bytes(16, "big"), payload, metadata, shared))
 
-    def _int4(self, value: int) -> bytes:
-        piece = self._ints.get(value)
-        if piece is None:
-            piece = self._ints[value] = _pack_int4(4, value)
-        return piece
-
-    def _start(self, delay: timedelta | None) -> bytes:
-        piece = self._starts.get(delay)
-        if piece is None:
-            assert delay is not None
-            piece = self._starts[delay] = (
-                _text("scheduled") + _pack_int8(8, self._now_us + delay // _MICROSECOND)
-                if delay > _ZERO
-                else self._starts[None]
-            )
-        return piece
-
-    def _deadline(self, offset: timedelta | None) -> bytes:
-        piece = self._deadlines.get(offset)
-        if piece is None:
-            assert offset is not None
-            piece = self._deadlines[offset] = _pack_int8(8, self._now_us + offset // _MICROSECOND)
-        return piece
-
-    def _ttl(self, ttl: timedelta | None) -> bytes:
-        piece = self._ttls.get(ttl)
-        if piece is None:
-            assert ttl is not None
-            piece = self._ttls[ttl] = _interval(ttl)
-        return piece
-
-    def rows(
+    def _encode_shared(
         self,
-        args_list: Sequence[EnqueueArgs],
-        ids: Sequence[UUID],
-        payloads: Sequence[bytes],
-        metadatas: Sequence[bytes],
+        actor: str,
+        queue: str,
+        delay: timedelta | None,
+        priority: int,
+        identity_key: str | None,
+        fairness_key: str | None,
+        schedule_to_close: timedelta | None,
+        retry_kind: str,
+        max_attempts: int,
+        result_ttl: timedelta | None,
+        trace_id: str | None,
+        span_id: str | None,
     ) -> bytes:
-        """The COPY rows of one slice (``payloads``, ``metadatas``: ``jsonb_field``s)."""
-        text, int4, now_field = self._text, self._int4, self._now_field
-        parts: list[bytes] = []
-        extend = parts.extend
-        for args, job_id, payload, metadata in zip(
-            args_list, ids, payloads, metadatas, strict=True
-        ):
-            extend(
-                (
-                    _FIELD_COUNT,
-                    _UUID_LENGTH,
-                    job_id.bytes,
-                    text(args.actor),
-                    text(args.queue),
-                    payload,
-                    self._start(args.delay),  # status and scheduled_at
-                    int4(args.priority),
-                    now_field,  # created_at
-                    now_field,  # updated_at
-                    text(args.identity_key),
-                    text(args.fairness_key),
-                    self._deadline(args.schedule_to_close),
-                    text(args.retry_kind),
-                    int4(args.max_attempts),
-                    self._ttl(args.result_ttl),
-                    metadata,
-                    text(args.trace_id),
-                    text(args.span_id),
-                )
+        delayed = delay is not None and delay > _ZERO
+        return b"".join(
+            (
+                _text(actor),
+                _text(queue),
+                _text("scheduled" if delayed else "pending"),
+                self._time(delay if delayed else None),  # scheduled_at
+                _pack_int4(4, priority),
+                self._now_field,  # created_at
+                self._now_field,  # updated_at
+                _optional_text(identity_key),
+                _optional_text(fairness_key),
+                _NULL if schedule_to_close is None else self._time(schedule_to_close),
+                _text(retry_kind),
+                _pack_int4(4, max_attempts),
+                _NULL if result_ttl is None else _interval(result_ttl),
+                _optional_text(trace_id),
+                _optional_text(span_id),
             )
-        return b"".join(parts)
+        )
+
+    def _time(self, offset: timedelta | None) -> bytes:
+        """A timestamptz field: ``now`` plus ``offset``."""
+        if offset is None:
+            return self._now_field
+        return _pack_int8(8, self._now_us + offset // _MICROSECOND)
