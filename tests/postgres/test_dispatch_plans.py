@@ -1,4 +1,4 @@
-"""The dispatch statement stays index-backed on a big backlog, in the generic plan the worker
+"""The dispatch statements stay index-backed on a big backlog, in the generic plan the worker
 pool uses: no sequential scan of jobs, whatever caps and queue modes are configured."""
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ def _seq_scans(plan: dict[str, Any]) -> list[str]:
 
 
 async def _generic_plan_scans(
-    conn: asyncpg.Connection, schema: str, queues: list[str]
+    conn: asyncpg.Connection, schema: str, queues: list[str], statement: str
 ) -> list[str]:
     await conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
     await conn.execute(
-        f"PREPARE dispatch(text[], int, uuid, interval, int) AS {render('dispatch_batch', schema)}"
+        f"PREPARE dispatch(text[], int, uuid, interval, int) AS {render(statement, schema)}"
     )
     scans: list[str] = []
     for _ in range(6):
@@ -65,8 +65,9 @@ async def test_dispatch_never_scans_the_backlog(pg: PgTarget) -> None:
     conn = await asyncpg.connect(pg.dsn)
     try:
         await conn.execute(f"VACUUM ANALYZE {pg.schema}.jobs")
-        for queues in (["default"], ["rr"], ["default", "rr"]):
-            scans = await _generic_plan_scans(conn, pg.schema, queues)
-            assert "jobs" not in scans, f"sequential scan of jobs dispatching {queues}"
+        for statement in ("dispatch_batch", "dispatch_plain"):
+            for queues in (["default"], ["rr"], ["default", "rr"]):
+                scans = await _generic_plan_scans(conn, pg.schema, queues, statement)
+                assert "jobs" not in scans, f"sequential scan of jobs: {statement} {queues}"
     finally:
         await conn.close()

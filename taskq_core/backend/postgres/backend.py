@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
@@ -336,6 +337,9 @@ def _filter_args(filter: JobFilter) -> tuple[Any, ...]:
 # overlaps its encoding with the server's inserts), of 250 to 1,000 rows.
 _COPY_SLICE_ROWS = (250, 1000)
 
+# How long dispatch skips `dispatch_plain` once it found caps or round_robin queues.
+_PLAIN_RETRY_SECONDS = 5.0
+
 
 @dataclass(slots=True)
 class _CopyBatch:
@@ -408,11 +412,13 @@ class PostgresBackend:
         *,
         dispatch_oversample: int = 2,
         notify_health_check_interval: float = 5.0,
+        plain_dispatch: bool = True,
     ) -> None:
         """Wrap an open pool whose connections ran ``_init_connection``; prefer ``connect``.
 
         ``dsn`` must be a real libpq DSN (not ``embedded``): the LISTEN and leader
-        connections open it directly.
+        connections open it directly. ``plain_dispatch=False`` always claims through the
+        general statement (the tests run both).
         """
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
@@ -421,6 +427,8 @@ class PostgresBackend:
         self._dsn = dsn
         self._queries = SchemaQueries(schema)
         self._oversample = dispatch_oversample
+        self._plain_dispatch = plain_dispatch
+        self._plain_retry_at = 0.0  # monotonic time from which dispatch_plain is tried again
         self._wake_channel = wake_channel(schema)
         self._events_channel = events_channel(schema)
         self._leader_key = leader_lock_key(schema)
@@ -444,6 +452,7 @@ class PostgresBackend:
         max_size: int = 10,
         dispatch_oversample: int = 2,
         notify_health_check_interval: float = 5.0,
+        plain_dispatch: bool = True,
     ) -> PostgresBackend:
         """Open a pool on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
 
@@ -477,6 +486,7 @@ class PostgresBackend:
             schema,
             dispatch_oversample=dispatch_oversample,
             notify_health_check_interval=notify_health_check_interval,
+            plain_dispatch=plain_dispatch,
         )
 
     async def _one(self, query: str, *args: Any) -> asyncpg.Record:
@@ -611,17 +621,23 @@ class PostgresBackend:
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
-        """Claim up to ``limit`` due pending jobs in one statement (see ``sql/dispatch.sql``)."""
+        """Claim up to ``limit`` due pending jobs in one statement (see ``sql/dispatch.sql``).
+
+        The lighter ``dispatch_plain`` runs first while no cap or round_robin queue is
+        configured; when it finds that it does not apply, ``dispatch_batch`` runs instead,
+        and alone for the next few seconds.
+        """
         if limit <= 0 or not queues:
             return []
-        records = await self._pool.fetch(
-            self._queries["dispatch_batch"],
-            list(queues),
-            limit,
-            worker_id,
-            lock_lease,
-            self._oversample,
-        )
+        args = (list(queues), limit, worker_id, lock_lease, self._oversample)
+        if self._plain_dispatch and time.monotonic() >= self._plain_retry_at:
+            records = await self._pool.fetch(self._queries["dispatch_plain"], *args)
+            if records[0]["plain"]:
+                return [_job(record) for record in records if record["id"] is not None]
+            # Caps or round_robin queues are configured: the general statement, for a while
+            # (which statement runs first is all this decides; each reads the config itself).
+            self._plain_retry_at = time.monotonic() + _PLAIN_RETRY_SECONDS
+        records = await self._pool.fetch(self._queries["dispatch_batch"], *args)
         return [_job(record) for record in records]
 
     async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
