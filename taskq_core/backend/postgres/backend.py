@@ -266,12 +266,12 @@ def _check(args: EnqueueArgs) -> UUID:
     return args.job_id or uuid7()
 
 
-def _is_delayed(args: EnqueueArgs) -> bool:
-    return args.delay is not None and args.delay > timedelta(0)
-
-
-_STATUS_ON_ENQUEUE = {False: JobStatus.PENDING, True: JobStatus.SCHEDULED}
 _ZERO = timedelta(0)
+_STATUS_ON_ENQUEUE = {False: JobStatus.PENDING, True: JobStatus.SCHEDULED}
+
+
+def _is_delayed(args: EnqueueArgs) -> bool:
+    return args.delay is not None and args.delay > _ZERO
 
 
 def _inserted_row(
@@ -279,7 +279,7 @@ def _inserted_row(
 ) -> JobRow:
     """The row a bulk-enqueued item became: the item, the batch's clock reading, defaults."""
     delay = args.delay
-    delayed = delay is not None and delay > _ZERO
+    delayed = _is_delayed(args)
     deadline = args.schedule_to_close
     # Every JobRow field in declaration order (see protocol.JobRow).
     return from_values(
