@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
-import asyncpg
 import typer
 
 from taskq_cli.options import load_settings, run_async
 from taskq_core.backend.protocol import Backend
-from taskq_core.errors import DatabaseUnavailableError, MigrationError
+from taskq_core.errors import DatabaseUnavailableError, SchemaNotMigratedError
 from taskq_core.settings import TaskqSettings
 
 T = TypeVar("T")
@@ -37,12 +36,12 @@ async def open_backend(settings: TaskqSettings) -> AsyncIterator[Backend]:
     )
     try:
         yield backend
-    except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError) as exc:
-        raise MigrationError(
+    except SchemaNotMigratedError as exc:
+        raise SchemaNotMigratedError(
             f"schema {settings.schema_name!r} on {describe_dsn(settings.pooled_dsn)} is not "
-            f"migrated ({exc}); run 'taskq migrate up'"
+            f"migrated; run 'taskq migrate up'"
         ) from exc
-    except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError) as exc:
+    except DatabaseUnavailableError as exc:
         raise DatabaseUnavailableError(
             f"lost the connection to PostgreSQL at {describe_dsn(settings.pooled_dsn)} ({exc})"
         ) from exc

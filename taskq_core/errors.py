@@ -16,11 +16,21 @@ class InvalidIdentifierError(ConfigError):
 
 
 class DatabaseUnavailableError(TaskqError):
-    """PostgreSQL could not be reached or refused the connection."""
+    """The database is away: it could not be reached, refused the connection, is restarting
+    or shutting down, or dropped the connection mid-statement. Retrying later succeeds."""
+
+
+class TransientDatabaseError(TaskqError):
+    """A statement failed in a way that retrying fixes (deadlock, serialization failure,
+    statement timeout) while the database itself is up."""
 
 
 class MigrationError(TaskqError):
     """A migration failed to apply, or the schema is not migrated."""
+
+
+class SchemaNotMigratedError(MigrationError):
+    """The schema or its tables do not exist: ``taskq migrate up`` has not run."""
 
 
 class JobNotFoundError(TaskqError):
@@ -45,3 +55,8 @@ class WorkerOwnershipMismatchError(TaskqError):
 
 class ActorConfigDriftError(TaskqError):
     """A structural actor_config field (queue, metadata) differs from the code."""
+
+
+# What every long-lived loop shrugs off: back off and try again (the backend raises only these
+# for database trouble; nothing above it sees a driver's own exceptions).
+TRANSIENT_ERRORS: tuple[type[TaskqError], ...] = (DatabaseUnavailableError, TransientDatabaseError)

@@ -15,8 +15,6 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 from uuid import UUID
 
-import asyncpg
-
 from taskq_core.backend.protocol import (
     AttemptRow,
     Backend,
@@ -28,7 +26,7 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerRow,
 )
-from taskq_core.errors import DatabaseUnavailableError
+from taskq_core.errors import TRANSIENT_ERRORS
 from taskq_core.statemachine import JobStatus, parse_status
 
 WorkerState = Literal["running", "stale", "stopped"]
@@ -40,15 +38,7 @@ _STATE_ORDER: dict[WorkerState, int] = {"running": 0, "stale": 1, "stopped": 2}
 
 # Failures that mean "the database cannot be reached right now" rather than a bug: the app
 # says so in its banner and keeps retrying.
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    DatabaseUnavailableError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
 
 
 @dataclass(frozen=True)
@@ -310,7 +300,5 @@ def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:
         return True, f"no answer within {timeout:g}s"
     text = " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, CONNECTION_ERRORS):
-        if isinstance(error, OSError) and error.strerror:
-            text = error.strerror
         return True, text
     return False, f"{type(error).__name__}: {text}"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq_core.backend.protocol import Backend, Success
-from taskq_core.worker.transient import TRANSIENT_PG_ERRORS
+from taskq_core.worker.transient import TRANSIENT_ERRORS
 
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 
@@ -93,7 +93,7 @@ class Completer:
                 if lost:
                     self.log.warning("completions_not_owned", count=lost)
                 return FlushResult(len(batch), len(written))
-            except TRANSIENT_PG_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 if delay is None:
                     break
                 self.log.warning("completion_flush_retry", error=repr(exc), size=len(batch))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from taskq_core.constants import EXIT_IDLE_FAILURES, EXIT_IDLE_MAX_RUNTIME, EXIT_OK
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import wait_or_shutdown
-from taskq_core.worker.transient import TRANSIENT_PG_ERRORS
+from taskq_core.worker.transient import TRANSIENT_ERRORS
 
 
 class DrainMonitor:
@@ -48,7 +48,7 @@ class DrainMonitor:
         while not deps.shutdown_event.is_set() and deps.shutdown_phase == 0:
             try:
                 code = await self.run_once()
-            except TRANSIENT_PG_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 deps.log.warning("drain_check_failed", error=repr(exc))
                 code = None
             if code is not None:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
 ISOLATION_RETRY_DELAY = timedelta(seconds=5)
@@ -68,7 +68,7 @@ class HeartbeatLoop:
                     else:
                         await self.poll_cancels()
                     self._guard.succeeded()
-                except TRANSIENT_PG_ERRORS as exc:
+                except TRANSIENT_ERRORS as exc:
                     self.failures += 1
                     deps.log.warning("heartbeat_failed", error=repr(exc), consecutive=self.failures)
                     if self.failures > deps.settings.max_heartbeat_failures:

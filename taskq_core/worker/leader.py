@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
 STRANDED_CHECK_INTERVAL = 60.0
@@ -49,7 +49,7 @@ class LeaderElection:
                 try:
                     await self.run_once()
                     self._guard.succeeded()
-                except TRANSIENT_PG_ERRORS as exc:
+                except TRANSIENT_ERRORS as exc:
                     deps.is_leader.clear()
                     deps.log.warning("leader_election_failed", error=repr(exc))
                 except Exception as exc:
@@ -76,7 +76,7 @@ async def run_gated(
             try:
                 await step()
                 guard.succeeded()
-            except TRANSIENT_PG_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 deps.log.warning("maintenance_failed", loop=name, error=repr(exc))
             except Exception as exc:
                 guard.failed(exc)

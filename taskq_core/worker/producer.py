@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from taskq_core.obs.metrics import instruments, sdk_installed
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.transient import TRANSIENT_PG_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
 
@@ -76,7 +76,7 @@ class ProducerLoop:
                     tick = await self.run_once()
                     full_batch = tick.requested > 0 and tick.claimed == tick.requested
                     self._guard.succeeded()
-                except TRANSIENT_PG_ERRORS as exc:
+                except TRANSIENT_ERRORS as exc:
                     deps.log.warning("producer_dispatch_failed", error=repr(exc))
                 except Exception as exc:
                     self._guard.failed(exc)

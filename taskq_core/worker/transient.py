@@ -1,31 +1,107 @@
-"""Which database errors a long-lived loop should shrug off, and a guard for everything else.
+"""How a long-lived loop meets database trouble: the outage record, its backoff, and a guard.
 
-TRANSIENT_PG_ERRORS is the single definition of 'PostgreSQL is having a moment: log, retry
-next tick'. Anything else goes through UnexpectedErrorGuard: tolerated with a loud record,
-but re-raised after ``max_consecutive`` unexpected errors in a row, so a permanent fault
-kills the worker instead of leaving a zombie that ticks but does no work.
+The backend raises only TaskQ's own errors for database trouble (``errors.TRANSIENT_ERRORS``:
+the database is away, or a statement asked to be retried). Every loop of a worker reports
+each database call to one shared ``DatabaseOutage``: the first failure of an outage logs
+``database_unavailable`` once, the first success after it logs ``database_available`` with
+how long it lasted, and ``/ready`` answers 503 in between. Each loop waits between attempts
+with its own ``Backoff`` (bounded, jittered), cut short as soon as any loop sees the database
+again. Anything else goes through UnexpectedErrorGuard: tolerated with a loud record, but
+re-raised after ``max_consecutive`` unexpected errors in a row, so a permanent fault kills
+the worker instead of leaving a zombie that ticks but does no work.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 from typing import Any
 
-import asyncpg
+from taskq_core.clock import Clock
+from taskq_core.errors import TRANSIENT_ERRORS, DatabaseUnavailableError
 
-TRANSIENT_PG_ERRORS: tuple[type[BaseException], ...] = (
-    TimeoutError,
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.QueryCanceledError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.DeadlockDetectedError,
-    asyncpg.SerializationError,
-    asyncpg.IdleSessionTimeoutError,
-    asyncpg.IdleInTransactionSessionTimeoutError,
-)
+__all__ = ["TRANSIENT_ERRORS", "Backoff", "DatabaseOutage", "UnexpectedErrorGuard"]
+
+
+class Backoff:
+    """Delays between retries: ``initial`` doubling up to ``maximum``, each jittered +-20%."""
+
+    def __init__(
+        self,
+        initial: float = 0.1,
+        maximum: float = 5.0,
+        *,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.jitter = jitter
+        self._rng = rng or random.Random()
+        self._next = initial
+
+    def next(self) -> float:
+        """The delay before the next attempt (and double it for the one after)."""
+        base = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return base * self._rng.uniform(1 - self.jitter, 1 + self.jitter)
+
+    def reset(self) -> None:
+        """The last attempt succeeded: start from ``initial`` again."""
+        self._next = self.initial
+
+
+class DatabaseOutage:
+    """Whether the database is away, as every loop of one worker has seen it."""
+
+    def __init__(self, clock: Clock, log: Any) -> None:
+        self._clock = clock
+        self._log = log
+        self.started_at: float | None = None  # monotonic time of the first failure
+        self.failures = 0
+        self.outages = 0
+        self.available = asyncio.Event()  # set while the database answers
+        self.available.set()
+        self.last_error: str | None = None
+
+    @property
+    def ongoing(self) -> bool:
+        """True from the first failure of an outage until the next success."""
+        return self.started_at is not None
+
+    def seconds(self) -> float:
+        """How long the current outage has lasted (0 when there is none)."""
+        if self.started_at is None:
+            return 0.0
+        return self._clock.monotonic() - self.started_at
+
+    def failed(self, loop: str, exc: BaseException) -> None:
+        """A database call of ``loop`` failed with a transient error."""
+        self.last_error = str(exc) or type(exc).__name__
+        if not isinstance(exc, DatabaseUnavailableError):
+            # The database answered: a lost race or a statement timeout, not an outage.
+            self._log.warning("database_call_retried", loop=loop, error=self.last_error)
+            return
+        self.failures += 1
+        if self.started_at is None:
+            self.started_at = self._clock.monotonic()
+            self.outages += 1
+            self.available.clear()
+            self._log.warning("database_unavailable", loop=loop, error=self.last_error)
+        else:
+            self._log.debug("database_still_unavailable", loop=loop, error=self.last_error)
+
+    def succeeded(self) -> None:
+        """A database call succeeded: an outage, if one was under way, is over."""
+        if self.started_at is None:
+            return
+        lasted = self._clock.monotonic() - self.started_at
+        self._log.info(
+            "database_available", outage_seconds=round(lasted, 3), failed_calls=self.failures
+        )
+        self.started_at = None
+        self.failures = 0
+        self.available.set()
 
 
 class UnexpectedErrorGuard:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID
 
-import asyncpg
 import pytest
 
 from taskq_cli.tui.formatting import Palette, short_id, sparkline
@@ -16,7 +15,7 @@ from taskq_cli.tui.source import (
     JobsFilter,
     describe_failure,
 )
-from taskq_core.errors import DatabaseUnavailableError
+from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError
 from taskq_core.statemachine import JobStatus
 from tests.tui.conftest import Dashboard
 
@@ -147,11 +146,13 @@ async def test_job_detail_has_attempts_and_events(dashboard: Dashboard) -> None:
     ("error", "expected"),
     [
         (TimeoutError(), (True, "no answer within 5s")),
-        (ConnectionRefusedError(111, "Connection refused"), (True, "Connection refused")),
         (DatabaseUnavailableError("cannot connect to PostgreSQL at h:5432"),
          (True, "cannot connect to PostgreSQL at h:5432")),
-        (asyncpg.ConnectionDoesNotExistError("connection was closed\n in the middle"),
-         (True, "connection was closed in the middle")),
+        (DatabaseUnavailableError("PostgreSQL is unavailable (connection was closed\n in the "
+                                  "middle)"),
+         (True, "PostgreSQL is unavailable (connection was closed in the middle)")),
+        (TransientDatabaseError("PostgreSQL asked for a retry (deadlock detected)"),
+         (True, "PostgreSQL asked for a retry (deadlock detected)")),
         (ValueError("bad"), (False, "ValueError: bad")),
     ],
 )  # fmt: skip

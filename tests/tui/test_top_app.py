@@ -16,6 +16,7 @@ from taskq_cli.tui.source import BackendSource, JobsFilter, Snapshot
 from taskq_cli.tui.widgets.confirm import ConfirmScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.workers_table import LEADER_MARK
+from taskq_core.errors import DatabaseUnavailableError
 from taskq_core.statemachine import JobStatus
 from tests.tui.conftest import SIZE, Dashboard, settle, top_app
 
@@ -436,17 +437,17 @@ async def test_an_unreachable_database_shows_a_notice_keeps_the_data_and_recover
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert not app.banner.has_class("-visible")
-        source.down = ConnectionRefusedError(111, "Connection refused")
+        source.down = DatabaseUnavailableError("connection refused")
         await pilot.press("ctrl+r")
         await settle(pilot)
         assert app.banner.has_class("-visible") and app.banner.display
         assert app.banner.notice == (
-            "database unreachable: Connection refused (retrying; showing data from 00:21:20 UTC)"
+            "database unreachable: connection refused (retrying; showing data from 00:21:20 UTC)"
         )
         assert app.queues_table.row_count == 4 and app.jobs_pane.table.row_count == 4
         assert app.is_running
         errors = [n for n in app._notifications if n.severity == "error"]
-        assert [n.message for n in errors] == ["database unreachable: Connection refused"]
+        assert [n.message for n in errors] == ["database unreachable: connection refused"]
 
         await pilot.press("ctrl+r")  # still down: the notice stays, no second toast
         await settle(pilot)

@@ -13,6 +13,7 @@ import pytest
 from taskq_core.actors import actor
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.protocol import EnqueueArgs, HeartbeatResult
+from taskq_core.errors import DatabaseUnavailableError
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.runtime import Worker
@@ -29,7 +30,7 @@ class HeartbeatOutage(InMemoryBackend):
     async def heartbeat(
         self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
     ) -> HeartbeatResult:
-        raise OSError("connection reset")
+        raise DatabaseUnavailableError("PostgreSQL is unavailable (connection reset)")
 
 
 async def test_lost_heartbeats_isolate_the_worker_and_hand_its_jobs_back(

@@ -62,12 +62,12 @@ from taskq_core.constants import (
     validate_identifier,
     wake_channel,
 )
-from taskq_core.errors import TaskqError
 from taskq_core.ids import uuid7, uuid7_batch_ints
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, connection
+from .errors import is_database_trouble, translate_errors
 from .notify import NotifyListener
 from .queries import SchemaQueries
 
@@ -89,17 +89,9 @@ _TEXT_JSON_INDEXES = tuple(
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
 _ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
-# What the leader connection may throw when the database or the network goes away.
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CannotConnectNowError,
-    TaskqError,
-)
-_LEADER_QUERY_TIMEOUT = 10.0
+# Statements on the LISTEN and leader connections end within this when no command timeout is
+# set: a hung connection must not hold leadership or the wake-ups hostage.
+_DIRECT_QUERY_TIMEOUT = 10.0
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -398,8 +390,14 @@ class _CopyBatch:
         return b"".join(parts)
 
 
+@translate_errors
 class PostgresBackend:
-    """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``."""
+    """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
+
+    Every public coroutine raises TaskQ's errors for database trouble, never asyncpg's
+    (``errors.translate_errors``): DatabaseUnavailableError, TransientDatabaseError,
+    SchemaNotMigratedError.
+    """
 
     BACKEND_PROTOCOL_VERSION: ClassVar[int] = _IMPLEMENTED_PROTOCOL_VERSION
     supports_transactional_simulation: ClassVar[bool] = False
@@ -410,21 +408,30 @@ class PostgresBackend:
         dsn: str,
         schema: str,
         *,
+        dispatch_pool: asyncpg.Pool | None = None,
+        heartbeat_pool: asyncpg.Pool | None = None,
+        command_timeout: float | None = None,
         dispatch_oversample: int = 2,
         notify_health_check_interval: float = 5.0,
+        notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
     ) -> None:
-        """Wrap an open pool whose connections ran ``_init_connection``; prefer ``connect``.
+        """Wrap open pools whose connections ran ``_init_connection``; prefer ``connect``.
 
         ``dsn`` must be a real libpq DSN (not ``embedded``): the LISTEN and leader
-        connections open it directly. ``plain_dispatch=False`` always claims through the
-        general statement (the tests run both).
+        connections open it directly. Dispatch runs on ``dispatch_pool`` and the heartbeat on
+        ``heartbeat_pool`` when given, so neither waits behind the other's traffic (or behind
+        settle writes); everything else uses ``pool``. ``plain_dispatch=False`` always claims
+        through the general statement (the tests run both).
         """
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
         self.schema = validate_identifier(schema)
         self._pool = pool
+        self._dispatch_pool = dispatch_pool or pool
+        self._heartbeat_pool = heartbeat_pool or pool
         self._dsn = dsn
+        self._command_timeout = command_timeout
         self._queries = SchemaQueries(schema)
         self._oversample = dispatch_oversample
         self._plain_dispatch = plain_dispatch
@@ -440,6 +447,7 @@ class PostgresBackend:
             lambda: self._open_direct_connection(f"taskq_listen_{schema}"),
             schema,
             health_check_interval=notify_health_check_interval,
+            initial_backoff=notify_reconnect_backoff,
         )
 
     @classmethod
@@ -450,25 +458,33 @@ class PostgresBackend:
         *,
         min_size: int = 1,
         max_size: int = 10,
+        dispatch_pool_size: int | None = None,
+        heartbeat_pool_size: int | None = None,
+        command_timeout: float | None = None,
+        max_inactive_lifetime: float = 300.0,
         dispatch_oversample: int = 2,
         notify_health_check_interval: float = 5.0,
+        notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
     ) -> PostgresBackend:
-        """Open a pool on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
+        """Open pools on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
 
-        Connection failures raise one-line DatabaseUnavailableError / ConfigError.
+        One pool of ``min_size``..``max_size`` connections, plus a dispatch and a heartbeat
+        pool of their own when their sizes are given (a worker gives them). Statements
+        that take longer than ``command_timeout`` seconds are cancelled and raise
+        DatabaseUnavailableError (a hung connection, a partition). Connection failures
+        raise one-line DatabaseUnavailableError / ConfigError.
         """
         validate_identifier(schema)
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
         real_dsn = connection.prepare_dsn(dsn)
-        pool = await connection.create_pool(
-            real_dsn,
-            min_size=min_size,
-            max_size=max_size,
-            init=_init_connection,
-            reset=_keep_session,
-            server_settings={
+        options: dict[str, Any] = {
+            "init": _init_connection,
+            "reset": _keep_session,
+            "command_timeout": command_timeout,
+            "max_inactive_connection_lifetime": max_inactive_lifetime,
+            "server_settings": {
                 "application_name": f"taskq_{schema}",
                 # Every statement here is prepared once per connection and shaped to suit
                 # one plan whatever its parameters; without this the planner would re-plan
@@ -478,16 +494,44 @@ class PostgresBackend:
                 # on a server with JIT on, each dispatch would spend ~100 ms compiling a
                 # statement that runs in ~1 ms. Short queue statements never gain from JIT.
                 "jit": "off",
+                **connection.SERVER_KEEPALIVES,
             },
-        )
+        }
+        opened: list[asyncpg.Pool] = []
+        try:
+            pool = await connection.create_pool(
+                real_dsn, min_size=min(min_size, max_size), max_size=max_size, **options
+            )
+            opened.append(pool)
+            pools: dict[str, asyncpg.Pool] = {}
+            sizes = {"dispatch": dispatch_pool_size, "heartbeat": heartbeat_pool_size}
+            for role, size in sizes.items():
+                if size is not None:
+                    pools[role] = await connection.create_pool(
+                        real_dsn, min_size=1, max_size=size, **options
+                    )
+                    opened.append(pools[role])
+        except BaseException:
+            for each in opened:
+                each.terminate()
+            raise
         return cls(
             pool,
             real_dsn,
             schema,
+            dispatch_pool=pools.get("dispatch"),
+            heartbeat_pool=pools.get("heartbeat"),
+            command_timeout=command_timeout,
             dispatch_oversample=dispatch_oversample,
             notify_health_check_interval=notify_health_check_interval,
+            notify_reconnect_backoff=notify_reconnect_backoff,
             plain_dispatch=plain_dispatch,
         )
+
+    def _pools(self) -> list[asyncpg.Pool]:
+        """Every distinct pool this backend owns."""
+        pools = (self._pool, self._dispatch_pool, self._heartbeat_pool)
+        return list({id(pool): pool for pool in pools}.values())
 
     async def _one(self, query: str, *args: Any) -> asyncpg.Record:
         """The single row an aggregate statement always returns."""
@@ -499,7 +543,9 @@ class PostgresBackend:
     async def _open_direct_connection(self, application_name: str) -> asyncpg.Connection:
         """A connection outside the pool (LISTEN, leader lock), named for pg_stat_activity."""
         return await connection.connect(
-            self._dsn, server_settings={"application_name": application_name}
+            self._dsn,
+            command_timeout=self._command_timeout or _DIRECT_QUERY_TIMEOUT,
+            server_settings={"application_name": application_name, **connection.SERVER_KEEPALIVES},
         )
 
     async def close(self) -> None:
@@ -511,7 +557,8 @@ class PostgresBackend:
             await self.release_leadership(self._leader_worker)
         await self._drop_leader_connection()
         await self.listener.close()
-        await self._pool.close()
+        for pool in self._pools():
+            await pool.close()
 
     # --- enqueue -----------------------------------------------------------------------------
     def _enqueue_params(self, args: EnqueueArgs) -> tuple[Any, ...]:
@@ -631,13 +678,13 @@ class PostgresBackend:
             return []
         args = (list(queues), limit, worker_id, lock_lease, self._oversample)
         if self._plain_dispatch and time.monotonic() >= self._plain_retry_at:
-            records = await self._pool.fetch(self._queries["dispatch_plain"], *args)
+            records = await self._dispatch_pool.fetch(self._queries["dispatch_plain"], *args)
             if records[0]["plain"]:
                 return [_job(record) for record in records if record["id"] is not None]
             # Caps or round_robin queues are configured: the general statement, for a while
             # (which statement runs first is all this decides; each reads the config itself).
             self._plain_retry_at = time.monotonic() + _PLAIN_RETRY_SECONDS
-        records = await self._pool.fetch(self._queries["dispatch_batch"], *args)
+        records = await self._dispatch_pool.fetch(self._queries["dispatch_batch"], *args)
         return [_job(record) for record in records]
 
     async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
@@ -655,7 +702,7 @@ class PostgresBackend:
     ) -> HeartbeatResult:
         """Worker row, job leases, reservation leases, leader row and cancel flags: one
         statement, hence one transaction."""
-        records = await self._pool.fetch(
+        records = await self._heartbeat_pool.fetch(
             self._queries["heartbeat"], worker_id, lock_lease, is_leader
         )
         flags = [
@@ -802,7 +849,7 @@ class PostgresBackend:
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         """Running jobs of this worker with a cancel requested, oldest request first."""
-        records = await self._pool.fetch(self._queries["poll_cancel_flags"], worker_id)
+        records = await self._heartbeat_pool.fetch(self._queries["poll_cancel_flags"], worker_id)
         return [
             CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
             for r in records
@@ -953,7 +1000,8 @@ class PostgresBackend:
         """Take (or keep) the leader's session advisory lock on the dedicated connection.
 
         A dead leader connection means the lock is gone: this call returns False and the
-        next one reconnects and competes again.
+        next one reconnects and competes again. When no connection can be opened at all, it
+        raises DatabaseUnavailableError (the database is away, not merely the lock).
         """
         async with self._leader_lock:
             if self._leader_worker is not None:
@@ -970,12 +1018,11 @@ class PostgresBackend:
                     self._queries["leader_try_acquire"],
                     self._leader_key,
                     worker_id,
-                    timeout=_LEADER_QUERY_TIMEOUT,
                 )
-            except _CONNECTION_ERRORS as exc:
-                _log.warning("leader_connection_failed", schema=self.schema, error=str(exc))
-                await self._drop_leader_connection()
-                return False
+            except Exception as exc:
+                if is_database_trouble(exc):
+                    await self._drop_leader_connection()
+                raise  # translated to DatabaseUnavailableError on the way out
             if granted:
                 self._leader_worker = worker_id
                 return True
@@ -986,10 +1033,10 @@ class PostgresBackend:
         try:
             if conn is None or conn.is_closed():
                 raise asyncpg.InterfaceError("the leader connection is closed")
-            await conn.execute(
-                self._queries["leader_renew"], worker_id, timeout=_LEADER_QUERY_TIMEOUT
-            )
-        except _CONNECTION_ERRORS as exc:
+            await conn.execute(self._queries["leader_renew"], worker_id)
+        except Exception as exc:
+            if not is_database_trouble(exc):
+                raise
             _log.warning(
                 "leadership_lost", schema=self.schema, worker_id=str(worker_id), error=str(exc)
             )
@@ -1012,9 +1059,10 @@ class PostgresBackend:
                         self._queries["leader_release"],
                         self._leader_key,
                         worker_id,
-                        timeout=_LEADER_QUERY_TIMEOUT,
                     )
-                except _CONNECTION_ERRORS as exc:
+                except Exception as exc:
+                    if not is_database_trouble(exc):
+                        raise
                     _log.warning("leader_release_failed", schema=self.schema, error=str(exc))
             await self._drop_leader_connection()
 
@@ -1024,7 +1072,9 @@ class PostgresBackend:
             return
         try:
             await asyncio.wait_for(conn.close(), timeout=2.0)
-        except _CONNECTION_ERRORS:
+        except Exception as exc:
+            if not is_database_trouble(exc):
+                raise
             conn.terminate()
 
     async def get_leader(self) -> LeaderRow | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -14,6 +15,19 @@ from taskq_core.errors import ConfigError, DatabaseUnavailableError
 from taskq_core.settings import validate_dsn
 
 T = TypeVar("T")
+
+# TCP keepalives on both ends, so a connection whose peer vanished (a partition, a host that
+# died without closing) is found dead within about a minute instead of hanging until the
+# kernel gives up hours later. The server's side is a per-session setting; the client's is a
+# socket option. Both are ignored on Unix sockets.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
+SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+}
+# A connection attempt that gets no answer (a partition drops the SYN) fails after this.
+CONNECT_TIMEOUT = 10.0
 
 _ZERO_SETUP_HINT = (
     "set TASKQ_PG_DSN (or --dsn), or use TASKQ_PG_DSN=embedded for a zero-setup database"
@@ -68,16 +82,52 @@ async def _guard(dsn: str, pending: Awaitable[T]) -> T:
         raise ConfigError(f"invalid DSN: {exc}") from exc
 
 
-async def connect(dsn: str, *, timeout: float = 10.0, **kwargs: Any) -> asyncpg.Connection:
-    """One connection to ``dsn`` (embedded resolved); failures become one-line errors."""
+def enable_keepalive(conn: asyncpg.Connection) -> None:
+    """Turn on client-side TCP keepalives for ``conn`` (no-op on Unix sockets).
+
+    asyncpg has no option for it, so the socket comes from the connection's transport.
+    """
+    transport = getattr(conn, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+async def connect(
+    dsn: str, *, timeout: float = CONNECT_TIMEOUT, **kwargs: Any
+) -> asyncpg.Connection:
+    """One connection to ``dsn`` (embedded resolved, keepalives on); failures become
+    one-line errors."""
     real = prepare_dsn(dsn)
-    return await _guard(dsn, asyncpg.connect(real, timeout=timeout, **kwargs))
+    conn: asyncpg.Connection = await _guard(dsn, asyncpg.connect(real, timeout=timeout, **kwargs))
+    enable_keepalive(conn)
+    return conn
 
 
 async def create_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any
 ) -> asyncpg.Pool:
-    """A pool on ``dsn`` (embedded resolved); failures become one-line errors."""
+    """A pool on ``dsn`` (embedded resolved, keepalives on every connection); failures
+    become one-line errors."""
     real = prepare_dsn(dsn)
-    pool = asyncpg.create_pool(real, min_size=min_size, max_size=max_size, **kwargs)
+    init = kwargs.pop("init", None)
+
+    async def init_connection(conn: asyncpg.Connection) -> None:
+        enable_keepalive(conn)
+        if init is not None:
+            await init(conn)
+
+    kwargs.setdefault("timeout", CONNECT_TIMEOUT)
+    pool = asyncpg.create_pool(
+        real, min_size=min_size, max_size=max_size, init=init_connection, **kwargs
+    )
     return await _guard(dsn, pool)

@@ -7,10 +7,14 @@ the supervisor task, which from then on alternates between *healthy* and *reconn
 
 - healthy: every ``health_check_interval`` seconds it runs a probe query on the connection;
   asyncpg's termination callback short-circuits the wait when the server drops the session.
-- reconnecting: the connection is discarded and reopened with bounded exponential backoff
-  (``initial_backoff`` doubling up to ``max_backoff``). Notifications sent while disconnected
-  are lost, so after a reconnect every subscriber's event is set once: each consumer polls
-  the database one extra time and finds whatever arrived meanwhile.
+- reconnecting: the connection is discarded and reopened with bounded, jittered exponential
+  backoff (``initial_backoff`` doubling up to ``max_backoff``). Notifications sent while
+  disconnected are lost, so after a reconnect every subscriber's event is set once: each
+  consumer polls the database one extra time and finds whatever arrived meanwhile.
+
+One outage logs twice: ``notify_disconnected`` when the connection is lost and
+``notify_reconnected`` (with how long it was down) when it is back; failed attempts in
+between are debug records.
 
 ``close()`` stops the supervisor and closes the connection; subscribing afterwards raises.
 Events are only ever set here; consumers clear them. Wake payloads are ignored; events-channel
@@ -22,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,14 +38,15 @@ from taskq_core.constants import events_channel, wake_channel
 from taskq_core.errors import TaskqError
 from taskq_core.obs.logs import get_logger
 
+from .errors import UNAVAILABLE
 from .queries import SchemaQueries
 
 _log = get_logger("notify")
 
-# Failures that mean "the database or the network is having a moment": retry with backoff.
+# On the LISTEN connection any database error means "reconnect": it runs no statement of its
+# own but the probe, so nothing here can be a caller's mistake.
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
+    *UNAVAILABLE,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
     TaskqError,
@@ -73,6 +80,7 @@ class NotifyListener:
         self._start_lock = asyncio.Lock()
         self._supervisor: asyncio.Task[None] | None = None
         self._closed = False
+        self._lost_at: float | None = None  # monotonic time the connection was lost
         self.reconnects = 0
 
     @property
@@ -113,7 +121,7 @@ class NotifyListener:
             try:
                 await self._open()
             except _CONNECTION_ERRORS as exc:
-                _log.warning("notify_connect_failed", schema=self._schema, error=str(exc))
+                self._note_lost(exc)
                 self._lost.set()
             self._supervisor = asyncio.create_task(
                 self._supervise(), name=f"taskq-notify-{self._schema}"
@@ -161,25 +169,42 @@ class NotifyListener:
         try:
             await conn.fetchval(self._health_query, timeout=self._health_check_interval)
         except _CONNECTION_ERRORS as exc:
-            _log.warning("notify_health_check_failed", schema=self._schema, error=str(exc))
+            self._note_lost(exc)
             return False
         return True
 
+    def _note_lost(self, exc: BaseException | None) -> None:
+        if self._lost_at is None:
+            self._lost_at = time.monotonic()
+            error = str(exc) if exc is not None else "the server closed the connection"
+            _log.warning("notify_disconnected", schema=self._schema, error=error)
+
     async def _reconnect(self) -> None:
+        self._note_lost(None)
         await self._discard_connection()
         delay = self._initial_backoff
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 await self._open()
             except _CONNECTION_ERRORS as exc:
-                _log.warning(
+                _log.debug(
                     "notify_reconnect_failed", schema=self._schema, error=str(exc), retry_in=delay
                 )
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._max_backoff)
                 continue
             self.reconnects += 1
-            _log.info("notify_reconnected", schema=self._schema, reconnects=self.reconnects)
+            down = time.monotonic() - (self._lost_at or time.monotonic())
+            self._lost_at = None
+            _log.info(
+                "notify_reconnected",
+                schema=self._schema,
+                reconnects=self.reconnects,
+                attempts=attempts,
+                outage_seconds=round(down, 3),
+            )
             # Whatever was notified while disconnected is lost: every subscriber polls once.
             _set_all(self._wake_subscribers)
             _set_all(self._cancel_subscribers)

@@ -1,0 +1,123 @@
+"""asyncpg's exceptions turned into TaskQ's own, at the seam: the one list of transient shapes.
+
+Nothing above the backend imports asyncpg. Every public coroutine of PostgresBackend runs
+through ``translated`` (applied to the class by ``translate_errors``), so a caller sees:
+
+- DatabaseUnavailableError: the database is away (refused, restarting, shutting down, the
+  connection dropped or a statement did not answer within its timeout); retry later;
+- TransientDatabaseError: the statement lost a race (deadlock, serialization failure) or hit a
+  server-side statement timeout; retry;
+- SchemaNotMigratedError: the schema or its tables do not exist;
+- anything else unchanged (a bug, a constraint the caller must handle, bad input).
+
+Authentication failures are deliberately not transient: retrying a wrong password hides it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import asyncpg
+
+from taskq_core.errors import (
+    DatabaseUnavailableError,
+    SchemaNotMigratedError,
+    TaskqError,
+    TransientDatabaseError,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C", bound=type)
+
+# The database is away: nothing this session sends can succeed until it is back.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable (ConnectionError is one)
+    TimeoutError,  # no answer within the command or connect timeout
+    asyncpg.PostgresConnectionError,  # 08xxx, and "connection was closed mid-operation"
+    asyncpg.AdminShutdownError,  # 57P01: fast or smart shutdown, a restart
+    asyncpg.CrashShutdownError,  # 57P02: another backend crashed, the server resets
+    asyncpg.CannotConnectNowError,  # 57P03: starting up or in recovery
+    asyncpg.TooManyConnectionsError,  # 53300: saturated; it frees up
+    asyncpg.IdleSessionTimeoutError,
+    asyncpg.IdleInTransactionSessionTimeoutError,
+    asyncpg.ReadOnlySQLTransactionError,  # connected to a standby or a demoted primary
+)
+
+# The database is up, the statement lost a race or ran out of time: run it again.
+RETRYABLE: tuple[type[BaseException], ...] = (
+    asyncpg.DeadlockDetectedError,  # 40P01
+    asyncpg.SerializationError,  # 40001
+    asyncpg.QueryCanceledError,  # 57014: statement_timeout
+    asyncpg.LockNotAvailableError,  # 55P03: lock_timeout
+)
+
+NOT_MIGRATED: tuple[type[BaseException], ...] = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+)
+
+
+def is_closed_connection(exc: BaseException) -> bool:
+    """asyncpg's InterfaceError for a connection that is already closed (not a misuse)."""
+    text = str(exc)
+    return isinstance(exc, asyncpg.InterfaceError) and "connection" in text and "closed" in text
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def translate(exc: BaseException) -> TaskqError | None:
+    """TaskQ's error for ``exc``, or None when it is not database trouble."""
+    if isinstance(exc, TaskqError):
+        return None
+    if isinstance(exc, UNAVAILABLE) or is_closed_connection(exc):
+        return DatabaseUnavailableError(f"PostgreSQL is unavailable ({_describe(exc)})")
+    if isinstance(exc, RETRYABLE):
+        return TransientDatabaseError(f"PostgreSQL asked for a retry ({_describe(exc)})")
+    if isinstance(exc, NOT_MIGRATED):
+        return SchemaNotMigratedError(
+            f"the TaskQ schema is not migrated ({_describe(exc)}); run 'taskq migrate up'"
+        )
+    return None
+
+
+def is_database_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database is away or asked for a retry (either shape)."""
+    if isinstance(exc, DatabaseUnavailableError | TransientDatabaseError):
+        return True
+    return isinstance(translate(exc), DatabaseUnavailableError | TransientDatabaseError)
+
+
+def translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Wrap a coroutine function so that database trouble leaves it as TaskQ's errors."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:
+            mapped = translate(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    return wrapper
+
+
+def translate_errors(cls: C) -> C:
+    """Apply ``translated`` to every public coroutine method of ``cls``."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, translated(member))
+    return cls
