@@ -16,6 +16,7 @@ from taskq_core.di import ProcessScopes
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import ActiveJobs
 from taskq_core.worker.completer import Completer
+from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import LoopLiveness
 
 
@@ -54,6 +55,7 @@ class WorkerDeps:
     local_queue: asyncio.Queue[JobRow]
     liveness: LoopLiveness
     completer: Completer
+    database: DatabaseOutage
     active: ActiveJobs = field(default_factory=ActiveJobs)
     stats: WorkerStats = field(default_factory=WorkerStats)
     shutdown_event: asyncio.Event = field(default_factory=asyncio.Event)

@@ -36,6 +36,7 @@ from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
+from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
 from taskq_core.worker.watchdog import (
     LoopLagWatchdog,
@@ -90,13 +91,18 @@ class Worker:
         from taskq_core.backend.postgres.backend import PostgresBackend
 
         s = self.settings
-        pool = s.worker_pool_size + s.dispatcher_pool_size + s.heartbeat_pool_size
         self._backend = await PostgresBackend.connect(
             s.direct_dsn,
             s.schema_name,
-            min_size=min(2, pool),
-            max_size=pool,
+            min_size=2,
+            max_size=s.worker_pool_size,
+            dispatch_pool_size=s.dispatcher_pool_size,
+            heartbeat_pool_size=s.heartbeat_pool_size,
+            command_timeout=s.dispatcher_command_timeout,
+            max_inactive_lifetime=s.pool_max_inactive_lifetime,
             dispatch_oversample=s.dispatch_oversample,
+            notify_health_check_interval=s.notify_health_check_interval,
+            notify_reconnect_backoff=s.notify_reconnect_backoff_initial,
         )
         return self._backend
 
@@ -155,6 +161,7 @@ class Worker:
             completer=Completer(
                 backend, self.worker_id, self.log, max_batch=s.completion_batch_max
             ),
+            database=DatabaseOutage(self.clock, self.log),
             liveness=LoopLiveness(
                 grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
             ),
