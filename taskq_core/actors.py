@@ -13,7 +13,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
@@ -47,6 +47,21 @@ class JobContext(Generic[P]):
     _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
     cancel_observed: bool = field(default=False, repr=False)
+    _open_connection: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
+
+    async def connection(self) -> Any:
+        """A database connection inside the transaction that records this job's success.
+
+        What the actor writes through it commits together with the job's ``succeeded`` row
+        and only then: if the actor raises, is cancelled, or the worker lost the job's lease
+        (another attempt may be running), everything is rolled back. Use it for writes that
+        must happen exactly once. Every call returns the same connection (PostgreSQL: an
+        asyncpg connection, whose statements share the worker's command timeout unless
+        given ``timeout=``; in-memory: a transaction handle for ``connection=``).
+        """
+        if self._open_connection is None:
+            raise RuntimeError("JobContext.connection() is only available inside a worker")
+        return await self._open_connection()
 
     @property
     def cancel_event(self) -> asyncio.Event:

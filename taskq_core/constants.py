@@ -32,6 +32,11 @@ PRUNE_LOCK_PREFIX: Final = "taskq:prune:"
 
 RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 
+# How many times a claimed job may be reclaimed before its body's start was recorded and
+# still not use an attempt: past this it counts as started (a job that kills its worker at
+# once would otherwise come back forever).
+UNSTARTED_RECLAIM_LIMIT: Final = 10
+
 
 def validate_identifier(name: str, *, what: str = "schema name") -> str:
     """Return ``name`` if it is a plain SQL identifier, else raise InvalidIdentifierError.

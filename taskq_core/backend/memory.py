@@ -13,13 +13,14 @@ import asyncio
 import itertools
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from taskq_core import jsontext
 from taskq_core.backend.protocol import (
     UNSET,
     ActorConfigDrift,
@@ -39,6 +40,7 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
     LeaderRow,
+    Lease,
     QueueActivity,
     QueueMode,
     QueueRow,
@@ -46,6 +48,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     RetryKind,
     SnoozeOutcome,
+    Start,
     Success,
     WorkerInfo,
     WorkerRow,
@@ -54,7 +57,7 @@ from taskq_core.backend.protocol import (
     check_recent_limit,
 )
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
+from taskq_core.constants import RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS, UNSTARTED_RECLAIM_LIMIT
 from taskq_core.ids import uuid7
 from taskq_core.statemachine import (
     ACTIVE_STATUSES,
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
 
     from taskq_core.backend.protocol import Backend
 
-_IMPLEMENTED_PROTOCOL_VERSION = 1
+_IMPLEMENTED_PROTOCOL_VERSION = 2
 check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 # A cancelled job whose worker died is reclaimed only after the cancel graces plus this much
@@ -96,8 +99,9 @@ _RowT = TypeVar("_RowT", bound="DataclassInstance")
 
 
 def _json(value: Any) -> Any:
-    """A deep copy with jsonb semantics: tuples become lists, NaN and non-JSON values raise."""
-    return json.loads(json.dumps(value, allow_nan=False))
+    """A deep copy with jsonb semantics: tuples become lists; NaN, NUL and non-JSON values
+    raise UnstorableValueError, as PostgreSQL refuses them."""
+    return json.loads(jsontext.encode(value))
 
 
 def _fifo_key(job: _Job) -> tuple[int, datetime, UUID]:
@@ -148,6 +152,7 @@ class _Job:
     attempt: int = 0
     locked_by_worker: UUID | None = None
     lock_expires_at: datetime | None = None
+    claimed_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_phase: int = 0
@@ -232,6 +237,7 @@ class MemoryTransaction:
         self.backend = backend
         self.open = True
         self.buffered: list[_Job] = []
+        self.on_commit: list[Callable[[], object]] = []  # worker writes made through it
 
 
 # --- the backend ---------------------------------------------------------------------------
@@ -332,12 +338,23 @@ class InMemoryBackend:
             )
         )
 
-    def _owned_running(self, job_id: UUID, worker_id: UUID) -> _Job | None:
-        """The guard of every worker write: running AND locked by this worker."""
-        job = self._jobs.get(job_id)
-        if job is None or job.status is not _RUNNING or job.locked_by_worker != worker_id:
+    def _leased(self, lease: Lease) -> _Job | None:
+        """The fence of every worker write: running, locked by the lease's worker, at its
+        attempt."""
+        job = self._jobs.get(lease.job_id)
+        if (
+            job is None
+            or job.status is not _RUNNING
+            or job.locked_by_worker != lease.worker_id
+            or job.attempt != lease.attempt
+        ):
             return None
         return job
+
+    def _date_start(self, job: _Job, ran_for: float | None) -> None:
+        """Fill in a start the worker had not recorded yet: ``ran_for`` seconds ago."""
+        if job.started_at is None and ran_for is not None:
+            job.started_at = self._now() - timedelta(seconds=ran_for)
 
     def _wake(self) -> None:
         for event in self._wake_subscribers:
@@ -450,6 +467,7 @@ class InMemoryBackend:
             yield handle
         except BaseException:
             handle.buffered.clear()
+            handle.on_commit.clear()
             raise
         finally:
             handle.open = False
@@ -459,21 +477,23 @@ class InMemoryBackend:
         if clashes:
             raise ValueError(f"a job with id {clashes[0]} already exists")
         self._commit(handle.buffered)
+        for write in handle.on_commit:
+            write()
 
     # --- dispatch ----------------------------------------------------------------------------
     def _queue_row(self, name: str) -> _Queue:
         return self._queues.get(name) or _Queue()
 
     def _last_served(self, queues: Iterable[str]) -> dict[tuple[str, str], datetime]:
-        """When a job of each (queue, fairness cohort) of ``queues`` last started (any status;
-        the cohorts that never started a job are missing)."""
+        """When a job of each (queue, fairness cohort) of ``queues`` was last claimed (any
+        status; the cohorts that never had a job claimed are missing)."""
         wanted = set(queues)
         served: dict[tuple[str, str], datetime] = {}
         for job in self._jobs.values():
-            if job.queue in wanted and job.started_at is not None:
+            if job.queue in wanted and job.claimed_at is not None:
                 key = (job.queue, _cohort(job))
                 last = served.get(key)
-                served[key] = job.started_at if last is None else max(last, job.started_at)
+                served[key] = job.claimed_at if last is None else max(last, job.claimed_at)
         return served
 
     async def dispatch_batch(
@@ -595,84 +615,156 @@ class InMemoryBackend:
             job.attempt += 1
             job.locked_by_worker = worker_id
             job.lock_expires_at = now + lock_lease
-            job.started_at = now
+            job.claimed_at = now
+            job.started_at = None
         return [job.snapshot() for job in claimed]
 
-    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
-        """Re-pend jobs this worker claimed but never started; the attempt is given back."""
-        released = 0
-        for job_id in dict.fromkeys(job_ids):
-            job = self._owned_running(job_id, worker_id)
+    async def release_leases(
+        self,
+        worker_id: UUID,
+        leases: Sequence[Lease],
+        *,
+        reason: str,
+        retry_delay: timedelta = timedelta(0),
+        error: ErrorInfo | None = None,
+    ) -> int:
+        """Give back held jobs: unstarted ones to pending (attempt given back), started ones
+        through a crashed attempt; a requested cancel ends them cancelled."""
+        error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
+        now = self._now()
+        released = woken = 0
+        for lease in {lease.job_id: lease for lease in leases}.values():
+            job = self._leased(replace(lease, worker_id=worker_id))
             if job is None:
                 continue
-            self._transition(job, _PENDING, worker_id=worker_id)
-            job.attempt = max(job.attempt - 1, 0)
-            job.clear_lock()
-            job.started_at = None
+            started = job.started_at is not None
             released += 1
-        if released:
+            detail = {"reason": reason, "started": started}
+            if started:
+                self._record_attempt(job, "crashed", worker_id, error)
+                job.set_error(error.error_class, error.message)
+            else:
+                job.attempt = max(job.attempt - 1, 0)
+            if job.cancel_requested_at is not None:
+                target = JobStatus.CANCELLED
+            elif not started:
+                target = _PENDING
+                woken += 1
+            elif self._can_retry(job, now):
+                target = _SCHEDULED
+                job.scheduled_at = now + retry_delay
+            else:
+                target = JobStatus.CRASHED
+            self._transition(job, target, worker_id=worker_id, detail=detail)
+            if target is not JobStatus.CANCELLED:
+                job.cancel_phase = 0
+            job.clear_lock()
+        if woken:
             self._wake()
         return released
 
     # --- heartbeat ---------------------------------------------------------------------------
     async def heartbeat(
-        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+        self,
+        worker_id: UUID,
+        lock_lease: timedelta,
+        leases: Sequence[Lease] = (),
+        *,
+        is_leader: bool = False,
     ) -> HeartbeatResult:
-        """Touch the worker row, extend this worker's leases, ping the leader row, read flags."""
+        """Touch the worker row, extend the named leases still this worker's, ping the leader
+        row, read their cancel flags."""
         now = self._now()
         worker = self._workers.get(worker_id)
         if worker is not None:
             worker.last_seen_at = now
-        extended = 0
-        for job in self._jobs.values():
-            if job.status is _RUNNING and job.locked_by_worker == worker_id:
+        held: list[_Job] = []
+        for lease in leases:
+            job = self._leased(replace(lease, worker_id=worker_id))
+            if job is not None:
                 job.lock_expires_at = now + lock_lease
                 job.updated_at = now
-                extended += 1
+                held.append(job)
         if is_leader and self._leader is not None and self._leader.worker_id == worker_id:
             self._leader = replace(self._leader, last_seen_at=now)
+        flagged = sorted(
+            (job for job in held if job.cancel_requested_at is not None),
+            key=lambda job: (job.cancel_requested_at, job.id),
+        )
+        ids = frozenset(job.id for job in held)
         return HeartbeatResult(
-            leases_extended=extended, cancel_flags=await self.poll_cancel_flags(worker_id)
+            held=ids,
+            extended=ids,
+            cancel_flags=[
+                CancelFlag(job.id, job.cancel_phase, job.cancel_requested_at, job.cancel_reason)
+                for job in flagged
+            ],
         )
 
     # --- terminal and rescheduling writes ----------------------------------------------------
+    async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
+        """started_at = now - ran_for for claimed jobs whose lease is still this worker's."""
+        written: set[UUID] = set()
+        for start in starts:
+            job = self._leased(Lease(start.job_id, worker_id, start.attempt))
+            if job is not None and job.started_at is None:
+                job.started_at = self._now() - timedelta(seconds=start.ran_for)
+                written.add(job.id)
+        return written
+
     async def mark_succeeded(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         result: Any,
         *,
         fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
     ) -> bool:
         """running -> succeeded; result_expires_at from the stored, job or fallback TTL."""
-        job = self._owned_running(job_id, worker_id)
+        encoded = None if result is None else jsontext.encode(result)
+        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
+        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+
+    def _succeed(self, worker_id: UUID, success: Success) -> bool:
+        job = self._leased(Lease(success.job_id, worker_id, success.attempt))
         if job is None:
             return False
-        stored = _json(result)
         config = self._actor_configs.get(job.actor)
         ttl = config.result_ttl if config is not None else None
         ttl = ttl if ttl is not None else job.result_ttl
-        ttl = ttl if ttl is not None else fallback_result_ttl
+        ttl = ttl if ttl is not None else success.fallback_result_ttl
+        self._date_start(job, success.ran_for)
         self._record_attempt(job, "succeeded", worker_id)
         self._transition(job, JobStatus.SUCCEEDED, worker_id=worker_id)
-        job.result = stored
+        job.result = None if success.result_json is None else json.loads(success.result_json)
         job.result_expires_at = None if ttl is None else job.updated_at + ttl
         job.lock_expires_at = None
         return True
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """mark_succeeded for each; the ids that were still this worker's."""
-        done: set[UUID] = set()
-        for success in successes:
-            written = await self.mark_succeeded(
-                success.job_id,
-                worker_id,
-                success.result,
-                fallback_result_ttl=success.fallback_result_ttl,
+        """mark_succeeded for each; the ids whose leases were still this worker's."""
+        return {s.job_id for s in successes if self._succeed(worker_id, s)}
+
+    async def mark_succeeded_with_conn(
+        self,
+        connection: Any,
+        lease: Lease,
+        result_json: str | None,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """The success applies when the transaction handle commits (a fenced write then)."""
+        handle = self._transaction_handle(connection)
+        if self._leased(lease) is None:
+            return False
+        handle.on_commit.append(
+            lambda: self._succeed(
+                lease.worker_id,
+                Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for),
             )
-            if written:
-                done.add(success.job_id)
-        return done
+        )
+        return True
 
     def _fail(self, job: _Job, worker_id: UUID, error: ErrorInfo) -> None:
         """running -> failed with ``error`` as the job's last error."""
@@ -680,9 +772,15 @@ class InMemoryBackend:
         job.set_error(error.error_class, error.message, error.traceback)
         job.lock_expires_at = None
 
+    def _cancel(self, job: _Job, worker_id: UUID) -> None:
+        """running -> cancelled: the worker's own write after a requested cancel."""
+        self._transition(job, JobStatus.CANCELLED, worker_id=worker_id)
+        job.lock_expires_at = None
+
     def _reschedule(self, job: _Job, worker_id: UUID, run_at: datetime) -> None:
         self._transition(job, _SCHEDULED, worker_id=worker_id)
         job.scheduled_at = run_at
+        job.cancel_phase = 0
         job.clear_lock()
 
     @staticmethod
@@ -691,20 +789,28 @@ class InMemoryBackend:
 
     async def mark_failed_or_retry(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         error: ErrorInfo,
         retry_delay: timedelta | None,
+        *,
+        ran_for: float | None = None,
     ) -> JobRow | None:
-        """No delay: -> failed. Else -> scheduled at now + delay, or failed DeadlineExceeded
-        when that passes schedule_to_close. None when the row is not ours any more."""
-        job = self._owned_running(job_id, worker_id)
+        """No delay: -> failed. Else -> scheduled at now + delay, cancelled when a cancel was
+        requested, or failed DeadlineExceeded when the retry passes schedule_to_close. None
+        when the lease is not the row's any more."""
+        job = self._leased(lease)
         if job is None:
             return None
+        worker_id = lease.worker_id
+        self._date_start(job, ran_for)
         run_at = None if retry_delay is None else self._now() + retry_delay
         if run_at is None:
             self._record_attempt(job, "failed", worker_id, error)
             self._fail(job, worker_id, error)
+        elif job.cancel_requested_at is not None:
+            self._record_attempt(job, "failed", worker_id, error)
+            self._cancel(job, worker_id)
+            job.set_error(error.error_class, error.message, error.traceback)
         elif self._passes_deadline(job, run_at):
             # The attempt keeps the actor's own error; the job records why it stopped.
             self._record_attempt(job, "failed", worker_id, error)
@@ -716,43 +822,56 @@ class InMemoryBackend:
             job.set_error(error.error_class, error.message, error.traceback)
         return job.snapshot()
 
-    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
         """running -> cancelled (the actor stopped after a cancel request)."""
-        job = self._owned_running(job_id, worker_id)
+        job = self._leased(lease)
         if job is None:
             return False
-        self._record_attempt(job, "cancelled", worker_id)
-        self._transition(job, JobStatus.CANCELLED, worker_id=worker_id)
-        job.lock_expires_at = None
+        self._date_start(job, ran_for)
+        self._record_attempt(job, "cancelled", lease.worker_id)
+        self._cancel(job, lease.worker_id)
         return True
 
-    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
-        """cancel_phase 1 -> 2 on a running job this worker owns, with an event."""
-        job = self._owned_running(job_id, worker_id)
-        if job is None or job.cancel_phase != 1:
+    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
+        """cancel_phase -> 2 on a running job of this lease, with an event."""
+        job = self._leased(lease)
+        if job is None or job.cancel_phase >= 2:
             return False
+        detail = {"cancel_phase_from": job.cancel_phase, "cancel_phase_to": 2, "reason": reason}
         job.cancel_phase = 2
         job.updated_at = self._now()
-        detail = {"cancel_phase_from": 1, "cancel_phase_to": 2}
-        self._record_event(job, "state_change", _RUNNING, _RUNNING, worker_id, detail)
+        self._record_event(job, "state_change", _RUNNING, _RUNNING, lease.worker_id, detail)
         return True
 
-    async def mark_abandoned(self, job_id: UUID) -> bool:
+    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
         """running with cancel_phase 2 -> abandoned (forced cancel never finished)."""
-        job = self._jobs.get(job_id)
-        if job is None or job.status is not _RUNNING or job.cancel_phase != 2:
+        job = self._leased(lease)
+        if job is None or job.cancel_phase != 2:
             return False
-        worker_id = job.locked_by_worker
-        self._record_attempt(job, "abandoned", worker_id)
-        self._transition(job, JobStatus.ABANDONED, worker_id=worker_id)
+        if job.started_at is None:
+            job.started_at = self._now()
+        error = ErrorInfo("Abandoned", reason)
+        self._record_attempt(job, "abandoned", lease.worker_id, error)
+        self._transition(
+            job, JobStatus.ABANDONED, worker_id=lease.worker_id, detail={"reason": reason}
+        )
+        job.set_error(error.error_class, error.message)
         job.lock_expires_at = None
         return True
 
-    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
+    async def mark_snoozed(
+        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
+    ) -> SnoozeOutcome:
         """running -> scheduled at now + delay, attempt given back, snooze_count + 1."""
-        job = self._owned_running(job_id, worker_id)
+        job = self._leased(lease)
         if job is None:
             return "noop"
+        worker_id = lease.worker_id
+        self._date_start(job, ran_for)
+        if job.cancel_requested_at is not None:
+            self._record_attempt(job, "cancelled", worker_id)
+            self._cancel(job, worker_id)
+            return "cancelled"
         run_at = self._now() + delay
         if self._passes_deadline(job, run_at):
             message = "snooze would start after schedule_to_close"
@@ -770,13 +889,25 @@ class InMemoryBackend:
         self._fail(job, worker_id, error)
 
     async def mark_retry_after(
-        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+        self,
+        lease: Lease,
+        delay: timedelta,
+        *,
+        consume_budget: bool = True,
+        ran_for: float | None = None,
     ) -> RetryAfterOutcome:
         """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
-        transient job with no attempts left fails with MaxAttemptsExceeded."""
-        job = self._owned_running(job_id, worker_id)
+        transient job with no attempts left fails with MaxAttemptsExceeded. A requested
+        cancel ends the job cancelled instead."""
+        job = self._leased(lease)
         if job is None:
             return "noop"
+        worker_id = lease.worker_id
+        self._date_start(job, ran_for)
+        if job.cancel_requested_at is not None:
+            self._record_attempt(job, "cancelled", worker_id)
+            self._cancel(job, worker_id)
+            return "cancelled"
         run_at = self._now() + delay
         if self._passes_deadline(job, run_at):
             message = "retry-after would start after schedule_to_close"
@@ -800,62 +931,44 @@ class InMemoryBackend:
             return job.schedule_to_close is None or job.schedule_to_close > now
         return False
 
-    def _orphan(
-        self,
-        job: _Job,
-        error: ErrorInfo,
-        *,
-        retry_as: JobStatus,
-        retry_at: datetime,
-        kind: str,
-        reason: str,
-    ) -> None:
-        """Settle a running job whose worker is gone, with a crashed attempt and one event.
-
-        Retry branch: -> ``retry_as`` at ``retry_at`` with the cancel request dropped (no live
-        worker could honour it in the next attempt). Otherwise terminal: cancelled when a
-        cancel was requested (the caller's request is the honest label), else crashed.
-        """
-        now = self._now()
+    def _reclaim(self, job: _Job, now: datetime) -> None:
+        """Sweep 1 for one expired lease: a requested cancel -> cancelled; never started ->
+        pending in its place, attempt given back, no attempt row (until the unstarted-reclaim
+        limit); started -> pending (retries left) or crashed, with a crashed attempt."""
         worker_id = job.locked_by_worker
-        self._record_attempt(job, "crashed", worker_id, error)
-        if self._can_retry(job, now):
-            target = retry_as
-            job.scheduled_at = retry_at
-            job.clear_cancel()
+        unstarted_before = sum(
+            1
+            for event in self._events
+            if event.job_id == job.id
+            and event.kind == "reclaim"
+            and event.detail.get("started") is False
+        )
+        started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        if started:
+            self._record_attempt(job, "crashed", worker_id, _LOCK_EXPIRED)
+            job.set_error(_LOCK_EXPIRED.error_class, _LOCK_EXPIRED.message)
         else:
-            cancelled = job.cancel_requested_at is not None
-            target = JobStatus.CANCELLED if cancelled else JobStatus.CRASHED
+            job.attempt = max(job.attempt - 1, 0)
+        if job.cancel_requested_at is not None:
+            target = JobStatus.CANCELLED
+        elif not started:
+            target = _PENDING
+        elif self._can_retry(job, now):
+            target = _PENDING
+            job.scheduled_at = now
+        else:
+            target = JobStatus.CRASHED
         detail = {
             "from_state": _RUNNING.value,
             "to_state": target.value,
-            "reason": reason,
+            "reason": "lock_expired",
             "worker_id": None if worker_id is None else str(worker_id),
+            "started": started,
         }
-        self._transition(job, target, worker_id=worker_id, kind=kind, detail=detail)
+        self._transition(job, target, worker_id=worker_id, kind="reclaim", detail=detail)
+        if target is not JobStatus.CANCELLED:
+            job.cancel_phase = 0
         job.clear_lock()
-        job.set_error(error.error_class, error.message)
-
-    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
-        """This worker lost its heartbeat: its running jobs -> scheduled (retries left) or
-        crashed (cancelled when a cancel was requested), each with a HeartbeatLost attempt."""
-        error = ErrorInfo("HeartbeatLost", f"worker {worker_id} lost its heartbeat")
-        retry_at = self._now() + retry_delay
-        orphans = [
-            job
-            for job in self._jobs.values()
-            if job.status is _RUNNING and job.locked_by_worker == worker_id
-        ]
-        for job in orphans:
-            self._orphan(
-                job,
-                error,
-                retry_as=_SCHEDULED,
-                retry_at=retry_at,
-                kind="state_change",
-                reason="heartbeat_lost",
-            )
-        return len(orphans)
 
     # --- history -----------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
@@ -987,9 +1100,8 @@ class InMemoryBackend:
         return len(late)
 
     async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
-        """Running jobs whose lease expired (cancel in flight: plus both graces and 60s)
-        -> pending when retries are left, else crashed (cancelled if a cancel was requested).
-        Each gets a crashed attempt (WorkerCrashed) and one 'reclaim' event."""
+        """Running jobs whose lease expired (cancel in flight: plus both graces and 60s), each
+        as ``_reclaim`` settles it, with one 'reclaim' event."""
         now = self._now()
         cancel_headroom = cancel_grace + cleanup_grace + _CANCEL_RECLAIM_HEADROOM
         expired = [
@@ -1000,14 +1112,7 @@ class InMemoryBackend:
             and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
         ]
         for job in expired:
-            self._orphan(
-                job,
-                _LOCK_EXPIRED,
-                retry_as=_PENDING,
-                retry_at=now,
-                kind="reclaim",
-                reason="lock_expired",
-            )
+            self._reclaim(job, now)
         if expired:
             self._wake()
         return len(expired)
@@ -1116,6 +1221,7 @@ class InMemoryBackend:
         for name in names:
             jobs = [job for job in self._jobs.values() if job.queue == name]
             counts = Counter(job.status for job in jobs)
+            claimed = sum(1 for job in jobs if job.status is _RUNNING and job.started_at is None)
             pending = [job.scheduled_at for job in jobs if job.status is _PENDING]
             finished: Counter[JobStatus] = Counter()
             per_minute = [0] * minutes
@@ -1137,24 +1243,28 @@ class InMemoryBackend:
                     paused=settings.paused,
                     pending=counts[_PENDING],
                     scheduled=counts[_SCHEDULED],
-                    running=counts[_RUNNING],
+                    running=counts[_RUNNING] - claimed,
                     oldest_pending_at=min(pending, default=None),
                     finished={s: finished[s] for s in JobStatus if finished[s]},
                     finished_per_minute=per_minute,
+                    claimed=claimed,
                 )
             )
         return DashboardStats(now=now, window=window, queues=activity)
 
     async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
         """Jobs matching the filter, most recent activity first (finished_at for finished
-        jobs, started_at for running ones, created_at for waiting ones; ties id DESC)."""
+        jobs, started_at (else claimed_at) for running ones, created_at for waiting ones;
+        ties id DESC)."""
         check_recent_limit(filter)
 
         def activity(job: _Job) -> tuple[datetime, UUID]:
             if job.status in TERMINAL_STATUSES and job.finished_at is not None:
                 return job.finished_at, job.id
-            if job.status is _RUNNING and job.started_at is not None:
-                return job.started_at, job.id
+            if job.status is _RUNNING:
+                since = job.started_at or job.claimed_at
+                if since is not None:
+                    return since, job.id
             return job.created_at, job.id
 
         found = self._matching(replace(filter, limit=None), frozenset(JobStatus))
@@ -1178,7 +1288,16 @@ class InMemoryBackend:
 
     async def list_workers(self) -> list[WorkerRow]:
         """Every worker, most recently seen first, with leadership and running jobs resolved."""
-        running = Counter(j.locked_by_worker for j in self._jobs.values() if j.status is _RUNNING)
+        running = Counter(
+            j.locked_by_worker
+            for j in self._jobs.values()
+            if j.status is _RUNNING and j.started_at is not None
+        )
+        claimed = Counter(
+            j.locked_by_worker
+            for j in self._jobs.values()
+            if j.status is _RUNNING and j.started_at is None
+        )
         leader_id = None if self._leader is None else self._leader.worker_id
         workers = sorted(
             self._workers.values(), key=lambda w: (w.last_seen_at, w.info.id), reverse=True
@@ -1193,6 +1312,7 @@ class InMemoryBackend:
                 status=w.status,
                 is_leader=w.info.id == leader_id,
                 running_jobs=running[w.info.id],
+                claimed_jobs=claimed[w.info.id],
                 queues=list(w.info.queues),
                 actors=list(w.info.actors),
             )

@@ -6,6 +6,8 @@ and an injected Clock. Both pass the conformance suite in ``tests/conformance``.
 
 Bump BACKEND_PROTOCOL_VERSION when an existing member's observable contract changes in a way an
 old implementation would silently mishandle; both implementations assert it at import.
+History: v2 fences every worker write by its Lease (worker and attempt), tells claimed jobs
+(started_at NULL) from started ones, and renews only the leases a heartbeat names.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from uuid import UUID
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus, parse_status
 
-BACKEND_PROTOCOL_VERSION = 1
+BACKEND_PROTOCOL_VERSION = 2
 
 RetryKind = Literal["transient", "indefinite", "non_retryable"]
 QueueMode = Literal["strict_fifo", "round_robin"]
-SnoozeOutcome = Literal["scheduled", "failed", "noop"]
+SnoozeOutcome = Literal["scheduled", "cancelled", "failed", "noop"]
 RetryAfterOutcome = Literal[
-    "scheduled", "failed:DeadlineExceeded", "failed:MaxAttemptsExceeded", "noop"
+    "scheduled", "cancelled", "failed:DeadlineExceeded", "failed:MaxAttemptsExceeded", "noop"
 ]
 CancelOutcome = Literal["cancelled", "requested", "already_requested", "terminal", "not_found"]
 
@@ -85,6 +87,8 @@ class JobRow:
     ``lock_expires_at`` is set only while running. ``locked_by_worker`` is set while running,
     kept after the owning worker's own terminal write (who ran it last) and cleared when the
     job goes back to waiting (retry, snooze, reclaim, release, operator retry).
+    ``claimed_at`` is when the last attempt was claimed; ``started_at`` when its body
+    started: a running job whose ``started_at`` is None is claimed, waiting for a consumer.
     """
 
     id: UUID
@@ -100,6 +104,7 @@ class JobRow:
     attempt: int
     locked_by_worker: UUID | None
     lock_expires_at: datetime | None
+    claimed_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     cancel_phase: int
@@ -126,6 +131,29 @@ class JobRow:
         """Whether the job has finished for good."""
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def is_claimed(self) -> bool:
+        """Running in the database, but its body has not started: claimed ahead of a consumer."""
+        return self.status is JobStatus.RUNNING and self.started_at is None
+
+    def lease(self) -> Lease:
+        """The lease of the running attempt this row shows (ValueError when not running)."""
+        if self.status is not JobStatus.RUNNING or self.locked_by_worker is None:
+            raise ValueError(f"job {self.id} is {self.status.value}, not running: no lease")
+        return Lease(self.id, self.locked_by_worker, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One worker's claim on one attempt of a job. Every write a worker makes about a job it
+    runs names its lease, and changes nothing unless the row is still running, locked by that
+    worker, at that attempt: a reclaimed job, or a later attempt, is never settled by a
+    worker that lost it (fencing)."""
+
+    job_id: UUID
+    worker_id: UUID
+    attempt: int
+
 
 _Row = TypeVar("_Row", "JobRow", "EnqueueArgs")
 _SLOT_SETTERS: dict[type, tuple[Any, ...]] = {}  # per class: its fields' slot descriptors
@@ -148,12 +176,28 @@ def from_values(cls: type[_Row], values: Sequence[Any]) -> _Row:
 
 
 @dataclass(frozen=True, slots=True)
-class Success:
-    """One job's successful outcome, for ``mark_succeeded_many``."""
+class Start:
+    """A claimed job's body started ``ran_for`` seconds ago, for ``mark_started_many``."""
 
     job_id: UUID
-    result: Any
+    attempt: int
+    ran_for: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """One job's successful outcome, for ``mark_succeeded_many``.
+
+    ``result_json`` is the result already encoded (``jsontext.encode``; None: no result):
+    encoding happens once, where the result is made. ``ran_for`` is how long the body ran,
+    which dates its start when that was not recorded yet.
+    """
+
+    job_id: UUID
+    attempt: int
+    result_json: str | None
     fallback_result_ttl: timedelta | None = None
+    ran_for: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +260,21 @@ class CancelFlag:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResult:
-    """What one heartbeat transaction did and saw."""
+    """What one heartbeat transaction did and saw.
 
-    leases_extended: int
+    ``held``: the leases named that are still the worker's (any lease named but missing was
+    refused: reclaimed, or a later attempt). ``extended``: those whose lease was renewed (a
+    row being settled by another statement at that moment is held but not extended).
+    """
+
+    held: frozenset[UUID]
+    extended: frozenset[UUID]
     cancel_flags: list[CancelFlag]
+
+    @property
+    def leases_extended(self) -> int:
+        """How many leases were renewed."""
+        return len(self.extended)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +366,8 @@ class WorkerRow:
     stopped_at: datetime | None
     status: str  # running | stopped
     is_leader: bool
-    running_jobs: int
+    running_jobs: int  # jobs whose bodies run on it
+    claimed_jobs: int = 0  # jobs it claimed ahead of a free consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +467,8 @@ RECENT_JOBS_MAX = 200
 class QueueActivity:
     """One queue as the live dashboard shows it, read on the backend's clock.
 
-    ``pending``, ``scheduled`` and ``running`` are exact counts. ``oldest_pending_at`` is the
+    ``pending``, ``scheduled``, ``running`` (bodies running) and ``claimed`` (status running,
+    not started yet) are exact counts. ``oldest_pending_at`` is the
     ``scheduled_at`` of the pending job that has been dispatchable longest (None when nothing
     is pending). ``finished`` counts the jobs per terminal status whose ``finished_at`` is
     inside the stats window (only statuses with jobs, in JobStatus order).
@@ -425,10 +482,11 @@ class QueueActivity:
     paused: bool
     pending: int
     scheduled: int
-    running: int
+    running: int  # bodies running (started_at set)
     oldest_pending_at: datetime | None
     finished: dict[JobStatus, int]
     finished_per_minute: list[int]
+    claimed: int = 0  # running in the database, claimed ahead of a consumer, not started
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,13 +546,14 @@ class Backend(Protocol):
 
         Honours per-queue mode (strict_fifo / round_robin by fairness_key), paused queues,
         queue and actor ``max_concurrent`` (read every call), identity-key serialization.
-        Sets attempt+1, locked_by_worker, lock_expires_at = now() + lock_lease, started_at.
+        Sets attempt+1, locked_by_worker, lock_expires_at = now() + lock_lease and claimed_at,
+        and clears started_at: the worker records the start when the body begins.
 
         Rows come back in dispatch order. strict_fifo: priority DESC, scheduled_at, id.
         round_robin: the same order inside each fairness_key cohort (NULL keys form one
         cohort), cohorts interleaved by their rank; among jobs of equal rank and priority
-        the cohort whose last job started least recently in that queue goes first (never
-        started: first), so dispatching one job at a time still alternates cohorts. Queues
+        the cohort whose last job was claimed least recently in that queue goes first (never
+        claimed: first), so dispatching one job at a time still alternates cohorts. Queues
         of different modes are served mode group by mode group, in the order given. Only
         ``pending`` rows with scheduled_at <= now() are due (scheduled jobs wait for
         ``scheduled_to_pending``).
@@ -510,79 +569,129 @@ class Backend(Protocol):
         bounded.
         """
 
-    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
-        """Re-pend jobs this worker claimed but never started (shutdown drain); attempt-1,
-        lock and started_at cleared, a state_change event each, a wake when any moved."""
+    async def release_leases(
+        self,
+        worker_id: UUID,
+        leases: Sequence[Lease],
+        *,
+        reason: str,
+        retry_delay: timedelta = timedelta(0),
+        error: ErrorInfo | None = None,
+    ) -> int:
+        """Give back jobs this worker holds (a shutdown drain, a lost heartbeat): for each
+        lease still the worker's, a job whose body never started (started_at None) -> pending
+        in its place (scheduled_at kept) with its attempt given back and no attempt row; a
+        started one gets a crashed attempt carrying ``error`` and -> scheduled at now() +
+        ``retry_delay`` when retries are left (as in ``reclaim_expired_locks``), else
+        crashed. A requested cancel ends either ``cancelled``. Each gets a state_change event
+        (detail ``reason`` and ``started``); a wake when any went back to pending. Returns
+        how many rows changed."""
 
     # --- heartbeat -----------------------------------------------------------------------
     async def heartbeat(
-        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+        self,
+        worker_id: UUID,
+        lock_lease: timedelta,
+        leases: Sequence[Lease] = (),
+        *,
+        is_leader: bool = False,
     ) -> HeartbeatResult:
-        """One transaction: touch the worker row, extend this worker's running leases and
-        reservation leases, ping the leader row when leading, and read cancel flags."""
+        """One transaction: touch the worker row, extend the named leases that are still this
+        worker's (and nothing else it owns: a row it no longer holds is left to expire), its
+        reservation leases, ping the leader row when leading, and read the cancel flags of the
+        held jobs."""
 
-    # --- terminal and rescheduling writes (guarded: status running AND owned) --------------
+    # --- terminal and rescheduling writes (fenced by the lease) -------------------------
+    # Every write below changes nothing unless the row is running, locked by the lease's
+    # worker, at the lease's attempt. A requested cancel wins over every rescheduling: a
+    # retry, snooze, retry-after or release of a job asked to cancel ends it ``cancelled``.
+    # ``ran_for`` (seconds the body ran; None: it never ran) dates started_at when the
+    # worker's start mark was not written yet.
+    async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
+        """Record that these claimed jobs' bodies started (started_at = now() - ran_for) where
+        the lease is still the worker's and no start is recorded; returns the ids written."""
+
     async def mark_succeeded(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         result: Any,
         *,
         fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
     ) -> bool:
-        """running -> succeeded with the result; False when the row is not ours any more.
+        """running -> succeeded with the result; False when the lease is not the row's any more.
 
         result_expires_at = finished_at + (actor_config.result_ttl, else the job's result_ttl,
-        else ``fallback_result_ttl``; none of them: no expiry).
+        else ``fallback_result_ttl``; none of them: no expiry). A result that cannot be stored
+        raises UnstorableValueError before anything is written.
         """
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """``mark_succeeded`` for many jobs in one statement (attempts and events included);
-        returns the ids actually written (rows this worker no longer owns are skipped)."""
+        returns the ids actually written (leases this worker lost are skipped)."""
+
+    async def mark_succeeded_with_conn(
+        self,
+        connection: Any,
+        lease: Lease,
+        result_json: str | None,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """``mark_succeeded`` inside the caller's transaction (``connection``, a handle from
+        ``transaction()``): the success commits or rolls back with the caller's own writes."""
 
     async def mark_failed_or_retry(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         error: ErrorInfo,
         retry_delay: timedelta | None,
+        *,
+        ran_for: float | None = None,
     ) -> JobRow | None:
         """``retry_delay`` None: -> failed. Else -> scheduled at now() + delay (even a zero
         delay: the scheduled sweep promotes it), unless that passes schedule_to_close, then
-        -> failed with error_class DeadlineExceeded. None when not ours.
+        -> failed with error_class DeadlineExceeded, or a cancel was requested, then ->
+        cancelled. None when the lease is not the row's.
 
         The attempt row keeps the actor's error (outcome ``failed`` or ``retried``); on a retry
         the job keeps it as its last error. The caller decides retry vs fail (attempt budget,
         retry kind); the backend decides only the deadline, on its own clock.
         """
 
-    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
         """running -> cancelled (cooperative exit; a cancel request is not required)."""
 
-    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
-        """cancel_phase 1 -> 2 for a running job this worker owns, with a state_change event
-        (running -> running, detail cancel_phase_from/cancel_phase_to). False otherwise."""
+    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
+        """cancel_phase -> 2 (from 1 after an operator's cancel, from 0 when a shutdown forces
+        the job) with a state_change event (running -> running, detail cancel_phase_from,
+        cancel_phase_to, reason). False otherwise."""
 
-    async def mark_abandoned(self, job_id: UUID) -> bool:
-        """running with cancel_phase 2 -> abandoned."""
+    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
+        """running with cancel_phase 2 -> abandoned; ``reason`` becomes the error message
+        (error_class Abandoned) and the event's detail."""
 
-    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
+    async def mark_snoozed(
+        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
+    ) -> SnoozeOutcome:
         """running -> scheduled at now() + delay without consuming an attempt (attempt - 1,
         metadata snooze_count + 1, attempt outcome ``snoozed``); past schedule_to_close ->
-        failed with DeadlineExceeded (attempt outcome ``failed``, attempt kept)."""
+        failed with DeadlineExceeded (attempt outcome ``failed``, attempt kept); a requested
+        cancel -> cancelled."""
 
     async def mark_retry_after(
-        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+        self,
+        lease: Lease,
+        delay: timedelta,
+        *,
+        consume_budget: bool = True,
+        ran_for: float | None = None,
     ) -> RetryAfterOutcome:
         """Like snooze, but ``consume_budget`` counts the attempt: a transient job with no
-        attempts left fails with MaxAttemptsExceeded. The deadline is checked first. Without
-        ``consume_budget`` the attempt is given back (attempt - 1). Outcome ``retry_after``."""
-
-    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
-        """Heartbeat lost: this worker's running jobs -> scheduled at now() + retry_delay
-        (retries left, as in ``reclaim_expired_locks``; cancel request dropped) or crashed
-        (cancelled when a cancel was requested), each with a crashed attempt (HeartbeatLost)
-        and a state_change event. Returns how many rows changed."""
+        attempts left fails with MaxAttemptsExceeded. A requested cancel is checked first
+        (-> cancelled), then the deadline. Without ``consume_budget`` the attempt is given
+        back (attempt - 1). Outcome ``retry_after``."""
 
     # --- history -------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
@@ -635,13 +744,18 @@ class Backend(Protocol):
 
     async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
         """Running jobs whose lease expired (plus the cancel graces + 60s when a cancel is in
-        flight): retries left -> pending, else crashed (cancelled when a cancel was requested);
-        a crashed attempt and a 'reclaim' event in the same transaction.
+        flight), each with a 'reclaim' event (detail: from_state, to_state, reason
+        'lock_expired', worker_id, started) in the same transaction:
+
+        - a requested cancel -> cancelled (it wins over any retry);
+        - never started (claimed only) -> pending in its place, its attempt given back, no
+          attempt row; after UNSTARTED_RECLAIM_LIMIT such reclaims it counts as started, so
+          a job that kills its worker before its start is written cannot loop forever;
+        - started, retries left -> pending at now(), else crashed; a crashed attempt.
 
         Retries left: transient with attempt < max_attempts, or indefinite with
-        schedule_to_close unset or not passed; non_retryable never. The retry branch drops
-        the cancel request and re-pends at now(). Error class WorkerCrashed. One wake when
-        anything was reclaimed.
+        schedule_to_close unset or not passed; non_retryable never. Error class WorkerCrashed.
+        One wake when anything was reclaimed.
         """
 
     async def expire_results(self) -> int:
@@ -692,8 +806,8 @@ class Backend(Protocol):
 
     async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
         """Jobs matching the filter, most recent activity first: finished jobs by
-        ``finished_at``, running ones by ``started_at``, waiting ones by ``created_at`` (ties:
-        id DESC).
+        ``finished_at``, running ones by ``started_at`` (claimed ones by ``claimed_at``),
+        waiting ones by ``created_at`` (ties: id DESC).
 
         Each status is read from its own index, newest first, so the read stays bounded on
         a large table; this is the dashboard's jobs pane, where ``list_jobs`` is the full

@@ -1,15 +1,29 @@
-"""The jobs this worker is executing right now, with their in-process cancel state."""
+"""What this worker holds: every job from its claim to its settled write, with its lease.
+
+State model, per held job:
+
+    CLAIMED  (dispatched, waiting in the local queue for a consumer; started_at NULL)
+      --a consumer takes it--> RUNNING (the body runs; its start mark is queued)
+      --the body ended--> SETTLING (its outcome is being written) --written--> released
+
+Every held job's lease is renewed by the heartbeat, and only those: the database is told
+exactly which (job, attempt) pairs this worker still holds. A holding whose lease is refused
+(reclaimed, a later attempt) or given up (the heartbeat was lost) is marked ``lost``: a
+claimed one is skipped, a running one is cancelled, and no write is made for it; the
+reclaimed attempt wins. A second claim of a job still held here supersedes the stale
+holding the same way, so the worker never writes twice for one lease.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 from uuid import UUID
 
 from taskq_core.actors import JobContext
-from taskq_core.backend.protocol import JobRow
+from taskq_core.backend.protocol import JobRow, Lease
 
 
 class CancelPhase(IntEnum):
@@ -21,18 +35,36 @@ class CancelPhase(IntEnum):
     ABANDON_PENDING = 3
 
 
-@dataclass
+class Stage(StrEnum):
+    """Where a held job is (see the module docstring)."""
+
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    SETTLING = "settling"
+
+
+@dataclass(eq=False)
 class ActiveJob:
-    """One executing job: its row, context, the task running the actor and its cancel state."""
+    """One held job: its row and lease, when the lease was last renewed, and, once running,
+    its context, the task running the actor and its cancel state."""
 
     job: JobRow
-    ctx: JobContext[Any]
+    lease: Lease
+    renewed_at: float  # monotonic; the database keeps the lease at least lock_lease past it
+    stage: Stage = Stage.CLAIMED
+    lost: str | None = None  # why the lease is no longer ours; nothing is written for it
+    ctx: JobContext[Any] | None = None
     task: asyncio.Task[Any] | None = None
+    in_thread: bool = False  # a plain ``def`` actor: a forced cancel cannot stop its thread
     cancel_phase: CancelPhase = CancelPhase.NONE
     cancel_observed_at: float | None = None
-    cancel_reason: str = "requested"  # requested | shutdown
+    cancel_reason: str = "requested"  # requested | shutdown | lease_lost
     started_monotonic: float = 0.0
     settled: asyncio.Future[None] | None = None  # the consumer waits on it
+
+    def ran_for(self, now: float) -> float:
+        """Seconds the body has run by ``now`` (monotonic)."""
+        return max(0.0, now - self.started_monotonic)
 
     def abandon(self) -> None:
         """Release the waiting consumer: its task ended, or ignored even the forced cancel."""
@@ -41,33 +73,73 @@ class ActiveJob:
 
 
 class ActiveJobs:
-    """Registry of executing jobs; ``idle`` is set whenever none runs."""
+    """Every job this worker holds. ``len()`` counts the running ones; ``idle`` is set
+    whenever none runs; ``slot_freed`` whenever a consumer or a held job's slot frees up."""
 
     def __init__(self) -> None:
-        self._jobs: dict[UUID, ActiveJob] = {}
+        self._held: dict[UUID, ActiveJob] = {}
+        self._running = 0
         self.idle = asyncio.Event()
         self.idle.set()
         self.slot_freed = asyncio.Event()
 
-    def add(self, active: ActiveJob) -> None:
-        """Start tracking a job."""
-        self._jobs[active.job.id] = active
+    def claim(self, job: JobRow, renewed_at: float) -> tuple[ActiveJob, ActiveJob | None]:
+        """Hold a freshly claimed job; returns it and the stale holding it supersedes."""
+        assert job.locked_by_worker is not None
+        held = ActiveJob(job, Lease(job.id, job.locked_by_worker, job.attempt), renewed_at)
+        stale = self._held.get(job.id)
+        if stale is not None:
+            self.remove(stale)
+        self._held[job.id] = held
+        return held, stale
+
+    def start(self, held: ActiveJob, now: float) -> None:
+        """CLAIMED -> RUNNING."""
+        held.stage = Stage.RUNNING
+        held.started_monotonic = now
+        self._running += 1
         self.idle.clear()
 
-    def remove(self, job_id: UUID) -> None:
-        """Stop tracking a job (idempotent)."""
-        self._jobs.pop(job_id, None)
+    def settle(self, held: ActiveJob) -> None:
+        """RUNNING -> SETTLING: the body ended; its consumer slot is free."""
+        if held.stage is Stage.RUNNING:
+            self._stopped_running()
+        held.stage = Stage.SETTLING
+
+    def remove(self, held: ActiveJob) -> None:
+        """Stop holding ``held`` (idempotent; a holding that was superseded is left alone)."""
+        if self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+        if held.stage is Stage.RUNNING:
+            self._stopped_running()
+            held.stage = Stage.SETTLING
         self.slot_freed.set()
-        if not self._jobs:
+
+    def _stopped_running(self) -> None:
+        self._running -= 1
+        self.slot_freed.set()
+        if not self._running:
             self.idle.set()
 
     def get(self, job_id: UUID) -> ActiveJob | None:
-        """The tracked job, if any."""
-        return self._jobs.get(job_id)
+        """The holding of a job, if any."""
+        return self._held.get(job_id)
 
     def all(self) -> list[ActiveJob]:
-        """A snapshot of every tracked job."""
-        return list(self._jobs.values())
+        """A snapshot of every holding."""
+        return list(self._held.values())
+
+    def running(self) -> list[ActiveJob]:
+        """A snapshot of the holdings whose bodies run."""
+        return [held for held in self._held.values() if held.stage is Stage.RUNNING]
+
+    def leases(self) -> list[ActiveJob]:
+        """The holdings whose leases the heartbeat renews: every one not lost."""
+        return [held for held in self._held.values() if held.lost is None]
+
+    def in_flight(self) -> int:
+        """Claimed or running jobs: what counts against the worker's capacity."""
+        return sum(1 for held in self._held.values() if held.stage is not Stage.SETTLING)
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return self._running

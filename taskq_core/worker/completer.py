@@ -1,15 +1,20 @@
-"""Completer: successful outcomes written in batches, one statement per flush.
+"""Completer: start marks and successful outcomes, written in batches, one flush at a time.
 
-Consumers hand a success to the completer and move on to their next job at once; a single
-flusher writes everything waiting in one ``mark_succeeded_many`` statement (attempts and
-events included). While one flush is in flight the next batch accumulates, so batches grow
-with load and a lone completion is written immediately.
+A consumer hands over a job's start (its body began) and, later, its success, and moves on at
+once; a single flusher writes whatever waits: the starts in one ``mark_started_many``, the
+successes in one ``mark_succeeded_many`` (attempts and events included). While one flush is in
+flight the next batch accumulates, so batches grow with load and a lone write goes out at
+once. A start whose success waits in the same flush is not written: the success dates it.
 
-Crash semantics: a job is reported ``succeeded`` only once its flush has committed. If the
-worker dies between the actor's return and that commit (at most one flush, a few
-milliseconds), the row is still ``running``: its lease expires, the leader reclaims it and
-it runs again under its retry policy. At-least-once, as every queue: nothing is lost, and a
-job can run twice only around a crash.
+Every write is fenced by the job's lease, so a success whose lease was lost meanwhile (the
+job was reclaimed; another attempt may be running) is dropped with a log line: the reclaimed
+attempt wins. While the database is away the flusher backs off and keeps what waits; the
+producer claims nothing new past ``backlog_limit`` waiting successes, which bounds memory.
+
+Crash semantics: a job is ``succeeded`` only once its flush has committed. If the worker dies
+between the actor's return and that commit (at most one flush), the row is still running:
+its lease expires, the leader reclaims it and it runs again under its retry policy
+(at-least-once; ``JobContext.connection`` makes an actor's own writes exactly-once).
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
-from taskq_core.backend.protocol import Backend, Success
-from taskq_core.worker.transient import TRANSIENT_ERRORS
-
-RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
+from taskq_core.backend.protocol import Backend, ErrorInfo, Start, Success
+from taskq_core.clock import Clock
+from taskq_core.worker.active import ActiveJob, ActiveJobs
+from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, DatabaseOutage, retry_pause
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,11 @@ class FlushResult:
 
     submitted: int
     written: int
+    starts: int = 0
 
 
 class Completer:
-    """Buffers successes and flushes them; ``close`` writes whatever is left."""
+    """Buffers starts and successes and flushes them; ``close`` writes whatever is left."""
 
     def __init__(
         self,
@@ -43,94 +50,159 @@ class Completer:
         worker_id: Any,
         log: Any,
         *,
+        holdings: ActiveJobs,
+        database: DatabaseOutage,
+        clock: Clock,
         max_batch: int,
         on_flushed: Callable[[], None] | None = None,
     ) -> None:
         self.backend = backend
-        self.on_flushed = on_flushed
         self.worker_id = worker_id
         self.log = log
+        self.holdings = holdings
+        self.database = database
+        self.clock = clock
         self.max_batch = max_batch
-        self._pending: deque[Success] = deque()
+        self.on_flushed = on_flushed
+        self.backlog_limit = 4 * max_batch
+        self._starts: deque[ActiveJob] = deque()
+        self._successes: deque[tuple[ActiveJob, Success]] = deque()
+        self._waiting: set[UUID] = set()  # jobs whose success waits
         self._ready = asyncio.Event()
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
+        self._backoff = Backoff()
 
     def start(self) -> None:
         """Start the background flusher."""
         self._flusher = asyncio.create_task(self._run(), name="completer")
 
-    def submit(self, success: Success) -> None:
-        """Queue one success; it is written by the next flush."""
-        self._pending.append(success)
+    def submit_start(self, held: ActiveJob) -> None:
+        """Queue the start mark of a job whose body just began."""
+        self._starts.append(held)
+        self._ready.set()
+
+    def submit(self, held: ActiveJob, success: Success) -> None:
+        """Queue one success (``success.ran_for`` dates a start not written yet)."""
+        self._successes.append((held, success))
+        self._waiting.add(held.job.id)
         self._ready.set()
 
     @property
     def backlog(self) -> int:
         """Successes not written yet."""
-        return len(self._pending)
+        return len(self._successes)
 
     async def _run(self) -> None:
         while not self._closing:
             await self._ready.wait()
             self._ready.clear()
-            while self._pending:
-                await self.flush_once()
+            while (self._successes or self._starts) and not self._closing:
+                await self._flush_until_written()
                 if self.on_flushed is not None:
                     self.on_flushed()  # finished rows no longer count against caps
 
-    async def flush_once(self) -> FlushResult:
-        """Write up to ``max_batch`` waiting successes (retrying transient errors)."""
-        batch = [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
-        if not batch:
-            return FlushResult(0, 0)
-        for delay in (*RETRY_DELAYS, None):
+    async def _flush_until_written(self, deadline: float | None = None) -> None:
+        """One flush, retried with backoff while the database is away (until ``deadline``)."""
+        while True:
             try:
-                written = await asyncio.shield(
-                    self.backend.mark_succeeded_many(self.worker_id, batch)
-                )
-                lost = len(batch) - len(written)
-                if lost:
-                    self.log.warning("completions_not_owned", count=lost)
-                return FlushResult(len(batch), len(written))
+                await self.flush_once()
             except TRANSIENT_ERRORS as exc:
-                if delay is None:
-                    break
-                self.log.warning("completion_flush_retry", error=repr(exc), size=len(batch))
-                await asyncio.sleep(delay)
-            except Exception as exc:
-                self.log.error("completion_flush_failed", error=repr(exc), size=len(batch))
-                return await self._one_by_one(batch)
-        self.log.error(
-            "completion_flush_gave_up",
-            size=len(batch),
-            note="those jobs stay running; the leader reclaims them when their leases expire",
-        )
-        return FlushResult(len(batch), 0)
+                self.database.failed("completer", exc)
+                if deadline is not None and self.clock.monotonic() >= deadline:
+                    raise
+                await retry_pause(self.database, self._backoff.next())
+                continue
+            self._backoff.reset()
+            return
 
-    async def _one_by_one(self, batch: list[Success]) -> FlushResult:
-        """Isolate a poisonous item: write each success on its own."""
-        written = 0
-        for success in batch:
-            try:
-                if await self.backend.mark_succeeded(
-                    success.job_id,
-                    self.worker_id,
-                    success.result,
-                    fallback_result_ttl=success.fallback_result_ttl,
-                ):
-                    written += 1
-            except Exception as exc:
-                self.log.error(
-                    "completion_write_failed", job_id=str(success.job_id), error=repr(exc)
+    async def flush_once(self) -> FlushResult:
+        """Write the waiting starts and up to ``max_batch`` waiting successes.
+
+        Nothing is taken off the queues until its write commits, so a transient failure loses
+        nothing: the caller retries. Non-transient failures are isolated item by item.
+        """
+        count = min(self.max_batch, len(self._successes))
+        batch = [self._successes[i] for i in range(count)]
+        now = self.clock.monotonic()
+        starts = [
+            Start(held.job.id, held.lease.attempt, held.ran_for(now))
+            for held in self._starts
+            if held.lost is None and held.job.id not in self._waiting
+        ]
+        start_count = len(self._starts)
+        if starts:
+            await asyncio.shield(self.backend.mark_started_many(self.worker_id, starts))
+        for _ in range(start_count):
+            self._starts.popleft()
+        if not batch:
+            self.database.succeeded()
+            return FlushResult(0, 0, len(starts))
+        successes = [success for held, success in batch if held.lost is None]
+        try:
+            written = await asyncio.shield(
+                self.backend.mark_succeeded_many(self.worker_id, successes)
+            )
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            self.log.error("completion_flush_failed", error=repr(exc), size=len(batch))
+            written = await self._one_by_one(batch)
+        self.database.succeeded()
+        for _ in range(count):
+            held, success = self._successes.popleft()
+            self._waiting.discard(held.job.id)
+            if success.job_id not in written:
+                self.log.warning(
+                    "completion_dropped",
+                    job_id=str(success.job_id),
+                    attempt=success.attempt,
+                    reason=held.lost or "lease_lost",
+                    note="the job's lease was lost before its success was written: the "
+                    "reclaimed attempt wins",
                 )
-        return FlushResult(len(batch), written)
+            self.holdings.remove(held)
+        return FlushResult(count, len(written), len(starts))
 
-    async def close(self) -> None:
-        """Stop the flusher and write everything still waiting."""
+    async def _one_by_one(self, batch: list[tuple[ActiveJob, Success]]) -> set[UUID]:
+        """Isolate a poisonous item: write each success on its own; one the database refuses
+        fails its job instead of leaving it running."""
+        written: set[UUID] = set()
+        for held, success in batch:
+            if held.lost is not None:
+                continue
+            try:
+                if await self.backend.mark_succeeded_many(self.worker_id, [success]):
+                    written.add(success.job_id)
+            except TRANSIENT_ERRORS:
+                raise
+            except Exception as exc:
+                error = ErrorInfo(
+                    "UnstorableResult", f"the database refused the job's result: {exc}"
+                )
+                self.log.error(
+                    "completion_refused", job_id=str(success.job_id), error=error.message
+                )
+                ran_for = success.ran_for
+                await self.backend.mark_failed_or_retry(held.lease, error, None, ran_for=ran_for)
+        return written
+
+    async def close(self, *, within: float | None = None) -> None:
+        """Stop the flusher and write everything still waiting, retrying while the database
+        is away for at most ``within`` seconds (None: until written)."""
         self._closing = True
         self._ready.set()
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
-        while self._pending:
-            await self.flush_once()
+        deadline = None if within is None else self.clock.monotonic() + within
+        try:
+            while self._successes or self._starts:
+                await self._flush_until_written(deadline)
+        except TRANSIENT_ERRORS as exc:
+            self.log.error(
+                "completions_unwritten",
+                count=len(self._successes),
+                error=str(exc),
+                note="those jobs stay running; the leader reclaims them when their leases "
+                "expire and they run again",
+            )

@@ -1,32 +1,45 @@
 """ConsumerLoop: takes claimed jobs from the local queue and runs them to a recorded outcome.
 
-Per job: look up the actor, validate the payload (invalid = failed, never retried), build the
-JobContext, resolve DI, run the actor in its own task (so a forced cancel can target it), then
-write exactly one outcome. Outcome writes are shielded: a cancellation of the consumer during
-shutdown cannot strand a row in ``running``.
+Per job: skip it if its lease was lost while it waited; look up the actor, validate the
+payload (invalid = failed, never retried), start the holding (its start mark goes to the
+completer), build the JobContext, resolve DI, run the actor in its own task (so a forced
+cancel can target it), then write exactly one outcome, fenced by the job's lease:
+
+- a return value is encoded to JSON once, here; one that cannot be stored fails the job
+  (UnstorableResult, not retried) instead of leaving it running;
+- a success goes to the completer (batched); when the actor used ``ctx.connection()``, the
+  success is written in that transaction and commits with the actor's own writes;
+- any other outcome is written here, retried with backoff while the database is away, and
+  dropped only if the lease is lost meanwhile (the reclaimed attempt wins).
+
+Writes are shielded: a cancellation of the consumer during shutdown cannot interrupt one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import traceback
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from taskq_core import jsontext
 from taskq_core.actors import ActorRef, JobContext
-from taskq_core.backend.protocol import ErrorInfo, JobRow, Success
+from taskq_core.backend.protocol import ErrorInfo, Success
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.metrics import consumer_span, instruments
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause
 
 UNKNOWN_ACTOR_SNOOZE = timedelta(seconds=10)
+T = TypeVar("T")
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -37,12 +50,16 @@ def _error_info(exc: BaseException) -> ErrorInfo:
     )
 
 
-def _jsonable_result(value: Any) -> Any:
-    """The actor's return value as stored: pydantic models dumped, everything JSON-checked."""
+def encode_result(value: Any) -> str | None:
+    """The actor's return value as stored (pydantic models dumped): JSON text, or None.
+
+    Raises UnstorableValueError when the value cannot be stored.
+    """
+    if value is None:
+        return None
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    json.dumps(value)  # raises TypeError/ValueError when the result cannot be stored
-    return value
+        value = value.model_dump(mode="json")
+    return jsontext.encode(value)
 
 
 class ConsumerLoop:
@@ -74,13 +91,17 @@ class ConsumerLoop:
             stop_waiter.cancel()
 
 
-async def execute_job(deps: WorkerDeps, job: JobRow) -> str:
+async def execute_job(deps: WorkerDeps, held: ActiveJob) -> str:
     """Run one claimed job and record its outcome; returns the outcome name."""
+    if held.lost is not None:
+        deps.active.remove(held)
+        return "lost"
     if not deps.telemetry:
-        return await _execute(deps, job)
+        return await _execute(deps, held)
+    job = held.job
     started = deps.clock.monotonic()
     with consumer_span(job.actor, job.queue, str(job.id), job.trace_id, job.span_id) as span:
-        outcome = await _execute(deps, job)
+        outcome = await _execute(deps, held)
         span.set_attribute("taskq.outcome", outcome)
     attributes = {"taskq.actor": job.actor, "messaging.destination.name": job.queue}
     meters = instruments()
@@ -89,21 +110,31 @@ async def execute_job(deps: WorkerDeps, job: JobRow) -> str:
     return outcome
 
 
-async def _execute(deps: WorkerDeps, job: JobRow) -> str:
+async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
+    job, lease = held.job, held.lease
     ref = deps.registry.get(job.actor)
     if ref is None:
         deps.log.error("dispatch_actor_not_found", job_id=str(job.id), actor=job.actor)
-        await _shielded(deps.backend.mark_snoozed(job.id, deps.worker_id, UNKNOWN_ACTOR_SNOOZE))
+        deps.active.settle(held)
+        await _settle(deps, held, lambda: deps.backend.mark_snoozed(lease, UNKNOWN_ACTOR_SNOOZE))
         return "snoozed"
     try:
         payload = ref.validate_payload(job.payload)
     except PayloadValidationError as exc:
-        await _shielded(
-            deps.backend.mark_failed_or_retry(job.id, deps.worker_id, _error_info(exc), None)
-        )
+        error = _error_info(exc)
+        deps.active.settle(held)
+        await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None))
         deps.stats.failed += 1
         return "failed"
-    ctx: JobContext[Any] = JobContext(
+    transaction = AsyncExitStack()
+    connection: list[Any] = []
+
+    async def open_connection() -> Any:
+        if not connection:
+            connection.append(await transaction.enter_async_context(deps.backend.transaction()))
+        return connection[0]
+
+    held.ctx = JobContext(
         job_id=job.id,
         attempt=job.attempt,
         worker_id=deps.worker_id,
@@ -111,31 +142,53 @@ async def _execute(deps: WorkerDeps, job: JobRow) -> str:
         queue=job.queue,
         payload=payload,
         metadata=dict(job.metadata),
+        _open_connection=open_connection,
     )
-    active = ActiveJob(job=job, ctx=ctx, started_monotonic=deps.clock.monotonic())
-    deps.active.add(active)
-    try:
-        outcome, value = await _invoke(deps, ref, active, payload)
-        return await _record(deps, ref, active, outcome, value)
-    finally:
-        deps.active.remove(job.id)
+    held.in_thread = not ref.is_async
+    deps.active.start(held, deps.clock.monotonic())
+    deps.completer.submit_start(held)
+    outcome, value = await _invoke(deps, ref, held, payload)
+    ran_for = held.ran_for(deps.clock.monotonic())
+    if outcome == "abandoned":
+        if connection and held.task is not None:  # roll back once the body lets go of it
+            held.task.add_done_callback(lambda _: _roll_back_later(transaction))
+        return "abandoned"
+    deps.active.settle(held)
+    if connection:
+        return await _record_in_transaction(
+            deps, ref, held, outcome, value, transaction, connection[0], ran_for
+        )
+    return await _record(deps, ref, held, outcome, value, ran_for)
+
+
+_ROLLBACKS: set[asyncio.Future[Any]] = set()  # held until done, so none is collected early
+
+
+def _roll_back_later(transaction: AsyncExitStack) -> None:
+    exc = RuntimeError("abandoned")
+    rollback = asyncio.ensure_future(transaction.__aexit__(type(exc), exc, None))
+    _ROLLBACKS.add(rollback)
+    rollback.add_done_callback(_ROLLBACKS.discard)
 
 
 async def _invoke(
-    deps: WorkerDeps, ref: ActorRef, active: ActiveJob, payload: Any
+    deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any
 ) -> tuple[str, Any]:
     """Run the actor in its own task; classify how it ended as (outcome, value)."""
+    ctx = held.ctx
+    assert ctx is not None
 
     async def call(di_kwargs: dict[str, Any]) -> Any:
         kwargs = dict(di_kwargs)
         if ref.payload_param is not None:
             kwargs[ref.payload_param] = payload
         if ref.context_param is not None:
-            kwargs[ref.context_param] = active.ctx
+            kwargs[ref.context_param] = ctx
         if ref.is_async:
             return await ref.fn(**kwargs)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(deps.executor, functools.partial(ref.fn, **kwargs))
+        thread = loop.run_in_executor(deps.executor, functools.partial(ref.fn, **kwargs))
+        return await _until_thread_ends(deps, held, thread)
 
     async def call_with_dependencies() -> Any:
         async with actor_scope(deps.scopes, ref.dependency_params) as di_kwargs:
@@ -145,11 +198,11 @@ async def _invoke(
     if ref.timeout is not None:
         body = _with_timeout(body, ref.timeout.total_seconds())
     task = asyncio.create_task(body)
-    active.task = task
+    held.task = task
     # Settled when the task ends or the heartbeat abandons it: a plain future and a done
     # callback cost far less per job than asyncio.wait over two awaitables.
-    settled = active.settled = asyncio.get_running_loop().create_future()
-    task.add_done_callback(lambda _: active.abandon())
+    settled = held.settled = asyncio.get_running_loop().create_future()
+    task.add_done_callback(lambda _: held.abandon())
     try:
         await settled
     except asyncio.CancelledError:
@@ -158,7 +211,7 @@ async def _invoke(
         task.cancel()
         raise
     if not task.done():
-        return "abandoned", None  # ignored even the forced cancel; the heartbeat wrote it off
+        return "abandoned", None  # ignored even the forced cancel; its write is done already
     try:
         value = task.result()
     except asyncio.CancelledError:
@@ -171,9 +224,35 @@ async def _invoke(
         return "error", TimeoutError(f"attempt exceeded its timeout of {exc.seconds:g}s")
     except Exception as exc:
         return "error", exc
-    if active.ctx.interrupted:
+    if ctx.interrupted:
         return "cancelled", None  # a cooperative exit: the actor saw the signal and stopped
     return "returned", value
+
+
+async def _until_thread_ends(deps: WorkerDeps, held: ActiveJob, thread: Awaitable[T]) -> T:
+    """Await a plain ``def`` actor's thread. A thread cannot be killed: a cancel (forced, a
+    timeout) does not end the body while the thread runs, so the job is only ever recorded
+    as stopped once it really stopped, or abandoned when it never does."""
+    future = asyncio.ensure_future(thread)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(future)
+            break
+        except asyncio.CancelledError:
+            if future.done():
+                break
+            if not cancelled:
+                cancelled = True
+                deps.log.warning(
+                    "job_thread_still_running",
+                    job_id=str(held.job.id),
+                    note="the actor runs in a thread, which a cancel cannot stop; the job "
+                    "stays running until the thread returns",
+                )
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 class _AttemptTimeout(Exception):
@@ -192,50 +271,142 @@ async def _with_timeout(coro: Any, seconds: float | None) -> Any:
 
 
 async def _record(
-    deps: WorkerDeps, ref: ActorRef, active: ActiveJob, outcome: str, value: Any
+    deps: WorkerDeps, ref: ActorRef, held: ActiveJob, outcome: str, value: Any, ran_for: float
 ) -> str:
-    """Write the outcome; every write is a guarded no-op if the row is no longer ours."""
-    backend, job, worker_id = deps.backend, active.job, deps.worker_id
+    """Write the outcome; every write is fenced by the lease and a no-op once it is lost."""
+    backend, lease = deps.backend, held.lease
     if outcome == "abandoned":
         return "abandoned"
+    if held.lost is not None:
+        deps.active.remove(held)
+        return "lost"
     if outcome == "cancelled":
-        return await _record_cancel(deps, active)
+        return await _record_cancel(deps, held, ran_for)
     if outcome == "returned":
         try:
-            result = _jsonable_result(value)
-        except (TypeError, ValueError) as exc:
-            return await _record_error(deps, ref, active, exc, retry=False)
-        deps.completer.submit(Success(job.id, result, ref.result_ttl))
+            result = encode_result(value)
+        except jsontext.UnstorableValueError as exc:
+            return await _record_unstorable(deps, held, exc, ran_for)
+        deps.completer.submit(
+            held, Success(lease.job_id, lease.attempt, result, ref.result_ttl, ran_for)
+        )
         deps.stats.succeeded += 1
         return "succeeded"
     if outcome == "snooze":
-        state = await _shielded(backend.mark_snoozed(job.id, worker_id, value.delay))
+        state = await _settle(
+            deps, held, lambda: backend.mark_snoozed(lease, value.delay, ran_for=ran_for)
+        )
         if state == "failed":
             deps.stats.failed += 1
         return "snoozed" if state == "scheduled" else str(state)
     if outcome == "retry_after":
-        result_state = await _shielded(
-            backend.mark_retry_after(
-                job.id, worker_id, value.delay, consume_budget=value.consume_budget
-            )
+        result_state = await _settle(
+            deps,
+            held,
+            lambda: backend.mark_retry_after(
+                lease, value.delay, consume_budget=value.consume_budget, ran_for=ran_for
+            ),
         )
         if str(result_state).startswith("failed"):
             deps.stats.failed += 1
         return str(result_state)
-    return await _record_error(deps, ref, active, value, retry=True)
+    return await _record_error(deps, ref, held, value, ran_for)
+
+
+async def _record_in_transaction(
+    deps: WorkerDeps,
+    ref: ActorRef,
+    held: ActiveJob,
+    outcome: str,
+    value: Any,
+    transaction: AsyncExitStack,
+    connection: Any,
+    ran_for: float,
+) -> str:
+    """The actor used ``ctx.connection()``: its writes commit only with its success.
+
+    Any other outcome rolls them back first and is then written as usual. The success is
+    fenced like every write: a lease lost meanwhile rolls the actor's writes back too, so
+    they happen once, in the attempt that is recorded as succeeded.
+    """
+    if outcome != "returned" or held.lost is not None:
+        await transaction.__aexit__(RuntimeError, RuntimeError("rolled back"), None)
+        return await _record(deps, ref, held, outcome, value, ran_for)
+    lease = held.lease
+    try:
+        result = encode_result(value)
+    except jsontext.UnstorableValueError as exc:
+        await transaction.__aexit__(type(exc), exc, None)
+        return await _record_unstorable(deps, held, exc, ran_for)
+    try:
+        written = await asyncio.shield(
+            deps.backend.mark_succeeded_with_conn(
+                connection, lease, result, fallback_result_ttl=ref.result_ttl, ran_for=ran_for
+            )
+        )
+    except BaseException as exc:
+        await transaction.__aexit__(type(exc), exc, None)
+        deps.active.remove(held)
+        deps.log.error(
+            "transactional_completion_failed",
+            job_id=str(lease.job_id),
+            error=str(exc) or type(exc).__name__,
+            note="the actor's writes were rolled back with it; the job runs again once its "
+            "lease expires",
+        )
+        return "lost"
+    if not written:
+        await transaction.__aexit__(RuntimeError, RuntimeError("lease lost"), None)
+        deps.active.remove(held)
+        deps.log.warning(
+            "transactional_completion_fenced",
+            job_id=str(lease.job_id),
+            note="the lease was lost: the actor's writes were rolled back",
+        )
+        return "lost"
+    try:
+        await asyncio.shield(transaction.aclose())  # COMMIT: the writes and the success
+    except TRANSIENT_ERRORS as exc:
+        deps.log.error(
+            "transactional_commit_failed",
+            job_id=str(lease.job_id),
+            error=str(exc),
+            note="committed or rolled back as one: either the job succeeded with its writes, "
+            "or both were undone and it runs again once its lease expires",
+        )
+        deps.active.remove(held)
+        return "lost"
+    deps.active.remove(held)
+    deps.stats.succeeded += 1
+    return "succeeded"
+
+
+async def _record_unstorable(
+    deps: WorkerDeps, held: ActiveJob, exc: Exception, ran_for: float
+) -> str:
+    """A return value the queue cannot store fails the job for good, saying why."""
+    error = ErrorInfo("UnstorableResult", f"the actor's return value is {exc}")
+    await _settle(
+        deps,
+        held,
+        lambda: deps.backend.mark_failed_or_retry(held.lease, error, None, ran_for=ran_for),
+    )
+    deps.log.warning("job_result_unstorable", job_id=str(held.job.id), error=error.message)
+    deps.stats.failed += 1
+    return "failed"
 
 
 async def _record_error(
-    deps: WorkerDeps, ref: ActorRef, active: ActiveJob, exc: BaseException, *, retry: bool
+    deps: WorkerDeps, ref: ActorRef, held: ActiveJob, exc: BaseException, ran_for: float
 ) -> str:
-    job = active.job
-    delay = (
-        ref.retry.next_delay(job.attempt, max_retry_backoff=deps.settings.max_retry_backoff)
-        if retry
-        else None
-    )
-    row = await _shielded(
-        deps.backend.mark_failed_or_retry(job.id, deps.worker_id, _error_info(exc), delay)
+    job = held.job
+    delay = ref.retry.next_delay(job.attempt, max_retry_backoff=deps.settings.max_retry_backoff)
+    row = await _settle(
+        deps,
+        held,
+        lambda: deps.backend.mark_failed_or_retry(
+            held.lease, _error_info(exc), delay, ran_for=ran_for
+        ),
     )
     deps.log.warning(
         "job_attempt_failed",
@@ -248,28 +419,50 @@ async def _record_error(
     if row is not None and row.status.value == "failed":
         deps.stats.failed += 1
         return "failed"
+    if row is not None and row.status.value == "cancelled":
+        deps.stats.cancelled += 1
+        return "cancelled"
     deps.stats.retried += 1
     return "retried"
 
 
-async def _record_cancel(deps: WorkerDeps, active: ActiveJob) -> str:
-    """A cancelled run: a shutdown interruption goes back to the queue; a requested cancel
-    ends ``cancelled`` unless the heartbeat already owns the (abandoned) terminal write."""
-    job = active.job
-    if active.cancel_phase >= CancelPhase.ABANDON_PENDING:
+async def _record_cancel(deps: WorkerDeps, held: ActiveJob, ran_for: float) -> str:
+    """A cancelled run: a shutdown interruption goes back to the queue (a requested cancel
+    still wins there: the database ends it cancelled); a requested cancel ends ``cancelled``
+    unless the heartbeat already owns the (abandoned) terminal write."""
+    if held.cancel_phase >= CancelPhase.ABANDON_PENDING:
         return "abandoned"
-    if active.cancel_reason == "shutdown":
-        await _shielded(
-            deps.backend.mark_retry_after(
-                job.id, deps.worker_id, timedelta(0), consume_budget=False
-            )
+    lease = held.lease
+    if held.cancel_reason == "shutdown":
+        await _settle(
+            deps,
+            held,
+            lambda: deps.backend.mark_retry_after(
+                lease, timedelta(0), consume_budget=False, ran_for=ran_for
+            ),
         )
         return "released"
-    await _shielded(deps.backend.mark_cancelled(job.id, deps.worker_id))
+    await _settle(deps, held, lambda: deps.backend.mark_cancelled(lease, ran_for=ran_for))
     deps.stats.cancelled += 1
     return "cancelled"
 
 
-async def _shielded(coro: Any) -> Any:
-    """Await a database write so that cancelling the caller cannot interrupt it."""
-    return await asyncio.shield(coro)
+async def _settle(deps: WorkerDeps, held: ActiveJob, write: Callable[[], Awaitable[T]]) -> T | None:
+    """Run one fenced outcome write, retried with backoff while the database is away; give
+    up (None) only once the lease is lost. The holding is released afterwards."""
+    backoff = Backoff()
+    try:
+        while True:
+            try:
+                result = await asyncio.shield(write())
+            except TRANSIENT_ERRORS as exc:
+                deps.database.failed("consumer", exc)
+                if held.lost is not None:
+                    deps.log.warning("outcome_dropped", job_id=str(held.job.id), reason=held.lost)
+                    return None
+                await retry_pause(deps.database, backoff.next())
+                continue
+            deps.database.succeeded()
+            return result
+    finally:
+        deps.active.remove(held)

@@ -10,11 +10,11 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.actors import ActorRef
-from taskq_core.backend.protocol import Backend, JobRow
+from taskq_core.backend.protocol import Backend
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
 from taskq_core.settings import TaskqSettings
-from taskq_core.worker.active import ActiveJobs
+from taskq_core.worker.active import ActiveJob, ActiveJobs
 from taskq_core.worker.completer import Completer
 from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import LoopLiveness
@@ -52,7 +52,7 @@ class WorkerDeps:
     log: Any
     scopes: ProcessScopes
     executor: ThreadPoolExecutor
-    local_queue: asyncio.Queue[JobRow]
+    local_queue: asyncio.Queue[ActiveJob]  # claimed jobs, in dispatch order
     liveness: LoopLiveness
     completer: Completer
     database: DatabaseOutage
@@ -78,7 +78,7 @@ class WorkerDeps:
 
     def in_flight(self) -> int:
         """Jobs claimed by this worker: executing plus waiting in the local queue."""
-        return len(self.active) + self.local_queue.qsize()
+        return self.active.in_flight()
 
     @property
     def capacity(self) -> int:

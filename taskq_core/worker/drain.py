@@ -49,7 +49,7 @@ class DrainMonitor:
             try:
                 code = await self.run_once()
             except TRANSIENT_ERRORS as exc:
-                deps.log.warning("drain_check_failed", error=repr(exc))
+                deps.database.failed("drain_monitor", exc)
                 code = None
             if code is not None:
                 deps.exit_code = code

@@ -1,17 +1,29 @@
-"""HeartbeatLoop: proves this worker alive, keeps its leases, and drives cancellation.
+"""HeartbeatLoop: proves this worker alive, keeps the leases it holds, and drives cancellation.
 
-Each tick is one backend transaction (worker row, job leases, reservation leases, leader
-ping, cancel flags), then the cancel controller acts and writes abandonments after the
-transaction. A cancel NOTIFY wakes the loop early for a cheap cancel-flag poll, so a running
-job sees its cancel within a second instead of a heartbeat later. Consecutive failures past
-``max_heartbeat_failures`` isolate the worker: its jobs are handed back and it shuts down.
+Each tick is one backend transaction: the worker row, the leases of exactly the jobs this
+worker holds (claimed, running or being written; nothing else it owns in the database is
+renewed, so a row it no longer holds expires and is reclaimed), reservation leases, the
+leader ping, and the held jobs' cancel flags. A held lease the database refuses (reclaimed,
+or a later attempt) is lost: the job is stopped locally and nothing is written for it. Then
+the cancel controller acts and writes abandonments after the transaction. A cancel NOTIFY
+wakes the loop early for a cheap cancel-flag poll.
+
+When the database is away, ticks fail and the worker keeps running. After more than
+TASKQ_MAX_HEARTBEAT_FAILURES failed ticks in a row, or once a held lease may have run out
+(its last renewal older than TASKQ_LOCK_LEASE less one heartbeat interval), the worker
+isolates itself: it gives up every job it holds but those being written (a fenced write is
+safe whenever it lands), cancelling the running ones, because another worker may be
+running them soon. When the database answers again, the first tick hands those jobs back
+(``release_leases``: a never-started job goes back to pending without using an attempt) and
+the worker carries on.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from taskq_core.constants import EXIT_ERROR
+from taskq_core.backend.protocol import ErrorInfo, Lease
+from taskq_core.worker.active import Stage
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
@@ -27,14 +39,32 @@ class HeartbeatLoop:
         self.deps = deps
         self.controller = controller
         self.failures = 0
+        self.isolated = False
+        self.to_release: list[Lease] = []
         self._guard = UnexpectedErrorGuard("heartbeat", deps.log)
 
     async def run_once(self) -> int:
         """One full heartbeat; returns how many leases were extended."""
         deps = self.deps
+        began = deps.clock.monotonic()
+        held = deps.active.leases()
         result = await deps.backend.heartbeat(
-            deps.worker_id, deps.settings.lock_lease_delta, is_leader=deps.is_leader.is_set()
+            deps.worker_id,
+            deps.settings.lock_lease_delta,
+            [h.lease for h in held],
+            is_leader=deps.is_leader.is_set(),
         )
+        deps.database.succeeded()
+        for holding in held:
+            if holding.job.id in result.extended:
+                holding.renewed_at = began
+            elif holding.job.id in result.held:
+                pass  # being written by another statement right now: still ours
+            elif holding.stage is not Stage.SETTLING and deps.active.get(holding.job.id) is holding:
+                # A settling job's own write decides; anything else refused is not ours.
+                self.controller.lose(holding, "lease_refused")
+        if self.to_release:
+            await self._release_given_up()
         self.controller.observe(result.cancel_flags)
         try:
             await self.controller.advance()
@@ -52,7 +82,7 @@ class HeartbeatLoop:
             await self.controller.run_post_tx()
 
     async def run(self) -> None:
-        """Tick until shutdown; isolate the worker after too many failures in a row."""
+        """Tick until shutdown; isolate the worker while the database stays away."""
         deps = self.deps
         interval = deps.settings.heartbeat_interval
         next_beat = deps.clock.monotonic() + interval  # registration counted as the first beat
@@ -61,7 +91,7 @@ class HeartbeatLoop:
                 deps.liveness.tick("heartbeat", period=interval)
                 now = deps.clock.monotonic()
                 try:
-                    if now >= next_beat:
+                    if now >= next_beat or self.failures:
                         next_beat = now + interval
                         await self.run_once()
                         self.failures = 0
@@ -70,11 +100,9 @@ class HeartbeatLoop:
                     self._guard.succeeded()
                 except TRANSIENT_ERRORS as exc:
                     self.failures += 1
-                    deps.log.warning("heartbeat_failed", error=repr(exc), consecutive=self.failures)
-                    if self.failures > deps.settings.max_heartbeat_failures:
-                        deps.liveness.forget("heartbeat")
-                        await self.isolate_self()
-                        return
+                    deps.database.failed("heartbeat", exc)
+                    if self._must_isolate():
+                        self.isolate()
                 except Exception as exc:
                     self._guard.failed(exc)
                 cancel_wake.clear()
@@ -83,21 +111,55 @@ class HeartbeatLoop:
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
                 timeout = max(0.0, wake_at - deps.clock.monotonic())
-                await wait_any(cancel_wake, deps.shutdown_event, timeout=timeout)
+                wakers = [cancel_wake, deps.shutdown_event]
+                if self.failures:  # beat again as soon as another loop sees the database
+                    wakers.append(deps.database.available)
+                await wait_any(*wakers, timeout=timeout)
         deps.liveness.forget("heartbeat")
 
-    async def isolate_self(self) -> None:
-        """Hand this worker's running jobs back (or crash them) and shut the worker down."""
+    def _must_isolate(self) -> bool:
+        """Too many failed ticks in a row, or a held lease may already have run out."""
         deps = self.deps
-        deps.log.error("heartbeat_lost_isolating", failures=self.failures)
-        try:
-            await deps.backend.isolate_worker(deps.worker_id, ISOLATION_RETRY_DELAY)
-        except Exception as exc:  # the leases expire anyway; the reclaim sweep is the backstop
-            deps.log.error("isolate_failed", error=repr(exc))
-        deps.exit_code = EXIT_ERROR
-        for active in deps.active.all():
-            if active.task is not None:
-                active.task.cancel()
-        deps.producer_stop.set()
-        deps.consumer_stop.set()
-        deps.shutdown_event.set()
+        if self.failures > deps.settings.max_heartbeat_failures:
+            return True
+        settings = deps.settings
+        at_risk = deps.clock.monotonic() - (settings.lock_lease - settings.heartbeat_interval)
+        return any(
+            h.renewed_at < at_risk for h in deps.active.leases() if h.stage is not Stage.SETTLING
+        )
+
+    def isolate(self) -> None:
+        """Give up every held job not being written: another worker may soon run them."""
+        deps = self.deps
+        given_up = [h for h in deps.active.leases() if h.stage is not Stage.SETTLING]
+        if not given_up:
+            return
+        if not self.isolated:
+            self.isolated = True
+            deps.log.error(
+                "heartbeat_lost_isolating",
+                failures=self.failures,
+                jobs=len(given_up),
+                note="the jobs are cancelled here and handed back once the database answers",
+            )
+        for holding in given_up:
+            self.controller.lose(holding, "heartbeat_lost")
+            self.to_release.append(holding.lease)
+
+    async def _release_given_up(self) -> None:
+        """Hand back what the worker gave up while it was cut off (fenced by each lease)."""
+        deps = self.deps
+        # A job claimed again since (it was reclaimed meanwhile) is held anew: not ours to give.
+        current = {h.job.id for h in deps.active.leases()}
+        leases = [lease for lease in self.to_release if lease.job_id not in current]
+        error = ErrorInfo("HeartbeatLost", f"worker {deps.worker_id} lost its heartbeat")
+        released = await deps.backend.release_leases(
+            deps.worker_id,
+            leases,
+            reason="heartbeat_lost",
+            retry_delay=ISOLATION_RETRY_DELAY,
+            error=error,
+        )
+        self.to_release = []
+        self.isolated = False
+        deps.log.info("isolation_ended", given_back=released, leases=len(leases))

@@ -15,7 +15,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.transient import (
+    TRANSIENT_ERRORS,
+    Backoff,
+    UnexpectedErrorGuard,
+    retry_pause,
+)
 from taskq_core.worker.waits import wait_any
 
 STRANDED_CHECK_INTERVAL = 60.0
@@ -40,6 +45,11 @@ class LeaderElection:
             deps.log.warning("leader_lost", worker_id=str(deps.worker_id))
         return leading
 
+    def _step_down(self) -> None:
+        if self.deps.is_leader.is_set():
+            self.deps.is_leader.clear()
+            self.deps.log.warning("leader_lost", worker_id=str(self.deps.worker_id))
+
     async def run(self) -> None:
         """Campaign until shutdown, then resign."""
         deps = self.deps
@@ -48,12 +58,18 @@ class LeaderElection:
                 deps.liveness.tick("leader_election", period=deps.settings.heartbeat_interval)
                 try:
                     await self.run_once()
+                    deps.database.succeeded()
                     self._guard.succeeded()
                 except TRANSIENT_ERRORS as exc:
-                    deps.is_leader.clear()
-                    deps.log.warning("leader_election_failed", error=repr(exc))
+                    self._step_down()
+                    deps.database.failed("leader_election", exc)
+                    # Campaign again as soon as the database is back, not a whole tick later.
+                    await retry_pause(
+                        deps.database, deps.settings.heartbeat_interval, deps.shutdown_event
+                    )
+                    continue
                 except Exception as exc:
-                    deps.is_leader.clear()
+                    self._step_down()
                     self._guard.failed(exc)
                 await wait_or_shutdown(deps, deps.settings.heartbeat_interval)
         finally:
@@ -70,14 +86,19 @@ async def run_gated(
 ) -> None:
     """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown."""
     guard = UnexpectedErrorGuard(name, deps.log)
+    backoff = Backoff()
     while not deps.shutdown_event.is_set():
         if deps.is_leader.is_set():
             deps.liveness.tick(name, period=interval)
             try:
                 await step()
+                deps.database.succeeded()
+                backoff.reset()
                 guard.succeeded()
             except TRANSIENT_ERRORS as exc:
-                deps.log.warning("maintenance_failed", loop=name, error=repr(exc))
+                deps.database.failed(name, exc)
+                await retry_pause(deps.database, min(interval, backoff.next()), deps.shutdown_event)
+                continue
             except Exception as exc:
                 guard.failed(exc)
             await wait_or_shutdown(deps, interval)

@@ -12,8 +12,14 @@ import asyncio
 from dataclasses import dataclass
 
 from taskq_core.obs.metrics import instruments, sdk_installed
+from taskq_core.worker.active import ActiveJob
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
+from taskq_core.worker.transient import (
+    TRANSIENT_ERRORS,
+    Backoff,
+    UnexpectedErrorGuard,
+    retry_pause,
+)
 from taskq_core.worker.waits import wait_any
 
 
@@ -35,6 +41,7 @@ class ProducerLoop:
             settings.notify_poll_interval if settings.notify_enabled else settings.poll_interval
         )
         self._guard = UnexpectedErrorGuard("producer", deps.log)
+        self._backoff = Backoff()
         self.min_batch = max(1, deps.capacity // 2)
 
     async def run_once(self) -> ProducerTick:
@@ -45,6 +52,8 @@ class ProducerLoop:
             return ProducerTick(0, 0)
         if free < self.min_batch and not deps.local_queue.empty():
             return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
+        if deps.completer.backlog >= deps.completer.backlog_limit:
+            return ProducerTick(0, 0)  # successes wait to be written: claim no more until then
         deps.telemetry = deps.settings.otel_enabled and sdk_installed()
         started = deps.clock.monotonic()
         jobs = await deps.backend.dispatch_batch(
@@ -53,8 +62,21 @@ class ProducerLoop:
         if deps.telemetry:
             instruments().dispatch_duration.record(deps.clock.monotonic() - started)
         for job in jobs:
-            deps.local_queue.put_nowait(job)
+            held, stale = deps.active.claim(job, renewed_at=started)
+            if stale is not None:
+                # Claimed again while an earlier holding of it is still here (it was
+                # reclaimed meanwhile): that one must never write for the new attempt.
+                self.controller_lose(stale)
+            deps.local_queue.put_nowait(held)
         return ProducerTick(free, len(jobs))
+
+    def controller_lose(self, stale: ActiveJob) -> None:
+        """Stop a superseded holding: nothing is written for it any more."""
+        stale.lost = stale.lost or "claimed_again"
+        if stale.task is not None:
+            stale.cancel_reason = "lease_lost"
+            stale.task.cancel()
+        self.deps.log.warning("job_claimed_again", job_id=str(stale.job.id))
 
     async def run(self) -> None:
         """Loop: claim, then wait for a wake-up (NOTIFY, freed slot, poll timeout, stop)."""
@@ -75,9 +97,14 @@ class ProducerLoop:
                 try:
                     tick = await self.run_once()
                     full_batch = tick.requested > 0 and tick.claimed == tick.requested
+                    if tick.requested:
+                        deps.database.succeeded()
+                    self._backoff.reset()
                     self._guard.succeeded()
                 except TRANSIENT_ERRORS as exc:
-                    deps.log.warning("producer_dispatch_failed", error=repr(exc))
+                    deps.database.failed("producer", exc)
+                    await retry_pause(deps.database, self._backoff.next(), deps.producer_stop)
+                    continue
                 except Exception as exc:
                     self._guard.failed(exc)
                 if full_batch:

@@ -26,6 +26,7 @@ from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import get_logger
 from taskq_core.settings import TaskqSettings
+from taskq_core.worker.active import ActiveJobs
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.completer import Completer
 from taskq_core.worker.consumer import ConsumerLoop
@@ -36,8 +37,8 @@ from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
-from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
+from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import (
     LoopLagWatchdog,
     LoopLiveness,
@@ -133,7 +134,9 @@ class Worker:
             try:
                 await self._run_siblings(deps)
             finally:
-                await asyncio.shield(deps.completer.close())  # every success made durable
+                # Every success made durable, waiting for the database while the shutdown
+                # budget allows (the leader reclaims whatever stays unwritten).
+                await asyncio.shield(deps.completer.close(within=self._write_budget(deps)))
                 for task in watchdogs:
                     task.cancel()
                 if health is not None:
@@ -144,8 +147,16 @@ class Worker:
             if self._owns_backend:
                 await backend.close()
 
+    def _write_budget(self, deps: WorkerDeps) -> float:
+        """Seconds left for the last writes: what the shutdown watchdog's budget leaves."""
+        started = deps.shutdown_started_at
+        elapsed = 0.0 if started is None else deps.clock.monotonic() - started
+        return max(1.0, self.settings.termination_grace_period - elapsed - 2.0)
+
     def _build_deps(self, backend: Backend) -> WorkerDeps:
         s = self.settings
+        holdings = ActiveJobs()
+        database = DatabaseOutage(self.clock, self.log)
         self.deps = WorkerDeps(
             worker_id=self.worker_id,
             settings=s,
@@ -157,11 +168,20 @@ class Worker:
             executor=ThreadPoolExecutor(
                 max_workers=s.max_concurrency, thread_name_prefix="taskq-actor"
             ),
-            local_queue=asyncio.Queue(maxsize=s.max_concurrency + s.effective_prefetch),
+            # Unbounded: the producer claims only up to capacity, and a held job that lost its
+            # lease leaves the count while it still sits here, to be skipped.
+            local_queue=asyncio.Queue(),
             completer=Completer(
-                backend, self.worker_id, self.log, max_batch=s.completion_batch_max
+                backend,
+                self.worker_id,
+                self.log,
+                holdings=holdings,
+                database=database,
+                clock=self.clock,
+                max_batch=s.completion_batch_max,
             ),
-            database=DatabaseOutage(self.clock, self.log),
+            database=database,
+            active=holdings,
             liveness=LoopLiveness(
                 grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
             ),

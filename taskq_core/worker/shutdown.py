@@ -1,11 +1,13 @@
 """Graceful shutdown: NONE -> DRAINING -> CANCELLING -> FORCING -> ABANDONING.
 
 DRAINING stops the producer and re-pends the jobs claimed but not started (the local
-queue). CANCELLING sets every running job's cancel_event and waits up to
-TASKQ_CANCELLATION_GRACE_PERIOD for cooperative exits; a job interrupted by shutdown goes
-back to the queue (it did not fail, and nobody asked to cancel it). FORCING cancels the
-remaining tasks and waits up to TASKQ_CLEANUP_GRACE_PERIOD. ABANDONING gives up on what is
-left: those rows stay running until their lease expires and the leader reclaims them.
+queue) without using their attempts. CANCELLING sets every running job's cancel_event and
+waits up to TASKQ_CANCELLATION_GRACE_PERIOD for cooperative exits; a job interrupted by
+shutdown goes back to the queue (it did not fail, and nobody asked to cancel it), while a
+job an operator asked to cancel keeps that reason and ends cancelled. FORCING writes
+cancel_phase 2 for each remaining job, then cancels its task, and waits up to
+TASKQ_CLEANUP_GRACE_PERIOD. ABANDONING writes ``abandoned`` for whatever still runs (a
+plain ``def`` actor's thread cannot be stopped; the job says so) and releases its consumer.
 
 Signals: the first SIGTERM/SIGINT starts the sequence, the second skips to FORCING, the
 third exits at once with code 1.
@@ -22,7 +24,10 @@ from taskq_core.constants import EXIT_ERROR
 from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import configure_logging
 from taskq_core.settings import TaskqSettings
+from taskq_core.worker.active import CancelPhase
+from taskq_core.worker.cancel import write_abandoned
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
+from taskq_core.worker.transient import TRANSIENT_ERRORS
 from taskq_core.worker.watchdog import dump_task_stacks
 
 
@@ -89,12 +94,7 @@ class ShutdownOrchestrator:
             if len(deps.active):
                 await self._force()
             if len(deps.active):
-                deps.shutdown_phase = ShutdownPhase.ABANDONING
-                deps.log.error(
-                    "shutdown_abandoning_jobs",
-                    job_ids=[str(a.job.id) for a in deps.active.all()],
-                    note="left running; the leader reclaims them when their lease expires",
-                )
+                await self._abandon()
         finally:
             deps.consumer_stop.set()
             deps.shutdown_event.set()
@@ -106,10 +106,15 @@ class ShutdownOrchestrator:
         deps.producer_stop.set()
         unstarted = []
         while not deps.local_queue.empty():  # no await in this loop: consumers cannot race it
-            unstarted.append(deps.local_queue.get_nowait().id)
+            held = deps.local_queue.get_nowait()
+            deps.active.remove(held)
+            if held.lost is None:
+                unstarted.append(held.lease)
         if unstarted:
             try:
-                released = await deps.backend.release_unstarted(deps.worker_id, unstarted)
+                released = await deps.backend.release_leases(
+                    deps.worker_id, unstarted, reason="shutdown_drain"
+                )
                 deps.log.info("shutdown_released_unstarted", count=released)
             except Exception as exc:  # the lease expires and the reclaim sweep re-pends them
                 deps.log.warning("shutdown_release_failed", error=repr(exc))
@@ -118,21 +123,51 @@ class ShutdownOrchestrator:
         deps = self.deps
         deps.shutdown_phase = ShutdownPhase.CANCELLING
         now = deps.clock.monotonic()
-        for active in deps.active.all():
-            active.cancel_reason = "shutdown"
-            active.cancel_observed_at = active.cancel_observed_at or now
-            active.ctx.signal_cancel()
+        for held in deps.active.running():
+            if held.cancel_reason != "requested" or held.cancel_observed_at is None:
+                held.cancel_reason = "shutdown"  # an operator's cancel in progress stays one
+            held.cancel_observed_at = held.cancel_observed_at or now
+            if held.ctx is not None:
+                held.ctx.signal_cancel()
         await self._wait_idle(deps.settings.cancellation_grace_period)
 
     async def _force(self) -> None:
         deps = self.deps
         deps.shutdown_phase = ShutdownPhase.FORCING
-        for active in deps.active.all():
-            active.cancel_reason = "shutdown"
-            if active.task is not None:
-                active.task.cancel()
+        for held in deps.active.running():
+            if held.lost is None and held.cancel_phase < CancelPhase.FORCED:
+                try:
+                    await deps.backend.write_cancel_escalation(held.lease, reason="shutdown")
+                except TRANSIENT_ERRORS as exc:  # stopping must not wait for the database
+                    deps.log.warning(
+                        "shutdown_escalation_unwritten", job_id=str(held.job.id), error=str(exc)
+                    )
+            held.cancel_phase = max(held.cancel_phase, CancelPhase.FORCED)
+            if held.task is not None:  # no await since the write
+                held.task.cancel()
         self.escalate.clear()
         await self._wait_idle(deps.settings.cleanup_grace_period)
+
+    async def _abandon(self) -> None:
+        """Write off the jobs that ignored even the forced cancel."""
+        deps = self.deps
+        deps.shutdown_phase = ShutdownPhase.ABANDONING
+        for held in deps.active.running():
+            if held.lost is not None:
+                held.abandon()
+                continue
+            try:
+                await write_abandoned(deps, held)
+            except TRANSIENT_ERRORS as exc:
+                deps.log.error(
+                    "shutdown_abandon_unwritten",
+                    job_id=str(held.job.id),
+                    error=str(exc),
+                    note="left running; the leader reclaims it when its lease expires",
+                )
+                held.cancel_phase = CancelPhase.ABANDON_PENDING
+                held.abandon()
+                deps.active.remove(held)
 
     async def _wait_idle(self, seconds: float) -> None:
         """Wait until no job runs, ``seconds`` pass, or a further signal escalates."""

@@ -19,17 +19,29 @@ from typing import Any
 
 from taskq_core.clock import Clock
 from taskq_core.errors import TRANSIENT_ERRORS, DatabaseUnavailableError
+from taskq_core.worker.waits import wait_any
 
-__all__ = ["TRANSIENT_ERRORS", "Backoff", "DatabaseOutage", "UnexpectedErrorGuard"]
+__all__ = [
+    "TRANSIENT_ERRORS",
+    "Backoff",
+    "DatabaseOutage",
+    "UnexpectedErrorGuard",
+    "retry_pause",
+]
 
 
 class Backoff:
-    """Delays between retries: ``initial`` doubling up to ``maximum``, each jittered +-20%."""
+    """Delays between retries: ``initial`` doubling up to ``maximum``, each jittered +-20%.
+
+    The 2 s ceiling keeps a loop's iteration (a statement bounded by its command timeout, then
+    this wait) inside the stale-loop watchdog's budget, and a worker back within seconds of
+    the database.
+    """
 
     def __init__(
         self,
         initial: float = 0.1,
-        maximum: float = 5.0,
+        maximum: float = 2.0,
         *,
         jitter: float = 0.2,
         rng: random.Random | None = None,
@@ -102,6 +114,15 @@ class DatabaseOutage:
         self.started_at = None
         self.failures = 0
         self.available.set()
+
+
+async def retry_pause(database: DatabaseOutage, seconds: float, *stop: asyncio.Event) -> None:
+    """Wait ``seconds`` before retrying a failed database call: less when another loop sees
+    the database come back, or when one of ``stop`` is set."""
+    if database.ongoing:
+        await wait_any(database.available, *stop, timeout=seconds)
+    else:
+        await wait_any(*stop, timeout=seconds)
 
 
 class UnexpectedErrorGuard:

@@ -41,12 +41,14 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
     LeaderRow,
+    Lease,
     QueueActivity,
     QueueMode,
     QueueRow,
     QueueStatusCount,
     RetryAfterOutcome,
     SnoozeOutcome,
+    Start,
     Success,
     WorkerInfo,
     WorkerRow,
@@ -57,6 +59,7 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.constants import (
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
+    UNSTARTED_RECLAIM_LIMIT,
     events_channel,
     leader_lock_key,
     validate_identifier,
@@ -217,6 +220,7 @@ def _worker(record: asyncpg.Record) -> WorkerRow:
         status=record["status"],
         is_leader=record["is_leader"],
         running_jobs=record["running_jobs"],
+        claimed_jobs=record["claimed_jobs"],
     )
 
 
@@ -232,6 +236,7 @@ def _queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
         pending=record["pending"],
         scheduled=record["scheduled"],
         running=record["running"],
+        claimed=record["claimed"],
         oldest_pending_at=record["oldest_pending_at"],
         finished={
             JobStatus(status): count
@@ -290,6 +295,7 @@ def _inserted_row(
             0,  # attempt
             None,  # locked_by_worker
             None,  # lock_expires_at
+            None,  # claimed_at
             None,  # started_at
             None,  # finished_at
             0,  # cancel_phase
@@ -687,120 +693,215 @@ class PostgresBackend:
         records = await self._dispatch_pool.fetch(self._queries["dispatch_batch"], *args)
         return [_job(record) for record in records]
 
-    async def release_unstarted(self, worker_id: UUID, job_ids: Sequence[UUID]) -> int:
-        """Re-pend claimed-but-unstarted jobs of this worker (attempt given back)."""
-        if not job_ids:
+    async def release_leases(
+        self,
+        worker_id: UUID,
+        leases: Sequence[Lease],
+        *,
+        reason: str,
+        retry_delay: timedelta = timedelta(0),
+        error: ErrorInfo | None = None,
+    ) -> int:
+        """Give back held jobs: unstarted ones to pending (attempt given back), started ones
+        through a crashed attempt; a requested cancel ends them cancelled."""
+        if not leases:
             return 0
+        error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
         record = await self._one(
-            self._queries["release_unstarted"], worker_id, list(job_ids), self._wake_channel
+            self._queries["release_leases"],
+            worker_id,
+            [lease.job_id for lease in leases],
+            [lease.attempt for lease in leases],
+            retry_delay,
+            error.error_class,
+            error.message,
+            reason,
+            self._wake_channel,
         )
         return int(record["released"])
 
     # --- heartbeat ---------------------------------------------------------------------------
     async def heartbeat(
-        self, worker_id: UUID, lock_lease: timedelta, *, is_leader: bool = False
+        self,
+        worker_id: UUID,
+        lock_lease: timedelta,
+        leases: Sequence[Lease] = (),
+        *,
+        is_leader: bool = False,
     ) -> HeartbeatResult:
-        """Worker row, job leases, reservation leases, leader row and cancel flags: one
+        """Worker row, the named leases, reservation leases, leader row and cancel flags: one
         statement, hence one transaction."""
         records = await self._heartbeat_pool.fetch(
-            self._queries["heartbeat"], worker_id, lock_lease, is_leader
+            self._queries["heartbeat"],
+            worker_id,
+            lock_lease,
+            is_leader,
+            [lease.job_id for lease in leases],
+            [lease.attempt for lease in leases],
         )
         flags = [
             CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
             for r in records
-            if r["job_id"] is not None
+            if r["cancel_requested_at"] is not None
         ]
         return HeartbeatResult(
-            leases_extended=int(records[0]["leases_extended"]), cancel_flags=flags
+            held=frozenset(r["job_id"] for r in records),
+            extended=frozenset(r["job_id"] for r in records if r["extended"]),
+            cancel_flags=flags,
         )
 
     # --- terminal and rescheduling writes ----------------------------------------------------
+    async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
+        """started_at for claimed jobs whose bodies began; the ids written."""
+        if not starts:
+            return set()
+        rows = await self._pool.fetch(
+            self._queries["mark_started_many"],
+            worker_id,
+            [s.job_id for s in starts],
+            [s.attempt for s in starts],
+            [s.ran_for for s in starts],
+        )
+        return {row["id"] for row in rows}
+
     async def mark_succeeded(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         result: Any,
         *,
         fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
     ) -> bool:
         """running -> succeeded with its attempt and event; False when not ours any more.
 
         A flush of one: one copy of the completion SQL (it also wakes a waiting worker when
         the job frees room under a cap).
         """
-        success = Success(job_id, result, fallback_result_ttl)
-        return bool(await self.mark_succeeded_many(worker_id, [success]))
+        encoded = None if result is None else _dumps(result)
+        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
+        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+
+    def _success_args(self, worker_id: UUID, successes: Sequence[Success]) -> tuple[Any, ...]:
+        return (
+            worker_id,
+            [s.job_id for s in successes],
+            [s.attempt for s in successes],
+            [s.result_json for s in successes],
+            [s.fallback_result_ttl for s in successes],
+            [s.ran_for for s in successes],
+            self._wake_channel,
+        )
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """Many completions in one statement; the ids this worker still owned."""
+        """Many completions in one statement; the ids whose leases this worker still held."""
         if not successes:
             return set()
         rows = await self._pool.fetch(
-            self._queries["mark_succeeded_many"],
-            worker_id,
-            [s.job_id for s in successes],
-            # As JSON text: an array of jsonb would read a list result as a nested array.
-            [None if s.result is None else _dumps(s.result) for s in successes],
-            [s.fallback_result_ttl for s in successes],
-            self._wake_channel,
+            self._queries["mark_succeeded_many"], *self._success_args(worker_id, successes)
         )
         return {row["id"] for row in rows}
 
+    async def mark_succeeded_with_conn(
+        self,
+        connection: Any,
+        lease: Lease,
+        result_json: str | None,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """The completion inside the caller's transaction on ``connection``."""
+        success = Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for)
+        rows = await connection.fetch(
+            self._queries["mark_succeeded_many"], *self._success_args(lease.worker_id, [success])
+        )
+        return bool(rows)
+
     async def mark_failed_or_retry(
         self,
-        job_id: UUID,
-        worker_id: UUID,
+        lease: Lease,
         error: ErrorInfo,
         retry_delay: timedelta | None,
+        *,
+        ran_for: float | None = None,
     ) -> JobRow | None:
-        """-> failed, or scheduled at now() + delay (deadline decided by the database)."""
+        """-> failed, scheduled at now() + delay, or cancelled (deadline decided by the
+        database)."""
         record = await self._pool.fetchrow(
             self._queries["mark_failed_or_retry"],
-            job_id,
-            worker_id,
+            lease.job_id,
+            lease.worker_id,
+            lease.attempt,
             error.error_class,
             error.message,
             error.traceback,
             retry_delay,
+            ran_for,
         )
         return None if record is None else _job(record)
 
-    async def mark_cancelled(self, job_id: UUID, worker_id: UUID) -> bool:
+    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
         """running -> cancelled (cooperative exit)."""
-        done = await self._pool.fetchval(self._queries["mark_cancelled"], job_id, worker_id)
-        return bool(done)
-
-    async def write_cancel_escalation(self, job_id: UUID, worker_id: UUID) -> bool:
-        """cancel_phase 1 -> 2 with an event, before the worker cancels the task."""
         done = await self._pool.fetchval(
-            self._queries["write_cancel_escalation"], job_id, worker_id
+            self._queries["mark_cancelled"], lease.job_id, lease.worker_id, lease.attempt, ran_for
         )
         return bool(done)
 
-    async def mark_abandoned(self, job_id: UUID) -> bool:
-        """running with cancel_phase 2 -> abandoned."""
-        return bool(await self._pool.fetchval(self._queries["mark_abandoned"], job_id))
+    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
+        """cancel_phase -> 2 with an event, before the worker cancels the task."""
+        done = await self._pool.fetchval(
+            self._queries["write_cancel_escalation"],
+            lease.job_id,
+            lease.worker_id,
+            lease.attempt,
+            reason,
+        )
+        return bool(done)
 
-    async def mark_snoozed(self, job_id: UUID, worker_id: UUID, delay: timedelta) -> SnoozeOutcome:
-        """-> scheduled without consuming the attempt, or failed past the deadline."""
-        status = await self._pool.fetchval(self._queries["mark_snoozed"], job_id, worker_id, delay)
+    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
+        """running with cancel_phase 2 -> abandoned, ``reason`` as its error message."""
+        done = await self._pool.fetchval(
+            self._queries["mark_abandoned"], lease.job_id, lease.worker_id, lease.attempt, reason
+        )
+        return bool(done)
+
+    async def mark_snoozed(
+        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
+    ) -> SnoozeOutcome:
+        """-> scheduled without consuming the attempt, failed past the deadline, or
+        cancelled."""
+        status = await self._pool.fetchval(
+            self._queries["mark_snoozed"],
+            lease.job_id,
+            lease.worker_id,
+            lease.attempt,
+            delay,
+            ran_for,
+        )
         if status is None:
             return "noop"
-        return "failed" if status == "failed" else "scheduled"
+        return cast(SnoozeOutcome, status)
 
     async def mark_retry_after(
-        self, job_id: UUID, worker_id: UUID, delay: timedelta, *, consume_budget: bool = True
+        self,
+        lease: Lease,
+        delay: timedelta,
+        *,
+        consume_budget: bool = True,
+        ran_for: float | None = None,
     ) -> RetryAfterOutcome:
-        """-> scheduled at now() + delay, or failed (deadline first, then attempt budget)."""
+        """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
+        attempt budget)."""
         outcome = await self._pool.fetchval(
-            self._queries["mark_retry_after"], job_id, worker_id, delay, consume_budget
+            self._queries["mark_retry_after"],
+            lease.job_id,
+            lease.worker_id,
+            lease.attempt,
+            delay,
+            consume_budget,
+            ran_for,
         )
         return cast(RetryAfterOutcome, "noop" if outcome is None else outcome)
-
-    async def isolate_worker(self, worker_id: UUID, retry_delay: timedelta) -> int:
-        """Give up every running job of a worker that lost its heartbeat."""
-        moved = await self._pool.fetchval(self._queries["isolate_worker"], worker_id, retry_delay)
-        return int(moved)
 
     # --- history -----------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
@@ -883,7 +984,11 @@ class PostgresBackend:
     async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
         """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events."""
         record = await self._one(
-            self._queries["reclaim_expired_locks"], cancel_grace, cleanup_grace, self._wake_channel
+            self._queries["reclaim_expired_locks"],
+            cancel_grace,
+            cleanup_grace,
+            self._wake_channel,
+            UNSTARTED_RECLAIM_LIMIT,
         )
         return int(record["reclaimed"])
 

@@ -20,6 +20,7 @@ import struct
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskq_core import jsontext
 from taskq_core.backend.protocol import EnqueueArgs
 
 # The columns a bulk enqueue writes, in row order: first the values of each row's own, then
@@ -59,13 +60,8 @@ _pack_int4 = struct.Struct(">ii").pack
 _pack_int8 = struct.Struct(">iq").pack
 _pack_interval = struct.Struct(">iqii").pack
 
-# json.dumps(value, allow_nan=False), with the encoder built once instead of on every call.
-_JSON_ENCODER = json.JSONEncoder(allow_nan=False)
-
-
-def dumps(value: Any) -> str:
-    """JSON text as jsonb stores it; NaN and non-JSON values raise (as they would in PG)."""
-    return _JSON_ENCODER.encode(value)
+# JSON text as jsonb stores it: NaN, NUL and non-JSON values raise UnstorableValueError.
+dumps = jsontext.encode
 
 
 # The common empty payload / metadata: a constant field, nothing to serialize.

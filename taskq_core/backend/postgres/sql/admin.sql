@@ -160,12 +160,14 @@ WHERE id = $1::uuid;
 
 -- name: list_workers
 -- Every worker, most recently seen first, with leadership (from the leader row) and its
--- running jobs counted.
-SELECT w.*, l.worker_id IS NOT NULL AS is_leader, COALESCE(r.running, 0) AS running_jobs
+-- running jobs counted (bodies running, and claimed ahead of a consumer).
+SELECT w.*, l.worker_id IS NOT NULL AS is_leader, COALESCE(r.running, 0) AS running_jobs,
+       COALESCE(r.claimed, 0) AS claimed_jobs
 FROM {schema}.workers w
 LEFT JOIN {schema}.maintenance_leader l ON l.name = 'maintenance' AND l.worker_id = w.id
 LEFT JOIN (
-    SELECT j.locked_by_worker, count(*) AS running
+    SELECT j.locked_by_worker, count(j.started_at) AS running,
+           count(*) - count(j.started_at) AS claimed
     FROM {schema}.jobs j
     WHERE j.status = 'running'
     GROUP BY j.locked_by_worker
@@ -190,7 +192,7 @@ FROM (
 -- Where job $1 stands in its queue's dispatch order, on the database clock: the due pending
 -- jobs of its queue that dispatch first, ordered as `dispatch_batch` orders them
 -- (strict_fifo: priority DESC, scheduled_at, id; round_robin: rank inside the fairness
--- cohort, priority DESC, the cohort whose last job started least recently, scheduled_at,
+-- cohort, priority DESC, the cohort whose last job was claimed least recently, scheduled_at,
 -- id), and how many of those are of other cohorts. Zero unless the job itself is due and
 -- pending. It reads the queue's whole due backlog once: an operator query, never hot.
 WITH clock AS (
@@ -220,10 +222,10 @@ served AS (
     FROM (SELECT DISTINCT d.cohort FROM due d) c
     CROSS JOIN target t
     CROSS JOIN LATERAL (
-        SELECT max(j.started_at) AS last_started
+        SELECT max(j.claimed_at) AS last_started
         FROM {schema}.jobs j
         WHERE j.queue = t.queue AND COALESCE(j.fairness_key, '__null__') = c.cohort
-          AND j.started_at IS NOT NULL
+          AND j.claimed_at IS NOT NULL
     ) s
 ),
 ordered AS (
@@ -396,7 +398,10 @@ SELECT k.now, n.name, COALESCE(s.mode, 'strict_fifo') AS mode, s.max_concurrent,
        (SELECT count(*) FROM {schema}.jobs j
         WHERE j.status = 'scheduled' AND j.queue = n.name) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs j
-        WHERE j.status = 'running' AND j.queue = n.name) AS running,
+        WHERE j.status = 'running' AND j.queue = n.name AND j.started_at IS NOT NULL)
+           AS running,
+       (SELECT count(*) FROM {schema}.jobs j
+        WHERE j.status = 'running' AND j.queue = n.name AND j.started_at IS NULL) AS claimed,
        (SELECT min(h.scheduled_at) FROM pending_heads h WHERE h.queue = n.name)
            AS oldest_pending_at,
        COALESCE(c.statuses, '{}') AS finished_statuses, COALESCE(c.counts, '{}') AS finished_counts,
@@ -434,12 +439,12 @@ WITH finished AS (
     WHERE s.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')
 ),
 running AS (
-    SELECT j.*, j.started_at AS activity_at
+    SELECT j.*, COALESCE(j.started_at, j.claimed_at) AS activity_at
     FROM {schema}.jobs j
     WHERE j.status = 'running' AND ($1::text[] IS NULL OR 'running' = ANY ($1::text[]))
       AND COALESCE(j.queue = $2::text, true)
       AND COALESCE(j.actor = $3::text, true)
-    ORDER BY j.started_at DESC
+    ORDER BY COALESCE(j.started_at, j.claimed_at) DESC
     LIMIT 200
 ),
 pending AS (

@@ -31,8 +31,8 @@
 --                      per queue, so its backlog can never crowd the others out of theirs.
 --                    Oversampling absorbs what identity serialization and caps filter out.
 --   fair_ranked      round_robin: fairness_rank = ROW_NUMBER() per cohort (NULL keys are the
---                    '__null__' cohort), and last_served = when a job of the cohort last
---                    started in that queue (one index probe per cohort in the candidates);
+--                    '__null__' cohort), and last_served = when a job of the cohort was last
+--                    claimed in that queue (one index probe per cohort in the candidates);
 --                    strict_fifo: 1 and NULL
 --   identity_dedup   at most one job per (actor, identity_key), none if one is running
 --   ranked           capped actors: actor_rank <= residual; then, in capped queues,
@@ -46,7 +46,9 @@
 --                    a SELECT with window functions, hence its own CTE.
 --   eligible         capped actors again over what was really locked: the boolean gate
 --                    in_flight < max_concurrent and the rank cap actor_rank <= max - in_flight
---   claimed          UPDATE ... WHERE status = 'pending' (the final race guard), + events
+--   claimed          UPDATE ... WHERE status = 'pending' (the final race guard), + events.
+--                    A claim sets claimed_at and clears started_at: the worker writes
+--                    started_at when the body starts (a prefetched job waits claimed).
 --
 -- Concurrent dispatchers each read the running counts of their own snapshot, so together
 -- they can exceed a cap by at most (dispatchers - 1) * cap: a documented, bounded trade.
@@ -214,10 +216,10 @@ cohort_turns AS (
         SELECT DISTINCT c.queue, c.cohort FROM candidates c WHERE c.mode = 'round_robin'
     ) t
     CROSS JOIN LATERAL (
-        SELECT max(j.started_at) AS last_started
+        SELECT max(j.claimed_at) AS last_started
         FROM {schema}.jobs j
         WHERE j.queue = t.queue AND COALESCE(j.fairness_key, '__null__') = t.cohort
-          AND j.started_at IS NOT NULL
+          AND j.claimed_at IS NOT NULL
     ) s
 ),
 fair_ranked AS (
@@ -303,7 +305,8 @@ eligible AS (
 claimed AS (
     UPDATE {schema}.jobs j
     SET status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
-        lock_expires_at = k.now + $4::interval, started_at = k.now, updated_at = k.now
+        lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
+        updated_at = k.now
     FROM eligible e CROSS JOIN clock k
     WHERE j.id = e.id AND j.status = 'pending'
     RETURNING j.*, e.mode_order AS dispatch_mode_order,
@@ -401,7 +404,8 @@ locked AS (
 claimed AS (
     UPDATE {schema}.jobs j
     SET status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
-        lock_expires_at = k.now + $4::interval, started_at = k.now, updated_at = k.now
+        lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
+        updated_at = k.now
     FROM locked l CROSS JOIN clock k
     WHERE j.id = l.id AND j.status = 'pending'
     RETURNING j.*

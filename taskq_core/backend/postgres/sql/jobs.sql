@@ -3,8 +3,17 @@
 --
 -- Every status change writes its job_events row (and, for the end of an attempt, its
 -- job_attempts row) in the SAME statement through data-modifying CTEs: one round trip, one
--- atomic write. Worker writes are guarded by status = 'running' AND locked_by_worker = the
--- worker; a lost race updates nothing and the caller sees "not ours any more".
+-- atomic write. Worker writes are fenced by their lease: status = 'running' AND
+-- locked_by_worker = the worker AND attempt = the attempt it claimed. A lost race, a reclaimed
+-- job or a later attempt updates nothing and the caller sees "not ours any more".
+--
+-- A cancel request wins on every later path: a job asked to cancel is never rescheduled (a
+-- retry, snooze, retry-after or release ends it `cancelled` instead). Only a body that returns
+-- normally keeps its result (`succeeded`): it finished its work.
+--
+-- started_at is NULL while a job is claimed but its body has not started; writes that end an
+-- attempt whose start the worker had not recorded yet fill it in from the body's run time
+-- ($n ran_for, seconds, NULL when the body never ran).
 -- Time always comes from clock_timestamp() here, never from the application.
 
 -- name: enqueue
@@ -36,7 +45,8 @@ woken AS (
 )
 SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
        i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
-       i.lock_expires_at, i.started_at, i.finished_at, i.cancel_phase, i.cancel_requested_at,
+       i.lock_expires_at, i.claimed_at, i.started_at, i.finished_at, i.cancel_phase,
+       i.cancel_requested_at,
        i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
        i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
        i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
@@ -54,28 +64,77 @@ SELECT clock_timestamp() AS now;
 -- cannot notify by itself), delivered only if the COPY's transaction commits.
 SELECT pg_notify($1::text, '');
 
--- name: release_unstarted
--- Shutdown drain: give back jobs this worker claimed but never started (attempt returned).
-WITH released AS (
+-- name: release_leases
+-- A worker gives jobs back ($1 worker; $2 ids and $3 attempts: the leases): at a shutdown
+-- drain (never started) or after losing its heartbeat ($7 reason). A job whose body never
+-- started goes back to pending in its place (scheduled_at kept) without using its attempt; a
+-- started one gets a crashed attempt ($5 error class, $6 message) and is scheduled at
+-- now() + $4 when retries are left, else crashed. A requested cancel ends either `cancelled`.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+given AS (
+    SELECT j.id, j.attempt, j.started_at, j.started_at IS NOT NULL AS started,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           (j.retry_kind = 'transient' AND j.attempt < j.max_attempts)
+           OR (j.retry_kind = 'indefinite'
+               AND (j.schedule_to_close IS NULL OR j.schedule_to_close > k.now)) AS retry
+    FROM unnest($2::uuid[], $3::integer[]) AS l(id, attempt)
+    JOIN {schema}.jobs j ON j.id = l.id
+    CROSS JOIN clock k
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = l.attempt
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+moved AS (
     UPDATE {schema}.jobs j
-    SET status = 'pending', attempt = GREATEST(j.attempt - 1, 0), locked_by_worker = NULL,
-        lock_expires_at = NULL, started_at = NULL, updated_at = clock_timestamp()
-    WHERE j.id = ANY ($2::uuid[]) AND j.status = 'running' AND j.locked_by_worker = $1::uuid
-    RETURNING j.id
+    SET status = (CASE WHEN g.cancel_requested THEN 'cancelled'
+                       WHEN NOT g.started THEN 'pending'
+                       WHEN g.retry THEN 'scheduled'
+                       ELSE 'crashed' END)::{schema}.job_status,
+        attempt = CASE WHEN g.started THEN j.attempt ELSE GREATEST(j.attempt - 1, 0) END,
+        scheduled_at = CASE WHEN g.started AND g.retry AND NOT g.cancel_requested
+                            THEN k.now + $4::interval ELSE j.scheduled_at END,
+        finished_at = CASE WHEN g.cancel_requested OR (g.started AND NOT g.retry)
+                           THEN k.now END,
+        cancel_phase = CASE WHEN g.cancel_requested THEN j.cancel_phase ELSE 0 END,
+        locked_by_worker = NULL, lock_expires_at = NULL,
+        error_class = CASE WHEN g.started THEN $5::text ELSE j.error_class END,
+        error_message = CASE WHEN g.started THEN $6::text ELSE j.error_message END,
+        error_traceback = CASE WHEN g.started THEN NULL ELSE j.error_traceback END,
+        updated_at = k.now
+    FROM given g CROSS JOIN clock k
+    WHERE j.id = g.id
+    RETURNING j.id, j.status, g.attempt, g.started, g.started_at, k.now
+),
+attempts AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT m.id, m.attempt, $1::uuid, 'crashed', m.started_at, m.now,
+           EXTRACT(EPOCH FROM m.now - m.started_at) * 1000, $5::text, $6::text
+    FROM moved m
+    WHERE m.started
 ),
 events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT r.id, 'state_change', 'running', 'pending', $1::uuid FROM released r
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT m.id, 'state_change', 'running', m.status, $1::uuid,
+           jsonb_build_object('reason', $7::text, 'started', m.started)
+    FROM moved m
 ),
 woken AS (
-    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM released)
+    SELECT pg_notify($8::text, '') WHERE EXISTS (SELECT 1 FROM moved WHERE status = 'pending')
 )
-SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM woken) AS woken;
+SELECT (SELECT count(*) FROM moved) AS released, (SELECT count(*) FROM woken) AS woken;
 
 -- name: heartbeat
--- One transaction per tick: touch the worker row, extend this worker's job and reservation
--- leases, ping the leader row when leading ($3), and return the cancel flags the extended
--- rows carry. Always returns at least one row (leases_extended; flag columns NULL if none).
+-- One transaction per tick: touch the worker row ($1), extend the leases the worker still
+-- holds ($4 ids, $5 attempts; by $2) and its reservation leases, ping the leader row when
+-- leading ($3). Only those leases: a row the worker owns but no longer holds (a result it
+-- could not write, a job it gave up) is left to expire. Returns one row per held lease that
+-- is still the worker's, with `extended` and its cancel flags; a lease missing from the
+-- answer was refused (reclaimed, or a later attempt).
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -85,19 +144,27 @@ touched AS (
     WHERE w.id = $1::uuid
     RETURNING w.id
 ),
+held AS (
+    SELECT j.id, j.attempt, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
+    FROM unnest($4::uuid[], $5::integer[]) AS h(id, attempt)
+    JOIN {schema}.jobs j ON j.id = h.id
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = h.attempt
+),
 -- Rows a completion flush holds right now are skipped: they are being finished, and a
 -- multi-row writer waiting on another could deadlock.
 lockable AS (
-    SELECT j.id FROM {schema}.jobs j
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    SELECT j.id
+    FROM {schema}.jobs j
+    JOIN held h ON h.id = j.id
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = h.attempt
     ORDER BY j.id
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 ),
 extended AS (
     UPDATE {schema}.jobs j SET lock_expires_at = k.now + $2::interval, updated_at = k.now
     FROM clock k, lockable l
     WHERE j.id = l.id
-    RETURNING j.id, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
+    RETURNING j.id
 ),
 reservations AS (
     UPDATE {schema}.reservation_slots s SET lease_expires_at = k.now + $2::interval
@@ -111,29 +178,47 @@ leader AS (
     WHERE $3::boolean AND l.name = 'maintenance' AND l.worker_id = $1::uuid
     RETURNING l.name
 )
-SELECT (SELECT count(*) FROM extended) AS leases_extended,
-       f.id AS job_id, f.cancel_phase, f.cancel_requested_at, f.cancel_reason
-FROM (SELECT 1) AS one
-LEFT JOIN extended f ON f.cancel_requested_at IS NOT NULL
-ORDER BY f.cancel_requested_at, f.id;
+SELECT h.id AS job_id, e.id IS NOT NULL AS extended, h.cancel_phase, h.cancel_requested_at,
+       h.cancel_reason,
+       (SELECT count(*) FROM touched) + (SELECT count(*) FROM reservations)
+           + (SELECT count(*) FROM leader) AS touched
+FROM held h
+LEFT JOIN extended e ON e.id = h.id
+ORDER BY h.cancel_requested_at NULLS LAST, h.id;
+
+-- name: mark_started_many
+-- The bodies of these claimed jobs started ($2 ids, $3 attempts, $4 seconds each body has
+-- run by now): started_at = now() - that, for leases still the worker's ($1) whose start is
+-- not recorded yet. No event: a start is not a status change.
+WITH started AS (
+    UPDATE {schema}.jobs j
+    SET started_at = clock_timestamp() - make_interval(secs => i.ran_for)
+    FROM unnest($2::uuid[], $3::integer[], $4::float8[]) AS i(id, attempt, ran_for)
+    WHERE j.id = i.id AND j.status = 'running' AND j.locked_by_worker = $1::uuid
+      AND j.attempt = i.attempt AND j.started_at IS NULL
+    RETURNING j.id
+)
+SELECT s.id FROM started s;
 
 -- name: mark_succeeded_many
--- running -> succeeded for a batch (mark_succeeded is a batch of one): $2 ids, $3 results
--- (JSON text), $4 fallback TTLs (parallel arrays). The result TTL is re-read from actor_config on every
--- completion: stored TTL, else the job's own, else the worker's fallback; none -> no expiry.
+-- running -> succeeded for a batch (mark_succeeded is a batch of one): $2 ids, $3 attempts,
+-- $4 results (JSON text, encoded once by the worker), $5 fallback TTLs, $6 seconds each body
+-- ran (parallel arrays). The result TTL is re-read from actor_config on every completion:
+-- stored TTL, else the job's own, else the worker's fallback; none -> no expiry.
 -- Rows are locked in id order so a flush never deadlocks with another multi-row writer. When
 -- a finished job frees room under a max_concurrent cap (its actor's or its queue's), the
--- wake channel $5 is notified: another worker may be waiting for exactly that room.
+-- wake channel $7 is notified: another worker may be waiting for exactly that room.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 owned AS (
     -- The input rows carry their results into the lock step, so the UPDATE below joins
     -- nothing but these rows (joining the unnested arrays again compared every pair: n^2).
-    SELECT j.id, i.result, i.fallback_ttl
-    FROM unnest($2::uuid[], $3::text[], $4::interval[]) AS i(id, result, fallback_ttl)
+    SELECT j.id, i.result, i.fallback_ttl, i.ran_for
+    FROM unnest($2::uuid[], $3::integer[], $4::text[], $5::interval[], $6::float8[])
+        AS i(id, attempt, result, fallback_ttl, ran_for)
     JOIN {schema}.jobs j ON j.id = i.id
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
+    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = i.attempt
     ORDER BY j.id
     FOR UPDATE OF j
 ),
@@ -141,6 +226,7 @@ done AS (
     UPDATE {schema}.jobs j
     SET status = 'succeeded', result = o.result::jsonb, finished_at = k.now, updated_at = k.now,
         lock_expires_at = NULL,
+        started_at = COALESCE(j.started_at, k.now - make_interval(secs => o.ran_for)),
         result_expires_at = k.now + COALESCE(
             (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
             j.result_ttl, o.fallback_ttl)
@@ -161,7 +247,7 @@ event AS (
     SELECT d.id, 'state_change', 'running', 'succeeded', $1::uuid FROM done d
 ),
 wake AS (
-    SELECT pg_notify($5::text, '')
+    SELECT pg_notify($7::text, '')
     WHERE EXISTS (
         SELECT 1 FROM done d
         WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
@@ -173,40 +259,46 @@ wake AS (
 SELECT d.id FROM done d LEFT JOIN wake ON true;
 
 -- name: mark_failed_or_retry
--- The actor raised. $6 NULL -> failed. Otherwise scheduled at now() + $6, unless that passes
--- schedule_to_close -> failed as DeadlineExceeded. The decision and both timestamps come
--- from one clock reading. The attempt row keeps the actor's own error.
+-- The actor raised ($1 job, $2 worker, $3 attempt: the lease). $7 NULL -> failed. Otherwise
+-- scheduled at now() + $7, unless that passes schedule_to_close -> failed as
+-- DeadlineExceeded, or a cancel was requested -> cancelled. The decision and both timestamps
+-- come from one clock reading. The attempt row keeps the actor's own error. $8: seconds the
+-- body ran (fills started_at when its start was not recorded yet).
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 decision AS (
     SELECT x.id, k.now,
-           CASE WHEN $6::interval IS NULL THEN 'fail'
+           CASE WHEN $7::interval IS NULL THEN 'fail'
+                WHEN x.cancel_requested_at IS NOT NULL THEN 'cancel'
                 WHEN x.schedule_to_close IS NOT NULL
-                     AND k.now + $6::interval > x.schedule_to_close THEN 'deadline'
+                     AND k.now + $7::interval > x.schedule_to_close THEN 'deadline'
                 ELSE 'retry' END AS verdict
     FROM {schema}.jobs x CROSS JOIN clock k
     WHERE x.id = $1::uuid
 ),
 moved AS (
     UPDATE {schema}.jobs j
-    SET status = (CASE WHEN d.verdict = 'retry' THEN 'scheduled' ELSE 'failed' END)
-            ::{schema}.job_status,
-        scheduled_at = CASE WHEN d.verdict = 'retry' THEN d.now + $6::interval
+    SET status = (CASE WHEN d.verdict = 'retry' THEN 'scheduled'
+                       WHEN d.verdict = 'cancel' THEN 'cancelled'
+                       ELSE 'failed' END)::{schema}.job_status,
+        scheduled_at = CASE WHEN d.verdict = 'retry' THEN d.now + $7::interval
                             ELSE j.scheduled_at END,
         finished_at = CASE WHEN d.verdict = 'retry' THEN NULL ELSE d.now END,
         locked_by_worker = CASE WHEN d.verdict = 'retry' THEN NULL ELSE j.locked_by_worker END,
         lock_expires_at = NULL,
+        started_at = COALESCE(j.started_at, d.now - make_interval(secs => $8::float8)),
         error_class = CASE WHEN d.verdict = 'deadline' THEN 'DeadlineExceeded'
-                           ELSE $3::text END,
+                           ELSE $4::text END,
         error_message = CASE WHEN d.verdict = 'deadline'
                              THEN 'retry would start after schedule_to_close (last error: '
-                                  || COALESCE($4::text, '') || ')'
-                             ELSE $4::text END,
-        error_traceback = $5::text,
+                                  || COALESCE($5::text, '') || ')'
+                             ELSE $5::text END,
+        error_traceback = $6::text,
         updated_at = d.now
     FROM decision d
     WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+      AND j.attempt = $3::integer
     RETURNING j.*, d.verdict, d.now
 ),
 attempt AS (
@@ -217,7 +309,7 @@ attempt AS (
     SELECT m.id, m.attempt, $2::uuid,
            CASE WHEN m.verdict = 'retry' THEN 'retried' ELSE 'failed' END,
            m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           $3::text, $4::text, $5::text
+           $4::text, $5::text, $6::text
     FROM moved m
 ),
 event AS (
@@ -227,15 +319,18 @@ event AS (
 SELECT m.* FROM moved m;
 
 -- name: mark_cancelled
--- running -> cancelled: the actor stopped cooperatively.
+-- running -> cancelled: the actor stopped after a cancel request ($1 job, $2 worker,
+-- $3 attempt; $4 seconds the body ran).
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 done AS (
     UPDATE {schema}.jobs j
-    SET status = 'cancelled', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL
+    SET status = 'cancelled', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL,
+        started_at = COALESCE(j.started_at, k.now - make_interval(secs => $4::float8))
     FROM clock k
     WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+      AND j.attempt = $3::integer
     RETURNING j.id, j.attempt, j.started_at, j.finished_at
 ),
 attempt AS (
@@ -253,96 +348,117 @@ event AS (
 SELECT count(*) FROM done;
 
 -- name: write_cancel_escalation
--- Cancel phase 1 -> 2 (forced), written BEFORE the worker cancels the task.
+-- Cancel phase -> 2 (forced), written BEFORE the worker cancels the task: from 1 after an
+-- operator's cancel outlived its grace, from 0 when a shutdown forces the job ($4 reason).
 WITH escalated AS (
     UPDATE {schema}.jobs j
     SET cancel_phase = 2, updated_at = clock_timestamp()
+    FROM (SELECT x.cancel_phase AS before FROM {schema}.jobs x WHERE x.id = $1::uuid) b
     WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
-      AND j.cancel_phase = 1
-    RETURNING j.id
+      AND j.attempt = $3::integer AND j.cancel_phase < 2
+    RETURNING j.id, b.before
 ),
 event AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
     SELECT e.id, 'state_change', 'running', 'running', $2::uuid,
-           '{"cancel_phase_from": 1, "cancel_phase_to": 2}'::jsonb
+           jsonb_build_object('cancel_phase_from', e.before, 'cancel_phase_to', 2,
+                              'reason', $4::text)
     FROM escalated e
 )
 SELECT count(*) FROM escalated;
 
 -- name: mark_abandoned
--- running with cancel_phase 2 -> abandoned: the forced cancel never finished. Written by the
--- heartbeat after its own transaction, so no worker guard: the phase is the guard.
+-- running with cancel_phase 2 -> abandoned: the forced cancel never finished ($1 job,
+-- $2 worker, $3 attempt; $4 why, kept as the job's error message).
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 done AS (
     UPDATE {schema}.jobs j
-    SET status = 'abandoned', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL
+    SET status = 'abandoned', finished_at = k.now, updated_at = k.now, lock_expires_at = NULL,
+        started_at = COALESCE(j.started_at, k.now),
+        error_class = 'Abandoned', error_message = $4::text, error_traceback = NULL
     FROM clock k
-    WHERE j.id = $1::uuid AND j.status = 'running' AND j.cancel_phase = 2
-    RETURNING j.id, j.attempt, j.locked_by_worker, j.started_at, j.finished_at
-),
-attempt AS (
-    INSERT INTO {schema}.job_attempts (
-        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
-    )
-    SELECT d.id, d.attempt, d.locked_by_worker, 'abandoned', d.started_at, d.finished_at,
-           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
-    FROM done d
-),
-event AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT d.id, 'state_change', 'running', 'abandoned', d.locked_by_worker FROM done d
-)
-SELECT count(*) FROM done;
-
--- name: mark_snoozed
--- Snooze: scheduled at now() + $3 without consuming the attempt (attempt - 1, metadata
--- snooze_count + 1); past schedule_to_close -> failed as DeadlineExceeded instead.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-decision AS (
-    SELECT x.id, k.now,
-           (x.schedule_to_close IS NOT NULL
-            AND k.now + $3::interval > x.schedule_to_close) AS past_deadline
-    FROM {schema}.jobs x CROSS JOIN clock k
-    WHERE x.id = $1::uuid
-),
-moved AS (
-    UPDATE {schema}.jobs j
-    SET status = (CASE WHEN d.past_deadline THEN 'failed' ELSE 'scheduled' END)
-            ::{schema}.job_status,
-        scheduled_at = CASE WHEN d.past_deadline THEN j.scheduled_at
-                            ELSE d.now + $3::interval END,
-        finished_at = CASE WHEN d.past_deadline THEN d.now END,
-        attempt = CASE WHEN d.past_deadline THEN j.attempt ELSE GREATEST(j.attempt - 1, 0) END,
-        metadata = CASE WHEN d.past_deadline THEN j.metadata
-                        ELSE jsonb_set(j.metadata, '{snooze_count}', to_jsonb(
-                            COALESCE((j.metadata ->> 'snooze_count')::integer, 0) + 1))
-                   END,
-        locked_by_worker = CASE WHEN d.past_deadline THEN j.locked_by_worker END,
-        lock_expires_at = NULL,
-        error_class = CASE WHEN d.past_deadline THEN 'DeadlineExceeded' ELSE j.error_class END,
-        error_message = CASE WHEN d.past_deadline
-                             THEN 'snooze would start after schedule_to_close'
-                             ELSE j.error_message END,
-        error_traceback = CASE WHEN d.past_deadline THEN NULL ELSE j.error_traceback END,
-        updated_at = d.now
-    FROM decision d
-    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
-    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.past_deadline
+    WHERE j.id = $1::uuid AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+      AND j.attempt = $3::integer AND j.cancel_phase = 2
+    RETURNING j.id, j.attempt, j.started_at, j.finished_at
 ),
 attempt AS (
     INSERT INTO {schema}.job_attempts (
         job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
         error_class, error_message
     )
-    SELECT m.id, CASE WHEN m.past_deadline THEN m.attempt ELSE m.attempt + 1 END, $2::uuid,
-           CASE WHEN m.past_deadline THEN 'failed' ELSE 'snoozed' END,
+    SELECT d.id, d.attempt, $2::uuid, 'abandoned', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000, 'Abandoned', $4::text
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT d.id, 'state_change', 'running', 'abandoned', $2::uuid,
+           jsonb_build_object('reason', $4::text)
+    FROM done d
+)
+SELECT count(*) FROM done;
+
+-- name: mark_snoozed
+-- Snooze ($1 job, $2 worker, $3 attempt): scheduled at now() + $4 without consuming the
+-- attempt (attempt - 1, metadata snooze_count + 1); past schedule_to_close -> failed as
+-- DeadlineExceeded instead; a requested cancel -> cancelled. $5: seconds the body ran.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+decision AS (
+    SELECT x.id, k.now,
+           CASE WHEN x.cancel_requested_at IS NOT NULL THEN 'cancel'
+                WHEN x.schedule_to_close IS NOT NULL
+                     AND k.now + $4::interval > x.schedule_to_close THEN 'deadline'
+                ELSE 'snooze' END AS verdict
+    FROM {schema}.jobs x CROSS JOIN clock k
+    WHERE x.id = $1::uuid
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN d.verdict = 'snooze' THEN 'scheduled'
+                       WHEN d.verdict = 'cancel' THEN 'cancelled'
+                       ELSE 'failed' END)::{schema}.job_status,
+        scheduled_at = CASE WHEN d.verdict = 'snooze' THEN d.now + $4::interval
+                            ELSE j.scheduled_at END,
+        finished_at = CASE WHEN d.verdict <> 'snooze' THEN d.now END,
+        attempt = CASE WHEN d.verdict = 'snooze' THEN GREATEST(j.attempt - 1, 0)
+                       ELSE j.attempt END,
+        metadata = CASE WHEN d.verdict <> 'snooze' THEN j.metadata
+                        ELSE jsonb_set(j.metadata, '{snooze_count}', to_jsonb(
+                            COALESCE((j.metadata ->> 'snooze_count')::integer, 0) + 1))
+                   END,
+        locked_by_worker = CASE WHEN d.verdict <> 'snooze' THEN j.locked_by_worker END,
+        lock_expires_at = NULL,
+        cancel_phase = CASE WHEN d.verdict = 'snooze' THEN 0 ELSE j.cancel_phase END,
+        started_at = COALESCE(j.started_at, d.now - make_interval(secs => $5::float8)),
+        error_class = CASE WHEN d.verdict = 'deadline' THEN 'DeadlineExceeded'
+                           ELSE j.error_class END,
+        error_message = CASE WHEN d.verdict = 'deadline'
+                             THEN 'snooze would start after schedule_to_close'
+                             ELSE j.error_message END,
+        error_traceback = CASE WHEN d.verdict = 'deadline' THEN NULL ELSE j.error_traceback END,
+        updated_at = d.now
+    FROM decision d
+    WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
+      AND j.attempt = $3::integer
+    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.verdict
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT m.id, CASE WHEN m.verdict = 'snooze' THEN m.attempt + 1 ELSE m.attempt END,
+           $2::uuid,
+           CASE m.verdict WHEN 'snooze' THEN 'snoozed' WHEN 'cancel' THEN 'cancelled'
+                ELSE 'failed' END,
            m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           CASE WHEN m.past_deadline THEN 'DeadlineExceeded' END,
-           CASE WHEN m.past_deadline THEN 'snooze would start after schedule_to_close' END
+           CASE WHEN m.verdict = 'deadline' THEN 'DeadlineExceeded' END,
+           CASE WHEN m.verdict = 'deadline' THEN 'snooze would start after schedule_to_close'
+           END
     FROM moved m
 ),
 event AS (
@@ -352,21 +468,23 @@ event AS (
 SELECT m.status::text FROM moved m;
 
 -- name: mark_retry_after
--- RetryAfter: scheduled at now() + $3. Past schedule_to_close -> failed (DeadlineExceeded,
--- checked first); with $4 consume_budget a transient job whose attempt >= max_attempts ->
--- failed (MaxAttemptsExceeded); without it the attempt is given back (attempt - 1).
+-- RetryAfter ($1 job, $2 worker, $3 attempt): scheduled at now() + $4. A requested cancel ->
+-- cancelled (checked first); past schedule_to_close -> failed (DeadlineExceeded); with $5
+-- consume_budget a transient job whose attempt >= max_attempts -> failed
+-- (MaxAttemptsExceeded); without it the attempt is given back (attempt - 1). A shutdown
+-- interruption is a retry-after of 0 without budget. $6: seconds the body ran.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 decision AS (
-    SELECT x.id, k.now,
+    SELECT x.id, k.now, x.cancel_requested_at IS NOT NULL AS cancel,
            CASE WHEN x.schedule_to_close IS NOT NULL
-                     AND k.now + $3::interval > x.schedule_to_close THEN 'DeadlineExceeded'
-                WHEN $4::boolean AND x.retry_kind = 'transient'
+                     AND k.now + $4::interval > x.schedule_to_close THEN 'DeadlineExceeded'
+                WHEN $5::boolean AND x.retry_kind = 'transient'
                      AND x.attempt >= x.max_attempts THEN 'MaxAttemptsExceeded'
            END AS failure,
            CASE WHEN x.schedule_to_close IS NOT NULL
-                     AND k.now + $3::interval > x.schedule_to_close
+                     AND k.now + $4::interval > x.schedule_to_close
                 THEN 'retry-after would start after schedule_to_close'
                 ELSE 'all ' || x.max_attempts || ' attempts used; retry-after refused'
            END AS failure_message
@@ -375,23 +493,30 @@ decision AS (
 ),
 moved AS (
     UPDATE {schema}.jobs j
-    SET status = (CASE WHEN d.failure IS NULL THEN 'scheduled' ELSE 'failed' END)
-            ::{schema}.job_status,
-        scheduled_at = CASE WHEN d.failure IS NULL THEN d.now + $3::interval
-                            ELSE j.scheduled_at END,
-        finished_at = CASE WHEN d.failure IS NOT NULL THEN d.now END,
-        attempt = CASE WHEN d.failure IS NULL AND NOT $4::boolean
+    SET status = (CASE WHEN d.cancel THEN 'cancelled'
+                       WHEN d.failure IS NULL THEN 'scheduled'
+                       ELSE 'failed' END)::{schema}.job_status,
+        scheduled_at = CASE WHEN d.failure IS NULL AND NOT d.cancel
+                            THEN d.now + $4::interval ELSE j.scheduled_at END,
+        finished_at = CASE WHEN d.cancel OR d.failure IS NOT NULL THEN d.now END,
+        attempt = CASE WHEN d.failure IS NULL AND NOT d.cancel AND NOT $5::boolean
                        THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
-        locked_by_worker = CASE WHEN d.failure IS NOT NULL THEN j.locked_by_worker END,
+        locked_by_worker = CASE WHEN d.cancel OR d.failure IS NOT NULL
+                                THEN j.locked_by_worker END,
         lock_expires_at = NULL,
-        error_class = COALESCE(d.failure, j.error_class),
-        error_message = CASE WHEN d.failure IS NULL THEN j.error_message
+        cancel_phase = CASE WHEN d.cancel THEN j.cancel_phase ELSE 0 END,
+        started_at = COALESCE(j.started_at, d.now - make_interval(secs => $6::float8)),
+        error_class = CASE WHEN d.cancel THEN j.error_class
+                           ELSE COALESCE(d.failure, j.error_class) END,
+        error_message = CASE WHEN d.cancel OR d.failure IS NULL THEN j.error_message
                              ELSE d.failure_message END,
-        error_traceback = CASE WHEN d.failure IS NULL THEN j.error_traceback END,
+        error_traceback = CASE WHEN d.cancel OR d.failure IS NULL THEN j.error_traceback END,
         updated_at = d.now
     FROM decision d
     WHERE j.id = d.id AND j.status = 'running' AND j.locked_by_worker = $2::uuid
-    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.failure, d.failure_message
+      AND j.attempt = $3::integer
+    RETURNING j.id, j.status, j.attempt, j.started_at, d.now, d.cancel, d.failure,
+              d.failure_message
 ),
 attempt AS (
     INSERT INTO {schema}.job_attempts (
@@ -399,75 +524,23 @@ attempt AS (
         error_class, error_message
     )
     SELECT m.id,
-           CASE WHEN m.failure IS NULL AND NOT $4::boolean THEN m.attempt + 1
-                ELSE m.attempt END,
-           $2::uuid, CASE WHEN m.failure IS NULL THEN 'retry_after' ELSE 'failed' END,
+           CASE WHEN m.failure IS NULL AND NOT m.cancel AND NOT $5::boolean
+                THEN m.attempt + 1 ELSE m.attempt END,
+           $2::uuid,
+           CASE WHEN m.cancel THEN 'cancelled'
+                WHEN m.failure IS NULL THEN 'retry_after' ELSE 'failed' END,
            m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           m.failure, CASE WHEN m.failure IS NOT NULL THEN m.failure_message END
+           CASE WHEN NOT m.cancel THEN m.failure END,
+           CASE WHEN NOT m.cancel AND m.failure IS NOT NULL THEN m.failure_message END
     FROM moved m
 ),
 event AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
     SELECT m.id, 'state_change', 'running', m.status, $2::uuid FROM moved m
 )
-SELECT CASE WHEN m.failure IS NULL THEN 'scheduled' ELSE 'failed:' || m.failure END
+SELECT CASE WHEN m.cancel THEN 'cancelled'
+            WHEN m.failure IS NULL THEN 'scheduled' ELSE 'failed:' || m.failure END
 FROM moved m;
-
--- name: isolate_worker
--- The worker lost its heartbeat and gives up its running jobs itself: retries left ->
--- scheduled at now() + $2 (any cancel request dropped), else crashed, or cancelled when a
--- cancel was requested. Each gets a crashed attempt (HeartbeatLost) and an event.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-orphans AS (
-    SELECT j.id, j.attempt, j.started_at,
-           (j.retry_kind = 'transient' AND j.attempt < j.max_attempts)
-           OR (j.retry_kind = 'indefinite'
-               AND (j.schedule_to_close IS NULL OR j.schedule_to_close > k.now)) AS retry,
-           j.cancel_requested_at IS NOT NULL AS cancel_requested
-    FROM {schema}.jobs j CROSS JOIN clock k
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid
-    ORDER BY j.id
-    FOR UPDATE OF j
-),
-moved AS (
-    UPDATE {schema}.jobs j
-    SET status = (CASE WHEN o.retry THEN 'scheduled'
-                       WHEN o.cancel_requested THEN 'cancelled'
-                       ELSE 'crashed' END)::{schema}.job_status,
-        scheduled_at = CASE WHEN o.retry THEN k.now + $2::interval ELSE j.scheduled_at END,
-        finished_at = CASE WHEN o.retry THEN NULL ELSE k.now END,
-        cancel_phase = CASE WHEN o.retry THEN 0 ELSE j.cancel_phase END,
-        cancel_requested_at = CASE WHEN o.retry THEN NULL ELSE j.cancel_requested_at END,
-        cancel_reason = CASE WHEN o.retry THEN NULL ELSE j.cancel_reason END,
-        locked_by_worker = NULL, lock_expires_at = NULL,
-        error_class = 'HeartbeatLost',
-        error_message = 'worker ' || $1::uuid::text || ' lost its heartbeat',
-        error_traceback = NULL,
-        updated_at = k.now
-    FROM orphans o CROSS JOIN clock k
-    WHERE j.id = o.id
-    RETURNING j.id, j.status, o.attempt, o.started_at, k.now
-),
-attempts AS (
-    INSERT INTO {schema}.job_attempts (
-        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
-        error_class, error_message
-    )
-    SELECT m.id, m.attempt, $1::uuid, 'crashed', m.started_at, m.now,
-           EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           'HeartbeatLost', 'worker ' || $1::uuid::text || ' lost its heartbeat'
-    FROM moved m
-),
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
-    SELECT m.id, 'state_change', 'running', m.status, $1::uuid,
-           jsonb_build_object('from_state', 'running', 'to_state', m.status::text,
-                              'reason', 'heartbeat_lost', 'worker_id', $1::uuid::text)
-    FROM moved m
-)
-SELECT count(*) FROM moved;
 
 -- name: cancel_where
 -- Cancel the newest $5 non-terminal jobs matching the filter ($1 statuses or NULL, $2 queue,

@@ -55,9 +55,11 @@ SELECT count(*) FROM moved;
 -- name: reclaim_expired_locks
 -- Sweep 1: running jobs whose lease expired. With a cancel in flight the worker gets the
 -- cancel graces ($1 cancel, $2 cleanup) plus 60s of headroom first, so a slow cancellation
--- is not taken for a crash. Retries left -> pending (cancel request dropped: no live worker
--- could honour it in the next attempt); else crashed, or cancelled when a cancel was
--- requested (the caller's request is the honest label). The attempt is always 'crashed'.
+-- is not taken for a crash. A requested cancel wins: the job ends cancelled. A job whose body
+-- never started (claimed, started_at NULL) goes back to pending in its place without using an
+-- attempt and without an attempt row; past $4 such reclaims it counts as started, so a job
+-- that kills its worker before the start is recorded cannot loop forever. A started job with
+-- retries left -> pending, else crashed, with a crashed attempt.
 -- The 'reclaim' event is the outbox row `poll_reclaim_events` reads: its occurred_at comes
 -- from the column default, stamped by the same INSERT that draws its id, which keeps ids
 -- and times co-monotonic for the visibility-delay watermark.
@@ -66,6 +68,10 @@ WITH clock AS (
 ),
 expired AS (
     SELECT j.id, j.locked_by_worker, j.attempt, j.started_at,
+           j.started_at IS NOT NULL OR (
+               SELECT count(*) FROM {schema}.job_events ev
+               WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
+                 AND ev.detail ->> 'started' = 'false') >= $4::integer AS started,
            (j.retry_kind = 'transient' AND j.attempt < j.max_attempts)
            OR (j.retry_kind = 'indefinite'
                AND (j.schedule_to_close IS NULL OR j.schedule_to_close > k.now)) AS retry,
@@ -79,22 +85,26 @@ expired AS (
 ),
 moved AS (
     UPDATE {schema}.jobs j
-    SET status = (CASE WHEN e.retry THEN 'pending'
-                       WHEN e.cancel_requested THEN 'cancelled'
+    SET status = (CASE WHEN e.cancel_requested THEN 'cancelled'
+                       WHEN NOT e.started OR e.retry THEN 'pending'
                        ELSE 'crashed' END)::{schema}.job_status,
-        scheduled_at = CASE WHEN e.retry THEN k.now ELSE j.scheduled_at END,
-        finished_at = CASE WHEN e.retry THEN NULL ELSE k.now END,
-        cancel_phase = CASE WHEN e.retry THEN 0 ELSE j.cancel_phase END,
-        cancel_requested_at = CASE WHEN e.retry THEN NULL ELSE j.cancel_requested_at END,
-        cancel_reason = CASE WHEN e.retry THEN NULL ELSE j.cancel_reason END,
+        attempt = CASE WHEN e.started THEN j.attempt ELSE GREATEST(j.attempt - 1, 0) END,
+        scheduled_at = CASE WHEN e.started AND e.retry AND NOT e.cancel_requested THEN k.now
+                            ELSE j.scheduled_at END,
+        finished_at = CASE WHEN e.cancel_requested OR (e.started AND NOT e.retry)
+                           THEN k.now END,
+        cancel_phase = CASE WHEN e.cancel_requested THEN j.cancel_phase ELSE 0 END,
         locked_by_worker = NULL, lock_expires_at = NULL,
-        error_class = 'WorkerCrashed',
-        error_message = 'the worker''s lock expired without a terminal write',
-        error_traceback = NULL,
+        error_class = CASE WHEN e.started THEN 'WorkerCrashed' ELSE j.error_class END,
+        error_message = CASE WHEN e.started
+                             THEN 'the worker''s lock expired without a terminal write'
+                             ELSE j.error_message END,
+        error_traceback = CASE WHEN e.started THEN NULL ELSE j.error_traceback END,
         updated_at = k.now
     FROM expired e CROSS JOIN clock k
     WHERE j.id = e.id
-    RETURNING j.id, j.status, e.locked_by_worker AS worker_id, e.attempt, e.started_at, k.now
+    RETURNING j.id, j.status, e.locked_by_worker AS worker_id, e.attempt, e.started_at,
+              e.started, k.now
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -105,12 +115,14 @@ attempts AS (
            EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
            'WorkerCrashed', 'the worker''s lock expired without a terminal write'
     FROM moved m
+    WHERE m.started
 ),
 events AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
     SELECT m.id, 'reclaim', 'running', m.status, m.worker_id,
            jsonb_build_object('from_state', 'running', 'to_state', m.status::text,
-                              'reason', 'lock_expired', 'worker_id', m.worker_id::text)
+                              'reason', 'lock_expired', 'worker_id', m.worker_id::text,
+                              'started', m.started)
     FROM moved m
     ORDER BY m.id
 ),
