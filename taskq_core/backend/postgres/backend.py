@@ -77,7 +77,7 @@ from .queries import SchemaQueries
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend
 
-_IMPLEMENTED_PROTOCOL_VERSION = 1
+_IMPLEMENTED_PROTOCOL_VERSION = 2
 check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 _log = get_logger("postgres_backend")
