@@ -29,7 +29,13 @@ from uuid import UUID
 from taskq_core.backend.protocol import Backend, ErrorInfo, Start, Success
 from taskq_core.clock import Clock
 from taskq_core.worker.active import ActiveJob, ActiveJobs
-from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, DatabaseOutage, retry_pause
+from taskq_core.worker.transient import (
+    TRANSIENT_ERRORS,
+    Backoff,
+    DatabaseOutage,
+    UnexpectedErrorGuard,
+    retry_pause,
+)
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,8 @@ class Completer:
         self._waiting: set[UUID] = set()  # jobs whose success waits
         self._ready = asyncio.Event()
         self._closing = False
-        self._flusher: asyncio.Task[None] | None = None
         self._backoff = Backoff()
-
-    def start(self) -> None:
-        """Start the background flusher."""
-        self._flusher = asyncio.create_task(self._run(), name="completer")
+        self._guard = UnexpectedErrorGuard("completer", log)
 
     def submit_start(self, held: ActiveJob) -> None:
         """Queue the start mark of a job whose body just began."""
@@ -93,14 +95,28 @@ class Completer:
         """Successes not written yet."""
         return len(self._successes)
 
-    async def _run(self) -> None:
-        while not self._closing:
-            await self._ready.wait()
-            self._ready.clear()
-            while (self._successes or self._starts) and not self._closing:
-                await self._flush_until_written()
-                if self.on_flushed is not None:
-                    self.on_flushed()  # finished rows no longer count against caps
+    async def run(self, stop: asyncio.Event) -> None:
+        """Flush whatever waits until ``stop`` is set (the worker runs it as a sibling, so
+        an unexpected failure that repeats stops the worker instead of silently leaving
+        successes unwritten); ``close`` writes the rest."""
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set() and not self._closing:
+                ready = asyncio.ensure_future(self._ready.wait())
+                await asyncio.wait({ready, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                ready.cancel()
+                self._ready.clear()
+                while (self._successes or self._starts) and not self._closing:
+                    try:
+                        await self._flush_until_written()
+                        self._guard.succeeded()
+                    except Exception as exc:
+                        self._guard.failed(exc)
+                        await asyncio.sleep(self._backoff.next())
+                    if self.on_flushed is not None:
+                        self.on_flushed()  # finished rows no longer count against caps
+        finally:
+            stopper.cancel()
 
     async def _flush_until_written(self, deadline: float | None = None) -> None:
         """One flush, retried with backoff while the database is away (until ``deadline``)."""
@@ -192,8 +208,6 @@ class Completer:
         is away for at most ``within`` seconds (None: until written)."""
         self._closing = True
         self._ready.set()
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
         deadline = None if within is None else self.clock.monotonic() + within
         try:
             while self._successes or self._starts:

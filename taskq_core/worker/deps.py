@@ -63,6 +63,7 @@ class WorkerDeps:
     producer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     is_leader: asyncio.Event = field(default_factory=asyncio.Event)
+    leader_since: float = 0.0  # monotonic time this worker last became the leader
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None
     exit_code: int = 0

@@ -38,6 +38,7 @@ class LeaderElection:
         deps = self.deps
         leading = await deps.backend.try_acquire_leadership(deps.worker_id)
         if leading and not deps.is_leader.is_set():
+            deps.leader_since = deps.clock.monotonic()
             deps.is_leader.set()
             deps.log.info("leader_elected", worker_id=str(deps.worker_id))
         elif not leading and deps.is_leader.is_set():

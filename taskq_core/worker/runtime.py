@@ -130,7 +130,6 @@ class Worker:
             self._bootstrap_warnings()
             health = await self._start_health(deps)
             watchdogs = self._start_watchdogs(deps)
-            deps.completer.start()
             try:
                 await self._run_siblings(deps)
             finally:
@@ -279,6 +278,7 @@ class Worker:
         stranded = StrandedQueues(deps, stale_after=max(s.lock_lease, 3 * s.heartbeat_interval))
         siblings: dict[str, Callable[[], Awaitable[Any]]] = {
             "producer": ProducerLoop(deps).run,
+            "completer": lambda: deps.completer.run(deps.shutdown_event),
             "heartbeat": HeartbeatLoop(deps, controller).run,
             "leader_election": LeaderElection(deps).run,
             "scheduled_wake": lambda: run_gated(

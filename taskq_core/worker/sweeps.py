@@ -34,18 +34,32 @@ class ScheduledPromotion:
 
 
 class MaintenanceSweep:
-    """Sweeps 1 and 2 plus result expiry: reclaim expired locks, fail missed deadlines."""
+    """Sweeps 1 and 2 plus result expiry: reclaim expired locks, fail missed deadlines.
+
+    Reclaiming waits until this worker has led, and the database has answered it, for two
+    heartbeat intervals: leases that ran out while the database was away (or while nobody
+    led) ran out because no worker could renew them, and the workers still holding those
+    jobs renew them, or write their outcomes, within a heartbeat of the database's return.
+    """
 
     def __init__(self, deps: WorkerDeps) -> None:
         self.deps = deps
 
+    def reclaim_allowed(self) -> bool:
+        """Whether expired leases may be taken from their workers now."""
+        deps = self.deps
+        settled = deps.clock.monotonic() - 2 * deps.settings.heartbeat_interval
+        return deps.leader_since <= settled and deps.database.available_since <= settled
+
     async def run_once(self) -> SweepResult:
         """One pass of every sweep."""
         settings, backend = self.deps.settings, self.deps.backend
-        reclaimed = await backend.reclaim_expired_locks(
-            timedelta(seconds=settings.cancellation_grace_period),
-            timedelta(seconds=settings.cleanup_grace_period),
-        )
+        reclaimed = 0
+        if self.reclaim_allowed():
+            reclaimed = await backend.reclaim_expired_locks(
+                timedelta(seconds=settings.cancellation_grace_period),
+                timedelta(seconds=settings.cleanup_grace_period),
+            )
         failed = await backend.deadline_sweep()
         expired = await backend.expire_results()
         result = SweepResult(reclaimed, failed, expired)

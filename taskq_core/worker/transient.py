@@ -74,6 +74,7 @@ class DatabaseOutage:
         self.outages = 0
         self.available = asyncio.Event()  # set while the database answers
         self.available.set()
+        self.available_since = clock.monotonic()  # when the last outage ended (or start)
         self.last_error: str | None = None
 
     @property
@@ -113,6 +114,7 @@ class DatabaseOutage:
         )
         self.started_at = None
         self.failures = 0
+        self.available_since = self._clock.monotonic()
         self.available.set()
 
 
