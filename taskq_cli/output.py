@@ -159,6 +159,8 @@ def job_summary(job: JobRow) -> dict[str, Any]:
         "retry_kind": job.retry_kind,
         "created_at": job.created_at,
         "scheduled_at": job.scheduled_at,
+        "claimed": job.is_claimed,
+        "claimed_at": job.claimed_at,
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "updated_at": job.updated_at,
@@ -224,6 +226,7 @@ STATUS_STYLES = {
     "pending": "cyan",
     "scheduled": "blue",
     "running": "yellow",
+    "claimed": "dim yellow",
     "succeeded": "green",
     "failed": "red",
     "cancelled": "magenta",
@@ -237,6 +240,18 @@ def status_cell(status: str) -> Text:
     return styled(status, STATUS_STYLES.get(status, ""))
 
 
+def worker_load(running: int, claimed: int, concurrency: int) -> str:
+    """``running/concurrency``, plus the jobs claimed ahead of a free consumer."""
+    load = f"{running}/{concurrency}"
+    return f"{load} +{claimed} claimed" if claimed else load
+
+
+def shown_status(job: JobRow) -> str:
+    """The status a listing shows: ``claimed`` for a running job whose body has not started
+    (claimed ahead of a free consumer), else the job's status."""
+    return "claimed" if job.is_claimed else job.status.value
+
+
 def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[list[Any]]:
     """Table rows with the fields an operator needs first (see JOB_COLUMNS)."""
     return [
@@ -244,7 +259,7 @@ def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[
             job.id,
             job.actor,
             job.queue,
-            status_cell(job.status.value),
+            status_cell(shown_status(job)),
             f"{job.attempt}/{job.max_attempts}",
             age(job.created_at, reference),
             job.error_class,

@@ -247,6 +247,7 @@ def _running(c: _Context) -> Check:
         reclaim_at += c.settings.cancel_reclaim_headroom
     facts: dict[str, Any] = {
         "worker_id": job.locked_by_worker,
+        "claimed_at": job.claimed_at,
         "started_at": job.started_at,
         "lock_expires_at": job.lock_expires_at,
         "reclaim_at": reclaim_at,
@@ -257,8 +258,15 @@ def _running(c: _Context) -> Check:
     if worker is not None:
         where += f" ({worker.hostname} pid {worker.pid})"
     if worker is not None and c.is_live(worker):
-        since = _when(c.now, job.started_at) if job.started_at else "an unknown time"
-        message = f"it is running on {where} since {since}, attempt {job.attempt}"
+        if job.started_at is None:
+            since = _when(c.now, job.claimed_at) if job.claimed_at else "an unknown time"
+            message = (
+                f"it is claimed by {where} since {since}, waiting for a free consumer "
+                f"(prefetched; its body has not started), attempt {job.attempt}"
+            )
+        else:
+            since = _when(c.now, job.started_at)
+            message = f"it is running on {where} since {since}, attempt {job.attempt}"
         message += f" of {job.max_attempts}"
         if job.cancel_requested_at is not None:
             message += f"; a cancel was requested {_ago(c.now, job.cancel_requested_at)}"

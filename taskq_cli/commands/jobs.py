@@ -132,11 +132,17 @@ def _render_history(history: _JobHistory) -> None:
             ("id", job.id),
             ("actor", job.actor),
             ("queue", job.queue),
-            ("status", job.status.value),
+            (
+                "status",
+                "running (claimed, its body has not started)"
+                if job.is_claimed
+                else job.status.value,
+            ),
             ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
             ("priority", job.priority),
             ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
             ("scheduled", when(job.scheduled_at)),
+            ("claimed", when(job.claimed_at)),
             ("started", when(job.started_at)),
             ("finished", when(job.finished_at)),
             ("worker", job.locked_by_worker),

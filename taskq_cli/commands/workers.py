@@ -62,6 +62,7 @@ def worker_document(worker: WorkerRow, state: str) -> dict[str, Any]:
         "actors": worker.actors,
         "concurrency": worker.concurrency,
         "running_jobs": worker.running_jobs,
+        "claimed_jobs": worker.claimed_jobs,
         "version": worker.version,
     }
 
@@ -103,7 +104,7 @@ def list_workers(
                 output.styled(state, _STATE_STYLES.get(state, "")),
                 f"{output.age(w.last_seen_at, reference)} ago",
                 "yes" if w.is_leader else "",
-                f"{w.running_jobs}/{w.concurrency}",
+                output.worker_load(w.running_jobs, w.claimed_jobs, w.concurrency),
                 ",".join(w.queues),
             )
             for w, state in zip(workers, states, strict=True)

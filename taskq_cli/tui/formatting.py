@@ -74,8 +74,10 @@ class Palette:
         style = getattr(self, meaning, "") if meaning else ""
         return Text(value, style=style, justify="right" if right else None)
 
-    def status(self, status: JobStatus) -> Text:
-        """A job status coloured by what it means."""
+    def status(self, status: JobStatus, *, claimed: bool = False) -> Text:
+        """A job status coloured by what it means (``claimed``: running, body not started)."""
+        if claimed:
+            return self.text("claimed", "muted")
         return self.text(status.value, _STATUS_MEANING.get(status, ""))
 
     def waited(self, waited: timedelta | None, label: str) -> Text:

@@ -34,8 +34,10 @@ def activity_at(job: JobRow) -> datetime:
     """The moment the pane orders by: finished, else started (running), else created."""
     if job.status in TERMINAL_STATUSES and job.finished_at is not None:
         return job.finished_at
-    if job.status is JobStatus.RUNNING and job.started_at is not None:
-        return job.started_at
+    if job.status is JobStatus.RUNNING:
+        since = job.started_at or job.claimed_at
+        if since is not None:
+            return since
     return job.created_at
 
 
@@ -76,7 +78,7 @@ class JobsTable(DataTable[Text]):
                 Text(short_id(job.id)),
                 Text(job.actor),
                 Text(job.queue),
-                palette.status(job.status),
+                palette.status(job.status, claimed=job.is_claimed),
                 Text(f"{job.attempt}/{job.max_attempts}", justify="right"),
                 Text(f"{age(activity_at(job), snapshot.now)} ago"),
                 palette.text(error, "bad"),

@@ -77,7 +77,10 @@ class QueuesTable(DataTable[Text]):
                 Text(queue.name),
                 Text(count(queue.pending), justify="right"),
                 Text(count(queue.scheduled), justify="right"),
-                Text(count(queue.running), justify="right"),
+                Text(
+                    count(queue.running) + (f" +{queue.claimed}" if queue.claimed else ""),
+                    justify="right",
+                ),
                 palette.text(count(failed), "bad" if failed else "", right=True),
                 palette.text(sparkline(queue.finished_per_minute), "accent"),
                 palette.waited(

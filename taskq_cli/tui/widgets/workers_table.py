@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
+from taskq_cli.output import worker_load
 from taskq_cli.tui.formatting import Palette, age
 from taskq_cli.tui.source import Snapshot, WorkerView
 
@@ -52,7 +53,10 @@ class WorkersTable(DataTable[Text]):
                 Text(row.workgroup_instance or "-", style="" if row.workgroup_instance else "dim"),
                 palette.text(view.state, _STATE_MEANING[view.state]),
                 palette.text(f"{age(row.last_seen_at, snapshot.now)} ago", freshness),
-                Text(f"{row.running_jobs}/{row.concurrency}", justify="right"),
+                Text(
+                    worker_load(row.running_jobs, row.claimed_jobs, row.concurrency),
+                    justify="right",
+                ),
                 Text(",".join(row.queues)),
                 key=str(row.id),
             )
