@@ -1,0 +1,179 @@
+"""A standalone worker survives its database: restarts and an outage, on a server of its own.
+
+Each test starts a PostgreSQL server in a directory of its own (never the shared one), runs a
+real `taskq worker` process against it, restarts or stops the server for real, and checks
+from the database that the worker kept running and drained everything without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from chaos.pgserver import PrivateServer
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.postgres.migrate import migrate_up
+from taskq_core.backend.protocol import EnqueueArgs
+from tests.conftest import TASKQ_BIN, PgTarget
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = "taskq"
+ENV = {
+    "TASKQ_HEARTBEAT_INTERVAL": "0.5",
+    "TASKQ_LOCK_LEASE": "3",
+    "TASKQ_CANCELLATION_GRACE_PERIOD": "1",
+    "TASKQ_CLEANUP_GRACE_PERIOD": "1",
+    "TASKQ_TERMINATION_GRACE_PERIOD": "20",
+    "TASKQ_SCHEDULED_WAKE_INTERVAL": "0.2",
+    "TASKQ_SWEEP_INTERVAL": "0.5",
+    "TASKQ_HEALTH_ENABLED": "false",
+}
+
+
+@pytest.fixture
+def server() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of this test's own, migrated. Its directory is not under pytest's
+    tmp_path: pytest makes that tree private to root, which the server's user cannot cross."""
+    own = PrivateServer(Path(tempfile.mkdtemp(prefix="taskq-outage-")) / "pg")
+    own.start()
+    own.tune_for_tests()
+
+    async def migrate() -> None:
+        conn = await asyncpg.connect(own.dsn)
+        try:
+            await migrate_up(conn, SCHEMA)
+        finally:
+            await conn.close()
+
+    asyncio.run(migrate())
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+@pytest.fixture
+async def workers(
+    server: PrivateServer, tmp_path: Path
+) -> AsyncIterator[Callable[..., Awaitable[subprocess.Popen[bytes]]]]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    async def start(*extra: str) -> subprocess.Popen[bytes]:
+        env = PgTarget(server.dsn, SCHEMA).env(**ENV)
+        with (tmp_path / f"worker-{len(started)}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [TASKQ_BIN, "worker", "--actors", "tests.e2e.e2e_actors:registry", *extra],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+async def counts(dsn: str) -> dict[str, int]:
+    """Jobs per status, or {} while the server does not answer."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=2)
+    except (OSError, asyncpg.PostgresError):
+        return {}
+    try:
+        rows = await conn.fetch(f"SELECT status::text, count(*) FROM {SCHEMA}.jobs GROUP BY 1")
+    finally:
+        await conn.close()
+    return {row[0]: row[1] for row in rows}
+
+
+async def until(check: Callable[[], Awaitable[Any]], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+async def enqueue(dsn: str, count: int, seconds: float) -> None:
+    backend = await PostgresBackend.connect(dsn, SCHEMA)
+    try:
+        await backend.enqueue_batch_fast(
+            [EnqueueArgs("sleepy", {"seconds": seconds}) for _ in range(count)]
+        )
+    finally:
+        await backend.close()
+
+
+async def finished_some(dsn: str, at_least: int) -> bool:
+    return (await counts(dsn)).get("succeeded", 0) >= at_least
+
+
+async def test_a_standalone_worker_survives_two_restarts_and_an_outage_and_drains_everything(
+    server: PrivateServer, workers: Callable[..., Awaitable[subprocess.Popen[bytes]]]
+) -> None:
+    await enqueue(server.dsn, 1500, 0.02)
+    first = await workers("--concurrency", "8")
+    second = await workers("--concurrency", "8")
+    await until(lambda: finished_some(server.dsn, 100), 60)
+    server.restart("fast")
+    await until(lambda: finished_some(server.dsn, 300), 60)
+    server.restart("fast")
+    await until(lambda: finished_some(server.dsn, 500), 60)
+    server.stop("fast")
+    outage_ends = time.monotonic() + 5
+    while time.monotonic() < outage_ends:  # the outage itself: the workers must stay up
+        assert first.poll() is None and second.poll() is None
+        await asyncio.sleep(0.2)
+    server.start()
+    final = await until(lambda: _drained(server.dsn, 1500), 120)
+    assert final == {"succeeded": 1500}
+    assert first.poll() is None and second.poll() is None, "a worker exited"
+    for proc in (first, second):
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+async def _drained(dsn: str, total: int) -> dict[str, int] | None:
+    now = await counts(dsn)
+    return now if now.get("succeeded", 0) == total else None
+
+
+async def test_a_worker_started_during_no_outage_keeps_its_running_jobs_through_a_restart(
+    server: PrivateServer, workers: Callable[..., Awaitable[subprocess.Popen[bytes]]]
+) -> None:
+    """A restart shorter than the lease does not interrupt running jobs: their successes
+    wait for the database and are written when it is back, once each."""
+    await enqueue(server.dsn, 8, 2.0)
+    worker = await workers("--concurrency", "8")
+
+    async def running() -> bool:
+        return (await counts(server.dsn)).get("running", 0) == 8
+
+    await until(running, 30)
+    server.restart("fast")
+    assert await until(lambda: _drained(server.dsn, 8), 60) == {"succeeded": 8}
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        outcomes = await conn.fetch(
+            f"SELECT outcome, count(*) FROM {SCHEMA}.job_attempts GROUP BY 1"
+        )
+    finally:
+        await conn.close()
+    assert {row[0]: row[1] for row in outcomes} == {"succeeded": 8}
+    worker.terminate()
+    assert worker.wait(30) == 0
