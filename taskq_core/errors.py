@@ -60,3 +60,7 @@ class ActorConfigDriftError(TaskqError):
 # What every long-lived loop shrugs off: back off and try again (the backend raises only these
 # for database trouble; nothing above it sees a driver's own exceptions).
 TRANSIENT_ERRORS: tuple[type[TaskqError], ...] = (DatabaseUnavailableError, TransientDatabaseError)
+
+
+class HealthSocketInUseError(ConfigError):
+    """The health socket path is served by another live process; it is not taken over."""

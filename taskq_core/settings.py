@@ -107,7 +107,8 @@ class TaskqSettings(BaseSettings):
 
     # Health server
     health_enabled: bool = True
-    health_socket_path: str = "/tmp/taskq_health.sock"
+    # None: one socket per process, <runtime dir>/worker-<pid>.sock (worker.health.runtime_dir)
+    health_socket_path: str | None = None
     health_pg_ping_timeout: Seconds = 0.2
     health_tasks_enabled: bool = False
 

@@ -1,4 +1,10 @@
-"""``taskq health live|ready``: exec probes for a worker's Unix-socket health server."""
+"""``taskq health live|ready``: exec probes for a worker's Unix-socket health server.
+
+Which socket: ``--socket PATH``, else ``--pid PID`` (that worker's socket in the runtime
+directory), else TASKQ_HEALTH_SOCKET_PATH, else the one live worker's socket found in the
+runtime directory (``$XDG_RUNTIME_DIR/taskq`` or ``/tmp/taskq-<uid>``). Finding none, or
+several, is an error that says what to pass.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,9 @@ from typing import Annotated
 import typer
 
 from taskq_cli.options import DsnOption, SchemaOption, load_settings
-from taskq_core.errors import TaskqError
-from taskq_core.worker.health import probe
+from taskq_core.errors import ConfigError, TaskqError
+from taskq_core.worker.health import default_socket_path, discover_sockets, pid_alive, probe
+from taskq_core.worker.health import runtime_dir as socket_dir
 
 app = typer.Typer(
     help="Probe a worker's health server (exit 0 healthy, 1 not).", no_args_is_help=True
@@ -18,35 +25,79 @@ app = typer.Typer(
 
 SocketOption = Annotated[
     str | None,
-    typer.Option("--socket", help="Health socket path (default TASKQ_HEALTH_SOCKET_PATH)."),
+    typer.Option(
+        "--socket",
+        help="Health socket path (default TASKQ_HEALTH_SOCKET_PATH, else the one worker found).",
+    ),
+]
+PidOption = Annotated[
+    int | None,
+    typer.Option("--pid", help="Probe the worker with this pid (its socket in the runtime dir)."),
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for an answer.")]
 
 
-def _probe(ctx: typer.Context, endpoint: str, socket: str | None, timeout: float,
-           dsn: str | None, schema: str | None) -> None:  # fmt: skip
-    path = socket or load_settings(ctx, dsn, schema).health_socket_path
+def resolve_socket(socket: str | None, pid: int | None, configured: str | None) -> str:
+    """The socket to probe: the flags, then TASKQ_HEALTH_SOCKET_PATH, then discovery."""
+    if socket is not None and pid is not None:
+        raise ConfigError("pass --socket or --pid, not both")
+    if socket is not None:
+        return socket
+    if pid is not None:
+        if not pid_alive(pid):
+            raise TaskqError(f"no process with pid {pid} is running")
+        path = default_socket_path(pid)
+        if not path.exists():
+            raise TaskqError(f"no health socket for pid {pid} at {path}; pass --socket PATH")
+        return str(path)
+    if configured:
+        return configured
+    directory = socket_dir()
+    found = discover_sockets(directory)
+    if not found:
+        raise TaskqError(
+            f"no worker health socket in {directory} (is a worker running? "
+            "workgroup children have theirs in the directory `taskq workgroup check` prints: "
+            "pass --socket PATH)"
+        )
+    if len(found) > 1:
+        pids = ", ".join(str(p) for p in found)
+        raise TaskqError(
+            f"{len(found)} workers serve health sockets in {directory} (pids {pids}); "
+            "pass --socket PATH or --pid PID"
+        )
+    return str(next(iter(found.values())))
+
+
+def _probe(ctx: typer.Context, endpoint: str, socket: str | None, pid: int | None,
+           timeout: float, dsn: str | None, schema: str | None) -> None:  # fmt: skip
+    configured = None
+    if socket is None and pid is None:
+        configured = load_settings(ctx, dsn, schema).health_socket_path
+    path = resolve_socket(socket, pid, configured)
     try:
         status, body = asyncio.run(probe(path, endpoint, timeout=timeout))
+    except TimeoutError:  # before OSError, of which it is a subclass
+        raise TaskqError(f"the worker at {path} did not answer within {timeout:g}s") from None
     except FileNotFoundError:
         raise TaskqError(f"no health socket at {path} (is the worker running?)") from None
-    except (ConnectionError, OSError) as exc:
+    except OSError as exc:
         raise TaskqError(f"cannot reach the health socket at {path}: {exc}") from None
-    except TimeoutError:
-        raise TaskqError(f"the worker at {path} did not answer within {timeout:g}s") from None
     sys.stdout.write(body + ("" if body.endswith("\n") else "\n"))
     raise typer.Exit(0 if status == 200 else 1)
 
 
 @app.command("live")
-def live(ctx: typer.Context, socket: SocketOption = None, timeout: TimeoutOption = 1.0,
-         dsn: DsnOption = None, schema: SchemaOption = None) -> None:  # fmt: skip
+def live(ctx: typer.Context, socket: SocketOption = None, pid: PidOption = None,
+         timeout: TimeoutOption = 1.0, dsn: DsnOption = None,
+         schema: SchemaOption = None) -> None:  # fmt: skip
     """Is the worker's event loop responsive?"""
-    _probe(ctx, "/live", socket, timeout, dsn, schema)
+    _probe(ctx, "/live", socket, pid, timeout, dsn, schema)
 
 
 @app.command("ready")
-def ready(ctx: typer.Context, socket: SocketOption = None, timeout: TimeoutOption = 2.0,
-          dsn: DsnOption = None, schema: SchemaOption = None) -> None:  # fmt: skip
-    """Is the worker running normally, with its database reachable?"""
-    _probe(ctx, "/ready", socket, timeout, dsn, schema)
+def ready(ctx: typer.Context, socket: SocketOption = None, pid: PidOption = None,
+          timeout: TimeoutOption = 2.0, dsn: DsnOption = None,
+          schema: SchemaOption = None) -> None:  # fmt: skip
+    """Is the worker running normally, with its database available?"""
+    _probe(ctx, "/ready", socket, pid, timeout, dsn, schema)

@@ -41,6 +41,7 @@ from taskq_core.constants import EXIT_ERROR, EXIT_OK
 from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import get_logger
 from taskq_core.supervisor.config import ChildPlan, WorkgroupPlan
+from taskq_core.supervisor.parent_death import parent_death_guard
 from taskq_core.supervisor.policy import (
     HeartbeatWatch,
     RestartHistory,
@@ -95,7 +96,11 @@ ChildFactory = Callable[[ChildLaunch], ChildProcess]
 
 
 class PopenChild:
-    """A real child: ``subprocess.Popen`` in a new session (its own process group)."""
+    """A real child: ``subprocess.Popen`` in a new session (its own process group).
+
+    On Linux the child also asks the kernel for SIGTERM when this supervisor dies
+    (``parent_death``), so a SIGKILLed supervisor leaves no worker behind.
+    """
 
     def __init__(self, launch: ChildLaunch) -> None:
         output: IO[bytes] | None = None
@@ -109,6 +114,7 @@ class PopenChild:
                 stdout=output,
                 stderr=subprocess.STDOUT if output is not None else None,
                 start_new_session=True,
+                preexec_fn=parent_death_guard(),
             )
         finally:
             if output is not None:
@@ -661,8 +667,9 @@ class WorkgroupManager:
 def claim_runtime_dir(path: Path) -> Iterator[Path]:
     """Create (mode 0700) and lock the runtime directory for this supervisor's lifetime.
 
-    The lock keeps two supervisors of one file from fighting over the same health sockets;
-    leftover sockets are removed on the way out.
+    The lock keeps two supervisors of one file from fighting over the same health sockets.
+    Only the supervisor that got the lock removes leftover sockets on the way out: a refused
+    second one leaves everything of the running group's alone.
     """
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -672,14 +679,18 @@ def claim_runtime_dir(path: Path) -> Iterator[Path]:
     except OSError as exc:
         raise ConfigError(f"cannot use runtime directory {path}: {exc.strerror or exc}") from None
     try:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            raise ConfigError(
-                f"another workgroup supervisor (pid {holder}) is using runtime directory {path}"
-            ) from None
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise ConfigError(
+            f"another workgroup supervisor (pid {holder}) is using runtime directory {path}"
+        ) from None
+    except OSError as exc:
+        lock.close()
+        raise ConfigError(f"cannot lock runtime directory {path}: {exc.strerror or exc}") from None
+    try:
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")

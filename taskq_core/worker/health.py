@@ -1,49 +1,193 @@
 """The health server: HTTP over a Unix socket (``/live``, ``/ready``, ``/metrics``, ``/tasks``).
 
 Kubernetes cannot httpGet a Unix socket, so probes exec ``taskq health live|ready``, which
-uses ``probe`` below. ``/live`` answers while the event loop runs; ``/ready`` is 503 while
-shutting down, when PostgreSQL does not answer within TASKQ_HEALTH_PG_PING_TIMEOUT, or when a
-loop is stale; ``/metrics`` is Prometheus text; ``/tasks`` (opt-in) dumps task stacks.
+uses ``probe`` below. ``/live`` answers while the event loop runs, whatever the database does;
+``/ready`` is 503 while shutting down, while the database is away (an outage seen by any loop,
+or no answer to a ping within TASKQ_HEALTH_PG_PING_TIMEOUT), or when a loop is stale;
+``/metrics`` is Prometheus text; ``/tasks`` (opt-in) dumps task stacks.
+
+Each worker has a socket of its own: TASKQ_HEALTH_SOCKET_PATH (the workgroup passes one per
+child), else ``worker-<pid>.sock`` in the runtime directory (``$XDG_RUNTIME_DIR/taskq``, else
+``/tmp/taskq-<uid>``), where ``taskq health`` finds it. A socket that a live process serves is
+never taken over (``HealthSocketInUseError``); a stale file left by a dead one is replaced, and
+a worker removes its socket on the way out only if the file is still its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
-from collections.abc import Callable
+import socket
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from taskq_core.errors import TRANSIENT_ERRORS, ConfigError, HealthSocketInUseError
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
 from taskq_core.worker.watchdog import LoopLiveness, dump_task_stacks
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+SOCKET_PREFIX = "worker-"
+SOCKET_SUFFIX = ".sock"
+# How long an existing socket gets to accept a connection before it counts as served.
+IN_USE_CONNECT_TIMEOUT = 1.0
+
+
+# --- where sockets live ------------------------------------------------------------------
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where per-process health sockets live: ``$XDG_RUNTIME_DIR/taskq``, else /tmp/taskq-<uid>."""
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "taskq"
+    return Path("/tmp") / f"taskq-{os.getuid()}"
+
+
+def default_socket_path(pid: int, environ: Mapping[str, str] | None = None) -> Path:
+    """The health socket of the worker with this pid when TASKQ_HEALTH_SOCKET_PATH is unset."""
+    return runtime_dir(environ) / f"{SOCKET_PREFIX}{pid}{SOCKET_SUFFIX}"
+
+
+def ensure_runtime_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0700) if needed; refuse a directory another user owns."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        owner = path.stat().st_uid
+    except OSError as exc:
+        message = f"cannot use health socket directory {path}: {exc.strerror or exc}"
+        raise ConfigError(message) from None
+    if owner != os.getuid():
+        raise ConfigError(f"health socket directory {path} belongs to another user")
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user
+    return True
+
+
+def discover_sockets(directory: Path | None = None) -> dict[int, Path]:
+    """The ``worker-<pid>.sock`` files in ``directory`` whose pid is alive, by pid."""
+    found: dict[int, Path] = {}
+    for entry in (directory or runtime_dir()).glob(f"{SOCKET_PREFIX}*{SOCKET_SUFFIX}"):
+        digits = entry.name.removeprefix(SOCKET_PREFIX).removesuffix(SOCKET_SUFFIX)
+        if digits.isdigit() and pid_alive(int(digits)):
+            found[int(digits)] = entry
+    return dict(sorted(found.items()))
+
+
+async def socket_answers(path: str, *, timeout: float = IN_USE_CONNECT_TIMEOUT) -> bool:
+    """Whether some process accepts connections on the Unix socket at ``path``."""
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_unix_connection(path)
+    except TimeoutError:
+        return True  # its backlog is full: someone is there, just busy
+    except OSError:
+        return False  # refused (nobody listens) or gone
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+# --- the server --------------------------------------------------------------------------
 
 
 class HealthServer:
     """Serves the health endpoints of one worker."""
 
-    def __init__(self, deps: WorkerDeps, liveness: LoopLiveness, path: str) -> None:
+    def __init__(self, deps: WorkerDeps, liveness: LoopLiveness, path: str | None = None) -> None:
         self.deps = deps
         self.liveness = liveness
-        self.path = path
+        self._default_path = path is None
+        self.path = str(default_socket_path(os.getpid())) if path is None else path
         self._server: asyncio.AbstractServer | None = None
+        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we bound
 
     async def start(self) -> None:
-        """Bind the socket (replacing a stale file left by a dead worker)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        self._server = await asyncio.start_unix_server(self._handle, path=self.path)
+        """Bind the socket, replacing a stale file left by a dead process.
+
+        Raises HealthSocketInUseError when a live process serves the path, and ConfigError
+        when the path is something other than a socket.
+        """
+        if self._default_path:
+            ensure_runtime_dir(Path(self.path).parent)
+        sock = await self._bind()
+        try:
+            self._server = await asyncio.start_unix_server(self._handle, sock=sock)
+        except BaseException:
+            sock.close()
+            self._unlink_if_ours()
+            raise
 
     async def stop(self) -> None:
-        """Close the server and remove the socket file."""
+        """Close the server and remove the socket file if it is still the one we bound."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+        self._unlink_if_ours()
+
+    async def _bind(self) -> socket.socket:
+        # bind() itself refuses an existing path (unlike asyncio's, which removes it first),
+        # so two workers racing for one stale path cannot both end up serving it.
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind(self.path)
+            except OSError as exc:
+                sock.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                await self._remove_stale()
+                continue
+            info = os.stat(self.path)
+            self._bound = (info.st_dev, info.st_ino)
+            return sock
+        raise self._in_use()
+
+    async def _remove_stale(self) -> None:
+        try:
+            before = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(before.st_mode):
+            raise ConfigError(f"health socket path {self.path} exists and is not a socket")
+        if await socket_answers(self.path):
+            raise self._in_use()
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) == (before.st_dev, before.st_ino):
+                os.unlink(self.path)  # still the dead file we probed, not a newcomer's
+
+    def _in_use(self) -> HealthSocketInUseError:
+        return HealthSocketInUseError(
+            f"health socket {self.path} is served by another live process; "
+            "give each worker its own TASKQ_HEALTH_SOCKET_PATH (or leave it unset)"
+        )
+
+    def _unlink_if_ours(self) -> None:
+        if self._bound is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) == self._bound:
+                os.unlink(self.path)
+        self._bound = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -86,15 +230,14 @@ class HealthServer:
         return 200, "application/json", b'{"status":"ok"}'
 
     async def ready(self) -> tuple[int, str, bytes]:
-        """200 when running normally, PostgreSQL answers and no loop is stale."""
+        """200 when running normally, the database is available and no loop is stale."""
         deps = self.deps
         reasons = []
         if deps.shutdown_phase != ShutdownPhase.NONE:
             reasons.append("shutting_down")
-        try:
-            await asyncio.wait_for(deps.backend.get_leader(), deps.settings.health_pg_ping_timeout)
-        except Exception:
-            reasons.append("database_unreachable")
+        database = await self.database_status()
+        if not database["available"]:
+            reasons.append("database_unavailable")
         stale = self.liveness.stale()
         if stale:
             reasons.append("stale_loops")
@@ -112,8 +255,40 @@ class HealthServer:
             "loop_tick_ages": {k: round(v, 3) for k, v in self.liveness.ages().items()},
             "stale_loops": stale,
             "worker_id": str(deps.worker_id),
+            "database": database,
         }
         return (200 if not reasons else 503), "application/json", json.dumps(body).encode()
+
+    async def database_status(self) -> dict[str, Any]:
+        """The database as this worker sees it: ``available``, ``outage_seconds``, ``last_error``.
+
+        An outage some loop has already seen answers at once (no query); otherwise one ping
+        within TASKQ_HEALTH_PG_PING_TIMEOUT decides.
+        """
+        outage = self.deps.database
+        error = None if outage.ongoing else await self._ping()
+        if outage.ongoing:
+            return {
+                "available": False,
+                "outage_seconds": round(outage.seconds(), 3),
+                "last_error": outage.last_error,
+            }
+        return {"available": error is None, "outage_seconds": None, "last_error": error}
+
+    async def _ping(self) -> str | None:
+        """None when the database answers in time, else what went wrong."""
+        deps = self.deps
+        timeout = deps.settings.health_pg_ping_timeout
+        try:
+            await asyncio.wait_for(deps.backend.get_leader(), timeout)
+        except TRANSIENT_ERRORS as exc:
+            deps.database.failed("health_ping", exc)  # the database is away: an outage begins
+            return str(exc) or type(exc).__name__
+        except TimeoutError:
+            return f"no answer within {timeout:g}s"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     async def metrics(self) -> tuple[int, str, bytes]:
         """Prometheus text exposition of this worker's gauges and counters."""
@@ -125,6 +300,9 @@ class HealthServer:
             "# HELP taskq_local_queue_jobs Jobs claimed but not started yet.",
             "# TYPE taskq_local_queue_jobs gauge",
             f"taskq_local_queue_jobs {deps.local_queue.qsize()}",
+            "# HELP taskq_database_available 0 while this worker sees the database away, else 1.",
+            "# TYPE taskq_database_available gauge",
+            f"taskq_database_available {0 if deps.database.ongoing else 1}",
             "# HELP taskq_is_leader 1 if this worker holds the maintenance leader lock.",
             "# TYPE taskq_is_leader gauge",
             f"taskq_is_leader {1 if deps.is_leader.is_set() else 0}",

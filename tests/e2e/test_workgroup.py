@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -443,3 +445,71 @@ def test_on_a_terminal_a_live_table_shows_the_children(pg: PgTarget, tmp_path: P
     assert child.exitstatus == 0  # nothing to drain: every child exits 0
     assert "finished" in (child.before or "")
     assert {p.name for p in logs.iterdir()} == {"main-1.log", "main-2.log"}
+
+
+async def test_a_sigkilled_supervisor_takes_its_children_down_gracefully(
+    backend: PostgresBackend, start_workgroup: Callable[..., Supervisor]
+) -> None:
+    supervisor = start_workgroup(
+        toml('[[workers]]\nname = "main"\nqueues = ["default"]\nprocesses = 2\n')
+    )
+    rows = await registered(backend, supervisor, {"main-1", "main-2"})
+    pids = {row.pid for row in rows.values()}
+    assert all(alive(pid) for pid in pids)
+
+    supervisor.process.kill()  # SIGKILL: the supervisor gets no chance to stop anyone
+    await asyncio.to_thread(supervisor.process.wait, 10)
+    await poll_for(
+        lambda: not any(alive(pid) for pid in pids),
+        timeout=30,
+        what=f"children {sorted(pids)} gone after the supervisor died",
+        supervisor=supervisor,
+    )
+    by_pid = {
+        row.pid: row
+        for row in await backend.list_workers()
+        if row.workgroup_instance == supervisor.instance
+    }
+    assert {pid: by_pid[pid].status for pid in pids} == dict.fromkeys(pids, "stopped")
+
+
+async def test_a_refused_second_supervisor_leaves_the_running_groups_sockets(
+    backend: PostgresBackend,
+    start_workgroup: Callable[..., Supervisor],
+    pg: PgTarget,
+) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="tqwg-", dir="/tmp"))
+    try:
+        text = toml(
+            '[[workers]]\nname = "main"\nqueues = ["default"]\n'
+            "[workers.env]\nTASKQ_HEALTH_ENABLED = true\n",
+            supervisor=FAST_SUPERVISOR + f'runtime_dir = "{runtime}"\n',
+        )
+        first = start_workgroup(text)
+        await registered(backend, first, {"main-1"})
+        sock = runtime / "main-1.sock"
+
+        def live() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [TASKQ_BIN, "health", "live", "--socket", str(sock)],
+                capture_output=True, text=True, timeout=10, env=pg.env(),
+            )  # fmt: skip
+
+        await poll_for(
+            lambda: asyncio.to_thread(lambda: live().returncode == 0),
+            timeout=15,
+            what="main-1's health socket answering",
+            supervisor=first,
+        )
+        second = start_workgroup(text)
+        code = await asyncio.to_thread(second.process.wait, 30)
+        assert code == 1, second.tail()
+        assert any("another workgroup supervisor" in line for line in second.lines)
+        assert not second.pids()  # it started no child
+        assert sock.exists()
+        probe = await asyncio.to_thread(live)
+        assert probe.returncode == 0, probe.stderr
+        assert json.loads(probe.stdout) == {"status": "ok"}
+        assert await stop(first) == 0
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
