@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench bench-peers bench-scale completions clean
+.PHONY: install test test-fast lint demo bench bench-peers bench-scale chaos completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,12 @@ bench-peers: $(BENCH_STAMP)
 	  bash $(PEERS_DIR)/run_all.sh
 	@echo
 	$(BENCH_VENV)/bin/python benchmarks/peer_ratios.py $(BENCH_RESULTS)/raw.jsonl
+
+# Faults on purpose (kill -9 storms, PostgreSQL restarts and outages, frozen and orphaned
+# children, SIGTERM mid-job, leader loss) against real workers on a private PostgreSQL; prints
+# a table and exits 1 when an invariant fails (about 8 minutes; `--short` is the CI version).
+chaos: $(STAMP)
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 completions: $(STAMP)
 	$(BIN)/python scripts/gen_completions.py
