@@ -104,6 +104,18 @@ def _json(value: Any) -> Any:
     return json.loads(jsontext.encode(value))
 
 
+def _json_text(text: str | None) -> Any:
+    """The value of JSON text a worker encoded (a result), as ``text::jsonb`` would read it:
+    text that is not JSON, or holds NaN, Infinity or a NUL, raises UnstorableValueError."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise jsontext.UnstorableValueError(f"not storable as JSON: {exc}") from None
+    return _json(value)  # json.loads reads NaN, Infinity and \u0000; jsonb does not
+
+
 def _fifo_key(job: _Job) -> tuple[int, datetime, UUID]:
     """strict_fifo order (and the order inside a round-robin cohort): priority DESC,
     scheduled_at, id."""
@@ -238,6 +250,9 @@ class MemoryTransaction:
         self.open = True
         self.buffered: list[_Job] = []
         self.on_commit: list[Callable[[], object]] = []  # worker writes made through it
+        # Jobs whose success this transaction will write: Postgres holds their rows locked
+        # until it ends, so the sweeps that skip locked rows leave them alone meanwhile.
+        self.settling: set[UUID] = set()
 
 
 # --- the backend ---------------------------------------------------------------------------
@@ -263,6 +278,7 @@ class InMemoryBackend:
         self._cancel_subscribers: set[asyncio.Event] = set()
         self._event_ids = itertools.count(1)
         self._attempt_ids = itertools.count(1)
+        self._open_transactions: set[MemoryTransaction] = set()
 
     async def close(self) -> None:
         """Nothing to release; idempotent."""
@@ -463,6 +479,7 @@ class InMemoryBackend:
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
         """A simulated transaction: buffered enqueues commit on clean exit, vanish on error."""
         handle = MemoryTransaction(self)
+        self._open_transactions.add(handle)
         try:
             yield handle
         except BaseException:
@@ -471,6 +488,7 @@ class InMemoryBackend:
             raise
         finally:
             handle.open = False
+            self._open_transactions.discard(handle)
         # Ids may have been taken outside the transaction meanwhile: a unique violation
         # at COMMIT, which rolls the whole transaction back.
         clashes = [job.id for job in handle.buffered if job.id in self._jobs]
@@ -679,22 +697,25 @@ class InMemoryBackend:
         if worker is not None:
             worker.last_seen_at = now
         held: list[_Job] = []
+        extended: set[UUID] = set()
         for lease in leases:
             job = self._leased(replace(lease, worker_id=worker_id))
-            if job is not None:
+            if job is None:
+                continue
+            held.append(job)
+            if not self._settling(job.id):  # a row being settled is skipped, as PG skips it
                 job.lock_expires_at = now + lock_lease
                 job.updated_at = now
-                held.append(job)
+                extended.add(job.id)
         if is_leader and self._leader is not None and self._leader.worker_id == worker_id:
             self._leader = replace(self._leader, last_seen_at=now)
         flagged = sorted(
             (job for job in held if job.cancel_requested_at is not None),
             key=lambda job: (job.cancel_requested_at, job.id),
         )
-        ids = frozenset(job.id for job in held)
         return HeartbeatResult(
-            held=ids,
-            extended=ids,
+            held=frozenset(job.id for job in held),
+            extended=frozenset(extended),
             cancel_flags=[
                 CancelFlag(job.id, job.cancel_phase, job.cancel_requested_at, job.cancel_reason)
                 for job in flagged
@@ -725,7 +746,11 @@ class InMemoryBackend:
         success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
         return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
 
-    def _succeed(self, worker_id: UUID, success: Success) -> bool:
+    def _settling(self, job_id: UUID) -> bool:
+        """Whether an open transaction will write this job's success (its row is locked)."""
+        return any(job_id in handle.settling for handle in self._open_transactions)
+
+    def _succeed(self, worker_id: UUID, success: Success, result: Any) -> bool:
         job = self._leased(Lease(success.job_id, worker_id, success.attempt))
         if job is None:
             return False
@@ -736,14 +761,20 @@ class InMemoryBackend:
         self._date_start(job, success.ran_for)
         self._record_attempt(job, "succeeded", worker_id)
         self._transition(job, JobStatus.SUCCEEDED, worker_id=worker_id)
-        job.result = None if success.result_json is None else json.loads(success.result_json)
+        job.result = result
         job.result_expires_at = None if ttl is None else job.updated_at + ttl
         job.lock_expires_at = None
         return True
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """mark_succeeded for each; the ids whose leases were still this worker's."""
-        return {s.job_id for s in successes if self._succeed(worker_id, s)}
+        """mark_succeeded for each; the ids whose leases were still this worker's. Every
+        result is read first, so one that cannot be stored writes nothing (one statement)."""
+        results = [_json_text(s.result_json) for s in successes]
+        return {
+            s.job_id
+            for s, result in zip(successes, results, strict=True)
+            if self._succeed(worker_id, s, result)
+        }
 
     async def mark_succeeded_with_conn(
         self,
@@ -754,16 +785,15 @@ class InMemoryBackend:
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """The success applies when the transaction handle commits (a fenced write then)."""
+        """The success applies when the transaction handle commits; until then the job is
+        held as Postgres holds its locked row (the reclaim sweep and heartbeats skip it)."""
         handle = self._transaction_handle(connection)
-        if self._leased(lease) is None:
-            return False
-        handle.on_commit.append(
-            lambda: self._succeed(
-                lease.worker_id,
-                Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for),
-            )
-        )
+        result = _json_text(result_json)
+        if self._leased(lease) is None or lease.job_id in handle.settling:
+            return False  # not this lease's row, or this transaction settled it already
+        success = Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for)
+        handle.settling.add(lease.job_id)
+        handle.on_commit.append(lambda: self._succeed(lease.worker_id, success, result))
         return True
 
     def _fail(self, job: _Job, worker_id: UUID, error: ErrorInfo) -> None:
@@ -1110,6 +1140,7 @@ class InMemoryBackend:
             if job.status is _RUNNING
             and job.lock_expires_at is not None
             and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
+            and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
         ]
         for job in expired:
             self._reclaim(job, now)

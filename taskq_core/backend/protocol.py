@@ -628,7 +628,9 @@ class Backend(Protocol):
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """``mark_succeeded`` for many jobs in one statement (attempts and events included);
-        returns the ids actually written (leases this worker lost are skipped)."""
+        returns the ids actually written (leases this worker lost are skipped). Result text
+        that cannot be stored (not JSON, NaN, Infinity, a NUL) raises UnstorableValueError
+        and writes nothing."""
 
     async def mark_succeeded_with_conn(
         self,
@@ -640,7 +642,12 @@ class Backend(Protocol):
         ran_for: float = 0.0,
     ) -> bool:
         """``mark_succeeded`` inside the caller's transaction (``connection``, a handle from
-        ``transaction()``): the success commits or rolls back with the caller's own writes."""
+        ``transaction()``): the success commits or rolls back with the caller's own writes.
+
+        Until the transaction ends the job's row is held (PG: locked): the reclaim sweep
+        skips it and a heartbeat reports its lease held but not extended. True means the
+        success is written when the transaction commits; settling the same lease again in
+        that transaction returns False."""
 
     async def mark_failed_or_retry(
         self,
@@ -797,10 +804,11 @@ class Backend(Protocol):
     async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         """Per-queue activity for a live dashboard, cheap on a large table.
 
-        Exact pending/scheduled/running counts, the oldest pending job's ``scheduled_at``,
-        terminal jobs per status finished within ``window``, and ``minutes`` per-minute
-        counts of finished jobs. PG: every read of ``jobs`` walks an index (loose index
-        scans find the queues; counts are index-only where the visibility map allows).
+        Exact pending/scheduled/running/claimed counts, the oldest pending job's
+        ``scheduled_at``, terminal jobs per status finished within ``window``, and
+        ``minutes`` per-minute counts of finished jobs. PG: every read of ``jobs`` walks an
+        index (loose index scans find the queues; counts are index-only where the
+        visibility map allows).
         ``window`` must be positive and ``minutes`` between 1 and 1440 (ValueError).
         """
 

@@ -22,6 +22,7 @@ from uuid import UUID
 
 import asyncpg
 
+from taskq_core import jsontext
 from taskq_core.backend.protocol import (
     UNSET,
     ActorConfigDrift,
@@ -792,13 +793,30 @@ class PostgresBackend:
             self._wake_channel,
         )
 
+    async def _write_successes(
+        self, conn: Any, worker_id: UUID, successes: Sequence[Success]
+    ) -> list[asyncpg.Record]:
+        """Run ``mark_succeeded_many`` on ``conn``. Result text jsonb refuses (not JSON, NaN,
+        Infinity, a \\u0000 escape) fails the one statement, so nothing is written: the
+        caller sees UnstorableValueError, as from the memory backend."""
+        try:
+            rows: list[asyncpg.Record] = await conn.fetch(
+                self._queries["mark_succeeded_many"], *self._success_args(worker_id, successes)
+            )
+        except (
+            asyncpg.InvalidTextRepresentationError,
+            asyncpg.UntranslatableCharacterError,
+        ) as exc:
+            # The only text cast of the statement is the results' ``::jsonb``.
+            reason = str(exc).splitlines()[0]
+            raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
+        return rows
+
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """Many completions in one statement; the ids whose leases this worker still held."""
         if not successes:
             return set()
-        rows = await self._pool.fetch(
-            self._queries["mark_succeeded_many"], *self._success_args(worker_id, successes)
-        )
+        rows = await self._write_successes(self._pool, worker_id, successes)
         return {row["id"] for row in rows}
 
     async def mark_succeeded_with_conn(
@@ -812,10 +830,7 @@ class PostgresBackend:
     ) -> bool:
         """The completion inside the caller's transaction on ``connection``."""
         success = Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for)
-        rows = await connection.fetch(
-            self._queries["mark_succeeded_many"], *self._success_args(lease.worker_id, [success])
-        )
-        return bool(rows)
+        return bool(await self._write_successes(connection, lease.worker_id, [success]))
 
     async def mark_failed_or_retry(
         self,
