@@ -136,7 +136,9 @@ async def cycle_loop(backend: PostgresBackend, batch: int, duration: float) -> i
             if not await backend.count_pending_jobs(["noop"]):
                 break
             continue
-        await backend.mark_succeeded_many(worker, [Success(row.id, None) for row in rows])
+        await backend.mark_succeeded_many(
+            worker, [Success(row.id, row.attempt, None) for row in rows]
+        )
         done += len(rows)
     return done
 

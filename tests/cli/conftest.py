@@ -102,21 +102,20 @@ class Db:
         """Dispatch like a worker would."""
         return self.call(lambda b: b.dispatch_batch(worker, [queue], limit, LEASE))
 
-    def fail(self, job: JobRow, worker: UUID, error: str = "ValueError") -> None:
-        """The worker's terminal write for a failed attempt."""
+    def fail(self, claimed: JobRow, error: str = "ValueError") -> None:
+        """The worker's terminal write for a failed attempt of a job it claimed."""
         self.call(
             lambda b: b.mark_failed_or_retry(
-                job.id, worker, ErrorInfo(error, "boom", "Traceback: boom"), None
+                claimed.lease(), ErrorInfo(error, "boom", "Traceback: boom"), None, ran_for=0.0
             )
         )
 
     def failed_job(self, actor: str = "work", queue: str = "default") -> JobRow:
         """A job that ran once and failed for good (its priority makes it dispatch first)."""
         job = self.enqueue(actor, queue=queue, max_attempts=1, priority=1000)
-        worker = uuid4()
-        claimed = self.claim(worker, queue)
+        claimed = self.claim(uuid4(), queue)
         assert [c.id for c in claimed] == [job.id]
-        self.fail(job, worker)
+        self.fail(claimed[0])
         return self.get(job.id)
 
 

@@ -26,6 +26,7 @@ _TIME_COLUMNS = {
         "scheduled_at",
         "created_at",
         "lock_expires_at",
+        "claimed_at",
         "started_at",
         "finished_at",
         "cancel_requested_at",

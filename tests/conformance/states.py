@@ -8,7 +8,15 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from taskq_core.backend.protocol import ActorDeclaration, Backend, EnqueueArgs, ErrorInfo, JobRow
+from taskq_core.backend.protocol import (
+    ActorDeclaration,
+    Backend,
+    EnqueueArgs,
+    ErrorInfo,
+    JobRow,
+    Lease,
+    Start,
+)
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 
@@ -30,20 +38,36 @@ def args(actor: str = "work", **fields: Any) -> EnqueueArgs:
     return EnqueueArgs(actor=actor, **fields)
 
 
+def lease(job: JobRow, worker: UUID | None = None, *, attempt: int | None = None) -> Lease:
+    """The lease ``job``'s row shows; ``worker`` or ``attempt`` name another holder or
+    another attempt of it (a stranger's lease, a stale one)."""
+    holder = worker or job.locked_by_worker
+    assert holder is not None, f"job {job.id} has no worker: name one"
+    return Lease(job.id, holder, job.attempt if attempt is None else attempt)
+
+
 async def running_job(
     backend: Backend,
     *,
     worker: UUID | None = None,
     lease: timedelta = LEASE,
+    started: bool = True,
     **fields: Any,
 ) -> tuple[JobRow, UUID]:
-    """Enqueue a job in a queue of its own and dispatch it; returns (running row, worker)."""
+    """Enqueue a job in a queue of its own and dispatch it; returns (running row, worker).
+
+    ``started`` (the default) records its body's start as a worker does when a consumer takes
+    it; ``started=False`` leaves it claimed (started_at None), as a prefetched job waits.
+    """
     fields.setdefault("queue", new_queue())
     job = await backend.enqueue(args(**fields))
     worker = worker or uuid4()
     claimed = await backend.dispatch_batch(worker, [job.queue], 1, lease)
     assert [row.id for row in claimed] == [job.id]
-    return claimed[0], worker
+    if not started:
+        return claimed[0], worker
+    assert await backend.mark_started_many(worker, [Start(job.id, claimed[0].attempt)]) == {job.id}
+    return await reload(backend, job.id), worker
 
 
 async def job_in(harness: Harness, status: JobStatus, **fields: Any) -> tuple[JobRow, UUID | None]:
@@ -61,16 +85,17 @@ async def job_in(harness: Harness, status: JobStatus, **fields: Any) -> tuple[Jo
     if status is JobStatus.CRASHED:
         fields.setdefault("retry_kind", "non_retryable")
     job, worker = await running_job(backend, **fields)
+    held = job.lease()
     if status is JobStatus.SUCCEEDED:
-        assert await backend.mark_succeeded(job.id, worker, {"ok": True})
+        assert await backend.mark_succeeded(held, {"ok": True})
     elif status is JobStatus.FAILED:
-        assert await backend.mark_failed_or_retry(job.id, worker, BOOM, None) is not None
+        assert await backend.mark_failed_or_retry(held, BOOM, None) is not None
     elif status is JobStatus.CRASHED:
-        assert await backend.isolate_worker(worker, timedelta(seconds=5)) == 1
+        assert await backend.release_leases(worker, [held], reason="test") == 1
     elif status is JobStatus.ABANDONED:
         assert await backend.write_cancel_request(job.id, "test") == "requested"
-        assert await backend.write_cancel_escalation(job.id, worker)
-        assert await backend.mark_abandoned(job.id)
+        assert await backend.write_cancel_escalation(held)
+        assert await backend.mark_abandoned(held, "test")
     row = await reload(backend, job.id)
     assert row.status is status
     return row, worker

@@ -1,16 +1,27 @@
-"""Cancel requests: at once for waiting jobs, a flag plus a wake-up for running ones."""
+"""Cancel requests: at once for waiting jobs, a flag plus a wake-up for running ones; once
+requested, a cancel wins over every later rescheduling of the job."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 from uuid import uuid4
 
 import pytest
 
-from taskq_core.backend.protocol import BulkCancelResult, JobFilter
+from taskq_core.backend.protocol import BulkCancelResult, JobFilter, JobRow
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import args, between, job_in, reload, running_job, wait_set
+from tests.conformance.states import (
+    BOOM,
+    LEASE,
+    args,
+    between,
+    job_in,
+    reload,
+    running_job,
+    wait_set,
+)
 
 
 @pytest.mark.parametrize("status", [JobStatus.PENDING, JobStatus.SCHEDULED])
@@ -95,7 +106,7 @@ async def test_a_cancel_request_on_a_running_job_wakes_the_cancel_subscribers(
 async def test_the_worker_finishes_a_cooperative_cancel(harness: Harness) -> None:
     job, worker = await running_job(harness.backend)
     await harness.backend.write_cancel_request(job.id, "stop")
-    assert await harness.backend.mark_cancelled(job.id, worker)
+    assert await harness.backend.mark_cancelled(job.lease())
     assert (await reload(harness.backend, job.id)).status is JobStatus.CANCELLED
     assert await harness.backend.poll_cancel_flags(worker) == []
 
@@ -105,8 +116,8 @@ async def test_cancel_where_cancels_waiting_jobs_and_flags_running_ones(harness:
     running, worker = await running_job(backend, queue="q")
     flagged, _ = await running_job(backend, queue="q")
     await backend.write_cancel_request(flagged.id, "earlier")
-    finished, finisher = await running_job(backend, queue="q")
-    await backend.mark_succeeded(finished.id, finisher, None)
+    finished, _ = await running_job(backend, queue="q")
+    await backend.mark_succeeded(finished.lease(), None)
     waiting = await backend.enqueue_batch([args(queue="q"), args(queue="q")])
     scheduled = await backend.enqueue(args(queue="q", delay=timedelta(days=1)))
     elsewhere = await backend.enqueue(args(queue="other"))
@@ -154,3 +165,126 @@ async def test_a_bulk_cancel_wakes_the_cancel_subscribers(harness: Harness) -> N
         result = await harness.backend.cancel_where(JobFilter(queue="q"), None)
         assert result.requested == 1
         await wait_set(cancelled)
+
+
+async def requested(harness: Harness, **fields: Any) -> JobRow:
+    """A started job of its own queue whose cancel an operator asked for."""
+    job, _ = await running_job(harness.backend, **fields)
+    assert await harness.backend.write_cancel_request(job.id, "operator") == "requested"
+    return await reload(harness.backend, job.id)
+
+
+async def assert_cancelled_for_good(harness: Harness, job: JobRow, outcome: str) -> None:
+    """The job ended cancelled with one attempt of ``outcome``, and is never dispatched again."""
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.cancel_reason) == (JobStatus.CANCELLED, "operator")
+    assert row.finished_at is not None and row.lock_expires_at is None
+    assert [a.outcome for a in await harness.backend.get_attempts(job.id)] == [outcome]
+    last = (await harness.backend.get_events(job.id))[-1]
+    assert (last.from_status, last.to_status) == (JobStatus.RUNNING, JobStatus.CANCELLED)
+    await harness.travel(3600)
+    assert await harness.backend.scheduled_to_pending() == 0
+    assert await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
+
+
+async def test_a_requested_cancel_wins_over_a_retry(harness: Harness) -> None:
+    job = await requested(harness, max_attempts=3)
+    row = await harness.backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
+    assert row is not None and row.status is JobStatus.CANCELLED
+    assert row.error_class == "ValueError"  # the actor's error stays visible
+    await assert_cancelled_for_good(harness, job, "failed")
+
+
+async def test_a_requested_cancel_wins_over_a_retry_past_the_deadline(harness: Harness) -> None:
+    job = await requested(harness, schedule_to_close=timedelta(seconds=10))
+    row = await harness.backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(minutes=5))
+    assert row is not None and row.status is JobStatus.CANCELLED
+
+
+async def test_a_requested_cancel_wins_over_a_snooze(harness: Harness) -> None:
+    job = await requested(harness, metadata={"batch_id": "b1"})
+    assert await harness.backend.mark_snoozed(job.lease(), timedelta(seconds=5)) == "cancelled"
+    row = await reload(harness.backend, job.id)
+    assert (row.attempt, row.metadata) == (1, {"batch_id": "b1"})  # no snooze counted
+    await assert_cancelled_for_good(harness, job, "cancelled")
+
+
+@pytest.mark.parametrize("consume_budget", [True, False])
+async def test_a_requested_cancel_wins_over_a_retry_after(
+    harness: Harness, consume_budget: bool
+) -> None:
+    job = await requested(harness, max_attempts=1, schedule_to_close=timedelta(seconds=10))
+    outcome = await harness.backend.mark_retry_after(
+        job.lease(), timedelta(minutes=5), consume_budget=consume_budget
+    )
+    assert outcome == "cancelled"  # before the deadline and the budget are looked at
+    assert (await reload(harness.backend, job.id)).attempt == 1
+    await assert_cancelled_for_good(harness, job, "cancelled")
+
+
+async def test_a_requested_cancel_wins_over_releasing_a_started_lease(harness: Harness) -> None:
+    job = await requested(harness, max_attempts=3)
+    worker = job.lease().worker_id
+    assert await harness.backend.release_leases(worker, [job.lease()], reason="heartbeat_lost") == 1
+    await assert_cancelled_for_good(harness, job, "crashed")
+
+
+async def test_a_requested_cancel_wins_over_releasing_an_unstarted_lease(
+    harness: Harness,
+) -> None:
+    job = await requested(harness, started=False)
+    worker = job.lease().worker_id
+    assert await harness.backend.release_leases(worker, [job.lease()], reason="shutdown") == 1
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.attempt) == (JobStatus.CANCELLED, 0)
+    assert await harness.backend.get_attempts(job.id) == []
+    assert await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
+
+
+async def test_a_success_after_a_cancel_request_stays_succeeded(harness: Harness) -> None:
+    job = await requested(harness)
+    assert await harness.backend.mark_succeeded(job.lease(), {"finished": "anyway"})
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.result) == (JobStatus.SUCCEEDED, {"finished": "anyway"})
+    assert row.cancel_reason == "operator"  # the request stays on record
+
+
+async def test_a_shutdown_escalates_a_job_without_a_cancel_request_from_phase_zero(
+    harness: Harness,
+) -> None:
+    job, worker = await running_job(harness.backend)
+    assert await harness.backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    assert not await harness.backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.cancel_phase) == (JobStatus.RUNNING, 2)
+    last = (await harness.backend.get_events(job.id))[-1]
+    assert (last.kind, last.from_status, last.to_status, last.worker_id) == (
+        "state_change",
+        JobStatus.RUNNING,
+        JobStatus.RUNNING,
+        worker,
+    )
+    assert last.detail == {"cancel_phase_from": 0, "cancel_phase_to": 2, "reason": "shutdown"}
+
+
+async def test_an_abandoned_job_keeps_the_reason_it_was_given_up(harness: Harness) -> None:
+    job, worker = await running_job(harness.backend)
+    assert await harness.backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    reason = "did not stop within the 5s shutdown grace (a thread cannot be killed)"
+    assert await harness.backend.mark_abandoned(job.lease(), reason)
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.error_class, row.error_message) == (
+        JobStatus.ABANDONED,
+        "Abandoned",
+        reason,
+    )
+    assert row.finished_at is not None and row.lock_expires_at is None
+    [attempt] = await harness.backend.get_attempts(job.id)
+    assert (attempt.outcome, attempt.worker_id, attempt.error_class, attempt.error_message) == (
+        "abandoned",
+        worker,
+        "Abandoned",
+        reason,
+    )
+    last = (await harness.backend.get_events(job.id))[-1]
+    assert (last.to_status, last.detail) == (JobStatus.ABANDONED, {"reason": reason})

@@ -123,7 +123,7 @@ async def test_cancel_retry_get_and_wait(harness: Harness) -> None:
         claimed = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
         assert [c.id for c in claimed] == [job.id]
         waiter = asyncio.create_task(client.wait(job.id, timeout=5))
-        await backend.mark_succeeded(job.id, worker, {"done": True})
+        await backend.mark_succeeded(claimed[0].lease(), {"done": True})
         assert (await waiter).result == {"done": True}
 
 

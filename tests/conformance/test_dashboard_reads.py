@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 
-from taskq_core.backend.protocol import RECENT_JOBS_MAX, JobFilter, QueueActivity
+from taskq_core.backend.protocol import RECENT_JOBS_MAX, JobFilter, QueueActivity, Start
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import BOOM, args, new_queue, reload, running_job
@@ -24,13 +24,13 @@ async def _activity(harness: Harness, queue: str, minutes: int = 10) -> QueueAct
 
 
 async def _failed(harness: Harness, queue: str, actor: str = "work") -> None:
-    job, worker = await running_job(harness.backend, queue=queue, actor=actor, priority=1000)
-    assert await harness.backend.mark_failed_or_retry(job.id, worker, BOOM, None) is not None
+    job, _ = await running_job(harness.backend, queue=queue, actor=actor, priority=1000)
+    assert await harness.backend.mark_failed_or_retry(job.lease(), BOOM, None) is not None
 
 
 async def _succeeded(harness: Harness, queue: str, actor: str = "work") -> None:
-    job, worker = await running_job(harness.backend, queue=queue, actor=actor, priority=1000)
-    assert await harness.backend.mark_succeeded(job.id, worker, {"ok": True})
+    job, _ = await running_job(harness.backend, queue=queue, actor=actor, priority=1000)
+    assert await harness.backend.mark_succeeded(job.lease(), {"ok": True})
 
 
 # --- dashboard_stats --------------------------------------------------------------------------
@@ -56,7 +56,22 @@ async def test_active_jobs_are_counted_exactly_per_queue(harness: Harness) -> No
     assert [q.name for q in stats.queues] == sorted([media, mail])
     assert (by_name[media].pending, by_name[media].scheduled, by_name[media].running) == (3, 2, 1)
     assert (by_name[mail].pending, by_name[mail].scheduled, by_name[mail].running) == (1, 0, 0)
+    assert (by_name[media].claimed, by_name[mail].claimed) == (0, 0)
     assert by_name[media].finished == {} and by_name[media].finished_per_minute == [0] * 10
+
+
+async def test_claimed_jobs_are_counted_apart_from_running_ones(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    await running_job(backend, queue=queue)
+    await backend.enqueue_batch([args(queue=queue) for _ in range(3)])
+    worker = uuid4()
+    claimed = await backend.dispatch_batch(worker, [queue], 2, HOUR)
+    activity = await _activity(harness, queue)
+    assert (activity.pending, activity.running, activity.claimed) == (1, 1, 2)
+    await backend.mark_started_many(worker, [Start(claimed[0].id, claimed[0].attempt)])
+    activity = await _activity(harness, queue)
+    assert (activity.pending, activity.running, activity.claimed) == (1, 2, 1)
 
 
 async def test_the_oldest_pending_job_is_found_across_priorities(harness: Harness) -> None:
@@ -171,14 +186,14 @@ async def test_recent_jobs_come_most_recent_activity_first(harness: Harness) -> 
     first = await backend.enqueue(args(queue=queue, priority=-5))  # created first ...
     await harness.travel(10)
     second, worker = await running_job(backend, queue=queue)  # ... dispatched before it
-    await backend.mark_failed_or_retry(second.id, worker, BOOM, None)
+    await backend.mark_failed_or_retry(second.lease(), BOOM, None)
     await harness.travel(10)
     claimed = await backend.dispatch_batch(worker, [queue], 1, timedelta(seconds=30))
     assert [c.id for c in claimed] == [first.id]
     await harness.travel(10)
     waiting = await backend.enqueue(args(queue=queue))
     await harness.travel(10)
-    await backend.mark_succeeded(first.id, worker, None)  # finished last
+    await backend.mark_succeeded(claimed[0].lease(), None)  # finished last
     rows = await backend.list_recent_jobs(JobFilter(queue=queue))
     assert [r.id for r in rows] == [first.id, waiting.id, second.id]
 
@@ -196,6 +211,24 @@ async def test_a_running_job_counts_from_when_it_started(harness: Harness) -> No
         (job.id, JobStatus.RUNNING),
         (newer.id, JobStatus.PENDING),
     ]
+
+
+async def test_a_claimed_job_counts_from_its_claim_and_a_started_one_from_its_start(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    worker = uuid4()
+    await backend.enqueue_batch([args(queue=queue, payload={"n": n}) for n in range(2)])
+    [early] = await backend.dispatch_batch(worker, [queue], 1, HOUR)
+    await harness.travel(10)
+    [late] = await backend.dispatch_batch(worker, [queue], 1, HOUR)
+    await harness.travel(10)
+    rows = await backend.list_recent_jobs(JobFilter(queue=queue))
+    assert [r.id for r in rows] == [late.id, early.id]
+    assert await backend.mark_started_many(worker, [Start(early.id, early.attempt)])
+    rows = await backend.list_recent_jobs(JobFilter(queue=queue))
+    assert [r.id for r in rows] == [early.id, late.id]
 
 
 async def test_recent_jobs_filter_by_status_queue_and_actor(harness: Harness) -> None:

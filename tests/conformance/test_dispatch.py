@@ -8,7 +8,16 @@ from uuid import uuid4
 from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import LEASE, args, between, cap_actor, reload, wait_set
+from tests.conformance.states import (
+    BOOM,
+    LEASE,
+    args,
+    between,
+    cap_actor,
+    reload,
+    running_job,
+    wait_set,
+)
 
 
 async def dispatch(backend: Backend, queue: str | list[str], limit: int = 100) -> list[JobRow]:
@@ -30,7 +39,8 @@ async def test_dispatch_claims_a_pending_job_for_the_worker(harness: Harness) ->
     assert claimed.status is JobStatus.RUNNING
     assert claimed.attempt == 1
     assert claimed.locked_by_worker == worker
-    assert between(claimed.started_at, before, after)
+    assert between(claimed.claimed_at, before, after)
+    assert claimed.started_at is None and claimed.is_claimed  # the worker records the start
     assert between(
         claimed.lock_expires_at, before + timedelta(seconds=45), after + timedelta(seconds=45)
     )
@@ -198,7 +208,7 @@ async def test_an_actors_max_concurrent_caps_its_running_jobs(harness: Harness) 
     assert sorted(row.actor for row in claimed) == ["capped"] * 2 + ["free"] * 3
     assert await dispatch(harness.backend, "q") == []
     first_capped = next(row for row in claimed if row.actor == "capped")
-    assert await harness.backend.mark_succeeded(first_capped.id, worker, None)
+    assert await harness.backend.mark_succeeded(first_capped.lease(), None)
     assert [row.actor for row in await dispatch(harness.backend, "q")] == ["capped"]
 
 
@@ -259,7 +269,7 @@ async def test_only_one_job_per_identity_key_runs_at_a_time(harness: Harness) ->
     claimed = await harness.backend.dispatch_batch(worker, ["q"], 10, LEASE)
     assert payloads(claimed) == [0, 9]
     assert await dispatch(harness.backend, "q") == []
-    assert await harness.backend.mark_succeeded(claimed[0].id, worker, None)
+    assert await harness.backend.mark_succeeded(claimed[0].lease(), None)
     assert payloads(await dispatch(harness.backend, "q")) == [1]
 
 
@@ -274,29 +284,37 @@ async def test_jobs_without_an_identity_key_are_not_serialized(harness: Harness)
     assert len(await dispatch(harness.backend, "q")) == 3
 
 
-async def test_release_unstarted_gives_the_claim_and_the_attempt_back(harness: Harness) -> None:
+async def test_releasing_unstarted_leases_gives_the_claim_and_the_attempt_back(
+    harness: Harness,
+) -> None:
     await harness.backend.enqueue_batch([args(queue="q") for _ in range(3)])
     worker = uuid4()
     claimed = await harness.backend.dispatch_batch(worker, ["q"], 3, LEASE)
-    released = await harness.backend.release_unstarted(worker, [row.id for row in claimed[:2]])
+    released = await harness.backend.release_leases(
+        worker, [row.lease() for row in claimed[:2]], reason="shutdown"
+    )
     assert released == 2
     row = await reload(harness.backend, claimed[0].id)
     assert row.status is JobStatus.PENDING
     assert row.attempt == 0
     assert row.locked_by_worker is None and row.lock_expires_at is None and row.started_at is None
+    assert row.scheduled_at == claimed[0].scheduled_at  # back in its place
+    assert await harness.backend.get_attempts(row.id) == []
     events = await harness.backend.get_events(row.id)
     assert (events[-1].from_status, events[-1].to_status) == (JobStatus.RUNNING, JobStatus.PENDING)
+    assert events[-1].detail == {"reason": "shutdown", "started": False}
     again = await dispatch(harness.backend, "q")
     assert {r.id for r in again} == {r.id for r in claimed[:2]}
     assert {r.attempt for r in again} == {1}
 
 
-async def test_release_unstarted_ignores_jobs_of_other_workers(harness: Harness) -> None:
+async def test_releasing_leases_ignores_jobs_of_other_workers(harness: Harness) -> None:
     await harness.backend.enqueue(args(queue="q"))
     [claimed] = await dispatch(harness.backend, "q")
-    assert await harness.backend.release_unstarted(uuid4(), [claimed.id]) == 0
-    assert await harness.backend.release_unstarted(uuid4(), []) == 0
-    assert (await reload(harness.backend, claimed.id)).status is JobStatus.RUNNING
+    stranger = uuid4()
+    assert await harness.backend.release_leases(stranger, [claimed.lease()], reason="x") == 0
+    assert await harness.backend.release_leases(stranger, [], reason="x") == 0
+    assert await reload(harness.backend, claimed.id) == claimed
 
 
 async def test_a_released_job_wakes_the_subscribers(harness: Harness) -> None:
@@ -304,8 +322,35 @@ async def test_a_released_job_wakes_the_subscribers(harness: Harness) -> None:
     worker = uuid4()
     [claimed] = await harness.backend.dispatch_batch(worker, ["q"], 1, LEASE)
     async with harness.backend.subscribe_wake() as woken:
-        assert await harness.backend.release_unstarted(worker, [claimed.id]) == 1
+        assert (
+            await harness.backend.release_leases(worker, [claimed.lease()], reason="shutdown") == 1
+        )
         await wait_set(woken)
+
+
+async def test_a_redispatch_after_a_retry_sets_claimed_at_again_and_clears_started_at(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend)
+    assert job.started_at is not None
+    await backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
+    await harness.travel(6)
+    assert await backend.scheduled_to_pending() == 1
+    before = await harness.now()
+    [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    after = await harness.now()
+    assert (again.attempt, again.started_at) == (2, None)
+    assert between(again.claimed_at, before, after)
+    assert await reload(backend, job.id) == again
+
+
+async def test_a_claimed_job_counts_against_the_caps_before_it_starts(harness: Harness) -> None:
+    await cap_actor(harness.backend, "capped", 1)
+    await harness.backend.enqueue_batch([args(actor="capped", queue="q") for _ in range(2)])
+    [claimed] = await dispatch(harness.backend, "q")
+    assert claimed.is_claimed
+    assert await dispatch(harness.backend, "q") == []
 
 
 async def test_a_capped_actors_backlog_does_not_block_the_head_of_the_queue(
@@ -325,7 +370,7 @@ async def test_a_saturated_actor_is_skipped_until_one_of_its_jobs_ends(harness: 
     [first] = await harness.backend.dispatch_batch(worker, ["q"], 5, LEASE)
     await harness.backend.enqueue(args(actor="free", queue="q"))
     assert [row.actor for row in await dispatch(harness.backend, "q", 5)] == ["free"]
-    assert await harness.backend.mark_succeeded(first.id, worker, None)
+    assert await harness.backend.mark_succeeded(first.lease(), None)
     assert [row.actor for row in await dispatch(harness.backend, "q", 5)] == ["capped"]
 
 
@@ -397,6 +442,6 @@ async def test_round_robin_alternates_cohorts_one_job_at_a_time(harness: Harness
     for _ in range(6):
         [row] = await harness.backend.dispatch_batch(worker, ["q"], 1, LEASE)
         order.append(row.payload["n"])
-        assert await harness.backend.mark_succeeded(row.id, worker, None)
+        assert await harness.backend.mark_succeeded(row.lease(), None)
         await harness.travel(1)
     assert order == ["big", "small", "big", "small", "big", "big"]

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from taskq_core import jsontext
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter
 from taskq_core.ids import uuid7
 from taskq_core.statemachine import JobStatus
@@ -136,6 +137,32 @@ async def test_json_payloads_round_trip_as_jsonb_would(harness: Harness) -> None
     assert batch[0].payload == expected and batch[0].metadata == expected
     assert fast[0].payload == expected
     assert (await harness.backend.get(single.id)) == single
+
+
+UNSTORABLE = [
+    pytest.param({"x": float("nan")}, "Out of range float", id="nan"),
+    pytest.param({"x": [float("-inf")]}, "Out of range float", id="infinity"),
+    pytest.param({"text": "a\x00b"}, "NUL character", id="nul-in-a-string"),
+    pytest.param({"key\x00": 1}, "NUL character", id="nul-in-a-key"),
+]
+
+
+@pytest.mark.parametrize("column", ["payload", "metadata"])
+@pytest.mark.parametrize(("value", "reason"), UNSTORABLE)
+@pytest.mark.parametrize("path", ["enqueue", "enqueue_batch", "enqueue_batch_fast"])
+async def test_an_unstorable_value_is_refused_the_same_way_by_every_enqueue_path(
+    harness: Harness, path: str, value: dict[str, object], reason: str, column: str
+) -> None:
+    backend = harness.backend
+    item = args(**{column: value})
+    with pytest.raises(jsontext.UnstorableValueError, match=f"not storable as JSON: .*{reason}"):
+        if path == "enqueue":
+            await backend.enqueue(item)
+        elif path == "enqueue_batch":
+            await backend.enqueue_batch([args(), item])
+        else:
+            await backend.enqueue_batch_fast([args(), item])
+    assert await backend.list_jobs(JobFilter()) == []
 
 
 async def test_enqueue_batch_returns_one_row_per_item_in_order(harness: Harness) -> None:

@@ -1,4 +1,5 @@
-"""Heartbeat: one transaction that keeps a worker's leases, rows and cancel flags current."""
+"""Heartbeat: one transaction that keeps the leases a worker names, its rows and their cancel
+flags current; a lease it does not name is left to expire."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from datetime import timedelta
 from uuid import UUID, uuid4
 
 from taskq_core.backend.protocol import WorkerInfo
+from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import between, reload, running_job
+from tests.conformance.states import LEASE, between, lease, reload, running_job
 
 
 def info(worker_id: UUID) -> WorkerInfo:
@@ -28,9 +30,12 @@ async def test_a_heartbeat_extends_only_this_workers_leases(harness: Harness) ->
     theirs, _ = await running_job(backend)
     await harness.travel(20)
     before = await harness.now()
-    result = await backend.heartbeat(worker, timedelta(seconds=60))
+    result = await backend.heartbeat(
+        worker, timedelta(seconds=60), [job.lease() for job, _ in mine] + [lease(theirs, worker)]
+    )
     after = await harness.now()
     assert result.leases_extended == 2
+    assert result.held == result.extended == {job.id for job, _ in mine}
     assert result.cancel_flags == []
     for job, _ in mine:
         row = await reload(backend, job.id)
@@ -46,7 +51,7 @@ async def test_an_extended_lease_is_not_reclaimed(harness: Harness) -> None:
     backend = harness.backend
     job, worker = await running_job(backend, lease=timedelta(seconds=30))
     await harness.travel(25)
-    await backend.heartbeat(worker, timedelta(seconds=30))
+    await backend.heartbeat(worker, timedelta(seconds=30), [job.lease()])
     await harness.travel(25)
     assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0
     await harness.travel(10)
@@ -54,9 +59,9 @@ async def test_an_extended_lease_is_not_reclaimed(harness: Harness) -> None:
     assert (await reload(backend, job.id)).attempt == 1
 
 
-async def test_a_heartbeat_without_running_jobs_extends_nothing(harness: Harness) -> None:
+async def test_a_heartbeat_without_leases_extends_nothing(harness: Harness) -> None:
     result = await harness.backend.heartbeat(uuid4(), timedelta(seconds=30))
-    assert (result.leases_extended, result.cancel_flags) == (0, [])
+    assert (result.held, result.extended, result.cancel_flags) == (frozenset(), frozenset(), [])
 
 
 async def test_a_heartbeat_reports_the_cancel_flags_of_this_worker(harness: Harness) -> None:
@@ -69,7 +74,8 @@ async def test_a_heartbeat_reports_the_cancel_flags_of_this_worker(harness: Harn
     for job in (second, first, elsewhere):
         assert await backend.write_cancel_request(job.id, f"stop {job.payload}") == "requested"
         await harness.travel(1)
-    result = await backend.heartbeat(worker, timedelta(seconds=30))
+    held = [first.lease(), second.lease(), quiet.lease(), lease(elsewhere, worker)]
+    result = await backend.heartbeat(worker, timedelta(seconds=30), held)
     assert result.leases_extended == 3
     assert [flag.job_id for flag in result.cancel_flags] == [second.id, first.id]
     assert {flag.cancel_phase for flag in result.cancel_flags} == {1}
@@ -106,3 +112,50 @@ async def test_a_leaders_heartbeat_refreshes_the_leader_row(harness: Harness) ->
     assert stale.last_seen_at < before
     assert between(fresh.last_seen_at, before, after)
     await backend.release_leadership(worker)
+
+
+async def test_a_heartbeat_leaves_the_workers_unnamed_rows_to_expire_and_be_reclaimed(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    held, _ = await running_job(backend, worker=worker, lease=timedelta(seconds=30))
+    dropped, _ = await running_job(backend, worker=worker, lease=timedelta(seconds=30))
+    await harness.travel(25)
+    result = await backend.heartbeat(worker, timedelta(seconds=30), [held.lease()])
+    assert result.held == result.extended == {held.id}
+    untouched = (await reload(backend, dropped.id)).lock_expires_at
+    assert untouched is not None and untouched < await harness.now() + timedelta(seconds=10)
+    await harness.travel(10)
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert (await reload(backend, dropped.id)).status is JobStatus.PENDING
+    assert (await reload(backend, held.id)).status is JobStatus.RUNNING
+
+
+async def test_a_heartbeat_refuses_a_reclaimed_lease_by_leaving_it_out_of_held(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    job, _ = await running_job(backend, worker=worker)
+    await harness.travel(LEASE.total_seconds() + 1)
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)  # same worker
+    result = await backend.heartbeat(worker, timedelta(seconds=60), [job.lease()])
+    assert result.held == result.extended == frozenset()
+    assert await reload(backend, job.id) == again  # the new attempt's lease is untouched
+    renewed = await backend.heartbeat(worker, timedelta(seconds=60), [again.lease()])
+    assert renewed.held == {job.id}
+
+
+async def test_a_heartbeat_reads_cancel_flags_only_of_the_leases_it_holds(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    named, _ = await running_job(backend, worker=worker)
+    unnamed, _ = await running_job(backend, worker=worker)
+    for job in (named, unnamed):
+        assert await backend.write_cancel_request(job.id, "stop") == "requested"
+    result = await backend.heartbeat(worker, timedelta(seconds=30), [named.lease()])
+    assert [flag.job_id for flag in result.cancel_flags] == [named.id]

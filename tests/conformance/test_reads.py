@@ -167,8 +167,8 @@ async def test_attempts_and_events_come_back_oldest_first(harness: Harness) -> N
     worker = uuid4()
     for _ in range(2):
         await harness.travel(1)
-        await backend.dispatch_batch(worker, [job.queue], 1, timedelta(minutes=1))
-        await backend.mark_retry_after(job.id, worker, timedelta(0))
+        [claimed] = await backend.dispatch_batch(worker, [job.queue], 1, timedelta(minutes=1))
+        await backend.mark_retry_after(claimed.lease(), timedelta(0))
         await backend.scheduled_to_pending()
     attempts = await backend.get_attempts(job.id)
     assert [a.outcome for a in attempts] == ["retry_after", "retry_after"]

@@ -6,6 +6,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from taskq_core.backend.protocol import EventRow
+from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import GRACE, LEASE, args, reload, running_job, wait_set
@@ -92,6 +93,7 @@ async def test_an_expired_lock_with_retries_left_goes_back_to_pending(harness: H
         "to_state": "pending",
         "reason": "lock_expired",
         "worker_id": str(worker),
+        "started": True,
     }
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert again.attempt == 2
@@ -133,9 +135,29 @@ async def test_a_cancel_in_flight_gets_the_graces_and_a_minute_before_reclaim(
     assert await backend.reclaim_expired_locks(GRACE, GRACE) == 0
     await harness.travel(2)
     assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert (await reload(backend, job.id)).status is JobStatus.CANCELLED
+
+
+async def test_a_requested_cancel_wins_over_the_retry_of_a_reclaimed_job(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend, max_attempts=3)
+    await backend.write_cancel_request(job.id, "stop")
+    await harness.travel(EXPIRED + 2 * GRACE.total_seconds() + 60)
+    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
-    assert row.status is JobStatus.PENDING  # retried: the cancel does not survive a crash
-    assert (row.cancel_phase, row.cancel_requested_at, row.cancel_reason) == (0, None, None)
+    assert (row.status, row.cancel_phase, row.cancel_reason) == (JobStatus.CANCELLED, 1, "stop")
+    assert row.finished_at is not None and row.locked_by_worker is None
+    [attempt] = await backend.get_attempts(job.id)
+    assert (attempt.outcome, attempt.worker_id) == ("crashed", worker)
+    event = (await backend.get_events(job.id))[-1]
+    assert (event.kind, event.to_status, event.detail["started"]) == (
+        "reclaim",
+        JobStatus.CANCELLED,
+        True,
+    )
+    assert await backend.dispatch_batch(worker, [job.queue], 1, LEASE) == []
 
 
 async def test_an_exhausted_job_with_a_cancel_in_flight_ends_cancelled(harness: Harness) -> None:
@@ -210,8 +232,8 @@ async def test_the_reclaim_cursor_returns_events_after_it_in_id_order(harness: H
 
 async def test_the_reclaim_cursor_skips_other_event_kinds(harness: Harness) -> None:
     backend = harness.backend
-    job, worker = await running_job(backend)
-    await backend.mark_succeeded(job.id, worker, None)
+    job, _ = await running_job(backend)
+    await backend.mark_succeeded(job.lease(), None)
     await backend.write_cancel_request((await backend.enqueue(args())).id, None)
     await harness.travel(10)
     assert await backend.poll_reclaim_events(0) == []
@@ -235,3 +257,69 @@ async def test_later_reclaims_continue_the_cursor(harness: Harness) -> None:
     await harness.travel(3)
     [event] = await harness.backend.poll_reclaim_events(seen[-1].id)
     assert event.job_id == late.id and event.id > seen[-1].id
+
+
+async def test_a_reclaimed_job_that_never_started_goes_back_to_pending_without_an_attempt(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend, started=False, max_attempts=1)
+    await harness.travel(EXPIRED)
+    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    row = await reload(backend, job.id)
+    assert (row.status, row.attempt) == (JobStatus.PENDING, 0)
+    assert row.locked_by_worker is None and row.lock_expires_at is None
+    assert row.started_at is None and row.error_class is None
+    assert await backend.get_attempts(job.id) == []
+    event = (await backend.get_events(job.id))[-1]
+    assert (event.kind, event.from_status, event.to_status, event.worker_id) == (
+        "reclaim",
+        JobStatus.RUNNING,
+        JobStatus.PENDING,
+        worker,
+    )
+    assert event.detail == {
+        "from_state": "running",
+        "to_state": "pending",
+        "reason": "lock_expired",
+        "worker_id": str(worker),
+        "started": False,
+    }
+    [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    assert again.attempt == 1  # max_attempts=1 and still not used up
+
+
+async def test_a_job_reclaimed_unstarted_past_the_limit_counts_as_started(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend, started=False, max_attempts=1)
+    for _ in range(UNSTARTED_RECLAIM_LIMIT):
+        await harness.travel(EXPIRED)
+        assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        assert (await reload(backend, job.id)).attempt == 0
+        [_again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    assert await backend.get_attempts(job.id) == []
+    await harness.travel(EXPIRED)
+    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    row = await reload(backend, job.id)
+    assert (row.status, row.attempt, row.error_class) == (JobStatus.CRASHED, 1, "WorkerCrashed")
+    [attempt] = await backend.get_attempts(job.id)
+    assert (attempt.attempt, attempt.outcome) == (1, "crashed")
+    reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
+    assert [e.detail["started"] for e in reclaims] == [False] * UNSTARTED_RECLAIM_LIMIT + [True]
+
+
+async def test_a_requested_cancel_wins_over_the_reclaim_of_a_job_that_never_started(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False)
+    await backend.write_cancel_request(job.id, "stop")
+    await harness.travel(EXPIRED + 60)
+    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
+    row = await reload(backend, job.id)
+    assert (row.status, row.attempt) == (JobStatus.CANCELLED, 0)
+    assert await backend.get_attempts(job.id) == []
+    event = (await backend.get_events(job.id))[-1]
+    assert (event.to_status, event.detail["started"]) == (JobStatus.CANCELLED, False)

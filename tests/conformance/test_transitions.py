@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from taskq_core.backend.protocol import Backend, JobFilter, JobRow
+from taskq_core.backend.protocol import Backend, JobFilter, JobRow, Lease, Start, Success
 from taskq_core.statemachine import (
     RETRYABLE_STATUSES,
     TERMINAL_STATUSES,
@@ -45,24 +45,20 @@ async def promote(h: Harness, job: JobRow, _: UUID | None) -> object:
     return await h.backend.scheduled_to_pending()
 
 
-async def succeed(h: Harness, job: JobRow, worker: UUID | None) -> object:
-    assert worker is not None
-    return await h.backend.mark_succeeded(job.id, worker, None)
+async def succeed(h: Harness, job: JobRow, _: UUID | None) -> object:
+    return await h.backend.mark_succeeded(job.lease(), None)
 
 
-async def fail(h: Harness, job: JobRow, worker: UUID | None) -> object:
-    assert worker is not None
-    return await h.backend.mark_failed_or_retry(job.id, worker, BOOM, None)
+async def fail(h: Harness, job: JobRow, _: UUID | None) -> object:
+    return await h.backend.mark_failed_or_retry(job.lease(), BOOM, None)
 
 
-async def retry_later(h: Harness, job: JobRow, worker: UUID | None) -> object:
-    assert worker is not None
-    return await h.backend.mark_failed_or_retry(job.id, worker, BOOM, timedelta(seconds=5))
+async def retry_later(h: Harness, job: JobRow, _: UUID | None) -> object:
+    return await h.backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
 
 
-async def cooperative_cancel(h: Harness, job: JobRow, worker: UUID | None) -> object:
-    assert worker is not None
-    return await h.backend.mark_cancelled(job.id, worker)
+async def cooperative_cancel(h: Harness, job: JobRow, _: UUID | None) -> object:
+    return await h.backend.mark_cancelled(job.lease())
 
 
 async def reclaim(h: Harness, job: JobRow, _: UUID | None) -> object:
@@ -70,11 +66,10 @@ async def reclaim(h: Harness, job: JobRow, _: UUID | None) -> object:
     return await h.backend.reclaim_expired_locks(GRACE, GRACE)
 
 
-async def abandon(h: Harness, job: JobRow, worker: UUID | None) -> object:
-    assert worker is not None
+async def abandon(h: Harness, job: JobRow, _: UUID | None) -> object:
     await h.backend.write_cancel_request(job.id, "driver")
-    await h.backend.write_cancel_escalation(job.id, worker)
-    return await h.backend.mark_abandoned(job.id)
+    await h.backend.write_cancel_escalation(job.lease())
+    return await h.backend.mark_abandoned(job.lease(), "driver")
 
 
 # (from, to) -> (extra enqueue fields, the operation that performs it)
@@ -118,21 +113,34 @@ async def test_each_valid_transition_happens_and_is_recorded(
     assert (row.finished_at is not None) == (dst in TERMINAL_STATUSES)
 
 
-WorkerWrite = Callable[[Backend, JobRow, UUID], Awaitable[object]]
-REFUSED = (False, None, "noop", 0)
+WorkerWrite = Callable[[Backend, Lease], Awaitable[object]]
+REFUSED: tuple[object, ...] = (False, None, "noop", 0, set())
+
+
+async def succeed_in_a_transaction(backend: Backend, held: Lease) -> object:
+    async with backend.transaction() as connection:
+        return await backend.mark_succeeded_with_conn(connection, held, None)
+
 
 WORKER_WRITES: dict[str, WorkerWrite] = {
-    "mark_succeeded": lambda b, j, w: b.mark_succeeded(j.id, w, None),
-    "mark_failed_or_retry": lambda b, j, w: b.mark_failed_or_retry(j.id, w, BOOM, None),
-    "mark_failed_or_retry(delay)": lambda b, j, w: b.mark_failed_or_retry(
-        j.id, w, BOOM, timedelta(seconds=1)
+    "mark_started_many": lambda b, w: b.mark_started_many(
+        w.worker_id, [Start(w.job_id, w.attempt)]
     ),
-    "mark_cancelled": lambda b, j, w: b.mark_cancelled(j.id, w),
-    "mark_snoozed": lambda b, j, w: b.mark_snoozed(j.id, w, timedelta(seconds=1)),
-    "mark_retry_after": lambda b, j, w: b.mark_retry_after(j.id, w, timedelta(seconds=1)),
-    "write_cancel_escalation": lambda b, j, w: b.write_cancel_escalation(j.id, w),
-    "mark_abandoned": lambda b, j, w: b.mark_abandoned(j.id),
-    "release_unstarted": lambda b, j, w: b.release_unstarted(w, [j.id]),
+    "mark_succeeded": lambda b, w: b.mark_succeeded(w, None),
+    "mark_succeeded_many": lambda b, w: b.mark_succeeded_many(
+        w.worker_id, [Success(w.job_id, w.attempt, None)]
+    ),
+    "mark_succeeded_with_conn": succeed_in_a_transaction,
+    "mark_failed_or_retry": lambda b, w: b.mark_failed_or_retry(w, BOOM, None),
+    "mark_failed_or_retry(delay)": lambda b, w: b.mark_failed_or_retry(
+        w, BOOM, timedelta(seconds=1)
+    ),
+    "mark_cancelled": lambda b, w: b.mark_cancelled(w),
+    "mark_snoozed": lambda b, w: b.mark_snoozed(w, timedelta(seconds=1)),
+    "mark_retry_after": lambda b, w: b.mark_retry_after(w, timedelta(seconds=1)),
+    "write_cancel_escalation": lambda b, w: b.write_cancel_escalation(w, reason="shutdown"),
+    "mark_abandoned": lambda b, w: b.mark_abandoned(w, "driver"),
+    "release_leases": lambda b, w: b.release_leases(w.worker_id, [w], reason="driver"),
 }
 NOT_RUNNING = [s for s in JobStatus if s is not R]
 
@@ -142,11 +150,11 @@ async def test_worker_writes_refuse_jobs_that_are_not_running(
     harness: Harness, status: JobStatus
 ) -> None:
     job, worker = await job_in(harness, status)
-    worker = worker or uuid4()
+    held = Lease(job.id, worker or uuid4(), max(job.attempt, 1))
     events = await harness.backend.get_events(job.id)
     attempts = await harness.backend.get_attempts(job.id)
     for name, write in WORKER_WRITES.items():
-        outcome = await write(harness.backend, job, worker)
+        outcome = await write(harness.backend, held)
         assert outcome in REFUSED, f"{name} on a {status.value} job returned {outcome!r}"
     assert await reload(harness.backend, job.id) == job
     assert await harness.backend.get_events(job.id) == events
@@ -198,19 +206,21 @@ async def test_retry_where_re_pends_matching_retryable_jobs(harness: Harness) ->
 async def test_a_whole_life_records_only_valid_transitions(harness: Harness) -> None:
     backend = harness.backend
     job, worker = await job_in(harness, R, max_attempts=3)
-    await backend.mark_snoozed(job.id, worker, timedelta(seconds=1))
+    assert worker is not None
+    await backend.mark_snoozed(job.lease(), timedelta(seconds=1))
     await harness.travel(2)
     await backend.scheduled_to_pending()
     await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     await harness.travel(LEASE.total_seconds() + 1)
     await backend.reclaim_expired_locks(GRACE, GRACE)
-    await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    [claimed] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    await backend.mark_started_many(worker, [Start(job.id, claimed.attempt)])
     await backend.write_cancel_request(job.id, "stop")
-    await backend.write_cancel_escalation(job.id, worker)
-    await backend.mark_cancelled(job.id, worker)
+    await backend.write_cancel_escalation(claimed.lease())
+    await backend.mark_cancelled(claimed.lease())
     await backend.retry_job(job.id)
-    await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
-    await backend.mark_succeeded(job.id, worker, None)
+    [claimed] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    await backend.mark_succeeded(claimed.lease(), None)
     events = await backend.get_events(job.id)
     moves = [(e.from_status, e.to_status) for e in events if e.from_status != e.to_status]
     assert len(moves) == 10

@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.backend.protocol import WorkerInfo
+from taskq_core.backend.protocol import Start, WorkerInfo
 from taskq_core.constants import leader_lock_key
 from tests.conformance.conftest import Harness
 from tests.conformance.states import between, running_job
@@ -107,7 +107,20 @@ async def test_a_worker_row_counts_its_running_jobs(harness: Harness) -> None:
     await running_job(backend, worker=worker)
     await running_job(backend, worker=worker)
     [row] = await backend.list_workers()
-    assert row.running_jobs == 2
+    assert (row.running_jobs, row.claimed_jobs) == (2, 0)
+
+
+async def test_a_worker_row_counts_claimed_jobs_apart_from_running_ones(harness: Harness) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    await backend.register_worker(info(worker))
+    await running_job(backend, worker=worker)
+    claimed = [(await running_job(backend, worker=worker, started=False))[0] for _ in range(3)]
+    [row] = await backend.list_workers()
+    assert (row.running_jobs, row.claimed_jobs) == (1, 3)
+    await backend.mark_started_many(worker, [Start(claimed[0].id, claimed[0].attempt)])
+    [row] = await backend.list_workers()
+    assert (row.running_jobs, row.claimed_jobs) == (2, 2)
 
 
 async def test_the_first_worker_to_ask_leads_until_it_releases(harness: Harness) -> None:

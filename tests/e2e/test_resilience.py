@@ -101,8 +101,12 @@ async def until(
 
 
 async def running(backend: PostgresBackend, job_id: UUID) -> JobRow | None:
+    """The job once its body runs (status running and its start recorded; a claimed job
+    waiting for a consumer does not count)."""
     job = await backend.get(job_id)
-    return job if job is not None and job.status is JobStatus.RUNNING else None
+    if job is None or job.status is not JobStatus.RUNNING or job.started_at is None:
+        return None
+    return job
 
 
 async def terminal(backend: PostgresBackend, job_id: UUID) -> JobRow | None:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from uuid import UUID
 
-from taskq_core.backend.protocol import Backend, EnqueueArgs, ErrorInfo, JobRow, WorkerInfo
+from taskq_core.backend.protocol import (
+    Backend,
+    EnqueueArgs,
+    ErrorInfo,
+    JobRow,
+    Lease,
+    Start,
+    WorkerInfo,
+)
 
 LEASE = timedelta(minutes=5)
 TRACEBACK = """Traceback (most recent call last):
@@ -60,13 +68,15 @@ async def seed_dashboard(
         if advance is not None:
             advance(seconds)
 
-    async def run(actor: str, queue: str, worker: UUID, *, payload: dict[str, object]) -> JobRow:
+    async def run(actor: str, queue: str, worker: UUID, *, payload: dict[str, object]) -> Lease:
+        """Enqueue a job, dispatch it to ``worker`` and start its body: its lease."""
         job = await backend.enqueue(
             EnqueueArgs(actor=actor, queue=queue, payload=payload, priority=100, job_id=ids())
         )
         claimed = await backend.dispatch_batch(worker, [queue], 1, LEASE)
         assert [c.id for c in claimed] == [job.id], "the seed's job must dispatch first"
-        return claimed[0]
+        assert await backend.mark_started_many(worker, [Start(job.id, claimed[0].attempt)])
+        return claimed[0].lease()
 
     leader, busy, silent, stopped = ids(), ids(), ids(), ids()
     workers = [
@@ -117,15 +127,15 @@ async def seed_dashboard(
                 leader,
                 payload={"url": f"s3://img/{minute}-{n}.png", "width": 640},
             )
-            await backend.mark_succeeded(job.id, leader, {"ok": True})
+            await backend.mark_succeeded(job, {"ok": True})
         for n in range(2 if minute % 3 else 1):
             job = await run("deliver", "webhooks", leader, payload={"hook": n})
-            await backend.mark_succeeded(job.id, leader, {"status": 200})
+            await backend.mark_succeeded(job, {"status": 200})
         if minute % 2 == 0:
             job = await run(
                 "send_email", "emails", busy, payload={"to": f"user{minute}@example.com"}
             )
-            await backend.mark_succeeded(job.id, busy, None)
+            await backend.mark_succeeded(job, None)
         if minute in (6, 13, 17):
             job = await run(
                 "resize",
@@ -134,13 +144,13 @@ async def seed_dashboard(
                 payload={"url": f"s3://img/broken-{minute}.png", "width": 0},
             )
             error = ErrorInfo("ConnectionResetError", "upstream closed the connection", TRACEBACK)
-            failed = await backend.mark_failed_or_retry(job.id, busy, error, None)
+            failed = await backend.mark_failed_or_retry(job, error, None)
             assert failed is not None
             seeded.failed.append(failed)
         if minute == 15:
             job = await run("build_report", "reports", silent, payload={"report": "daily"})
             failed = await backend.mark_failed_or_retry(
-                job.id, silent, ErrorInfo("KeyError", "'region'", "KeyError: 'region'"), None
+                job, ErrorInfo("KeyError", "'region'", "KeyError: 'region'"), None
             )
             assert failed is not None
             seeded.failed.append(failed)
@@ -151,13 +161,15 @@ async def seed_dashboard(
         tick(60)
 
     # What is in flight now: media running on both workers, a backlog, scheduled reports.
-    for n in range(3):
+    in_flight = [
         await run(
             "resize",
             "media",
             leader if n else busy,
             payload={"url": f"s3://img/live-{n}.png", "width": 1280},
         )
+        for n in range(3)
+    ]
     await backend.enqueue_batch(
         [
             EnqueueArgs(
@@ -196,7 +208,11 @@ async def seed_dashboard(
     tick(20)
     for n in range(4):
         job = await run("deliver", "webhooks", leader, payload={"hook": 100 + n})
-        await backend.mark_succeeded(job.id, leader, {"status": 200})
-    await backend.heartbeat(leader, LEASE, is_leader=True)
-    await backend.heartbeat(busy, LEASE)
+        await backend.mark_succeeded(job, {"status": 200})
+
+    def held_by(worker: UUID) -> list[Lease]:
+        return [held for held in in_flight if held.worker_id == worker]
+
+    await backend.heartbeat(leader, LEASE, held_by(leader), is_leader=True)
+    await backend.heartbeat(busy, LEASE, held_by(busy))
     return seeded

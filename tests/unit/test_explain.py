@@ -11,7 +11,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs, ErrorInfo, WorkerInfo
+from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs, ErrorInfo, Start, WorkerInfo
 from taskq_core.clock import FakeClock
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
@@ -135,7 +135,8 @@ async def test_live_consumers_without_the_actor_are_a_blocker(backend: InMemoryB
 async def test_consumers_at_full_concurrency_are_a_blocker(backend: InMemoryBackend) -> None:
     worker = await live_worker(backend, ["q"], ["work"], concurrency=1)
     await backend.enqueue(EnqueueArgs("work", queue="q"))
-    await backend.dispatch_batch(worker, ["q"], 1, LEASE)
+    [busy] = await backend.dispatch_batch(worker, ["q"], 1, LEASE)
+    await backend.mark_started_many(worker, [Start(busy.id, busy.attempt)])  # its body runs
     job = await backend.enqueue(EnqueueArgs("work", queue="q"))
     explanation = await explain(backend, job.id)
     assert explanation.verdict.code == "workers_busy"
@@ -255,8 +256,8 @@ async def test_an_overdue_reclaim_without_a_leader_says_so(
 async def test_a_failed_job_names_its_last_error_and_attempts(backend: InMemoryBackend) -> None:
     worker = await live_worker(backend, ["q"], ["work"])
     job = await backend.enqueue(EnqueueArgs("work", queue="q", max_attempts=3))
-    await backend.dispatch_batch(worker, ["q"], 1, LEASE)
-    await backend.mark_failed_or_retry(job.id, worker, ErrorInfo("ValueError", "boom"), None)
+    [claimed] = await backend.dispatch_batch(worker, ["q"], 1, LEASE)
+    await backend.mark_failed_or_retry(claimed.lease(), ErrorInfo("ValueError", "boom"), None)
     explanation = await explain(backend, job.id)
     assert explanation.situation == "terminal"
     message = explanation.verdict.message

@@ -11,9 +11,10 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from taskq_core import jsontext
 from taskq_core.backend import protocol
 from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter
+from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter, Start
 from taskq_core.clock import FakeClock
 from taskq_core.statemachine import JobStatus
 
@@ -43,11 +44,12 @@ async def _status(backend: InMemoryBackend, job_id: UUID) -> JobStatus:
 async def _running_job(
     backend: InMemoryBackend, args: EnqueueArgs | None = None
 ) -> tuple[UUID, UUID]:
-    """Enqueue one job, dispatch it, and return (job id, worker id)."""
+    """Enqueue one job, dispatch it, record its start, and return (job id, worker id)."""
     worker = uuid4()
     job = await backend.enqueue(args or EnqueueArgs("resize"))
     claimed = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert [row.id for row in claimed] == [job.id]
+    assert await backend.mark_started_many(worker, [Start(job.id, claimed[0].attempt)])
     return job.id, worker
 
 
@@ -205,9 +207,15 @@ async def test_every_timestamp_comes_from_the_injected_clock(
     assert row.schedule_to_close == start + timedelta(hours=1)
     clock.advance(5)
     await backend.scheduled_to_pending()
-    claimed = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
-    assert claimed[0].started_at == start + timedelta(seconds=5)
-    assert claimed[0].lock_expires_at == start + timedelta(seconds=5) + LEASE
+    worker = uuid4()
+    [claimed] = await backend.dispatch_batch(worker, ["default"], 1, LEASE)
+    assert claimed.claimed_at == start + timedelta(seconds=5)
+    assert claimed.lock_expires_at == start + timedelta(seconds=5) + LEASE
+    clock.advance(2)
+    assert await backend.mark_started_many(worker, [Start(claimed.id, 1, ran_for=0.5)])
+    started = await backend.get(claimed.id)
+    assert started is not None
+    assert started.started_at == start + timedelta(seconds=6.5)
 
 
 async def test_leases_expire_only_when_the_injected_clock_moves(
@@ -248,9 +256,9 @@ async def test_the_caller_keeps_ownership_of_what_it_passes_in(backend: InMemory
     row = await backend.enqueue(EnqueueArgs("resize", payload))
     payload["nested"] = "changed"
     worker = uuid4()
-    await backend.dispatch_batch(worker, ["default"], 1, LEASE)
+    [claimed] = await backend.dispatch_batch(worker, ["default"], 1, LEASE)
     result = {"out": [1]}
-    assert await backend.mark_succeeded(row.id, worker, result)
+    assert await backend.mark_succeeded(claimed.lease(), result)
     result["out"].append(2)
     stored = await backend.get(row.id)
     assert stored is not None
@@ -282,7 +290,8 @@ async def test_json_columns_follow_jsonb_rules(backend: InMemoryBackend) -> None
     assert row.payload == {"pair": [1, 2]}
     with pytest.raises(ValueError):
         await backend.enqueue(EnqueueArgs("resize", {"x": float("nan")}))
-    with pytest.raises(TypeError):
+    # A type JSON does not know is unstorable too (a ValueError, as Postgres raises it).
+    with pytest.raises(jsontext.UnstorableValueError, match="datetime is not JSON serializable"):
         await backend.enqueue(EnqueueArgs("resize", {"when": datetime.now(UTC)}))
 
 
