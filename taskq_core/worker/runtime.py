@@ -35,6 +35,7 @@ from taskq_core.worker.drain import DrainMonitor
 from taskq_core.worker.health import HealthServer
 from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
+from taskq_core.worker.parent import ParentWatch
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
 from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
@@ -85,6 +86,9 @@ class Worker:
         self.deps: WorkerDeps | None = None
         self.shutdown: ShutdownOrchestrator | None = None
         self.started = asyncio.Event()
+        # The process that started this one: a workgroup child stops when it changes (the
+        # supervisor died), as a fallback where PR_SET_PDEATHSIG is not available.
+        self._parent_pid = os.getppid()
 
     async def _open_backend(self) -> Backend:
         if self._backend is not None:
@@ -126,9 +130,16 @@ class Worker:
                 log=self.log,
             )
             deps = self._build_deps(backend)
-            await backend.register_worker(self._worker_info())
-            self._bootstrap_warnings()
+            # Before the worker row exists: a socket another live worker serves refuses the
+            # start (HealthSocketInUseError, exit 1) with nothing to clean up.
             health = await self._start_health(deps)
+            try:
+                await backend.register_worker(self._worker_info())
+            except BaseException:
+                if health is not None:
+                    await health.stop()
+                raise
+            self._bootstrap_warnings()
             watchdogs = self._start_watchdogs(deps)
             try:
                 await self._run_siblings(deps)
@@ -293,6 +304,8 @@ class Worker:
             siblings[f"consumer-{index}"] = ConsumerLoop(deps, index).run
         if self.until_idle:
             siblings["drain_monitor"] = DrainMonitor(deps, shutdown.request).run
+        if s.workgroup_instance is not None:
+            siblings["parent_watch"] = ParentWatch(deps, self._parent_pid, shutdown.request).run
         if s.watchdog_enabled:
             siblings["stale_loop_watchdog"] = lambda: stale_loop_watchdog(
                 deps.liveness,
