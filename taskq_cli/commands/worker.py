@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -12,7 +11,7 @@ from taskq_core.actors import load_registry
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import configure_logging
-from taskq_core.worker.runtime import Worker
+from taskq_core.worker.runtime import run_worker
 
 
 def _seconds(value: str | None, flag: str) -> float | None:
@@ -76,5 +75,5 @@ def worker(
         health_socket_path=health_socket,
     )
     configure_logging(fmt=settings.log_format, level=settings.log_level)
-    code = asyncio.run(Worker(settings, registry, until_idle=until_idle).run())
+    code = run_worker(settings, registry, until_idle=until_idle)
     raise typer.Exit(code)

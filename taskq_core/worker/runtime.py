@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
@@ -46,6 +48,8 @@ from taskq_core.worker.watchdog import (
     shutdown_watchdog,
     stale_loop_watchdog,
 )
+
+_ACTOR_THREAD = "taskq-actor"  # the name prefix of the threads plain ``def`` actors run in
 
 
 class SiblingContractError(RuntimeError):
@@ -176,7 +180,7 @@ class Worker:
             log=self.log,
             scopes=ProcessScopes(self.providers),
             executor=ThreadPoolExecutor(
-                max_workers=s.max_concurrency, thread_name_prefix="taskq-actor"
+                max_workers=s.max_concurrency, thread_name_prefix=_ACTOR_THREAD
             ),
             # Unbounded: the producer claims only up to capacity, and a held job that lost its
             # lease leaves the count while it still sits here, to be skipped.
@@ -367,6 +371,25 @@ def run_worker(
     until_idle: bool = False,
     providers: ProviderRegistry | None = None,
 ) -> int:
-    """Run a worker to completion on a fresh event loop (the CLI's entry point)."""
+    """Run a worker to completion on a fresh event loop (the CLI's entry point).
+
+    A thread-run actor that ignored its cancel (its job is recorded abandoned) cannot be
+    stopped, and the interpreter would wait for it at exit: the process exits at once instead,
+    with the exit code the worker decided.
+    """
     worker = Worker(settings, registry, until_idle=until_idle, providers=providers)
-    return asyncio.run(worker.run())
+    code = asyncio.run(worker.run())
+    stuck = [
+        t.name for t in threading.enumerate() if t.name.startswith(_ACTOR_THREAD) and t.is_alive()
+    ]
+    if stuck:
+        worker.log.warning(
+            "worker_exiting_with_running_threads",
+            threads=stuck,
+            exit_code=code,
+            note="actor threads cannot be stopped; their jobs were recorded abandoned",
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
