@@ -251,6 +251,43 @@ class TaskqSettings(BaseSettings):
         return timedelta(seconds=self.lock_lease)
 
 
+# Settings of the seeds' table whose subsystem is not built yet: parsed (so a deployment's
+# file stays valid) but read by nothing. A worker warns at start when one of them is set.
+NOT_YET_IN_EFFECT: dict[str, str] = {
+    "pg_dsn_pooled": "split DSNs",
+    "environment": "observability labels",
+    "worker_group": "observability labels",
+    "admin_host": "the admin web UI",
+    "admin_port": "the admin web UI",
+    "admin_url": "the admin web UI",
+    "redis_url": "rate limits",
+    "rate_limit_pg_fallback_enabled": "rate limits",
+    "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
+    "reclaim_event_visibility_delay": "the reclaim feed",
+    "prune_schedule_utc": "retention",
+    "prune_cron_expr": "retention",
+    "prune_batch_size": "retention",
+    "prune_retention_period": "retention",
+    "prune_retention_succeeded": "retention",
+    "prune_retention_failed": "retention",
+    "prune_retention_cancelled": "retention",
+    "prune_retention_abandoned": "retention",
+    "archive_retention_period": "retention",
+    "archive_expiry_schedule_utc": "retention",
+    "archive_expiry_cron_expr": "retention",
+}
+
+
+def settings_not_in_effect(settings: TaskqSettings) -> dict[str, str]:
+    """The TASKQ_* variables set for this process that nothing reads yet, with the
+    subsystem each waits for."""
+    return {
+        ENV_PREFIX + name.upper(): NOT_YET_IN_EFFECT[name]
+        for name in sorted(settings.model_fields_set)
+        if name in NOT_YET_IN_EFFECT
+    }
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """Render the first pydantic error as one line naming the TASKQ_* variable."""
     error = exc.errors()[0]

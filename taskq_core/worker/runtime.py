@@ -27,7 +27,7 @@ from taskq_core.constants import EXIT_ERROR
 from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import get_logger
-from taskq_core.settings import TaskqSettings
+from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.completer import Completer
@@ -238,6 +238,8 @@ class Worker:
                 self.log,
                 budget=s.termination_grace_period,
                 shutdown_begun=deps.shutdown_begun,
+                dump_interval=s.watchdog_dump_interval,
+                dump_after_fraction=s.watchdog_dump_after_fraction,
             ),
             name="shutdown_watchdog",
         )
@@ -259,6 +261,13 @@ class Worker:
         )
 
     def _bootstrap_warnings(self) -> None:
+        inert = settings_not_in_effect(self.settings)
+        if inert:
+            self.log.warning(
+                "settings_not_in_effect",
+                settings=inert,
+                note="these settings are accepted but nothing reads them yet",
+            )
         queues = set(self.settings.queues)
         if not queues:
             self.log.warning("worker_consumes_no_queues", worker_queues=[])

@@ -176,15 +176,29 @@ async def stale_loop_watchdog(
 
 
 async def shutdown_watchdog(
-    started_at: Any, log: Any, *, budget: float, shutdown_begun: asyncio.Event
+    started_at: Any,
+    log: Any,
+    *,
+    budget: float,
+    shutdown_begun: asyncio.Event,
+    dump_interval: float = 5.0,
+    dump_after_fraction: float = 0.5,
 ) -> None:
     """Detector 1: once shutdown begins, trip if it is not done within ``budget`` seconds.
 
-    ``started_at`` returns the monotonic time of the first shutdown signal.
+    ``started_at`` returns the monotonic time of the first shutdown signal. Once the shutdown
+    has used ``dump_after_fraction`` of its budget, the still-alive tasks are logged every
+    ``dump_interval`` seconds (TASKQ_WATCHDOG_DUMP_*): what a slow shutdown waits for.
     """
     await shutdown_begun.wait()
     begun = started_at() or time.monotonic()
+    deadline = begun + budget
+    dump_from = begun + budget * dump_after_fraction
     log.info("shutdown_watchdog_armed", budget=budget)
-    remaining = budget - (time.monotonic() - begun)
-    await asyncio.sleep(max(0.0, remaining))
+    while (now := time.monotonic()) < deadline:
+        if now >= dump_from:
+            dump_task_stacks(log, "shutdown_stragglers")
+            await asyncio.sleep(min(dump_interval, deadline - now))
+        else:
+            await asyncio.sleep(min(dump_from, deadline) - now)
     trip(log, "shutdown-deadline", f"shutdown took longer than {budget:g}s")
