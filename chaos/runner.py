@@ -25,8 +25,12 @@ NO_CONNECTION = (
 def start_server() -> PrivateServer:
     """A tuned private PostgreSQL in a short /tmp path (its Unix socket path is bounded)."""
     server = PrivateServer(Path(tempfile.mkdtemp(prefix="chaos-pg-")))
-    server.start()
-    server.tune_for_tests()
+    try:
+        server.start()
+        server.tune_for_tests()
+    except BaseException:
+        server.close()
+        raise
     return server
 
 
