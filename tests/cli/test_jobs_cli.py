@@ -27,6 +27,8 @@ SUMMARY_FIELDS = {
     "retry_kind",
     "created_at",
     "scheduled_at",
+    "claimed",
+    "claimed_at",
     "started_at",
     "finished_at",
     "updated_at",
@@ -44,6 +46,21 @@ SUMMARY_FIELDS = {
 
 
 # --- jobs list ----------------------------------------------------------------------------------
+
+
+def test_a_claimed_job_is_listed_as_claimed_until_its_body_starts(cli: Cli, db: Db) -> None:
+    worker = db.register_worker(["media"], ["resize"])
+    claimed = db.enqueue("resize", queue="media")
+    [row] = db.claim(worker, queue="media")
+    assert row.id == claimed.id and row.started_at is None
+    listed = cli("jobs", "list")
+    assert listed.stdout.splitlines()[1].split()[3] == "claimed"
+    shown = cli("jobs", "show", str(claimed.id))
+    assert "running (claimed, its body has not started)" in shown.stdout
+    workers = cli("workers", "list")
+    assert "0/4 +1 claimed" in workers.stdout, workers.stdout
+    (row,) = parse_json(cli("jobs", "list", "--json"))["jobs"]
+    assert row["status"] == "running" and row["claimed"] is True
 
 
 def test_list_shows_the_fields_an_operator_needs_first(cli: Cli, db: Db) -> None:

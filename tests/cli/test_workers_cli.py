@@ -69,6 +69,7 @@ def test_list_json_has_the_documented_fields(cli: Cli, db: Db) -> None:
         "actors",
         "concurrency",
         "running_jobs",
+        "claimed_jobs",
         "version",
     }
     assert (row["id"], row["label"], row["host"], row["pid"]) == (

@@ -71,10 +71,10 @@ async def workers(
     async def start(*extra: str) -> subprocess.Popen[bytes]:
         env = PgTarget(server.dsn, SCHEMA).env(**ENV)
         with (tmp_path / f"worker-{len(started)}.log").open("wb") as log:
-            proc = subprocess.Popen(
-                [TASKQ_BIN, "worker", "--actors", "tests.e2e.e2e_actors:registry", *extra],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            argv = [TASKQ_BIN, "worker", "--actors", "tests.e2e.e2e_actors:registry", *extra]
+            proc = await asyncio.to_thread(
+                subprocess.Popen, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         started.append(proc)
         return proc
 

@@ -34,7 +34,8 @@ async def returns_nul(payload: dict[str, Any]) -> dict[str, str]:
 @actor
 async def writes_in_its_transaction(payload: dict[str, Any], ctx: JobContext[Any]) -> str:
     conn = await ctx.connection()  # memory: a transaction handle of the worker's backend
-    await conn.backend.enqueue(EnqueueArgs("side_effect", {"of": str(ctx.job_id)}, queue="effects"), connection=conn)
+    effect = EnqueueArgs("side_effect", {"of": str(ctx.job_id)}, queue="effects")
+    await conn.backend.enqueue(effect, connection=conn)
     if payload.get("fail"):
         raise RuntimeError("after the write")
     return "wrote"
