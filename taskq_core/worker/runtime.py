@@ -382,23 +382,39 @@ def run_worker(
 ) -> int:
     """Run a worker to completion on a fresh event loop (the CLI's entry point).
 
-    A thread-run actor that ignored its cancel (its job is recorded abandoned) cannot be
-    stopped, and the interpreter would wait for it at exit: the process exits at once instead,
-    with the exit code the worker decided.
+    An actor that ignored even its forced cancel (its job is recorded abandoned) cannot be
+    stopped: a thread-run one keeps its thread, an async one that swallows cancellation keeps
+    its task. The interpreter would wait for them at exit; the process exits at once
+    instead, with the exit code the worker decided.
     """
     worker = Worker(settings, registry, until_idle=until_idle, providers=providers)
-    code = asyncio.run(worker.run())
-    stuck = [
-        t.name for t in threading.enumerate() if t.name.startswith(_ACTOR_THREAD) and t.is_alive()
-    ]
-    if stuck:
-        worker.log.warning(
-            "worker_exiting_with_running_threads",
-            threads=stuck,
-            exit_code=code,
-            note="actor threads cannot be stopped; their jobs were recorded abandoned",
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    with asyncio.Runner() as runner:
+        code = runner.run(worker.run())
+        stuck = _unstoppable(runner.get_loop())
+        if stuck:
+            worker.log.warning(
+                "worker_exiting_with_running_actors",
+                actors=stuck,
+                exit_code=code,
+                note="abandoned actor bodies cannot be stopped; their jobs were recorded abandoned",
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
     return code
+
+
+def _unstoppable(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Actor threads still running, and tasks that do not end within a second of a cancel."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
+    names = [task.get_name() for task in tasks if not task.done()]
+    names += [
+        thread.name
+        for thread in threading.enumerate()
+        if thread.name.startswith(_ACTOR_THREAD) and thread.is_alive()
+    ]
+    return names
