@@ -288,3 +288,41 @@ async def test_an_abandoned_job_keeps_the_reason_it_was_given_up(harness: Harnes
     )
     last = (await harness.backend.get_events(job.id))[-1]
     assert (last.to_status, last.detail) == (JobStatus.ABANDONED, {"reason": reason})
+
+
+async def test_a_retry_after_a_shutdown_escalation_starts_the_next_attempt_unforced(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend, max_attempts=3)
+    assert await backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    row = await backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
+    assert row is not None and (row.status, row.cancel_phase) == (JobStatus.SCHEDULED, 0)
+    await harness.travel(6)
+    assert await backend.scheduled_to_pending() == 1
+    [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    assert again.cancel_phase == 0
+    assert not await backend.mark_abandoned(again.lease(), "not forced")
+    assert await backend.write_cancel_escalation(again.lease(), reason="shutdown")
+
+
+@pytest.mark.parametrize(
+    ("fields", "delay", "outcome"),
+    [
+        ({"max_attempts": 1}, timedelta(seconds=5), "failed:MaxAttemptsExceeded"),
+        ({"schedule_to_close": timedelta(seconds=10)}, timedelta(minutes=5), "failed"),
+    ],
+    ids=["retry-after-past-the-budget", "snooze-past-the-deadline"],
+)
+async def test_a_forced_job_that_fails_instead_of_rescheduling_keeps_its_cancel_phase(
+    harness: Harness, fields: dict[str, Any], delay: timedelta, outcome: str
+) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, **fields)
+    assert await backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    if outcome == "failed":
+        assert await backend.mark_snoozed(job.lease(), delay) == outcome
+    else:
+        assert await backend.mark_retry_after(job.lease(), delay) == outcome
+    row = await reload(backend, job.id)
+    assert (row.status, row.cancel_phase) == (JobStatus.FAILED, 2)

@@ -287,6 +287,8 @@ moved AS (
         finished_at = CASE WHEN d.verdict = 'retry' THEN NULL ELSE d.now END,
         locked_by_worker = CASE WHEN d.verdict = 'retry' THEN NULL ELSE j.locked_by_worker END,
         lock_expires_at = NULL,
+        -- A retry starts its next attempt unforced (a shutdown may have escalated this one).
+        cancel_phase = CASE WHEN d.verdict = 'retry' THEN 0 ELSE j.cancel_phase END,
         started_at = COALESCE(j.started_at, d.now - make_interval(secs => $8::float8)),
         error_class = CASE WHEN d.verdict = 'deadline' THEN 'DeadlineExceeded'
                            ELSE $4::text END,
@@ -504,7 +506,8 @@ moved AS (
         locked_by_worker = CASE WHEN d.cancel OR d.failure IS NOT NULL
                                 THEN j.locked_by_worker END,
         lock_expires_at = NULL,
-        cancel_phase = CASE WHEN d.cancel THEN j.cancel_phase ELSE 0 END,
+        -- Only a rescheduled job starts its next attempt unforced; a terminal one keeps it.
+        cancel_phase = CASE WHEN d.cancel OR d.failure IS NOT NULL THEN j.cancel_phase ELSE 0 END,
         started_at = COALESCE(j.started_at, d.now - make_interval(secs => $6::float8)),
         error_class = CASE WHEN d.cancel THEN j.error_class
                            ELSE COALESCE(d.failure, j.error_class) END,
