@@ -82,7 +82,8 @@ given AS (
     FROM unnest($2::uuid[], $3::integer[]) AS l(id, attempt)
     JOIN {schema}.jobs j ON j.id = l.id
     CROSS JOIN clock k
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = l.attempt
+    WHERE j.status IS NOT DISTINCT FROM 'running'  -- by primary key: see mark_succeeded_many
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = l.attempt
     ORDER BY j.id
     FOR UPDATE OF j
 ),
@@ -148,7 +149,8 @@ held AS (
     SELECT j.id, j.attempt, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
     FROM unnest($4::uuid[], $5::integer[]) AS h(id, attempt)
     JOIN {schema}.jobs j ON j.id = h.id
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = h.attempt
+    WHERE j.status IS NOT DISTINCT FROM 'running'  -- by primary key: see mark_succeeded_many
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = h.attempt
 ),
 -- Rows a completion flush holds right now are skipped: they are being finished, and a
 -- multi-row writer waiting on another could deadlock.
@@ -156,7 +158,8 @@ lockable AS (
     SELECT j.id
     FROM {schema}.jobs j
     JOIN held h ON h.id = j.id
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = h.attempt
+    WHERE j.status IS NOT DISTINCT FROM 'running'
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = h.attempt
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -194,7 +197,8 @@ WITH started AS (
     UPDATE {schema}.jobs j
     SET started_at = clock_timestamp() - make_interval(secs => i.ran_for)
     FROM unnest($2::uuid[], $3::integer[], $4::float8[]) AS i(id, attempt, ran_for)
-    WHERE j.id = i.id AND j.status = 'running' AND j.locked_by_worker = $1::uuid
+    WHERE j.id = i.id AND j.status IS NOT DISTINCT FROM 'running'  -- by primary key: see
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid          -- mark_succeeded_many
       AND j.attempt = i.attempt AND j.started_at IS NULL
     RETURNING j.id
 )
@@ -218,7 +222,12 @@ owned AS (
     FROM unnest($2::uuid[], $3::integer[], $4::text[], $5::interval[], $6::float8[])
         AS i(id, attempt, result, fallback_ttl, ran_for)
     JOIN {schema}.jobs j ON j.id = i.id
-    WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid AND j.attempt = i.attempt
+    -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
+    -- index's predicate, so each row is found by its primary key, never by scanning
+    -- jobs_running_worker_idx, which keeps an entry for every job the worker ran since the
+    -- last vacuum (thousands under load).
+    WHERE j.status IS NOT DISTINCT FROM 'running'
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
     ORDER BY j.id
     FOR UPDATE OF j
 ),
