@@ -657,26 +657,10 @@ class InMemoryBackend:
                 continue
             started = job.started_at is not None
             released += 1
+            target = self._give_back(job, worker_id, now, started, error, _SCHEDULED, retry_delay)
+            woken += target is _PENDING
             detail = {"reason": reason, "started": started}
-            if started:
-                self._record_attempt(job, "crashed", worker_id, error)
-                job.set_error(error.error_class, error.message)
-            else:
-                job.attempt = max(job.attempt - 1, 0)
-            if job.cancel_requested_at is not None:
-                target = JobStatus.CANCELLED
-            elif not started:
-                target = _PENDING
-                woken += 1
-            elif self._can_retry(job, now):
-                target = _SCHEDULED
-                job.scheduled_at = now + retry_delay
-            else:
-                target = JobStatus.CRASHED
-            self._transition(job, target, worker_id=worker_id, detail=detail)
-            if target is not JobStatus.CANCELLED:
-                job.cancel_phase = 0
-            job.clear_lock()
+            self._settle_given_back(job, target, worker_id, kind="state_change", detail=detail)
         if woken:
             self._wake()
         return released
@@ -974,20 +958,7 @@ class InMemoryBackend:
             and event.detail.get("started") is False
         )
         started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
-        if started:
-            self._record_attempt(job, "crashed", worker_id, _LOCK_EXPIRED)
-            job.set_error(_LOCK_EXPIRED.error_class, _LOCK_EXPIRED.message)
-        else:
-            job.attempt = max(job.attempt - 1, 0)
-        if job.cancel_requested_at is not None:
-            target = JobStatus.CANCELLED
-        elif not started:
-            target = _PENDING
-        elif self._can_retry(job, now):
-            target = _PENDING
-            job.scheduled_at = now
-        else:
-            target = JobStatus.CRASHED
+        target = self._give_back(job, worker_id, now, started, _LOCK_EXPIRED, _PENDING, _ZERO)
         detail = {
             "from_state": _RUNNING.value,
             "to_state": target.value,
@@ -995,7 +966,46 @@ class InMemoryBackend:
             "worker_id": None if worker_id is None else str(worker_id),
             "started": started,
         }
-        self._transition(job, target, worker_id=worker_id, kind="reclaim", detail=detail)
+        self._settle_given_back(job, target, worker_id, kind="reclaim", detail=detail)
+
+    def _give_back(
+        self,
+        job: _Job,
+        worker_id: UUID | None,
+        now: datetime,
+        started: bool,
+        error: ErrorInfo,
+        retry_as: JobStatus,
+        retry_delay: timedelta,
+    ) -> JobStatus:
+        """Where a job its worker no longer runs goes (a reclaim, a release), as the SQL of
+        both decides: a started one gets a crashed attempt carrying ``error``, a never-started
+        one its attempt back; then a requested cancel -> cancelled, never started -> pending
+        in its place, retries left -> ``retry_as`` at now + ``retry_delay``, else crashed."""
+        if started:
+            self._record_attempt(job, "crashed", worker_id, error)
+            job.set_error(error.error_class, error.message)
+        else:
+            job.attempt = max(job.attempt - 1, 0)
+        if job.cancel_requested_at is not None:
+            return JobStatus.CANCELLED
+        if not started:
+            return _PENDING
+        if self._can_retry(job, now):
+            job.scheduled_at = now + retry_delay
+            return retry_as
+        return JobStatus.CRASHED
+
+    def _settle_given_back(
+        self,
+        job: _Job,
+        target: JobStatus,
+        worker_id: UUID | None,
+        *,
+        kind: str,
+        detail: dict[str, Any],
+    ) -> None:
+        self._transition(job, target, worker_id=worker_id, kind=kind, detail=detail)
         if target is not JobStatus.CANCELLED:
             job.cancel_phase = 0
         job.clear_lock()

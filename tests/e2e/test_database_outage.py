@@ -23,21 +23,13 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.backend.protocol import EnqueueArgs
 from tests.conftest import TASKQ_BIN, PgTarget
+from tests.e2e.test_resilience import BASE_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = "taskq"
-ENV = {
-    "TASKQ_HEARTBEAT_INTERVAL": "0.5",
-    "TASKQ_LOCK_LEASE": "3",
-    "TASKQ_CANCELLATION_GRACE_PERIOD": "1",
-    "TASKQ_CLEANUP_GRACE_PERIOD": "1",
-    "TASKQ_TERMINATION_GRACE_PERIOD": "20",
-    "TASKQ_SCHEDULED_WAKE_INTERVAL": "0.2",
-    "TASKQ_SWEEP_INTERVAL": "0.5",
-    "TASKQ_HEALTH_ENABLED": "false",
-}
+ENV = BASE_ENV  # the short cadences of the other failure-path tests
 
 
 @pytest.fixture
