@@ -44,6 +44,10 @@ def configure_logging(*, fmt: str = "console", level: str = "INFO") -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+    # asyncpg's pool logs a traceback for every failed attempt to reopen its minimum of
+    # connections, every second of an outage; the worker reports the outage itself, once
+    # (database_unavailable / database_available).
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
 
 def get_logger(component: str) -> Any:

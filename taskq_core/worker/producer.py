@@ -66,11 +66,11 @@ class ProducerLoop:
             if stale is not None:
                 # Claimed again while an earlier holding of it is still here (it was
                 # reclaimed meanwhile): that one must never write for the new attempt.
-                self.controller_lose(stale)
+                self._supersede(stale)
             deps.local_queue.put_nowait(held)
         return ProducerTick(free, len(jobs))
 
-    def controller_lose(self, stale: ActiveJob) -> None:
+    def _supersede(self, stale: ActiveJob) -> None:
         """Stop a superseded holding: nothing is written for it any more."""
         stale.lost = stale.lost or "claimed_again"
         if stale.task is not None:
