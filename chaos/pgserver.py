@@ -62,18 +62,7 @@ class PrivateServer:
 
     def tune_for_tests(self) -> None:
         """No fsync: a test server trades durability against an OS crash for speed."""
-        import asyncio
-
-        async def tune() -> None:
-            conn = await asyncpg.connect(self.dsn)
-            try:
-                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-                    await conn.execute(f"ALTER SYSTEM SET {setting} = off")
-                await conn.execute("SELECT pg_reload_conf()")
-            finally:
-                await conn.close()
-
-        asyncio.run(tune())
+        tune_for_tests(self.dsn)
 
     def close(self) -> None:
         """Stop the server (if running) and remove its directory."""
@@ -91,3 +80,19 @@ class PrivateServer:
             log = self.data_dir / "log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {exc}\n{tail}") from exc
+
+
+def tune_for_tests(dsn: str) -> None:
+    """Turn off fsync, synchronous commits and full-page writes on the server at ``dsn``."""
+    import asyncio
+
+    async def tune() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+
+    asyncio.run(tune())

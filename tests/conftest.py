@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
 from taskq_core.backend.postgres.migrate import migrate_up
 
@@ -50,27 +51,12 @@ def pg_server_dsn() -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="taskq-test-pg-"))
     data_dir = root / "pgdata"
     dsn = embedded.ensure_server(data_dir)
-    _tune_for_tests(dsn)
+    tune_for_tests(dsn)
     try:
         yield dsn
     finally:
         embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _tune_for_tests(dsn: str) -> None:
-    import asyncio
-
-    async def tune() -> None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-                await conn.execute(f"ALTER SYSTEM SET {setting} = off")
-            await conn.execute("SELECT pg_reload_conf()")
-        finally:
-            await conn.close()
-
-    asyncio.run(tune())
 
 
 def new_schema_name() -> str:
