@@ -7,6 +7,7 @@ external script can never disagree on a channel or an advisory-lock key.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Final
 from uuid import UUID
 
@@ -36,6 +37,11 @@ RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 # still not use an attempt: past this it counts as started (a job that kills its worker at
 # once would otherwise come back forever).
 UNSTARTED_RECLAIM_LIMIT: Final = 10
+
+# A running job asked to cancel is reclaimed only after its lease, both cancel graces and this
+# headroom have passed, so a merely slow cancellation is never mistaken for a crash. Both
+# backends and ``taskq jobs explain`` read it; the SQL gets it as a parameter.
+CANCEL_RECLAIM_HEADROOM: Final = timedelta(seconds=60)
 
 
 def validate_identifier(name: str, *, what: str = "schema name") -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 RetryKind = Literal["transient", "indefinite", "non_retryable"]
@@ -88,6 +88,27 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
+
+
+def retries_left(
+    retry_kind: str,
+    attempt: int,
+    max_attempts: int,
+    schedule_to_close: datetime | None,
+    now: datetime,
+) -> bool:
+    """Whether a job that crashed or was given back after ``attempt`` may run again.
+
+    The one statement of the rule for backend-side retries (a reclaim, a release): transient
+    jobs while attempts remain, indefinite ones until their deadline, non_retryable never.
+    The SQL settle statement states the same predicate (``settle`` in ``jobs.sql``); the
+    differential test holds the two together.
+    """
+    if retry_kind == "transient":
+        return attempt < max_attempts
+    if retry_kind == "indefinite":
+        return schedule_to_close is None or schedule_to_close > now
+    return False
 
 
 class Snooze(Exception):

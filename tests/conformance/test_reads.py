@@ -127,15 +127,18 @@ async def test_counts_per_queue_and_status(harness: Harness) -> None:
     ]
 
 
-async def test_count_active_jobs_counts_waiting_and_running_jobs_of_the_queues(
+async def test_has_active_jobs_sees_waiting_and_running_jobs_of_the_queues_only(
     harness: Harness,
 ) -> None:
     made = await one_job_per_status(harness)
     rows = [await harness.backend.get(job_id) for job_id in made.values()]
-    queues = [row.queue for row in rows if row is not None]
-    assert await harness.backend.count_active_jobs(queues) == len(ACTIVE_STATUSES)
-    assert await harness.backend.count_active_jobs(["nowhere"]) == 0
-    assert await harness.backend.count_active_jobs([]) == 0
+    active = [row.queue for row in rows if row is not None and row.status in ACTIVE_STATUSES]
+    finished = [row.queue for row in rows if row is not None and row.status not in ACTIVE_STATUSES]
+    assert len(active) == len(ACTIVE_STATUSES)
+    assert await harness.backend.has_active_jobs(active) is True
+    assert await harness.backend.has_active_jobs(finished) is False
+    assert await harness.backend.has_active_jobs(["nowhere"]) is False
+    assert await harness.backend.has_active_jobs([]) is False
 
 
 async def test_active_counts_include_jobs_with_a_fairness_key(harness: Harness) -> None:
@@ -144,8 +147,8 @@ async def test_active_counts_include_jobs_with_a_fairness_key(harness: Harness) 
         [args(queue="keyed", fairness_key=f"t{n}") for n in range(3)] + [args(queue="mixed")]
     )
     await backend.enqueue(args(queue="mixed", fairness_key="t0"))
-    assert await backend.count_active_jobs(["keyed"]) == 3
-    assert await backend.count_active_jobs(["keyed", "mixed"]) == 5
+    assert await backend.count_jobs(JobFilter(queue="keyed", active=True, limit=None)) == 3
+    assert await backend.count_jobs(JobFilter(queue="mixed", active=True, limit=None)) == 2
     assert await backend.has_active_jobs(["keyed"]) is True
 
 

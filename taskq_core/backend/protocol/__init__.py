@@ -1,0 +1,133 @@
+"""The Backend protocol: the one seam between TaskQ and its storage, in four parts.
+
+Worker, client, CLI and TUI talk only to this protocol. ``ClientBackend`` is what JobsClient
+needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
+``LeaderBackend`` the leader's election and sweeps (``leader``), ``AdminBackend`` the
+operator's reads and bulk writes (``admin``); ``values`` holds the types they all speak.
+``Backend`` is all four: PostgresBackend implements it with asyncpg (every time predicate on
+the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
+behavioural conformance suite in ``tests/conformance``. The protocol says what a caller can
+observe; how a backend finds its rows (indexes, windows) is its own business.
+
+Bump BACKEND_PROTOCOL_VERSION when an existing member's observable contract changes in a way an
+old implementation would silently mishandle; both implementations assert it at import.
+History: v2 fences every worker write by its Lease (worker and attempt), tells claimed jobs
+(started_at NULL) from started ones, and renews only the leases a heartbeat names.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+from taskq_core.backend.protocol.admin import (
+    RECENT_JOBS_MAX,
+    AdminBackend,
+    BulkCancelResult,
+    DashboardStats,
+    DispatchPosition,
+    QueueActivity,
+    QueueRow,
+    QueueStatusCount,
+    WorkerRow,
+    check_dashboard_window,
+    check_recent_limit,
+)
+from taskq_core.backend.protocol.client import (
+    ClientBackend,
+)
+from taskq_core.backend.protocol.leader import (
+    LeaderBackend,
+    LeaderRow,
+)
+from taskq_core.backend.protocol.values import (
+    UNSET,
+    ActorConfigRow,
+    AttemptRow,
+    CancelOutcome,
+    EnqueueArgs,
+    ErrorInfo,
+    EventRow,
+    JobFilter,
+    JobRow,
+    Lease,
+    QueueMode,
+    RetryAfterOutcome,
+    RetryKind,
+    SnoozeOutcome,
+    from_values,
+)
+from taskq_core.backend.protocol.worker import (
+    ActorConfigDrift,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    CancelFlag,
+    HeartbeatResult,
+    Start,
+    Success,
+    WorkerBackend,
+    WorkerInfo,
+)
+
+BACKEND_PROTOCOL_VERSION = 2
+
+
+@runtime_checkable
+class Backend(ClientBackend, WorkerBackend, LeaderBackend, AdminBackend, Protocol):
+    """Everything TaskQ needs of its storage: the four parts together."""
+
+    BACKEND_PROTOCOL_VERSION: ClassVar[int]
+    supports_transactional_simulation: ClassVar[bool]
+
+
+def check_protocol_version(implementation: str, declared: int) -> None:
+    """Raise at import when an implementation targets another protocol version."""
+    if declared != BACKEND_PROTOCOL_VERSION:
+        raise RuntimeError(
+            f"{implementation} implements Backend protocol v{declared}, "
+            f"but taskq_core expects v{BACKEND_PROTOCOL_VERSION}"
+        )
+
+
+__all__ = [
+    "BACKEND_PROTOCOL_VERSION",
+    "RECENT_JOBS_MAX",
+    "UNSET",
+    "ActorConfigDrift",
+    "ActorConfigRow",
+    "ActorConfigSyncResult",
+    "ActorDeclaration",
+    "AdminBackend",
+    "AttemptRow",
+    "Backend",
+    "BulkCancelResult",
+    "CancelFlag",
+    "CancelOutcome",
+    "ClientBackend",
+    "DashboardStats",
+    "DispatchPosition",
+    "EnqueueArgs",
+    "ErrorInfo",
+    "EventRow",
+    "HeartbeatResult",
+    "JobFilter",
+    "JobRow",
+    "LeaderBackend",
+    "LeaderRow",
+    "Lease",
+    "QueueActivity",
+    "QueueMode",
+    "QueueRow",
+    "QueueStatusCount",
+    "RetryAfterOutcome",
+    "RetryKind",
+    "SnoozeOutcome",
+    "Start",
+    "Success",
+    "WorkerBackend",
+    "WorkerInfo",
+    "WorkerRow",
+    "check_dashboard_window",
+    "check_protocol_version",
+    "check_recent_limit",
+    "from_values",
+]

@@ -1,0 +1,228 @@
+"""What operators' tools (CLI, dashboard, explain) need of a backend: listings, counts, bulk
+cancel and retry, queue and actor-config settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from taskq_core.backend.protocol.values import (
+    UNSET,
+    ActorConfigRow,
+    JobFilter,
+    JobRow,
+    QueueMode,
+)
+from taskq_core.statemachine import JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class BulkCancelResult:
+    """Outcome of ``cancel_where``: cancelled at once vs. flagged for their running worker."""
+
+    cancelled: int
+    requested: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatusCount:
+    """Jobs of one status in one queue."""
+
+    queue: str
+    status: JobStatus
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """A ``workers`` row, with leadership resolved."""
+
+    id: UUID
+    hostname: str
+    pid: int
+    label: str | None
+    workgroup_instance: str | None
+    queues: list[str]
+    actors: list[str]
+    concurrency: int
+    version: str | None
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    status: str  # running | stopped
+    is_leader: bool
+    running_jobs: int  # jobs whose bodies run on it
+    claimed_jobs: int = 0  # jobs it claimed ahead of a free consumer
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchPosition:
+    """Where a job stands in its queue's dispatch order, read on the backend's clock.
+
+    ``ahead`` counts the due pending jobs of the same queue that ``dispatch_batch`` orders
+    before it (strict_fifo: priority DESC, scheduled_at, id; round_robin: rank inside each
+    fairness cohort, priority DESC, the cohort served least recently, scheduled_at, id);
+    ``ahead_other_cohorts`` is how many of them belong to other fairness cohorts (NULL keys
+    form one cohort). Both are 0 unless the job is itself pending and due. ``now`` is the
+    backend's clock at the read.
+    """
+
+    now: datetime
+    mode: QueueMode
+    ahead: int
+    ahead_other_cohorts: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """A queue as operators see it: its settings (defaults when no row) and job counts.
+
+    ``counts`` holds only the statuses that have jobs, in JobStatus order.
+    """
+
+    name: str
+    mode: QueueMode
+    max_concurrent: int | None
+    paused: bool
+    has_row: bool
+    counts: dict[JobStatus, int]
+
+
+RECENT_JOBS_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class QueueActivity:
+    """One queue as the live dashboard shows it, read on the backend's clock.
+
+    ``pending``, ``scheduled``, ``running`` (bodies running) and ``claimed`` (status running,
+    not started yet) are exact counts. ``oldest_pending_at`` is the
+    ``scheduled_at`` of the pending job that has been dispatchable longest (None when nothing
+    is pending). ``finished`` counts the jobs per terminal status whose ``finished_at`` is
+    inside the stats window (only statuses with jobs, in JobStatus order).
+    ``finished_per_minute`` has one count of terminal jobs per minute, oldest first; the last
+    covers the 60 seconds up to ``DashboardStats.now``. Settings default as in QueueRow.
+    """
+
+    name: str
+    mode: QueueMode
+    max_concurrent: int | None
+    paused: bool
+    pending: int
+    scheduled: int
+    running: int  # bodies running (started_at set)
+    oldest_pending_at: datetime | None
+    finished: dict[JobStatus, int]
+    finished_per_minute: list[int]
+    claimed: int = 0  # running in the database, claimed ahead of a consumer, not started
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardStats:
+    """Everything the dashboard's queue pane and header need, from one read.
+
+    ``queues`` holds every queue that has jobs or a row in ``queues``, by name. ``now`` is
+    the backend's clock at the read; ages and the per-minute buckets are relative to it.
+    """
+
+    now: datetime
+    window: timedelta
+    queues: list[QueueActivity]
+
+
+def check_dashboard_window(window: timedelta, minutes: int) -> None:
+    """Validate ``dashboard_stats`` arguments the same way in every implementation."""
+    if window <= timedelta(0):
+        raise ValueError(f"window must be positive, got {window}")
+    if not 1 <= minutes <= 1440:
+        raise ValueError(f"minutes must be between 1 and 1440, got {minutes}")
+
+
+def check_recent_limit(filter: JobFilter) -> None:
+    """Validate a ``list_recent_jobs`` filter: no ids, a limit of at most RECENT_JOBS_MAX."""
+    if filter.ids is not None:
+        raise ValueError("list_recent_jobs does not filter by ids; use list_jobs")
+    if filter.limit is None or filter.limit > RECENT_JOBS_MAX:
+        raise ValueError(
+            f"list_recent_jobs returns at most {RECENT_JOBS_MAX} rows, got limit={filter.limit}"
+        )
+
+
+@runtime_checkable
+class AdminBackend(Protocol):
+    """Operator reads and writes over many jobs, queues, workers and actor configs."""
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """``write_cancel_request`` for every non-terminal job the filter matches (newest
+        ``filter.limit`` of them); running jobs already asked to cancel are not counted."""
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """``retry_job`` for every retryable job the filter matches; returns the count."""
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status), by queue then status in JobStatus order."""
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs ``list_jobs(filter)`` would return, counted without reading them
+        (at most ``filter.limit`` when it is set)."""
+
+    async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
+        """The job's place in its queue's dispatch order (see DispatchPosition); None when
+        there is no such job. An operator read (``taskq jobs explain``), not a hot path."""
+
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity for a live dashboard, cheap on a large table.
+
+        Exact pending/scheduled/running/claimed counts, the oldest pending job's
+        ``scheduled_at``, terminal jobs per status finished within ``window``, and
+        ``minutes`` per-minute counts of finished jobs. PG: every read of ``jobs`` walks an
+        index (loose index scans find the queues; counts are index-only where the
+        visibility map allows).
+        ``window`` must be positive and ``minutes`` between 1 and 1440 (ValueError).
+        """
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first: finished jobs by
+        ``finished_at``, running ones by ``started_at`` (claimed ones by ``claimed_at``),
+        waiting ones by ``created_at`` (ties: id DESC).
+
+        Each status is read from its own index, newest first, so the read stays bounded on
+        a large table; this is the dashboard's jobs pane, where ``list_jobs`` is the full
+        listing. ``filter.limit`` must be between 0 and RECENT_JOBS_MAX and ``filter.ids``
+        unset (ValueError).
+        """
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row, most recently seen first."""
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by name."""
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row in ``queues``, by name."""
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue (None when it has neither jobs nor a row)."""
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""

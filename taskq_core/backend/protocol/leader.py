@@ -1,0 +1,66 @@
+"""What the maintenance leader needs of a backend: election and the sweeps. Sweeps take no ``now``
+argument: the backend's clock decides every time predicate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRow:
+    """The ``maintenance_leader`` row."""
+
+    worker_id: UUID
+    elected_at: datetime
+    last_seen_at: datetime
+
+
+@runtime_checkable
+class LeaderBackend(Protocol):
+    """Leader election and the maintenance sweeps it runs."""
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """Try to become (or stay) the maintenance leader; True while leading.
+
+        PG: a session advisory lock on a dedicated connection; losing that connection loses
+        leadership (that call returns False, the next one reconnects and tries again). The
+        leader row is upserted on success. Within one backend, leadership belongs to the
+        worker id that took it: another worker id asking gets False until it is released.
+        """
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Give up leadership (no-op when not leading)."""
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending (scheduled_at kept as the FIFO key); NOTIFY when any
+        moved."""
+
+    async def deadline_sweep(self) -> int:
+        """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded), no
+        attempt row."""
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Running jobs whose lease expired (plus the cancel graces + 60s when a cancel is in
+        flight), each with a 'reclaim' event (detail: from_state, to_state, reason
+        'lock_expired', worker_id, started) in the same transaction:
+
+        - a requested cancel -> cancelled (it wins over any retry);
+        - never started (claimed only) -> pending in its place, its attempt given back, no
+          attempt row; after UNSTARTED_RECLAIM_LIMIT such reclaims it counts as started, so
+          a job that kills its worker before its start is written cannot loop forever;
+        - started, retries left -> pending at now(), else crashed; a crashed attempt.
+
+        Retries left: transient with attempt < max_attempts, or indefinite with
+        schedule_to_close unset or not passed; non_retryable never. Error class WorkerCrashed.
+        One wake when anything was reclaimed.
+        """
+
+    async def expire_results(self) -> int:
+        """Clear results (and result_expires_at) whose result_expires_at has passed."""

@@ -1,0 +1,271 @@
+"""Value types every part of the Backend protocol speaks: jobs, leases, history rows, filters.
+
+Frozen, slotted dataclasses built by both backends; ``from_values`` builds them without
+``__init__`` on the hot paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+from uuid import UUID
+
+from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus, parse_status
+
+RetryKind = Literal["transient", "indefinite", "non_retryable"]
+
+QueueMode = Literal["strict_fifo", "round_robin"]
+
+SnoozeOutcome = Literal["scheduled", "cancelled", "failed", "noop"]
+
+RetryAfterOutcome = Literal[
+    "scheduled", "cancelled", "failed:DeadlineExceeded", "failed:MaxAttemptsExceeded", "noop"
+]
+
+CancelOutcome = Literal["cancelled", "requested", "already_requested", "terminal", "not_found"]
+
+
+class _Unset:
+    """Marker for 'leave this field as it is' in partial updates (None means 'clear')."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueArgs:
+    """Everything needed to insert one job. Relative times are resolved on the backend's clock.
+
+    ``delay`` > 0 makes the job ``scheduled`` with ``scheduled_at = now() + delay``; otherwise it
+    is ``pending`` with ``scheduled_at = now()``. ``schedule_to_close`` is a relative deadline
+    from enqueue time (``jobs.schedule_to_close = now() + schedule_to_close``).
+    """
+
+    actor: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    delay: timedelta | None = None
+    identity_key: str | None = None
+    fairness_key: str | None = None
+    schedule_to_close: timedelta | None = None
+    retry_kind: RetryKind = "transient"
+    max_attempts: int = 3
+    result_ttl: timedelta | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    trace_id: str | None = None
+    span_id: str | None = None
+    job_id: UUID | None = None  # None: the backend assigns a UUIDv7
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A snapshot of one ``jobs`` row.
+
+    ``lock_expires_at`` is set only while running. ``locked_by_worker`` is set while running,
+    kept after the owning worker's own terminal write (who ran it last) and cleared when the
+    job goes back to waiting (retry, snooze, reclaim, release, operator retry).
+    ``claimed_at`` is when the last attempt was claimed; ``started_at`` when its body
+    started: a running job whose ``started_at`` is None is claimed, waiting for a consumer.
+    """
+
+    id: UUID
+    actor: str
+    queue: str
+    payload: dict[str, Any]
+    status: JobStatus
+    priority: int
+    scheduled_at: datetime
+    created_at: datetime
+    retry_kind: RetryKind
+    max_attempts: int
+    attempt: int
+    locked_by_worker: UUID | None
+    lock_expires_at: datetime | None
+    claimed_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_phase: int
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    identity_key: str | None
+    fairness_key: str | None
+    schedule_to_close: datetime | None
+    result: Any
+    result_ttl: timedelta | None
+    result_expires_at: datetime | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+    metadata: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    progress_seq: int
+    progress_state: dict[str, Any] | None
+    updated_at: datetime
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job has finished for good."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_claimed(self) -> bool:
+        """Running in the database, but its body has not started: claimed ahead of a consumer."""
+        return self.status is JobStatus.RUNNING and self.started_at is None
+
+    def lease(self) -> Lease:
+        """The lease of the running attempt this row shows (ValueError when not running)."""
+        if self.status is not JobStatus.RUNNING or self.locked_by_worker is None:
+            raise ValueError(f"job {self.id} is {self.status.value}, not running: no lease")
+        return Lease(self.id, self.locked_by_worker, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One worker's claim on one attempt of a job. Every write a worker makes about a job it
+    runs names its lease, and changes nothing unless the row is still running, locked by that
+    worker, at that attempt: a reclaimed job, or a later attempt, is never settled by a
+    worker that lost it (fencing)."""
+
+    job_id: UUID
+    worker_id: UUID
+    attempt: int
+
+
+_Row = TypeVar("_Row", "JobRow", "EnqueueArgs")
+
+_SLOT_SETTERS: dict[type, tuple[Any, ...]] = {}  # per class: its fields' slot descriptors
+
+
+def from_values(cls: type[_Row], values: Sequence[Any]) -> _Row:
+    """An instance of a frozen, slotted dataclass from every field's value in declaration order.
+
+    The values must already have the right types: no ``__init__`` runs. Backends and the client
+    build one JobRow / EnqueueArgs per job of a batch, and the generated ``__init__`` (keyword
+    arguments, one ``object.__setattr__`` per field) cost two to three times as much.
+    """
+    setters = _SLOT_SETTERS.get(cls)
+    if setters is None:
+        setters = _SLOT_SETTERS[cls] = tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+    row: _Row = object.__new__(cls)
+    for set_field, value in zip(setters, values, strict=True):
+        set_field(row, value)
+    return row
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """What went wrong in an attempt."""
+
+    error_class: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One execution attempt (``job_attempts``)."""
+
+    id: int
+    job_id: UUID
+    attempt: int
+    worker_id: UUID | None
+    outcome: str  # succeeded|failed|retried|snoozed|retry_after|cancelled|crashed|abandoned
+    started_at: datetime | None
+    finished_at: datetime
+    duration_ms: float | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One audit event (``job_events``): a state change, a cancel request or a reclaim.
+
+    Every status change writes exactly one event; creation (enqueue) writes none. Kinds:
+    ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
+    operator retry; also the cancel escalation 1 -> 2, as running -> running),
+    ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with
+    cancel_phase 1) and ``reclaim`` (the expired-lock sweep; detail has from_state, to_state,
+    reason='lock_expired' and worker_id).
+    """
+
+    id: int
+    job_id: UUID
+    occurred_at: datetime
+    kind: str  # state_change | cancel_request | reclaim
+    from_status: JobStatus | None
+    to_status: JobStatus | None
+    worker_id: UUID | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a listing or bulk operation targets.
+
+    ``status`` is one status or a sequence (an empty sequence matches nothing); unknown names
+    raise ValueError here, so both backends fail identically. ``active=True`` selects the
+    non-terminal statuses, ``active=False`` the terminal ones; it excludes ``status``.
+    Results are ordered newest first (``created_at DESC, id DESC``). ``limit`` applies to
+    bulk operations too (``cancel_where``, ``retry_where`` act on the newest ``limit`` matches
+    of the statuses they can act on); pass ``limit=None`` to act on every match.
+    """
+
+    status: JobStatus | str | Sequence[JobStatus | str] | None = None
+    active: bool | None = None
+    queue: str | None = None
+    actor: str | None = None
+    ids: Sequence[UUID] | None = None
+    limit: int | None = 100
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.active is not None:
+            raise ValueError("JobFilter: status and active are mutually exclusive")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError("JobFilter: limit must not be negative")
+        self.statuses()  # validates names
+
+    def statuses(self) -> frozenset[JobStatus] | None:
+        """The statuses this filter allows, or None for 'any status'."""
+        if self.active is True:
+            return frozenset(ACTIVE_STATUSES)
+        if self.active is False:
+            return frozenset(TERMINAL_STATUSES)
+        if self.status is None:
+            return None
+        if isinstance(self.status, str):
+            return frozenset({parse_status(self.status)})
+        return frozenset(parse_status(str(s)) for s in self.status)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorConfigRow:
+    """An ``actor_config`` row (capacity fields are operator-owned)."""
+
+    actor: str
+    queue: str
+    metadata: dict[str, Any]
+    max_concurrent: int | None
+    max_pending: int | None
+    result_ttl: timedelta | None
+    created_at: datetime
+    updated_at: datetime
