@@ -135,7 +135,12 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
     workers = sorted((w.id, w.running_jobs, w.claimed_jobs) for w in await backend.list_workers())
     stats = await backend.dashboard_stats(timedelta(hours=1), 1)
     queues = [(q.name, q.pending, q.scheduled, q.running, q.claimed) for q in stats.queues]
-    return jobs, workers, queues, await backend.count_jobs(JobFilter(queue=QUEUE, active=True, limit=None))
+    return (
+        jobs,
+        workers,
+        queues,
+        await backend.count_jobs(JobFilter(queue=QUEUE, active=True, limit=None)),
+    )
 
 
 # --- the random walk ------------------------------------------------------------------------
