@@ -148,7 +148,9 @@ class WorkerBackend(Protocol):
         running jobs in that queue; at most one job per (actor, identity_key) runs at a time.
         Concurrent dispatchers may exceed a cap by at most (dispatchers - 1) * cap.
 
-        A capped actor's backlog never keeps other actors' due jobs from being claimed.
+        A capped actor's backlog never keeps other actors' due jobs from being claimed. A call
+        may claim fewer than ``limit`` jobs while more are due (PG reads bounded windows of
+        candidates); later calls claim the rest.
         """
 
     async def release_leases(
