@@ -23,15 +23,9 @@ from taskq_core.durations import format_duration, parse_duration
 from taskq_core.errors import ConfigError
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import configure_logging
-from taskq_core.supervisor.config import (
-    ChildPlan,
-    WorkgroupPlan,
-    build_plan,
-    check_actors,
-    load_workgroup,
-    starter_toml,
-)
 from taskq_core.supervisor.manager import ChildState, ChildStatus, WorkgroupManager, open_workgroup
+from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan, build_plan, check_actors
+from taskq_core.supervisor.schema import load_workgroup, starter_toml
 
 app = typer.Typer(help="Supervise worker processes described by a TOML file.", no_args_is_help=True)
 

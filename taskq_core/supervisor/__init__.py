@@ -1,5 +1,6 @@
 """The workgroup supervisor behind ``taskq workgroup``, in three layers.
 
-``config`` turns a TOML file into a validated plan of children, ``policy`` holds the pure
+The config: ``schema`` turns a TOML file into a validated ``WorkgroupConfig`` (``diagnostics``
+words its errors as one line) and ``plan`` expands it into children. ``policy`` holds the pure
 restart/backoff/burst/staleness decisions, and ``manager`` runs the processes.
 """

@@ -40,8 +40,8 @@ from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR, EXIT_OK
 from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import get_logger
-from taskq_core.supervisor.config import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.parent_death import parent_death_guard
+from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.policy import (
     HeartbeatWatch,
     RestartHistory,

@@ -9,8 +9,9 @@ from typing import Any
 from rich.console import Console
 
 from taskq_cli.commands.workgroup import children_table
-from taskq_core.supervisor.config import build_plan, load_workgroup
 from taskq_core.supervisor.manager import ChildLaunch, WorkgroupManager
+from taskq_core.supervisor.plan import build_plan
+from taskq_core.supervisor.schema import load_workgroup
 
 GROUP = """\
 actors = "tests.e2e.e2e_actors:registry"

@@ -17,7 +17,6 @@ import pytest
 from taskq_core.backend.protocol import WorkerRow
 from taskq_core.clock import FakeClock
 from taskq_core.errors import ConfigError
-from taskq_core.supervisor.config import ChildPlan, HealthSettings, WorkgroupPlan
 from taskq_core.supervisor.manager import (
     ChildLaunch,
     ChildState,
@@ -25,7 +24,9 @@ from taskq_core.supervisor.manager import (
     WorkgroupManager,
     claim_runtime_dir,
 )
+from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.policy import RestartPolicy
+from taskq_core.supervisor.schema import HealthSettings
 
 HOST = "host-a"
 INSTANCE = "01900000-0000-7000-8000-000000000001"
