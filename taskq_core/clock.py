@@ -30,11 +30,14 @@ class SystemClock:
 
 
 class FakeClock:
-    """A clock that moves only when told to."""
+    """A clock that moves only when told to.
 
-    def __init__(self, start: datetime | None = None) -> None:
+    ``start`` is the first wall-clock reading and ``monotonic`` the first monotonic one.
+    """
+
+    def __init__(self, start: datetime | None = None, *, monotonic: float = 1000.0) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
-        self._mono = 1000.0
+        self._mono = monotonic
 
     def now(self) -> datetime:
         return self._now

@@ -45,7 +45,7 @@ from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import (
     LoopLagWatchdog,
     LoopLiveness,
-    shutdown_watchdog,
+    ShutdownWatchdog,
     stale_loop_watchdog,
 )
 
@@ -197,7 +197,9 @@ class Worker:
             database=database,
             active=holdings,
             liveness=LoopLiveness(
-                grace_factor=s.watchdog_tick_grace_factor, stale_floor=s.watchdog_stale_floor
+                self.clock,
+                grace_factor=s.watchdog_tick_grace_factor,
+                stale_floor=s.watchdog_stale_floor,
             ),
         )
         # A flush moves rows out of 'running': capped actors may have room again.
@@ -227,20 +229,21 @@ class Worker:
             asyncio.get_running_loop(),
             deps.liveness,
             self.log,
+            self.clock,
             budget=s.watchdog_loop_lag_budget,
             startup_grace=s.watchdog_loop_lag_startup_grace,
             check_interval=s.watchdog_check_interval,
         )
         lag.start()
+        watchdog = ShutdownWatchdog(
+            self.clock,
+            self.log,
+            budget=s.termination_grace_period,
+            dump_interval=s.watchdog_dump_interval,
+            dump_after_fraction=s.watchdog_dump_after_fraction,
+        )
         deadline = asyncio.create_task(
-            shutdown_watchdog(
-                lambda: deps.shutdown_started_at,
-                self.log,
-                budget=s.termination_grace_period,
-                shutdown_begun=deps.shutdown_begun,
-                dump_interval=s.watchdog_dump_interval,
-                dump_after_fraction=s.watchdog_dump_after_fraction,
-            ),
+            watchdog.run(lambda: deps.shutdown_started_at, deps.shutdown_begun),
             name="shutdown_watchdog",
         )
         deadline.add_done_callback(lambda _: lag.stop())

@@ -11,6 +11,10 @@
 A trip logs at CRITICAL, dumps every task's stack (names and await sites only, never locals
 or payloads), flushes, and calls ``os._exit(2)`` with no further awaits: a wedged process
 cannot be trusted to unwind. Its jobs are reclaimed by the leader when their leases expire.
+
+Every "how long has it been" reading comes from the worker's injected clock, so a FakeClock
+that does not move never trips a detector. Only the pauses between checks are real waits.
+Each clock-driven detector decides in a ``run_once``/``check`` that tests call directly.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import faulthandler
 import os
 import sys
 import threading
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from taskq_core.clock import Clock
 from taskq_core.constants import EXIT_WATCHDOG
 from taskq_core.obs.metrics import instruments
 
@@ -30,7 +36,8 @@ from taskq_core.obs.metrics import instruments
 class LoopLiveness:
     """Per-loop monotonic tick registry (thread-safe: the lag thread reads it)."""
 
-    def __init__(self, *, grace_factor: float, stale_floor: float) -> None:
+    def __init__(self, clock: Clock, *, grace_factor: float, stale_floor: float) -> None:
+        self.clock = clock
         self.grace_factor = grace_factor
         self.stale_floor = stale_floor
         self._ticks: dict[str, tuple[float, float]] = {}
@@ -39,7 +46,7 @@ class LoopLiveness:
     def tick(self, name: str, *, period: float) -> None:
         """Record that loop ``name`` (running every ``period`` seconds) just made progress."""
         with self._lock:
-            self._ticks[name] = (time.monotonic(), period)
+            self._ticks[name] = (self.clock.monotonic(), period)
 
     def forget(self, name: str) -> None:
         """Stop tracking a loop whose gate closed (e.g. leader loops on a follower)."""
@@ -48,7 +55,7 @@ class LoopLiveness:
 
     def ages(self) -> dict[str, float]:
         """Seconds since each tracked loop last ticked."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             return {name: now - at for name, (at, _) in self._ticks.items()}
 
@@ -59,7 +66,7 @@ class LoopLiveness:
 
     def stale(self) -> list[str]:
         """Loops whose last tick is older than their budget."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             return [
                 name
@@ -116,6 +123,7 @@ class LoopLagWatchdog:
         loop: asyncio.AbstractEventLoop,
         liveness: LoopLiveness,
         log: Any,
+        clock: Clock,
         *,
         budget: float,
         startup_grace: float,
@@ -124,11 +132,12 @@ class LoopLagWatchdog:
         self.loop = loop
         self.liveness = liveness
         self.log = log
+        self.clock = clock
         self.budget = budget
         self.startup_grace = startup_grace
         self.check_interval = check_interval
-        self._last_beat = time.monotonic()
-        self._started = time.monotonic()
+        self._last_beat = clock.monotonic()
+        self._started = clock.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="taskq-loop-lag", daemon=True)
 
@@ -140,21 +149,34 @@ class LoopLagWatchdog:
         """Stop the thread (it exits at its next check)."""
         self._stop.set()
 
-    def _beat(self) -> None:
-        self._last_beat = time.monotonic()
+    def beat(self) -> None:
+        """The event loop ran a scheduled callback: it is not blocked."""
+        self._last_beat = self.clock.monotonic()
+
+    def check(self) -> str | None:
+        """One check: the trip reason when the loop has been blocked past the budget, else None.
+
+        Unarmed (within the start-up grace and before any loop ticked), a missing beat is
+        start-up work, not a hang: the check counts it as a beat.
+        """
+        now = self.clock.monotonic()
+        armed = now - self._started >= self.startup_grace or self.liveness.any_ticked()
+        if not armed:
+            self._last_beat = now
+            return None
+        blocked = now - self._last_beat
+        if blocked > self.budget:
+            return f"event loop blocked for {blocked:.1f}s"
+        return None
 
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.check_interval):
-                now = time.monotonic()
-                armed = now - self._started >= self.startup_grace or self.liveness.any_ticked()
-                if not armed:
-                    self._last_beat = now
-                elif now - self._last_beat > self.budget:
-                    blocked = now - self._last_beat
-                    trip(self.log, "loop-lag", f"event loop blocked for {blocked:.1f}s", dump=False)
+                reason = self.check()
+                if reason is not None:
+                    trip(self.log, "loop-lag", reason, dump=False)
                 try:
-                    self.loop.call_soon_threadsafe(self._beat)
+                    self.loop.call_soon_threadsafe(self.beat)
                 except RuntimeError:
                     return  # the loop is closed: the worker is exiting
         except BaseException as exc:  # a dead watchdog must not die silently
@@ -175,30 +197,70 @@ async def stale_loop_watchdog(
             pass
 
 
-async def shutdown_watchdog(
-    started_at: Any,
-    log: Any,
-    *,
-    budget: float,
-    shutdown_begun: asyncio.Event,
-    dump_interval: float = 5.0,
-    dump_after_fraction: float = 0.5,
-) -> None:
+@dataclass(frozen=True)
+class ShutdownCheck:
+    """What one pass of the shutdown watchdog decided."""
+
+    tripped: bool  # the budget is spent
+    dump: bool  # past the dump fraction: log the tasks the shutdown still waits for
+    wait: float  # seconds until the next check is due
+
+
+class ShutdownWatchdog:
     """Detector 1: once shutdown begins, trip if it is not done within ``budget`` seconds.
 
-    ``started_at`` returns the monotonic time of the first shutdown signal. Once the shutdown
-    has used ``dump_after_fraction`` of its budget, the still-alive tasks are logged every
-    ``dump_interval`` seconds (TASKQ_WATCHDOG_DUMP_*): what a slow shutdown waits for.
+    The budget counts from the first shutdown signal (the monotonic time the orchestrator
+    stamped). Once the shutdown has used ``dump_after_fraction`` of it, the still-alive tasks
+    are logged every ``dump_interval`` seconds (TASKQ_WATCHDOG_DUMP_*): what a slow shutdown
+    waits for.
     """
-    await shutdown_begun.wait()
-    begun = started_at() or time.monotonic()
-    deadline = begun + budget
-    dump_from = begun + budget * dump_after_fraction
-    log.info("shutdown_watchdog_armed", budget=budget)
-    while (now := time.monotonic()) < deadline:
+
+    def __init__(
+        self,
+        clock: Clock,
+        log: Any,
+        *,
+        budget: float,
+        dump_interval: float = 5.0,
+        dump_after_fraction: float = 0.5,
+    ) -> None:
+        self.clock = clock
+        self.log = log
+        self.budget = budget
+        self.dump_interval = dump_interval
+        self.dump_after_fraction = dump_after_fraction
+        self.begun: float | None = None
+
+    def arm(self, begun: float | None = None) -> None:
+        """Start counting from ``begun`` (monotonic), or from now when it is unknown."""
+        self.begun = self.clock.monotonic() if begun is None else begun
+        self.log.info("shutdown_watchdog_armed", budget=self.budget)
+
+    def run_once(self) -> ShutdownCheck:
+        """One pass over the armed budget; never trips before ``arm``."""
+        if self.begun is None:
+            return ShutdownCheck(tripped=False, dump=False, wait=self.dump_interval)
+        now = self.clock.monotonic()
+        deadline = self.begun + self.budget
+        dump_from = self.begun + self.budget * self.dump_after_fraction
+        if now >= deadline:
+            return ShutdownCheck(tripped=True, dump=False, wait=0.0)
         if now >= dump_from:
-            dump_task_stacks(log, "shutdown_stragglers")
-            await asyncio.sleep(min(dump_interval, deadline - now))
-        else:
-            await asyncio.sleep(min(dump_from, deadline) - now)
-    trip(log, "shutdown-deadline", f"shutdown took longer than {budget:g}s")
+            wait = min(self.dump_interval, deadline - now)
+            return ShutdownCheck(tripped=False, dump=True, wait=wait)
+        return ShutdownCheck(tripped=False, dump=False, wait=min(dump_from, deadline) - now)
+
+    async def run(
+        self, started_at: Callable[[], float | None], shutdown_begun: asyncio.Event
+    ) -> None:
+        """Wait for the shutdown to begin, then check until the budget is spent and trip."""
+        await shutdown_begun.wait()
+        self.arm(started_at())
+        while True:
+            check = self.run_once()
+            if check.tripped:
+                trip(self.log, "shutdown-deadline", f"shutdown took longer than {self.budget:g}s")
+                return
+            if check.dump:
+                dump_task_stacks(self.log, "shutdown_stragglers")
+            await asyncio.sleep(check.wait)

@@ -9,6 +9,7 @@ import pytest
 
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend
+from taskq_core.clock import Clock
 from taskq_core.di import ProviderRegistry
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.runtime import Worker
@@ -46,6 +47,7 @@ def make_worker() -> Callable[..., Worker]:
         *,
         until_idle: bool = True,
         providers: ProviderRegistry | None = None,
+        clock: Clock | None = None,
         **overrides: Any,
     ) -> Worker:
         actors = {r.name: r for r in registry} if isinstance(registry, list) else dict(registry)
@@ -54,6 +56,7 @@ def make_worker() -> Callable[..., Worker]:
             actors,
             backend=backend,
             providers=providers,
+            clock=clock,
             until_idle=until_idle,
             install_signal_handlers=False,
         )
