@@ -27,5 +27,6 @@ def test_wheel_holds_packages_sql_and_migrations(tmp_path: Path) -> None:
     assert "taskq_core/backend/postgres/sql/migrate.sql" in names
     assert any(n.startswith("taskq_cli/") for n in names)
     assert "taskq_cli/tui/top.tcss" in names  # taskq top's stylesheet is package data
+    assert "taskq_core/supervisor/starter.toml" in names  # what `taskq workgroup init` writes
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "taskq = taskq_cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -13,10 +13,10 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-import tomli_w
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from taskq_core.durations import parse_duration
@@ -27,6 +27,9 @@ from taskq_core.supervisor.diagnostics import (
     describe_validation_error,
 )
 from taskq_core.supervisor.policy import RestartPolicy
+
+# The starter file `taskq workgroup init` writes, shipped inside this package.
+STARTER_FILE = "starter.toml"
 
 # Variables the supervisor sets on every child itself, and the ones a spec key owns.
 SUPERVISOR_OWNED_ENV = {
@@ -332,84 +335,10 @@ def _first(*values: Any) -> Any:
 # --- `taskq workgroup init` --------------------------------------------------------------
 
 
-def _section(comment: str, data: Mapping[str, Any]) -> str:
-    lines = "".join(f"# {line}".rstrip() + "\n" for line in comment.strip().splitlines())
-    return lines + tomli_w.dumps(data)
-
-
 def starter_toml() -> str:
-    """The commented starter file ``taskq workgroup init`` writes; it passes validation."""
-    return "\n".join(
-        [
-            _section(
-                """
-TaskQ workgroup: `taskq workgroup start FILE` runs one `taskq worker` child per process
-below, restarts children that exit (with backoff, giving up a spec that crash-loops) and
-kills a child whose heartbeat in the workers table goes stale. `taskq workgroup check FILE`
-validates this file and prints the plan. Durations are seconds or strings like "30s", "5m".
-Children inherit the environment (TASKQ_PG_DSN, TASKQ_SCHEMA_NAME, .env, ...).
+    """The commented starter file ``taskq workgroup init`` writes; it passes validation.
 
-MODULE:ATTRIBUTE of the actors every child loads (a [[workers]] table may override it).
-""",
-                {"actors": "myapp.actors:registry"},
-            ),
-            _section(
-                """
-Merged into every [[workers]] table; a key set in the table wins. Any spec key may go here
-except name and actors: queues, max_concurrency, poll_interval, processes, env, health.
-""",
-                {"defaults": {"max_concurrency": 4, "poll_interval": 1.0}},
-            ),
-            _section(
-                """
-One [[workers]] table per kind of worker. `processes = N` runs N identical children,
-labelled name-1 .. name-N (TASKQ_WORKER_LABEL). `env` adds variables for its children only.
-[workers.health]: every check_interval the supervisor reads the child's workers row; one whose
-last_seen_at has not moved for stale_after (or that has not registered within
-start_timeout) is killed with SIGKILL and restarted.
-""",
-                {
-                    "workers": [
-                        {
-                            "name": "api",
-                            "queues": ["default"],
-                            "max_concurrency": 8,
-                            "poll_interval": 0.5,
-                            "processes": 2,
-                            "env": {"TASKQ_LOG_LEVEL": "INFO"},
-                            "health": {
-                                "enabled": True,
-                                "check_interval": 15,
-                                "stale_after": 60,
-                                "start_timeout": 60,
-                            },
-                        }
-                    ]
-                },
-            ),
-            _section(
-                "A second spec: one child for the media queue, with the defaults above.",
-                {"workers": [{"name": "media", "queues": ["media"], "max_concurrency": 2}]},
-            ),
-            _section(
-                """
-How the supervisor itself behaves (all optional). A child that keeps dying young (up less
-than backoff_reset_after) is restarted after 1s, 2s, 4s ... up to backoff_max. More than
-burst_limit exits of one child within burst_window, or that many young exits in a row, give
-its spec up (logged as spec_given_up; the other specs keep running). On
-SIGTERM/SIGINT every child gets SIGTERM and, after shutdown_timeout (default: the children's
-TASKQ_TERMINATION_GRACE_PERIOD + 5s), SIGKILL. runtime_dir holds the health sockets
-(default: a directory under the system temp dir derived from this file's path).
-""",
-                {
-                    "supervisor": {
-                        "backoff_initial": "1s",
-                        "backoff_max": "30s",
-                        "backoff_reset_after": "30s",
-                        "burst_limit": 5,
-                        "burst_window": "60s",
-                    }
-                },
-            ),
-        ]
-    )
+    It is package data (``starter.toml`` next to this module), so it reads as the file a user
+    gets, comments and all.
+    """
+    return (resources.files("taskq_core.supervisor") / STARTER_FILE).read_text(encoding="utf-8")
