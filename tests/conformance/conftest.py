@@ -96,7 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Dispatch has two statements on Postgres: the plain one (strict_fifo, no caps) runs when it
 # applies, the general one otherwise. The dispatch tests run once more with the general one
-# forced, so both stay held to the same contract.
+# forced, so both stay held to the same behaviour (what they read to decide is Postgres-only:
+# tests/postgres/test_dispatch_windows.py; that they claim the same jobs from one snapshot:
+# tests/postgres/test_dispatch_statements.py).
 _GENERAL_DISPATCH_MODULES = {"tests.conformance.test_dispatch"}
 
 

@@ -1,4 +1,8 @@
-"""Dispatch: claiming, ordering in both queue modes, caps, identity serialization, pause."""
+"""Dispatch: claiming, ordering in both queue modes, caps, identity serialization, pause.
+
+What a caller observes on either backend. How many rows Postgres reads to decide (its bounded
+windows, the cohort budget) is tests/postgres/test_dispatch_windows.py's.
+"""
 
 from __future__ import annotations
 
@@ -374,49 +378,6 @@ async def test_a_saturated_actor_is_skipped_until_one_of_its_jobs_ends(harness: 
     assert [row.actor for row in await dispatch(harness.backend, "q", 5)] == ["capped"]
 
 
-async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
-    harness: Harness,
-) -> None:
-    backend = harness.backend
-    await backend.update_queue("q", mode="round_robin")
-    await backend.enqueue_batch(
-        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(20)]
-    )
-    await backend.enqueue_batch(
-        [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(128)]
-    )
-    # 129 cohorts: one shared window (16 rows here) in FIFO order, ranked by cohort.
-    claimed = await dispatch(backend, "q", 3)
-    assert payloads(claimed) == ["deep0", "deep1", "deep2"]
-    # Within the budget, every cohort's head competes.
-    await backend.update_queue("q2", mode="round_robin")
-    await backend.enqueue_batch(
-        [args(queue="q2", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(10)]
-        + [args(queue="q2", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(127)]
-    )
-    assert payloads(await dispatch(backend, "q2", 3)) == ["deep0", "t0", "t1"]
-
-
-async def test_round_robin_counts_jobs_without_a_key_as_one_cohort_of_the_budget(
-    harness: Harness,
-) -> None:
-    backend = harness.backend
-    for queue, others in (("q", 126), ("q2", 127)):
-        await backend.update_queue(queue, mode="round_robin")
-        await backend.enqueue_batch(
-            [args(queue=queue, fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(20)]
-            + [args(queue=queue, payload={"n": "none"})]
-            + [
-                args(queue=queue, fairness_key=f"t{n:03}", payload={"n": f"t{n}"})
-                for n in range(others)
-            ]
-        )
-    # 128 cohorts, the unkeyed one included: every cohort's head competes.
-    assert payloads(await dispatch(backend, "q", 3)) == ["deep0", "none", "t0"]
-    # 129: the shared window, which the deep cohort fills.
-    assert payloads(await dispatch(backend, "q2", 3)) == ["deep0", "deep1", "deep2"]
-
-
 async def test_round_robin_puts_a_literal_null_key_in_the_cohort_of_unkeyed_jobs(
     harness: Harness,
 ) -> None:
@@ -445,3 +406,22 @@ async def test_round_robin_alternates_cohorts_one_job_at_a_time(harness: Harness
         assert await harness.backend.mark_succeeded(row.lease(), None)
         await harness.travel(1)
     assert order == ["big", "small", "big", "small", "big", "big"]
+
+
+async def test_round_robin_with_many_cohorts_claims_every_job_once_over_later_calls(
+    harness: Harness,
+) -> None:
+    # A call may claim fewer than its limit while more are due; later calls claim the rest.
+    backend = harness.backend
+    await backend.update_queue("q", mode="round_robin")
+    jobs = await backend.enqueue_batch(
+        [args(queue="q", fairness_key="deep", payload={"n": f"deep{n}"}) for n in range(40)]
+        + [args(queue="q", fairness_key=f"t{n:03}", payload={"n": f"t{n}"}) for n in range(200)]
+    )
+    claimed: list[JobRow] = []
+    while len(claimed) < len(jobs):
+        batch = await dispatch(backend, "q", 50)
+        assert batch, "due jobs remain but a call claimed none"
+        claimed.extend(batch)
+    assert sorted(row.id for row in claimed) == sorted(job.id for job in jobs)
+    assert await dispatch(backend, "q", 50) == []
