@@ -23,9 +23,11 @@ from taskq_core.durations import format_duration, parse_duration
 from taskq_core.errors import ConfigError
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import configure_logging
-from taskq_core.supervisor.manager import ChildState, ChildStatus, WorkgroupManager, open_workgroup
+from taskq_core.supervisor.manager import WorkgroupManager
 from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan, build_plan, check_actors
+from taskq_core.supervisor.runtime import open_workgroup
 from taskq_core.supervisor.schema import load_workgroup, starter_toml
+from taskq_core.supervisor.status import ChildState, ChildStatus
 
 app = typer.Typer(help="Supervise worker processes described by a TOML file.", no_args_is_help=True)
 

@@ -13,8 +13,9 @@ other specs are unaffected. The group stops on SIGTERM/SIGINT: every child gets 
 each further stop signal is forwarded again (the worker escalates on its second and third),
 and children still alive after ``shutdown_timeout`` get SIGKILL. SIGHUP is forwarded as is.
 
-Everything that touches the outside world is injected: the child constructor (``spawn``),
-the clock, the health source (``workers`` rows) and the event sink, so tests replay exit and
+Everything that touches the outside world is injected: the child constructor (``spawn``; the
+real one is ``children.PopenChild``, wired in by ``runtime.open_workgroup``), the clock, the
+health source (``workers`` rows) and the event sink (``status``), so tests replay exit and
 heartbeat histories with fakes and step ``run_once()`` by hand. ``run()`` only loops: it calls
 ``run_once()`` and sleeps until a child exits (SIGCHLD), a signal arrives or a deadline is due.
 """
@@ -23,35 +24,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import signal
 import socket
-import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 from taskq_core.backend.protocol import WorkerRow
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR, EXIT_OK
-from taskq_core.errors import ConfigError
-from taskq_core.obs.logs import get_logger
-from taskq_core.supervisor.parent_death import parent_death_guard
+from taskq_core.supervisor.children import ChildFactory, ChildLaunch, ChildProcess
 from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.policy import (
     HeartbeatWatch,
     RestartHistory,
     decide_restart,
     describe_exit,
+    exit_signal,
     group_exit_code,
     is_final_exit,
     is_stale,
     observation_failed,
     observe_heartbeat,
+)
+from taskq_core.supervisor.status import (
+    ChildState,
+    ChildStatus,
+    EventSink,
+    SupervisorEvent,
+    log_event,
 )
 
 # A health query that takes longer than this counts as failed: the loop must keep reaping.
@@ -60,128 +64,6 @@ HEALTH_QUERY_TIMEOUT = 5.0
 MAX_IDLE_SLEEP = 1.0
 
 HealthSource = Callable[[], Awaitable[Sequence[WorkerRow]]]
-
-
-# --- children ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ChildLaunch:
-    """What a child constructor needs: the command, its full environment and its output."""
-
-    label: str
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    output: Path | None = None  # None: inherit the supervisor's stdout/stderr
-
-
-class ChildProcess(Protocol):
-    """A running child as the manager sees it."""
-
-    @property
-    def pid(self) -> int:
-        """The child's pid (also its process-group id)."""
-        ...
-
-    def poll(self) -> int | None:
-        """The exit code once it has exited (negative: killed by that signal), else None."""
-        ...
-
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` to the child's whole process group; a no-op once it has exited."""
-        ...
-
-
-ChildFactory = Callable[[ChildLaunch], ChildProcess]
-
-
-class PopenChild:
-    """A real child: ``subprocess.Popen`` in a new session (its own process group).
-
-    On Linux the child also asks the kernel for SIGTERM when this supervisor dies
-    (``parent_death``), so a SIGKILLed supervisor leaves no worker behind.
-    """
-
-    def __init__(self, launch: ChildLaunch) -> None:
-        output: IO[bytes] | None = None
-        if launch.output is not None:
-            output = launch.output.open("ab")
-        try:
-            self._process = subprocess.Popen(
-                list(launch.argv),
-                env=dict(launch.env),
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT if output is not None else None,
-                start_new_session=True,
-                preexec_fn=parent_death_guard(),
-            )
-        finally:
-            if output is not None:
-                output.close()
-
-    @property
-    def pid(self) -> int:
-        """The child's pid, which is also its process-group id."""
-        return self._process.pid
-
-    def poll(self) -> int | None:
-        """Reap the child if it has exited and return its code."""
-        return self._process.poll()
-
-    def signal(self, signum: int) -> None:
-        """Signal the process group while the leader is unreaped (its id cannot be reused)."""
-        if self._process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signum)
-
-
-# --- events and snapshots ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisorEvent:
-    """One lifecycle event: a stable snake_case name, a log level and its fields."""
-
-    name: str
-    level: str
-    fields: Mapping[str, Any]
-
-
-EventSink = Callable[[SupervisorEvent], None]
-
-
-def log_event(event: SupervisorEvent) -> None:
-    """The default sink: one structlog line per event (component ``workgroup``)."""
-    logger = get_logger("workgroup")
-    getattr(logger, event.level)(event.name, **event.fields)
-
-
-class ChildState(StrEnum):
-    """Where one child slot is in its lifecycle (see the module docstring)."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    STOPPING = "stopping"
-    FINISHED = "finished"
-    GIVEN_UP = "given_up"
-
-
-@dataclass(frozen=True, slots=True)
-class ChildStatus:
-    """A read-only view of one child for displays."""
-
-    label: str
-    spec: str
-    state: ChildState
-    pid: int | None
-    uptime: float | None
-    restarts: int
-    last_seen_at: datetime | None
-    last_exit_code: int | None
-    restart_in: float | None
 
 
 @dataclass
@@ -204,15 +86,6 @@ class _Slot:
     hard_killed: bool = False
 
 
-def _signal_name(code: int | None) -> str | None:
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 # --- the manager -------------------------------------------------------------------------
 
 
@@ -223,7 +96,7 @@ class WorkgroupManager:
         self,
         plan: WorkgroupPlan,
         *,
-        spawn: ChildFactory = PopenChild,
+        spawn: ChildFactory,
         clock: Clock | None = None,
         health_source: HealthSource | None = None,
         emit: EventSink = log_event,
@@ -432,7 +305,7 @@ class WorkgroupManager:
             "pid": pid,
             "exit_code": code,
             "outcome": describe_exit(code),
-            "signal": _signal_name(code),
+            "signal": exit_signal(code),
             "uptime": round(uptime, 3),
         }
         stale, slot.stale_killed, slot.hard_killed = slot.stale_killed, False, False
@@ -658,91 +531,3 @@ class WorkgroupManager:
                     reason="supervisor_exiting",
                 )
                 slot.process.signal(signal.SIGKILL)
-
-
-# --- the runtime directory and the health source ------------------------------------------
-
-
-@contextlib.contextmanager
-def claim_runtime_dir(path: Path) -> Iterator[Path]:
-    """Create (mode 0700) and lock the runtime directory for this supervisor's lifetime.
-
-    The lock keeps two supervisors of one file from fighting over the same health sockets.
-    Only the supervisor that got the lock removes leftover sockets on the way out: a refused
-    second one leaves everything of the running group's alone.
-    """
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.stat().st_uid != os.getuid():
-            raise ConfigError(f"runtime directory {path} belongs to another user")
-        lock = (path / "supervisor.lock").open("a+")
-    except OSError as exc:
-        raise ConfigError(f"cannot use runtime directory {path}: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = lock.read().strip() or "unknown"
-        lock.close()
-        raise ConfigError(
-            f"another workgroup supervisor (pid {holder}) is using runtime directory {path}"
-        ) from None
-    except OSError as exc:
-        lock.close()
-        raise ConfigError(f"cannot lock runtime directory {path}: {exc.strerror or exc}") from None
-    try:
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        yield path
-    finally:
-        for leftover in path.glob("*.sock"):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
-        lock.close()
-
-
-@contextlib.asynccontextmanager
-async def postgres_health_source(dsn: str, schema: str) -> AsyncIterator[HealthSource]:
-    """A health source reading the ``workers`` table through a small PostgresBackend pool."""
-    from taskq_core.backend.postgres.backend import PostgresBackend
-
-    backend = await PostgresBackend.connect(dsn, schema, min_size=1, max_size=2)
-    try:
-        yield backend.list_workers
-    finally:
-        await backend.close()
-
-
-@contextlib.asynccontextmanager
-async def open_workgroup(
-    plan: WorkgroupPlan,
-    *,
-    pg_dsn: str,
-    schema: str,
-    base_env: Mapping[str, str] | None = None,
-    output_dir: Path | None = None,
-    emit: EventSink = log_event,
-) -> AsyncIterator[WorkgroupManager]:
-    """A manager for ``plan`` with everything around it that ``taskq workgroup start`` needs.
-
-    Claims the runtime directory, makes sure the database is up before any child starts (an
-    embedded server started by a child would live in that child's process group and die with
-    it), and opens the health source when some spec has health checks enabled.
-    """
-    from taskq_core.backend.postgres.connection import prepare_dsn
-    from taskq_core.embedded import is_embedded_dsn
-
-    with claim_runtime_dir(plan.runtime_dir):
-        if output_dir is not None:
-            await asyncio.to_thread(output_dir.mkdir, parents=True, exist_ok=True)
-        async with contextlib.AsyncExitStack() as stack:
-            source: HealthSource | None = None
-            if any(child.health.enabled for child in plan.children):
-                source = await stack.enter_async_context(postgres_health_source(pg_dsn, schema))
-            elif is_embedded_dsn(pg_dsn):
-                await asyncio.to_thread(prepare_dsn, pg_dsn)
-            yield WorkgroupManager(
-                plan, health_source=source, base_env=base_env, output_dir=output_dir, emit=emit
-            )

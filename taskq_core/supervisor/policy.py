@@ -7,6 +7,7 @@ the unit tests replay any sequence of exits and heartbeats without spawning anyt
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -175,3 +176,13 @@ def describe_exit(code: int) -> str:
     if code < 0:
         return "killed"
     return _EXIT_OUTCOMES.get(code, "error")
+
+
+def exit_signal(code: int | None) -> str | None:
+    """The name of the signal that killed a child (``SIGKILL``), or None for a plain exit."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"

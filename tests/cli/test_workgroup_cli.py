@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from taskq_cli.commands.workgroup import children_table
-from taskq_core.supervisor.manager import ChildLaunch, WorkgroupManager
+from taskq_core.supervisor.children import ChildLaunch
+from taskq_core.supervisor.manager import WorkgroupManager
 from taskq_core.supervisor.plan import build_plan
 from taskq_core.supervisor.schema import load_workgroup
 

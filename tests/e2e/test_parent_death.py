@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(
 SUPERVISOR = textwrap.dedent(
     """
     import sys, time
-    from taskq_core.supervisor.manager import ChildLaunch, PopenChild
+    from taskq_core.supervisor.children import ChildLaunch, PopenChild
     argv = (sys.executable, "-c", sys.argv[1], sys.argv[2])
     child = PopenChild(ChildLaunch(label="c-1", argv=argv, env={}))
     print(child.pid, flush=True)

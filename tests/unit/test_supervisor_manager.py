@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,17 +15,12 @@ import pytest
 
 from taskq_core.backend.protocol import WorkerRow
 from taskq_core.clock import FakeClock
-from taskq_core.errors import ConfigError
-from taskq_core.supervisor.manager import (
-    ChildLaunch,
-    ChildState,
-    SupervisorEvent,
-    WorkgroupManager,
-    claim_runtime_dir,
-)
+from taskq_core.supervisor.children import ChildLaunch
+from taskq_core.supervisor.manager import WorkgroupManager
 from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.policy import RestartPolicy
 from taskq_core.supervisor.schema import HealthSettings
+from taskq_core.supervisor.status import ChildState, SupervisorEvent
 
 HOST = "host-a"
 INSTANCE = "01900000-0000-7000-8000-000000000001"
@@ -509,29 +503,3 @@ async def test_an_error_inside_a_pass_stops_the_group_gracefully() -> None:
 
 async def _raise_once() -> None:
     raise RuntimeError("unexpected")
-
-
-# --- the runtime directory -----------------------------------------------------------------
-
-
-def test_a_refused_second_claim_leaves_the_running_groups_sockets_alone(tmp_path: Path) -> None:
-    runtime = tmp_path / "run"
-    with claim_runtime_dir(runtime):
-        socket_file = runtime / "api-1.sock"
-        socket_file.touch()  # a running child's health socket
-        refusal = pytest.raises(ConfigError, match="another workgroup supervisor")
-        with refusal as refused, claim_runtime_dir(runtime):
-            pass  # pragma: no cover - the claim is refused
-        assert str(os.getpid()) in str(refused.value)  # names the holder
-        assert socket_file.exists()
-        assert (runtime / "supervisor.lock").read_text() == f"{os.getpid()}\n"
-    assert not socket_file.exists()  # the holder cleans up on its way out
-
-
-def test_the_holder_removes_leftover_sockets_and_the_next_claim_succeeds(tmp_path: Path) -> None:
-    runtime = tmp_path / "run"
-    with claim_runtime_dir(runtime):
-        (runtime / "api-1.sock").touch()
-    assert list(runtime.glob("*.sock")) == []
-    with claim_runtime_dir(runtime) as claimed:
-        assert claimed == runtime

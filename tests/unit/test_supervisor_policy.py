@@ -12,6 +12,7 @@ from taskq_core.supervisor.policy import (
     RestartPolicy,
     decide_restart,
     describe_exit,
+    exit_signal,
     group_exit_code,
     is_final_exit,
     is_stale,
@@ -180,3 +181,11 @@ def test_the_group_exit_code_prefers_failures_then_the_first_non_zero(
 )  # fmt: skip
 def test_worker_exit_codes_are_described_in_words(code: int, outcome: str) -> None:
     assert describe_exit(code) == outcome
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [(None, None), (0, None), (1, None), (-9, "SIGKILL"), (-15, "SIGTERM"), (-200, "signal 200")],
+)
+def test_a_death_by_signal_is_named_by_its_signal(code: int | None, name: str | None) -> None:
+    assert exit_signal(code) == name
