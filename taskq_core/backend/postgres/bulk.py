@@ -17,44 +17,22 @@ from __future__ import annotations
 import json
 import operator
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from taskq_core import jsontext
-from taskq_core.backend.protocol import EnqueueArgs
-
-# The columns a bulk enqueue writes, in row order: first the values of each row's own, then
-# those a row shares with the other items of its batch that have the same options (encoded
-# once, see RowEncoder). Every other column takes its default.
-COLUMNS = (
-    "id",
-    "payload",
-    "metadata",
-    "actor",
-    "queue",
-    "status",
-    "scheduled_at",
-    "priority",
-    "created_at",
-    "updated_at",
-    "identity_key",
-    "fairness_key",
-    "schedule_to_close",
-    "retry_kind",
-    "max_attempts",
-    "result_ttl",
-    "trace_id",
-    "span_id",
-)
+from taskq_core.backend.protocol import EnqueueArgs, JobRow, from_values
+from taskq_core.statemachine import JobStatus
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
 TRAILER = b"\xff\xff"
-_FIELD_COUNT = struct.pack(">h", len(COLUMNS))
 _NULL = b"\xff\xff\xff\xff"
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
-_ROW_HEAD = _FIELD_COUNT + struct.pack(">i", 16)  # the field count, then the id's length
 _pack_length = struct.Struct(">i").pack
 _pack_int4 = struct.Struct(">ii").pack
 _pack_int8 = struct.Struct(">iq").pack
@@ -97,82 +75,133 @@ def _interval(value: timedelta) -> bytes:
     return _pack_interval(16, value.seconds * 1_000_000 + value.microseconds, value.days, 0)
 
 
-# The EnqueueArgs fields of a row's shared columns, in column order: the key of its encoding.
-_shared_fields = operator.attrgetter(
-    "actor",
-    "queue",
-    "delay",
-    "priority",
-    "identity_key",
-    "fairness_key",
-    "schedule_to_close",
-    "retry_kind",
-    "max_attempts",
-    "result_ttl",
-    "trace_id",
-    "span_id",
+def _status(value: JobStatus) -> bytes:
+    return _text(value.value)
+
+
+def _int4(value: int) -> bytes:
+    return _pack_int4(4, value)
+
+
+def _timestamp(value: datetime) -> bytes:
+    return _pack_int8(8, (value - _PG_EPOCH) // _MICROSECOND)
+
+
+def _optional(encode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    return lambda value: _NULL if value is None else encode(value)
+
+
+def _delayed(args: EnqueueArgs) -> bool:
+    return args.delay is not None and args.delay > _ZERO
+
+
+def _scheduled_at(args: EnqueueArgs, now: datetime) -> datetime:
+    return now + args.delay if args.delay is not None and args.delay > _ZERO else now
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A ``jobs`` column a bulk enqueue writes: the value an item gives it (at the batch's
+    clock reading ``now``) and its binary COPY field."""
+
+    name: str
+    value: Callable[[EnqueueArgs, datetime], Any]
+    encode: Callable[[Any], bytes]
+
+
+# THE table of a bulk enqueue's columns, in COPY row order: COLUMNS (the COPY call), the
+# encoder's fields and the JobRow a batch returns all come from it. A row's own values (id,
+# payload, metadata: encoded per row) come first; every other column's value depends only on
+# the item's options, so its encoding is shared by the batch's items with the same options.
+# Every column not listed takes its default.
+OWN_COLUMNS = ("id", "payload", "metadata")
+SHARED_COLUMNS = (
+    Column("actor", lambda a, now: a.actor, _text),
+    Column("queue", lambda a, now: a.queue, _text),
+    Column(
+        "status",
+        lambda a, now: JobStatus.SCHEDULED if _delayed(a) else JobStatus.PENDING,
+        _status,
+    ),
+    Column("scheduled_at", _scheduled_at, _timestamp),
+    Column("priority", lambda a, now: a.priority, _int4),
+    Column("created_at", lambda a, now: now, _timestamp),
+    Column("updated_at", lambda a, now: now, _timestamp),
+    Column("identity_key", lambda a, now: a.identity_key, _optional(_text)),
+    Column("fairness_key", lambda a, now: a.fairness_key, _optional(_text)),
+    Column(
+        "schedule_to_close",
+        lambda a, now: None if a.schedule_to_close is None else now + a.schedule_to_close,
+        _optional(_timestamp),
+    ),
+    Column("retry_kind", lambda a, now: a.retry_kind, _text),
+    Column("max_attempts", lambda a, now: a.max_attempts, _int4),
+    Column("result_ttl", lambda a, now: a.result_ttl, _optional(_interval)),
+    Column("trace_id", lambda a, now: a.trace_id, _optional(_text)),
+    Column("span_id", lambda a, now: a.span_id, _optional(_text)),
 )
+COLUMNS = OWN_COLUMNS + tuple(column.name for column in SHARED_COLUMNS)
+_FIELD_COUNT = struct.pack(">h", len(COLUMNS))
+_ROW_HEAD = _FIELD_COUNT + struct.pack(">i", 16)  # the field count, then the id's length
+
+# The shared columns depend on every option of an item, that is every EnqueueArgs field but
+# the row's own: those fields' values are the key of a shared encoding.
+_options = operator.attrgetter(
+    *(f.name for f in fields(EnqueueArgs) if f.name not in ("job_id", "payload", "metadata"))
+)
+
+# A returned JobRow: the schema's defaults for every column a bulk enqueue does not write.
+_JOB_FIELDS = tuple(f.name for f in fields(JobRow))
+_DEFAULTS = {"attempt": 0, "cancel_phase": 0, "progress_seq": 0}
+_ROW_TEMPLATE = [_DEFAULTS.get(name) for name in _JOB_FIELDS]
+_SHARED_INDEXES = tuple(_JOB_FIELDS.index(column.name) for column in SHARED_COLUMNS)
+_ID, _PAYLOAD, _METADATA = (_JOB_FIELDS.index(name) for name in OWN_COLUMNS)
 
 
 class RowEncoder:
-    """Encodes a batch's rows; every time is ``now`` (the DB clock) + an offset.
+    """Encodes a batch's rows (and builds their JobRows); every time is ``now`` (the DB
+    clock) + an offset.
 
     A row is its id, its two JSON fields and the encoding of its shared columns, looked up by
-    their values: the items of a bulk enqueue mostly share them all, so that part is encoded
-    once per batch. The cache lives as long as the encoder.
+    the item's options: the items of a bulk enqueue mostly share them all, so that part (and
+    the JobRow values it stands for) is computed once per batch. The cache lives as long as
+    the encoder.
     """
 
     def __init__(self, now: datetime) -> None:
-        self._now_us = (now - _PG_EPOCH) // _MICROSECOND
-        self._now_field = _pack_int8(8, self._now_us)
-        self._shared: dict[tuple[Any, ...], bytes] = {}
+        self._now = now
+        self._shared: dict[tuple[Any, ...], tuple[bytes, list[Any]]] = {}
+
+    def _shared_part(self, args: EnqueueArgs) -> tuple[bytes, list[Any]]:
+        key = _options(args)
+        shared = self._shared.get(key)
+        if shared is None:
+            values = [column.value(args, self._now) for column in SHARED_COLUMNS]
+            encoded = b"".join(
+                column.encode(value) for column, value in zip(SHARED_COLUMNS, values, strict=True)
+            )
+            template = list(_ROW_TEMPLATE)
+            for index, value in zip(_SHARED_INDEXES, values, strict=True):
+                template[index] = value
+            shared = self._shared[key] = (encoded, template)
+        return shared
 
     def row(self, args: EnqueueArgs, job_id: int, payload: bytes, metadata: bytes) -> bytes:
         """One COPY row (``job_id``: the UUID as an int; ``payload``, ``metadata``: fields)."""
-        key = _shared_fields(args)
-        shared = self._shared.get(key)
-        if shared is None:
-            shared = self._shared[key] = self._encode_shared(*key)
-        return b"".join((_ROW_HEAD, job_id.to_bytes(16, "big"), payload, metadata, shared))
+        encoded, _ = self._shared_part(args)
+        return b"".join((_ROW_HEAD, job_id.to_bytes(16, "big"), payload, metadata, encoded))
 
-    def _encode_shared(
-        self,
-        actor: str,
-        queue: str,
-        delay: timedelta | None,
-        priority: int,
-        identity_key: str | None,
-        fairness_key: str | None,
-        schedule_to_close: timedelta | None,
-        retry_kind: str,
-        max_attempts: int,
-        result_ttl: timedelta | None,
-        trace_id: str | None,
-        span_id: str | None,
-    ) -> bytes:
-        delayed = delay is not None and delay > _ZERO
-        return b"".join(
-            (
-                _text(actor),
-                _text(queue),
-                _text("scheduled" if delayed else "pending"),
-                self._time(delay if delayed else None),  # scheduled_at
-                _pack_int4(4, priority),
-                self._now_field,  # created_at
-                self._now_field,  # updated_at
-                _optional_text(identity_key),
-                _optional_text(fairness_key),
-                _NULL if schedule_to_close is None else self._time(schedule_to_close),
-                _text(retry_kind),
-                _pack_int4(4, max_attempts),
-                _NULL if result_ttl is None else _interval(result_ttl),
-                _optional_text(trace_id),
-                _optional_text(span_id),
-            )
-        )
+    def job_row(self, args: EnqueueArgs, job_id: UUID, payload: bytes, metadata: bytes) -> JobRow:
+        """The row the item became: the table's values, the row's own, the defaults (the
+        JSON columns decoded from the very fields the COPY carried)."""
+        _, template = self._shared_part(args)
+        values = list(template)
+        values[_ID] = job_id
+        values[_PAYLOAD] = jsonb_field_value(payload)
+        values[_METADATA] = jsonb_field_value(metadata)
+        return from_values(JobRow, values)
 
-    def _time(self, offset: timedelta | None) -> bytes:
-        """A timestamptz field: ``now`` plus ``offset``."""
-        if offset is None:
-            return self._now_field
-        return _pack_int8(8, self._now_us + offset // _MICROSECOND)
+
+def is_delayed(args: EnqueueArgs) -> bool:
+    """Whether the item waits (scheduled) rather than being dispatchable at once."""
+    return _delayed(args)

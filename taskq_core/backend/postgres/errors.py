@@ -116,8 +116,14 @@ def translated(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine
 
 
 def translate_errors(cls: C) -> C:
-    """Apply ``translated`` to every public coroutine method of ``cls``."""
-    for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.iscoroutinefunction(member):
-            setattr(cls, name, translated(member))
+    """Apply ``translated`` to every public coroutine method of ``cls``, inherited ones too
+    (PostgresBackend is composed of parts); each is wrapped once, on ``cls``."""
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        for name, member in list(vars(klass).items()):
+            if name in seen or name.startswith("_"):
+                continue
+            seen.add(name)
+            if inspect.iscoroutinefunction(member):
+                setattr(cls, name, translated(member))
     return cls

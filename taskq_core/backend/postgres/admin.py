@@ -1,0 +1,316 @@
+"""Reads and operator writes: jobs and their history, the dashboard, workers, actor config,
+queues, cancel and retry requests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    UNSET,
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    AttemptRow,
+    BulkCancelResult,
+    CancelOutcome,
+    DashboardStats,
+    DispatchPosition,
+    EventRow,
+    JobFilter,
+    JobRow,
+    QueueMode,
+    QueueRow,
+    QueueStatusCount,
+    WorkerInfo,
+    WorkerRow,
+    check_dashboard_window,
+    check_recent_limit,
+)
+from taskq_core.statemachine import JobStatus
+
+from . import bulk, rows
+from .core import BackendCore
+
+_QUEUE_MODES = frozenset({"strict_fifo", "round_robin"})
+_CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+
+
+class AdminPart(BackendCore):
+    """Reads for the client, CLI and dashboard; operator writes."""
+
+    # --- reads -------------------------------------------------------------------------------
+    async def get(self, job_id: UUID) -> JobRow | None:
+        """One job, or None."""
+        record = await self._pool.fetchrow(self._queries["get_job"], job_id)
+        return None if record is None else rows.job(record)
+
+    async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, newest first."""
+        records = await self._fetch_custom_plan("list_jobs", *rows.filter_args(filter))
+        return [rows.job(r) for r in records]
+
+    async def _fetch_custom_plan(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        """Run an operator query planned for its actual arguments.
+
+        The pool plans generically (right for the hot path); a filter query's best index
+        depends on which filters are set, and its generic plan scans the whole table.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(self._queries["use_custom_plans"])
+            return list(await conn.fetch(self._queries[name], *args))
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status)."""
+        records = await self._pool.fetch(self._queries["count_by_queue_status"])
+        return [QueueStatusCount(r["queue"], JobStatus(r["status"]), r["count"]) for r in records]
+
+    async def has_active_jobs(self, queues: Sequence[str]) -> bool:
+        """Whether any pending, scheduled or running job is in these queues."""
+        return bool(await self._pool.fetchval(self._queries["has_active_jobs"], list(queues)))
+
+    async def count_active_jobs(self, queues: Sequence[str]) -> int:
+        """Pending + scheduled + running jobs in these queues."""
+        return int(await self._pool.fetchval(self._queries["count_active_jobs"], list(queues)))
+
+    async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
+        """Pending + scheduled jobs per actor; actors with none are left out."""
+        records = await self._pool.fetch(self._queries["count_pending_jobs"], list(actors))
+        return {r["actor"]: r["count"] for r in records}
+
+    async def get_actor_max_pending(self) -> dict[str, int | None]:
+        """Stored max_pending per actor that has an actor_config row."""
+        records = await self._pool.fetch(self._queries["get_actor_max_pending"])
+        return {r["actor"]: r["max_pending"] for r in records}
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs the filter matches (at most ``filter.limit``)."""
+        records = await self._fetch_custom_plan("count_jobs", *rows.filter_args(filter))
+        return int(records[0]["count"])
+
+    async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
+        """The job's place in its queue's dispatch order, on the database clock."""
+        record = await self._pool.fetchrow(self._queries["get_dispatch_position"], job_id)
+        if record is None:
+            return None
+        return DispatchPosition(
+            now=record["now"],
+            mode=record["mode"],
+            ahead=int(record["ahead"]),
+            ahead_other_cohorts=int(record["ahead_other_cohorts"]),
+        )
+
+    # --- dashboard ---------------------------------------------------------------------------
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity for the live dashboard, every read of jobs index-backed."""
+        check_dashboard_window(window, minutes)
+        records = await self._pool.fetch(self._queries["dashboard_stats"], window, minutes)
+        queues = [rows.queue_activity(r, minutes) for r in records if r["name"] is not None]
+        return DashboardStats(now=records[0]["now"], window=window, queues=queues)
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first, each status from its index."""
+        check_recent_limit(filter)
+        records = await self._pool.fetch(
+            self._queries["list_recent_jobs"],
+            rows.statuses(filter),
+            filter.queue,
+            filter.actor,
+            filter.limit,
+        )
+        return [rows.job(r) for r in records]
+
+    # --- history -----------------------------------------------------------------------------
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """Every attempt of a job, oldest first."""
+        return [
+            rows.attempt(r) for r in await self._pool.fetch(self._queries["get_attempts"], job_id)
+        ]
+
+    async def get_events(self, job_id: UUID) -> list[EventRow]:
+        """Every event of a job, oldest first."""
+        return [rows.event(r) for r in await self._pool.fetch(self._queries["get_events"], job_id)]
+
+    # --- cancel ------------------------------------------------------------------------------
+    async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
+        """Cancel at once when waiting; flag (phase 1) and NOTIFY when running."""
+        record = await self._one(
+            self._queries["cancel_where"], None, None, None, [job_id], None, reason,
+            self._events_channel,
+        )  # fmt: skip
+        if record["cancelled"]:
+            return "cancelled"
+        if record["requested"]:
+            return "requested"
+        job = await self.get(job_id)  # nothing changed: say why
+        if job is None:
+            return "not_found"
+        return "already_requested" if job.status is JobStatus.RUNNING else "terminal"
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs."""
+        record = await self._one(
+            self._queries["cancel_where"], *rows.filter_args(filter), reason, self._events_channel
+        )
+        return BulkCancelResult(cancelled=record["cancelled"], requested=record["requested"])
+
+    # --- admin -------------------------------------------------------------------------------
+    async def retry_job(self, job_id: UUID) -> bool:
+        """failed/crashed/cancelled -> pending with a fresh attempt budget."""
+        record = await self._one(
+            self._queries["retry_jobs"], None, None, None, [job_id], None, self._wake_channel
+        )
+        return bool(record["retried"])
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """``retry_job`` for the newest ``filter.limit`` matching retryable jobs."""
+        record = await self._one(
+            self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
+        )
+        return int(record["retried"])
+
+    # --- workers and leadership --------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert (or refresh) this worker's row, status running."""
+        await self._pool.execute(
+            self._queries["register_worker"],
+            info.id,
+            info.hostname,
+            info.pid,
+            info.label,
+            info.workgroup_instance,
+            list(info.queues),
+            list(info.actors),
+            info.concurrency,
+            info.version,
+        )
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+        await self._pool.execute(self._queries["mark_worker_stopped"], worker_id)
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row, most recently seen first."""
+        return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
+
+    # --- actor config ------------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows; report capacity overrides and structural drift; overwrite the
+        drift only with ``force``. One statement, so one transaction."""
+        if not declared:
+            return ActorConfigSyncResult([], [], [], overwritten=False)
+        metadata = [json.loads(bulk.dumps(d.metadata)) for d in declared]  # jsonb-normalized
+        records = await self._pool.fetch(
+            self._queries["sync_actor_configs"],
+            [d.actor for d in declared],
+            [d.queue for d in declared],
+            [bulk.dumps(m) for m in metadata],
+            [d.max_concurrent for d in declared],
+            [d.max_pending for d in declared],
+            [d.result_ttl for d in declared],
+            force,
+        )
+        created: list[str] = []
+        overrides: list[tuple[str, str, Any, Any]] = []
+        drift: list[ActorConfigDrift] = []
+        for decl, wanted_metadata, record in zip(declared, metadata, records, strict=True):
+            if record["created"]:
+                if decl.actor not in created:
+                    created.append(decl.actor)
+                continue
+            if not record["existed"]:
+                continue  # created concurrently by another worker: nothing of ours to compare
+            for name in _CAPACITY_FIELDS:
+                stored, wanted = record[f"stored_{name}"], getattr(decl, name)
+                if stored != wanted:
+                    overrides.append((decl.actor, name, stored, wanted))
+            if record["stored_queue"] != decl.queue:
+                drift.append(
+                    ActorConfigDrift(decl.actor, "queue", record["stored_queue"], decl.queue)
+                )
+            if record["stored_metadata"] != wanted_metadata:
+                drift.append(
+                    ActorConfigDrift(
+                        decl.actor, "metadata", record["stored_metadata"], wanted_metadata
+                    )
+                )
+        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by name."""
+        records = await self._pool.fetch(self._queries["list_actor_configs"])
+        return [rows.actor_config(r) for r in records]
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row, or None."""
+        record = await self._pool.fetchrow(self._queries["get_actor_config"], actor)
+        return None if record is None else rows.actor_config(record)
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
+            if value is not UNSET and value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        record = await self._pool.fetchrow(
+            self._queries["update_actor_config"],
+            actor,
+            max_concurrent is not UNSET,
+            None if max_concurrent is UNSET else max_concurrent,
+            max_pending is not UNSET,
+            None if max_pending is UNSET else max_pending,
+            result_ttl is not UNSET,
+            None if result_ttl is UNSET else result_ttl,
+            self._wake_channel,
+        )
+        return None if record is None else rows.actor_config(record)
+
+    # --- queues ------------------------------------------------------------------------------
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row, by name."""
+        return [rows.queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue, or None when it has neither jobs nor a row."""
+        record = await self._pool.fetchrow(self._queries["list_queues"], name)
+        return None if record is None else rows.queue(record)
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        if mode is not UNSET and mode not in _QUEUE_MODES:
+            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
+        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        record = await self._one(
+            self._queries["update_queue"],
+            name,
+            mode is not UNSET,
+            None if mode is UNSET else mode,
+            max_concurrent is not UNSET,
+            None if max_concurrent is UNSET else max_concurrent,
+            paused is not UNSET,
+            None if paused is UNSET else bool(paused),
+            self._wake_channel,
+        )
+        return rows.queue(record)

@@ -1,0 +1,210 @@
+"""BackendCore: the pools, the named queries, the schema and the notifier every part shares."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Self
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.constants import (
+    events_channel,
+    leader_lock_key,
+    validate_identifier,
+    wake_channel,
+)
+
+from . import connection, rows
+from .notify import NotifyListener
+from .queries import SchemaQueries
+
+# Statements on the LISTEN and leader connections end within this when no command timeout is
+# set: a hung connection must not hold leadership or the wake-ups hostage.
+_DIRECT_QUERY_TIMEOUT = 10.0
+
+
+class BackendCore:
+    """What every part of PostgresBackend shares: its pools, queries, channels and notifier.
+
+    The parts (``enqueue``, ``dispatch``, ``settle``, ``leader``, ``admin``) each add the
+    operations of one concern over this state; ``backend.PostgresBackend`` is all of them.
+    The leader's connection state lives here because ``close`` must step down first.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        schema: str,
+        *,
+        dispatch_pool: asyncpg.Pool | None = None,
+        heartbeat_pool: asyncpg.Pool | None = None,
+        command_timeout: float | None = None,
+        dispatch_oversample: int = 2,
+        notify_health_check_interval: float = 5.0,
+        notify_reconnect_backoff: float = 1.0,
+        plain_dispatch: bool = True,
+    ) -> None:
+        """Wrap open pools whose connections ran ``_init_connection``; prefer ``connect``.
+
+        ``dsn`` must be a real libpq DSN (not ``embedded``): the LISTEN and leader
+        connections open it directly. Dispatch runs on ``dispatch_pool`` and the heartbeat on
+        ``heartbeat_pool`` when given, so neither waits behind the other's traffic (or behind
+        settle writes); everything else uses ``pool``. ``plain_dispatch=False`` always claims
+        through the general statement (the tests run both).
+        """
+        if dispatch_oversample < 1:
+            raise ValueError("dispatch_oversample must be at least 1")
+        self.schema = validate_identifier(schema)
+        self._pool = pool
+        self._dispatch_pool = dispatch_pool or pool
+        self._heartbeat_pool = heartbeat_pool or pool
+        self._dsn = dsn
+        self._command_timeout = command_timeout
+        self._queries = SchemaQueries(schema)
+        self._oversample = dispatch_oversample
+        self._plain_dispatch = plain_dispatch
+        self._plain_retry_at = 0.0  # monotonic time from which dispatch_plain is tried again
+        self._wake_channel = wake_channel(schema)
+        self._events_channel = events_channel(schema)
+        self._leader_key = leader_lock_key(schema)
+        self._leader_conn: asyncpg.Connection | None = None
+        self._leader_worker: UUID | None = None
+        self._leader_lock = asyncio.Lock()
+        self._closed = False
+        self.listener = NotifyListener(
+            lambda: self._open_direct_connection(f"taskq_listen_{schema}"),
+            schema,
+            health_check_interval=notify_health_check_interval,
+            initial_backoff=notify_reconnect_backoff,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        dispatch_pool_size: int | None = None,
+        heartbeat_pool_size: int | None = None,
+        command_timeout: float | None = None,
+        max_inactive_lifetime: float = 300.0,
+        dispatch_oversample: int = 2,
+        notify_health_check_interval: float = 5.0,
+        notify_reconnect_backoff: float = 1.0,
+        plain_dispatch: bool = True,
+    ) -> Self:
+        """Open pools on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
+
+        One pool of ``min_size``..``max_size`` connections, plus a dispatch and a heartbeat
+        pool of their own when their sizes are given (a worker gives them). Statements
+        that take longer than ``command_timeout`` seconds are cancelled and raise
+        DatabaseUnavailableError (a hung connection, a partition). Connection failures
+        raise one-line DatabaseUnavailableError / ConfigError.
+        """
+        validate_identifier(schema)
+        if dispatch_oversample < 1:
+            raise ValueError("dispatch_oversample must be at least 1")
+        real_dsn = connection.prepare_dsn(dsn)
+        options: dict[str, Any] = {
+            "init": rows.init_connection,
+            "reset": rows.keep_session,
+            "command_timeout": command_timeout,
+            "max_inactive_connection_lifetime": max_inactive_lifetime,
+            "server_settings": {
+                "application_name": f"taskq_{schema}",
+                # Every statement here is prepared once per connection and shaped to suit
+                # one plan whatever its parameters; without this the planner would re-plan
+                # the dispatch CTE (milliseconds of planning) on every call.
+                "plan_cache_mode": "force_generic_plan",
+                # The generic plan's estimates are pessimistic enough to cross jit_above_cost:
+                # on a server with JIT on, each dispatch would spend ~100 ms compiling a
+                # statement that runs in ~1 ms. Short queue statements never gain from JIT.
+                "jit": "off",
+                **connection.SERVER_KEEPALIVES,
+            },
+        }
+        opened: list[asyncpg.Pool] = []
+        try:
+            pool = await connection.create_pool(
+                real_dsn, min_size=min(min_size, max_size), max_size=max_size, **options
+            )
+            opened.append(pool)
+            pools: dict[str, asyncpg.Pool] = {}
+            sizes = {"dispatch": dispatch_pool_size, "heartbeat": heartbeat_pool_size}
+            for role, size in sizes.items():
+                if size is not None:
+                    pools[role] = await connection.create_pool(
+                        real_dsn, min_size=1, max_size=size, **options
+                    )
+                    opened.append(pools[role])
+        except BaseException:
+            for each in opened:
+                each.terminate()
+            raise
+        return cls(
+            pool,
+            real_dsn,
+            schema,
+            dispatch_pool=pools.get("dispatch"),
+            heartbeat_pool=pools.get("heartbeat"),
+            command_timeout=command_timeout,
+            dispatch_oversample=dispatch_oversample,
+            notify_health_check_interval=notify_health_check_interval,
+            notify_reconnect_backoff=notify_reconnect_backoff,
+            plain_dispatch=plain_dispatch,
+        )
+
+    def _pools(self) -> list[asyncpg.Pool]:
+        """Every distinct pool this backend owns."""
+        pools = (self._pool, self._dispatch_pool, self._heartbeat_pool)
+        return list({id(pool): pool for pool in pools}.values())
+
+    async def _one(self, query: str, *args: Any) -> asyncpg.Record:
+        """The single row an aggregate statement always returns."""
+        record = await self._pool.fetchrow(query, *args)
+        if record is None:
+            raise RuntimeError("a statement that always returns one row returned none")
+        return record
+
+    async def _open_direct_connection(self, application_name: str) -> asyncpg.Connection:
+        """A connection outside the pool (LISTEN, leader lock), named for pg_stat_activity."""
+        return await connection.connect(
+            self._dsn,
+            command_timeout=self._command_timeout or _DIRECT_QUERY_TIMEOUT,
+            server_settings={"application_name": application_name, **connection.SERVER_KEEPALIVES},
+        )
+
+    async def close(self) -> None:
+        """Close the LISTEN connection and the pools; idempotent (the leader part steps
+        down first, see ``leader.LeaderPart.close``)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.listener.close()
+        for pool in self._pools():
+            await pool.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A pool connection inside a transaction; pass it as ``connection=``."""
+        async with self._pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                await rows.reset_lent(conn)
+
+    # --- wake-ups ----------------------------------------------------------------------------
+    def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever new dispatchable work may exist (wake NOTIFY)."""
+        return self.listener.subscribe_wake()
+
+    def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An Event set whenever a cancel request is written (events NOTIFY)."""
+        return self.listener.subscribe_cancel_wake()

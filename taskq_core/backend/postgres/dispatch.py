@@ -1,0 +1,100 @@
+"""Dispatch and lease upkeep: claiming jobs, the heartbeat, start marks, cancel flags."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    CancelFlag,
+    HeartbeatResult,
+    JobRow,
+    Lease,
+    Start,
+)
+
+from . import rows
+from .core import BackendCore
+
+# How long dispatch skips `dispatch_plain` once it found caps or round_robin queues.
+_PLAIN_RETRY_SECONDS = 5.0
+
+
+class DispatchPart(BackendCore):
+    """Claim jobs, keep their leases, record their starts."""
+
+    async def dispatch_batch(
+        self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
+    ) -> list[JobRow]:
+        """Claim up to ``limit`` due pending jobs in one statement (see ``sql/dispatch.sql``).
+
+        The lighter ``dispatch_plain`` runs first while no cap or round_robin queue is
+        configured; when it finds that it does not apply, ``dispatch_batch`` runs instead,
+        and alone for the next few seconds.
+        """
+        if limit <= 0 or not queues:
+            return []
+        args = (list(queues), limit, worker_id, lock_lease, self._oversample)
+        if self._plain_dispatch and time.monotonic() >= self._plain_retry_at:
+            records = await self._dispatch_pool.fetch(self._queries["dispatch_plain"], *args)
+            if records[0]["plain"]:
+                return [rows.job(record) for record in records if record["id"] is not None]
+            # Caps or round_robin queues are configured: the general statement, for a while
+            # (which statement runs first is all this decides; each reads the config itself).
+            self._plain_retry_at = time.monotonic() + _PLAIN_RETRY_SECONDS
+        records = await self._dispatch_pool.fetch(self._queries["dispatch_batch"], *args)
+        return [rows.job(record) for record in records]
+
+    # --- heartbeat ---------------------------------------------------------------------------
+    async def heartbeat(
+        self,
+        worker_id: UUID,
+        lock_lease: timedelta,
+        leases: Sequence[Lease] = (),
+        *,
+        is_leader: bool = False,
+    ) -> HeartbeatResult:
+        """Worker row, the named leases, reservation leases, leader row and cancel flags: one
+        statement, hence one transaction."""
+        records = await self._heartbeat_pool.fetch(
+            self._queries["heartbeat"],
+            worker_id,
+            lock_lease,
+            is_leader,
+            [lease.job_id for lease in leases],
+            [lease.attempt for lease in leases],
+        )
+        flags = [
+            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
+            for r in records
+            if r["cancel_requested_at"] is not None
+        ]
+        return HeartbeatResult(
+            held=frozenset(r["job_id"] for r in records),
+            extended=frozenset(r["job_id"] for r in records if r["extended"]),
+            cancel_flags=flags,
+        )
+
+    # --- terminal and rescheduling writes ----------------------------------------------------
+    async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
+        """started_at for claimed jobs whose bodies began; the ids written."""
+        if not starts:
+            return set()
+        rows = await self._pool.fetch(
+            self._queries["mark_started_many"],
+            worker_id,
+            [s.job_id for s in starts],
+            [s.attempt for s in starts],
+            [s.ran_for for s in starts],
+        )
+        return {row["id"] for row in rows}
+
+    async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
+        """Running jobs of this worker with a cancel requested, oldest request first."""
+        records = await self._heartbeat_pool.fetch(self._queries["poll_cancel_flags"], worker_id)
+        return [
+            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
+            for r in records
+        ]

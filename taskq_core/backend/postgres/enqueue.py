@@ -1,0 +1,194 @@
+"""Enqueue: one job through a statement, batches through binary COPY (see ``bulk``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    EnqueueArgs,
+    JobRow,
+)
+from taskq_core.ids import uuid7, uuid7_batch_ints
+
+from . import bulk, rows
+from .core import BackendCore
+
+_RETRY_KINDS = frozenset({"transient", "indefinite", "non_retryable"})
+
+
+def _validate(args: EnqueueArgs) -> None:
+    """Reject an item as the schema's CHECK constraints would, before anything is sent."""
+    if args.max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
+    if args.retry_kind not in _RETRY_KINDS:
+        raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+
+
+def _check(args: EnqueueArgs) -> UUID:
+    """Validate one item and return its (possibly new) job id."""
+    _validate(args)
+    return args.job_id or uuid7()
+
+
+# Rows per COPY data message: a batch goes out in about four slices (so even a small one
+# overlaps its encoding with the server's inserts), of 250 to 1,000 rows.
+_COPY_SLICE_ROWS = (250, 1000)
+
+
+@dataclass(slots=True)
+class _CopyBatch:
+    """A bulk enqueue, prepared and streamed to the server a slice at a time.
+
+    Each slice is validated, given its ids, serialized and encoded while the server inserts
+    the slice before it (two cores at work, not one after the other); for ``enqueue_batch``
+    the JobRows are built in the same pass. Items are encoded one by one as they are read, so
+    nothing per item outlives its row unless the rows are asked for (no work for the garbage
+    collector). An invalid item ends the stream early (with a well-formed trailer) and is
+    raised once the COPY returns, inside its transaction, so the whole batch rolls back: a
+    batch commits entirely or not at all.
+    """
+
+    args_list: Sequence[EnqueueArgs]
+    rows: list[JobRow] | None
+    error: Exception | None = None
+    wake: bool = False  # some job of the batch is dispatchable now
+
+    async def stream(self, now: datetime) -> AsyncIterator[bytes]:
+        encoder = bulk.RowEncoder(now)
+        count = len(self.args_list)
+        least, most = _COPY_SLICE_ROWS
+        step = min(most, max(least, -(-count // 4)))
+        items = iter(self.args_list)  # a client's batch builds each item here
+        data = bulk.HEADER
+        for start in range(0, count, step):
+            try:
+                size = min(step, count - start)
+                data += self._encode(encoder, itertools.islice(items, size), size)
+            except Exception as exc:  # raised by _copy_in, after the COPY, to roll it back
+                self.error = exc
+                break
+            if start + step < count:
+                yield data
+                data = b""
+        yield data + bulk.TRAILER
+
+    def _encode(self, encoder: bulk.RowEncoder, items: Iterable[EnqueueArgs], size: int) -> bytes:
+        """The rows of a slice of ``size`` items; appends their JobRows when asked for."""
+        parts: list[bytes] = []
+        built = self.rows
+        fresh = iter(uuid7_batch_ints(size))  # an item with its own id leaves one unused
+        for args in items:
+            _validate(args)
+            job_id = next(fresh) if args.job_id is None else args.job_id.int
+            payload = bulk.jsonb_field(args.payload)
+            metadata = bulk.jsonb_field(args.metadata)
+            parts.append(encoder.row(args, job_id, payload, metadata))
+            if not self.wake and not bulk.is_delayed(args):
+                self.wake = True
+            if built is not None:
+                built.append(encoder.job_row(args, UUID(int=job_id), payload, metadata))
+        return b"".join(parts)
+
+
+class EnqueuePart(BackendCore):
+    """enqueue, enqueue_batch (COPY, rows built from what was sent), enqueue_batch_fast."""
+
+    def _enqueue_params(self, args: EnqueueArgs) -> tuple[Any, ...]:
+        return (
+            _check(args),
+            args.actor,
+            args.queue,
+            bulk.dumps(args.payload),
+            args.priority,
+            args.delay,
+            args.identity_key,
+            args.fairness_key,
+            args.schedule_to_close,
+            args.retry_kind,
+            args.max_attempts,
+            args.result_ttl,
+            bulk.dumps(args.metadata),
+            args.trace_id,
+            args.span_id,
+            self._wake_channel,
+        )
+
+    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+        """Insert one job; pending jobs NOTIFY the wake channel. No event (not a transition).
+
+        ``connection`` may be any asyncpg connection: the statement binds JSON as text, so it
+        does not depend on the connection's codecs, and it commits with the caller.
+        """
+        params = self._enqueue_params(args)
+        executor: Any = self._pool if connection is None else connection
+        try:
+            record = await executor.fetchrow(self._queries["enqueue"], *params)
+        except asyncpg.UniqueViolationError as exc:
+            raise ValueError(f"a job with id {params[0]} already exists") from exc
+        return rows.job_from_text_json(record)
+
+    async def enqueue_batch(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> list[JobRow]:
+        """COPY the batch in, as ``enqueue_batch_fast`` does, and return its rows in item order.
+
+        Every column of a new row is known without reading it back: the item, the database
+        clock read in the same transaction, and the schema defaults (no trigger writes to
+        ``jobs``). So the rows are built from what was sent, the JSON columns decoded from the
+        very text the COPY carried (as the in-memory backend does).
+        """
+        if not args_list:
+            return []
+        rows: list[JobRow] = []
+        await self._copy(args_list, connection, rows)
+        return rows
+
+    async def enqueue_batch_fast(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> int:
+        """Binary COPY of the jobs (no RETURNING) with one NOTIFY; returns the count.
+
+        The rows are encoded by ``bulk`` (no connection codec involved), so TaskQ's own
+        connections and a caller's take the same path.
+        """
+        if not args_list:
+            return 0
+        await self._copy(args_list, connection)
+        return len(args_list)
+
+    async def _copy(
+        self, args_list: Sequence[EnqueueArgs], connection: Any, rows: list[JobRow] | None = None
+    ) -> None:
+        """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
+        batch = _CopyBatch(args_list, rows)
+        if connection is None:
+            async with self._pool.acquire() as conn:
+                await self._copy_in(conn, batch)
+        else:
+            await self._copy_in(connection, batch)
+
+    async def _copy_in(self, conn: Any, batch: _CopyBatch) -> None:
+        async with conn.transaction():
+            # Delays and deadlines resolve on the database clock (the arbiter's time).
+            now: datetime = await conn.fetchval(self._queries["copy_clock"])
+            try:
+                await conn.copy_to_table(
+                    "jobs",
+                    source=batch.stream(now),
+                    columns=bulk.COLUMNS,
+                    schema_name=self.schema,
+                    format="binary",
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+            if batch.error is not None:
+                raise batch.error  # an invalid item: the transaction rolls back
+            if batch.wake:  # COPY cannot notify; delivered only if this transaction commits
+                await conn.execute(self._queries["copy_wake"], self._wake_channel)

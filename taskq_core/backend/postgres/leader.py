@@ -1,0 +1,165 @@
+"""Leader election (a session advisory lock on a dedicated connection) and the sweeps."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    EventRow,
+    LeaderRow,
+)
+from taskq_core.constants import (
+    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
+    UNSTARTED_RECLAIM_LIMIT,
+)
+from taskq_core.obs.logs import get_logger
+
+from . import rows
+from .core import BackendCore
+from .errors import is_database_trouble
+
+_log = get_logger("postgres_backend")
+
+
+class LeaderPart(BackendCore):
+    """The maintenance leader's lock and row, and the sweeps it runs."""
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """Take (or keep) the leader's session advisory lock on the dedicated connection.
+
+        A dead leader connection means the lock is gone: this call returns False and the
+        next one reconnects and competes again. When no connection can be opened at all, it
+        raises DatabaseUnavailableError (the database is away, not merely the lock).
+        """
+        async with self._leader_lock:
+            if self._leader_worker is not None:
+                if self._leader_worker != worker_id:
+                    return False
+                return await self._renew_leadership(worker_id)
+            try:
+                conn = self._leader_conn
+                if conn is None or conn.is_closed():
+                    conn = self._leader_conn = await self._open_direct_connection(
+                        f"taskq_leader_{self.schema}"
+                    )
+                granted = await conn.fetchval(
+                    self._queries["leader_try_acquire"],
+                    self._leader_key,
+                    worker_id,
+                )
+            except Exception as exc:
+                if is_database_trouble(exc):
+                    await self._drop_leader_connection()
+                raise  # translated to DatabaseUnavailableError on the way out
+            if granted:
+                self._leader_worker = worker_id
+                return True
+            return False
+
+    async def _renew_leadership(self, worker_id: UUID) -> bool:
+        conn = self._leader_conn
+        try:
+            if conn is None or conn.is_closed():
+                raise asyncpg.InterfaceError("the leader connection is closed")
+            await conn.execute(self._queries["leader_renew"], worker_id)
+        except Exception as exc:
+            if not is_database_trouble(exc):
+                raise
+            _log.warning(
+                "leadership_lost", schema=self.schema, worker_id=str(worker_id), error=str(exc)
+            )
+            self._leader_worker = None
+            await self._drop_leader_connection()
+            return False
+        return True
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Unlock, remove the leader row and close the leader connection (no-op when not
+        leading as ``worker_id``)."""
+        async with self._leader_lock:
+            if self._leader_worker != worker_id:
+                return
+            self._leader_worker = None
+            conn = self._leader_conn
+            if conn is not None and not conn.is_closed():
+                try:
+                    await conn.fetchrow(
+                        self._queries["leader_release"],
+                        self._leader_key,
+                        worker_id,
+                    )
+                except Exception as exc:
+                    if not is_database_trouble(exc):
+                        raise
+                    _log.warning("leader_release_failed", schema=self.schema, error=str(exc))
+            await self._drop_leader_connection()
+
+    async def _drop_leader_connection(self) -> None:
+        conn, self._leader_conn = self._leader_conn, None
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), timeout=2.0)
+        except Exception as exc:
+            if not is_database_trouble(exc):
+                raise
+            conn.terminate()
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+        record = await self._pool.fetchrow(self._queries["get_leader"])
+        if record is None:
+            return None
+        return LeaderRow(record["worker_id"], record["elected_at"], record["last_seen_at"])
+
+    # --- sweeps ------------------------------------------------------------------------------
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending; one NOTIFY when any moved."""
+        record = await self._one(self._queries["scheduled_to_pending"], self._wake_channel)
+        return int(record["moved"])
+
+    async def deadline_sweep(self) -> int:
+        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded)."""
+        return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events."""
+        record = await self._one(
+            self._queries["reclaim_expired_locks"],
+            cancel_grace,
+            cleanup_grace,
+            self._wake_channel,
+            UNSTARTED_RECLAIM_LIMIT,
+        )
+        return int(record["reclaimed"])
+
+    async def expire_results(self) -> int:
+        """Clear results whose result_expires_at has passed."""
+        return int(await self._pool.fetchval(self._queries["expire_results"]))
+
+    async def poll_reclaim_events(
+        self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
+    ) -> list[EventRow]:
+        """Reclaim events after the cursor, oldest first, once past the visibility delay."""
+        if limit <= 0:
+            return []
+        if visibility_delay is None:
+            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        records = await self._pool.fetch(
+            self._queries["poll_reclaim_events"], after_id, limit, visibility_delay
+        )
+        return [rows.event(r) for r in records]
+
+    async def close(self) -> None:
+        """Step down (unlock, remove the leader row, close its connection), then close the
+        rest; idempotent."""
+        if self._closed:
+            return
+        if self._leader_worker is not None:
+            await self.release_leadership(self._leader_worker)
+        await self._drop_leader_connection()
+        await super().close()

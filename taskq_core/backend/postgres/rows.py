@@ -1,0 +1,194 @@
+"""Records -> protocol rows, and the JSON codecs every pool connection gets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Any
+
+import asyncpg
+
+from taskq_core.backend.protocol import (
+    ActorConfigRow,
+    AttemptRow,
+    EventRow,
+    JobFilter,
+    JobRow,
+    QueueActivity,
+    QueueRow,
+    WorkerRow,
+    from_values,
+)
+from taskq_core.statemachine import JobStatus
+
+from . import bulk
+
+_JOB_FIELDS = tuple(f.name for f in fields(JobRow))
+_STATUS_INDEX = _JOB_FIELDS.index("status")
+_JOB_STATUS = {status.value: status for status in JobStatus}
+_TEXT_JSON_INDEXES = tuple(
+    _JOB_FIELDS.index(name) for name in ("payload", "result", "metadata", "progress_state")
+)
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
+_ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def encode_jsonb(value: Any) -> bytes:
+    return b"\x01" + bulk.dumps(value).encode()  # jsonb binary format: version byte, then text
+
+
+_EMPTY_JSONB = b"\x01{}"  # the usual payload and metadata
+
+
+def decode_jsonb(data: bytes) -> Any:
+    if data == _EMPTY_JSONB:
+        return {}
+    return json.loads(data[1:])
+
+
+def encode_json(value: Any) -> bytes:
+    return bulk.dumps(value).encode()
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Pool connection set-up: JSON columns in and out as Python objects (binary format)."""
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=encode_jsonb,
+        decoder=decode_jsonb,
+        schema="pg_catalog",
+        format="binary",
+    )
+    await conn.set_type_codec(
+        "json", encoder=encode_json, decoder=json.loads, schema="pg_catalog", format="binary"
+    )
+
+
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's reset query (advisory unlock, CLOSE, UNLISTEN, RESET).
+
+    That query is a round trip after every pooled statement, and TaskQ's own statements leave
+    no session state behind (LISTEN and the leader lock live on dedicated connections; settings
+    are SET LOCAL). asyncpg still rolls back an open transaction before calling this. The one
+    connection that user code touches, ``transaction()``'s, is reset there.
+    """
+
+
+async def reset_lent(conn: Any) -> None:
+    """Full reset of a connection the caller used: whatever session state it left goes."""
+    try:
+        await conn.reset()
+    except Exception:  # a connection that cannot be reset is not reused
+        conn.terminate()
+
+
+# --- records -> protocol rows ----------------------------------------------------------------
+def job(record: asyncpg.Record) -> JobRow:
+    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
+    return from_values(JobRow, values)
+
+
+def job_from_text_json(record: asyncpg.Record) -> JobRow:
+    """A row whose JSON columns came back as text (the codec-independent enqueue queries)."""
+    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
+    for index in _TEXT_JSON_INDEXES:
+        if values[index] is not None:
+            values[index] = json.loads(values[index])
+    return from_values(JobRow, values)
+
+
+def attempt(record: asyncpg.Record) -> AttemptRow:
+    return AttemptRow(**{name: record[name] for name in _ATTEMPT_FIELDS})
+
+
+def event(record: asyncpg.Record) -> EventRow:
+    from_status, to_status = record["from_status"], record["to_status"]
+    return EventRow(
+        id=record["id"],
+        job_id=record["job_id"],
+        occurred_at=record["occurred_at"],
+        kind=record["kind"],
+        from_status=None if from_status is None else JobStatus(from_status),
+        to_status=None if to_status is None else JobStatus(to_status),
+        worker_id=record["worker_id"],
+        detail=record["detail"],
+    )
+
+
+def actor_config(record: asyncpg.Record) -> ActorConfigRow:
+    return ActorConfigRow(**{name: record[name] for name in _ACTOR_CONFIG_FIELDS})
+
+
+def queue(record: asyncpg.Record) -> QueueRow:
+    return QueueRow(
+        name=record["name"],
+        mode=record["mode"],
+        max_concurrent=record["max_concurrent"],
+        paused=record["paused"],
+        has_row=record["has_row"],
+        counts={
+            JobStatus(status): count
+            for status, count in zip(record["statuses"], record["counts"], strict=True)
+        },
+    )
+
+
+def worker(record: asyncpg.Record) -> WorkerRow:
+    return WorkerRow(
+        id=record["id"],
+        hostname=record["hostname"],
+        pid=record["pid"],
+        label=record["worker_label"],
+        workgroup_instance=record["workgroup_instance"],
+        queues=list(record["queues"]),
+        actors=list(record["actors"]),
+        concurrency=record["concurrency"],
+        version=record["version"],
+        started_at=record["started_at"],
+        last_seen_at=record["last_seen_at"],
+        stopped_at=record["stopped_at"],
+        status=record["status"],
+        is_leader=record["is_leader"],
+        running_jobs=record["running_jobs"],
+        claimed_jobs=record["claimed_jobs"],
+    )
+
+
+def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
+    per_minute = [0] * minutes
+    for minute_ago, count in zip(record["minutes_ago"], record["minute_counts"], strict=True):
+        per_minute[minutes - 1 - minute_ago] = count  # oldest first
+    return QueueActivity(
+        name=record["name"],
+        mode=record["mode"],
+        max_concurrent=record["max_concurrent"],
+        paused=record["paused"],
+        pending=record["pending"],
+        scheduled=record["scheduled"],
+        running=record["running"],
+        claimed=record["claimed"],
+        oldest_pending_at=record["oldest_pending_at"],
+        finished={
+            JobStatus(status): count
+            for status, count in zip(
+                record["finished_statuses"], record["finished_counts"], strict=True
+            )
+        },
+        finished_per_minute=per_minute,
+    )
+
+
+def statuses(filter: JobFilter) -> list[str] | None:
+    allowed = filter.statuses()
+    return None if allowed is None else sorted(s.value for s in allowed)
+
+
+def filter_args(filter: JobFilter) -> tuple[Any, ...]:
+    """($1 statuses, $2 queue, $3 actor, $4 ids, $5 limit) as the filter queries take them."""
+    ids = None if filter.ids is None else list(filter.ids)
+    return (statuses(filter), filter.queue, filter.actor, ids, filter.limit)
