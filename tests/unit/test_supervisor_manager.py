@@ -371,6 +371,27 @@ async def test_the_last_seen_time_is_exposed_in_the_snapshot() -> None:
     assert status.pid == harness.child("api-1").pid and status.uptime == 1.0
 
 
+async def test_countdowns_and_deadlines_are_read_on_the_injected_clock() -> None:
+    harness = Harness(make_plan({"api": 1}, shutdown_timeout=10.0))
+    await harness.step()
+    start = harness.clock.monotonic()
+    assert harness.manager.next_deadline() == start + HEALTH.check_interval
+    harness.child("api-1").exit(1)
+    await harness.step(0.5)  # a young crash: restarted after the initial 1s backoff
+    (status,) = harness.manager.snapshot()
+    assert status.state is ChildState.BACKOFF and status.restart_in == 1.0
+    assert harness.manager.next_deadline() == start + 1.5
+    harness.clock.advance(0.25)  # no pass: the countdown moves with the clock alone
+    assert harness.manager.snapshot()[0].restart_in == 0.75
+    await harness.step(0.75)
+    assert harness.state("api-1") is ChildState.RUNNING
+    harness.clock.advance(2.0)
+    assert harness.manager.snapshot()[0].uptime == 2.0
+    harness.child("api-1").exits_on_sigterm = False
+    harness.manager.request_stop("test")
+    assert harness.manager.next_deadline() == harness.clock.monotonic() + 10.0
+
+
 # --- stopping -------------------------------------------------------------------------------
 
 
