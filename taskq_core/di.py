@@ -8,18 +8,23 @@ scope closes, every teardown running even when an earlier one fails.
 
 An actor parameter annotated ``Annotated[T, Scope.X]`` caches ``T`` in scope X instead of the
 provider's registered scope.
+
+THREAD means the thread that runs the actor: a plain ``def`` actor's executor thread (the
+worker lends it to the resolver as a ThreadSeat, and that thread calls the factory), or the
+event loop's thread for an ``async def`` actor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Protocol, get_args, get_origin, get_type_hints
 
 from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import get_logger
@@ -149,6 +154,27 @@ def _name(key: Any) -> str:
     return getattr(key, "__name__", repr(key))
 
 
+Call = Callable[[Callable[[], Any]], Awaitable[Any]]  # runs a sync callable somewhere
+
+
+async def _call_here(fn: Callable[[], Any]) -> Any:
+    """Run a factory step on the current (event loop) thread."""
+    return fn()
+
+
+class ThreadSeat(Protocol):
+    """An executor thread held for one actor run while its dependencies resolve."""
+
+    @property
+    def ident(self) -> int:
+        """``threading.get_ident()`` of the held thread."""
+        ...
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the held thread and return its result."""
+        ...
+
+
 class ScopeContainer:
     """Values of one scope instance, and the teardowns to run when it closes."""
 
@@ -158,28 +184,33 @@ class ScopeContainer:
         self._teardowns: list[Any] = []  # generators, finished in LIFO order on close
         self._lock = asyncio.Lock()
 
-    async def get_or_create(self, provider: Provider, resolve: Resolver) -> Any:
-        """The cached value, or a new one made by the provider (teardown registered)."""
+    async def get_or_create(
+        self, provider: Provider, resolve: Resolver, call: Call = _call_here
+    ) -> Any:
+        """The cached value, or a new one made by the provider (teardown registered).
+
+        ``call`` runs the factory's synchronous steps: on the loop, or on a held thread.
+        """
         if provider.key in self._values:
             return self._values[provider.key]
         async with self._lock:
             if provider.key not in self._values:
-                self._values[provider.key] = await self._make(provider, resolve)
+                self._values[provider.key] = await self._make(provider, resolve, call)
         return self._values[provider.key]
 
-    async def _make(self, provider: Provider, resolve: Resolver) -> Any:
+    async def _make(self, provider: Provider, resolve: Resolver, call: Call) -> Any:
         if provider.factory is None:
             return provider.value
         kwargs = {
             name: await resolve(annotation) for name, annotation in provider.dependencies().items()
         }
-        made = provider.factory(**kwargs)
+        made = await call(functools.partial(provider.factory, **kwargs))
         if inspect.isasyncgen(made):
             value = await made.__anext__()
             self._teardowns.append(made)
             return value
         if inspect.isgenerator(made):
-            value = next(made)
+            value = await call(functools.partial(next, made))
             self._teardowns.append(made)
             return value
         if inspect.isawaitable(made):
@@ -222,20 +253,29 @@ async def _finish(gen: Any) -> None:
 class Resolver:
     """Resolves annotated types against a registry and the open scope containers."""
 
-    def __init__(self, registry: ProviderRegistry, containers: dict[Scope, ScopeContainer]):
+    def __init__(
+        self,
+        registry: ProviderRegistry,
+        containers: dict[Scope, ScopeContainer],
+        thread: ThreadSeat | None = None,
+    ) -> None:
         self._registry = registry
         self._containers = containers
+        self._thread_call: Call = _call_here if thread is None else thread.call
 
     async def __call__(self, annotation: Any) -> Any:
         key, override = split_annotation(annotation)
         provider = self._registry.get(key)
         if provider is None:
             raise MissingProviderError(f"no provider for {_name(key)}")
-        return await self._containers[override or provider.scope].get_or_create(provider, self)
+        scope = override or provider.scope
+        # A THREAD value is made by the thread it belongs to (thread-bound resources).
+        call = self._thread_call if scope is Scope.THREAD else _call_here
+        return await self._containers[scope].get_or_create(provider, self, call)
 
 
 class ProcessScopes:
-    """The long-lived PROCESS, THREAD and LOOP containers of one worker."""
+    """The long-lived PROCESS, THREAD (one per actor thread) and LOOP containers of a worker."""
 
     def __init__(self, registry: ProviderRegistry) -> None:
         self.registry = registry
@@ -243,21 +283,52 @@ class ProcessScopes:
         self._threads: dict[int, ScopeContainer] = {}
         self._loop = ScopeContainer(Scope.LOOP)
         self._threads_lock = threading.Lock()
+        self._uses_thread: dict[tuple[tuple[str, Any], ...], bool] = {}
 
-    def containers(self, transient: ScopeContainer) -> dict[Scope, ScopeContainer]:
-        """The scope chain for one invocation."""
-        ident = threading.get_ident()
+    def containers(
+        self, transient: ScopeContainer, thread: int | None = None
+    ) -> dict[Scope, ScopeContainer]:
+        """The scope chain for one invocation on thread ``thread`` (default: this thread)."""
+        ident = threading.get_ident() if thread is None else thread
         with self._threads_lock:
-            thread = self._threads.setdefault(ident, ScopeContainer(Scope.THREAD))
+            container = self._threads.get(ident)
+            if container is None:
+                container = self._threads[ident] = ScopeContainer(Scope.THREAD)
         return {
             Scope.PROCESS: self._process,
-            Scope.THREAD: thread,
+            Scope.THREAD: container,
             Scope.LOOP: self._loop,
             Scope.TRANSIENT: transient,
         }
 
+    def uses_thread_scope(self, dependencies: dict[str, Any]) -> bool:
+        """Whether resolving ``dependencies`` reaches a THREAD-scoped value (then a plain
+        ``def`` actor's thread must be held before they resolve)."""
+        memo_key = tuple(dependencies.items())
+        known = self._uses_thread.get(memo_key)
+        if known is None:
+            known = self._uses_thread[memo_key] = any(
+                self._reaches_thread(annotation, set()) for annotation in dependencies.values()
+            )
+        return known
+
+    def _reaches_thread(self, annotation: Any, seen: set[Any]) -> bool:
+        key, override = split_annotation(annotation)
+        provider = self.registry.get(key)
+        if provider is None:
+            return False
+        if (override or provider.scope) is Scope.THREAD:
+            return True
+        if key in seen:
+            return False
+        seen.add(key)
+        return any(self._reaches_thread(a, seen) for a in provider.dependencies().values())
+
     async def close(self) -> None:
-        """Close narrow to wide: LOOP, THREAD, then PROCESS."""
+        """Close narrow to wide: LOOP, THREAD, then PROCESS.
+
+        THREAD teardowns run here, on the loop's thread, once the actor threads are idle.
+        """
         await self._loop.close()
         for container in list(self._threads.values()):
             await container.close()
@@ -266,14 +337,19 @@ class ProcessScopes:
 
 @asynccontextmanager
 async def actor_scope(
-    scopes: ProcessScopes, dependencies: dict[str, Any]
+    scopes: ProcessScopes, dependencies: dict[str, Any], thread: ThreadSeat | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """Resolve an actor's DI kwargs in a fresh TRANSIENT scope; teardown is shielded."""
+    """Resolve an actor's DI kwargs in a fresh TRANSIENT scope; teardown is shielded.
+
+    ``thread`` is the held thread a plain ``def`` actor will run on: THREAD-scoped values are
+    that thread's own. Without it, THREAD means the calling (event loop) thread.
+    """
     if not dependencies:
         yield {}
         return
     transient = ScopeContainer(Scope.TRANSIENT)
-    resolver = Resolver(scopes.registry, scopes.containers(transient))
+    ident = None if thread is None else thread.ident
+    resolver = Resolver(scopes.registry, scopes.containers(transient, ident), thread)
     try:
         yield {name: await resolver(annotation) for name, annotation in dependencies.items()}
     finally:

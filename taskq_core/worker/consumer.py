@@ -35,6 +35,7 @@ from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.metrics import consumer_span, instruments
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
+from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause
 
@@ -178,12 +179,16 @@ async def _invoke(
     ctx = held.ctx
     assert ctx is not None
 
-    async def call(di_kwargs: dict[str, Any]) -> Any:
+    def arguments(di_kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(di_kwargs)
         if ref.payload_param is not None:
             kwargs[ref.payload_param] = payload
         if ref.context_param is not None:
             kwargs[ref.context_param] = ctx
+        return kwargs
+
+    async def call(di_kwargs: dict[str, Any]) -> Any:
+        kwargs = arguments(di_kwargs)
         if ref.is_async:
             return await ref.fn(**kwargs)
         loop = asyncio.get_running_loop()
@@ -191,8 +196,20 @@ async def _invoke(
         return await _until_thread_ends(deps, held, thread)
 
     async def call_with_dependencies() -> Any:
-        async with actor_scope(deps.scopes, ref.dependency_params) as di_kwargs:
-            return await call(di_kwargs)
+        if ref.is_async or not deps.scopes.uses_thread_scope(ref.dependency_params):
+            async with actor_scope(deps.scopes, ref.dependency_params) as di_kwargs:
+                return await call(di_kwargs)
+        # THREAD-scoped values belong to the thread that runs the body: hold one first.
+        loop = asyncio.get_running_loop()
+        seat = ActorThread(loop)
+        thread = loop.run_in_executor(deps.executor, seat.serve)
+        try:
+            await seat.claimed()
+            async with actor_scope(deps.scopes, ref.dependency_params, seat) as di_kwargs:
+                seat.run(functools.partial(ref.fn, **arguments(di_kwargs)))
+                return await _until_thread_ends(deps, held, thread)
+        finally:
+            seat.release()
 
     body = call_with_dependencies() if ref.dependency_params else call({})
     if ref.timeout is not None:

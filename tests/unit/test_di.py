@@ -1,6 +1,11 @@
+"""Dependency injection: startup validation, scope caching, LIFO teardown, per-thread values."""
+
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 import pytest
@@ -14,6 +19,7 @@ from taskq_core.di import (
     ScopeViolationError,
     actor_scope,
 )
+from taskq_core.worker.actor_thread import ActorThread
 
 
 class Config:
@@ -109,4 +115,59 @@ async def test_annotated_scope_override_caches_in_the_wider_scope() -> None:
         assert one["s"] is two["s"]
     async with actor_scope(scopes, {"s": Session}) as three:
         assert three["s"] is not one["s"]
+    await scopes.close()
+
+
+class Conn:
+    """A thread-bound value: it remembers the thread that made it."""
+
+    def __init__(self) -> None:
+        self.made_on = threading.get_ident()
+
+
+class Repo:
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+
+async def _resolve_on_a_held_thread(
+    scopes: ProcessScopes, executor: ThreadPoolExecutor, gate: threading.Barrier
+) -> tuple[int, Repo]:
+    """What the consumer does for a plain ``def`` actor: hold a thread, then resolve."""
+    loop = asyncio.get_running_loop()
+    seat = ActorThread(loop)
+    thread = loop.run_in_executor(executor, seat.serve)
+    try:
+        ident = await seat.claimed()
+        async with actor_scope(scopes, {"repo": Repo}, seat) as kwargs:
+            seat.run(gate.wait)  # hold the thread until all are resolved
+            await thread
+            return ident, kwargs["repo"]
+    finally:
+        seat.release()
+
+
+async def test_thread_scope_gives_each_held_thread_its_own_instance() -> None:
+    registry = ProviderRegistry()
+    registry.register(Conn, Conn, scope=Scope.THREAD)
+    registry.register(Repo, Repo)  # TRANSIENT, built on the thread's own Conn
+    scopes = ProcessScopes(registry)
+    assert scopes.uses_thread_scope({"repo": Repo})
+    assert not scopes.uses_thread_scope({"s": Session})
+    with ThreadPoolExecutor(max_workers=3) as executor:
+        gate = threading.Barrier(3, timeout=10)  # three at once: three distinct threads
+        first = await asyncio.gather(
+            *(_resolve_on_a_held_thread(scopes, executor, gate) for _ in range(3))
+        )
+        gate = threading.Barrier(3, timeout=10)
+        again = await asyncio.gather(
+            *(_resolve_on_a_held_thread(scopes, executor, gate) for _ in range(3))
+        )
+    conn_of = {ident: repo.conn for ident, repo in first}
+    assert len(conn_of) == 3 and len({id(c) for c in conn_of.values()}) == 3
+    assert all(conn.made_on == ident for ident, conn in conn_of.items())  # made there
+    assert all(repo.conn is conn_of[ident] for ident, repo in again)  # and reused there
+    async with actor_scope(scopes, {"repo": Repo}) as on_loop:  # an async actor's thread
+        assert on_loop["repo"].conn.made_on == threading.get_ident()
+        assert on_loop["repo"].conn not in conn_of.values()
     await scopes.close()
