@@ -1,0 +1,57 @@
+"""InMemoryBackend: the Backend protocol over plain dicts, for fast worker and client tests.
+
+It implements what the protocol says a caller observes, not how PostgreSQL gets there: every
+time predicate reads the injected Clock, rows are mutable records handed out as frozen
+snapshots, JSON columns round-trip as jsonb would, and ``transaction()`` simulates a
+caller-owned transaction by buffering its writes until the block exits cleanly.
+
+The class is its parts, one module per concern over ``store.MemoryStore`` (the tables and the
+writes they share), mirroring ``backend/postgres``: ``enqueue``, ``dispatch`` (claims, leases,
+start marks, the dispatch order), ``settle`` (every outcome of a claimed attempt, one path),
+``leader`` (election and sweeps), ``reads`` (jobs, history, dashboard), ``admin`` (operator
+writes, workers, actor configs, queues) and ``notify`` (wake-ups). A new subsystem gets a
+module and a part of its own here: ``retention`` (prune, archive), ``cron`` (schedules),
+``ratelimit`` (rate limits, reservations), ``batches``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from taskq_core.backend.protocol import check_protocol_version
+
+from .admin import AdminPart
+from .dispatch import DispatchPart
+from .enqueue import EnqueuePart
+from .leader import LeaderPart
+from .notify import NotifyPart
+from .reads import ReadsPart
+from .settle import SettlePart
+from .store import MemoryTransaction
+
+if TYPE_CHECKING:
+    from taskq_core.backend.protocol import Backend
+
+_IMPLEMENTED_PROTOCOL_VERSION = 2
+check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
+
+
+class InMemoryBackend(
+    EnqueuePart, DispatchPart, LeaderPart, SettlePart, ReadsPart, AdminPart, NotifyPart
+):
+    """The Backend protocol held in Python dicts, with an injectable clock (tests only).
+
+    ``InMemoryBackend(clock=FakeClock())`` moves time only when the test does.
+    """
+
+    BACKEND_PROTOCOL_VERSION: ClassVar[int] = _IMPLEMENTED_PROTOCOL_VERSION
+    supports_transactional_simulation: ClassVar[bool] = True
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(backend: InMemoryBackend) -> Backend:
+        return backend  # mypy checks every signature against the protocol here
+
+
+__all__ = ["InMemoryBackend", "MemoryTransaction"]

@@ -1,0 +1,292 @@
+"""Operator writes and settings: cancel requests and operator retries (one job or many), the
+worker rows, actor configs (code-declared vs operator-owned capacity) and queue settings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    UNSET,
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    BulkCancelResult,
+    CancelOutcome,
+    JobFilter,
+    QueueMode,
+    QueueRow,
+    WorkerInfo,
+    WorkerRow,
+)
+from taskq_core.statemachine import (
+    ACTIVE_STATUSES,
+    RETRYABLE_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    assert_valid_transition,
+)
+
+from .store import (
+    PENDING,
+    RUNNING,
+    ActorConfigRecord,
+    JobRecord,
+    MemoryStore,
+    QueueRecord,
+    WorkerRecord,
+    as_json,
+    freeze,
+)
+
+_QUEUE_MODES: frozenset[QueueMode] = frozenset({"strict_fifo", "round_robin"})
+
+
+class AdminPart(MemoryStore):
+    """Cancel and retry requests, worker rows, actor configs and queues."""
+
+    # --- cancel and retry --------------------------------------------------------------------
+    def _request_cancel(self, job: JobRecord, reason: str | None) -> CancelOutcome:
+        if job.status in TERMINAL_STATUSES:
+            return "terminal"
+        if job.status is RUNNING and job.cancel_requested_at is not None:
+            return "already_requested"
+        now = self._now()
+        job.cancel_requested_at = now
+        job.cancel_reason = reason
+        job.updated_at = now
+        from_status = job.status
+        if from_status is RUNNING:
+            job.cancel_phase = 1
+            detail = {"reason": reason, "cancel_phase": 1}
+            self._record_event(job, "cancel_request", RUNNING, RUNNING, None, detail)
+            self._wake_cancel()
+            return "requested"
+        assert_valid_transition(from_status, JobStatus.CANCELLED, job.id)
+        job.status = JobStatus.CANCELLED
+        job.finished_at = now
+        self._record_event(job, "cancel_request", from_status, job.status, None, {"reason": reason})
+        return "cancelled"
+
+    async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
+        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 (+ cancel wake)."""
+        job = self._jobs.get(job_id)
+        return "not_found" if job is None else self._request_cancel(job, reason)
+
+    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+        """Cancel every non-terminal job the filter matches (its limit applies)."""
+        outcomes = Counter(
+            self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
+        )
+        return BulkCancelResult(cancelled=outcomes["cancelled"], requested=outcomes["requested"])
+
+    def _retry(self, job: JobRecord) -> bool:
+        if job.status not in RETRYABLE_STATUSES:
+            return False
+        self._transition(job, PENDING, checked=False, detail={"reason": "operator_retry"})
+        job.scheduled_at = job.updated_at
+        job.attempt = 0
+        job.finished_at = job.started_at = None
+        job.result = job.result_expires_at = None
+        job.clear_lock()
+        job.clear_cancel()
+        job.set_error(None)
+        return True
+
+    async def retry_job(self, job_id: UUID) -> bool:
+        """failed/crashed/cancelled -> pending with a fresh attempt budget; False otherwise."""
+        job = self._jobs.get(job_id)
+        retried = job is not None and self._retry(job)
+        if retried:
+            self._wake()
+        return retried
+
+    async def retry_where(self, filter: JobFilter) -> int:
+        """Retry every retryable job the filter matches (its limit applies)."""
+        count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
+        if count:
+            self._wake()
+        return count
+
+    # --- workers -----------------------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert or refresh this worker's row, status running."""
+        now = self._now()
+        info = replace(info, queues=list(info.queues), actors=list(info.actors))
+        existing = self._workers.get(info.id)
+        started_at = now if existing is None else existing.started_at
+        self._workers[info.id] = WorkerRecord(info, started_at=started_at, last_seen_at=now)
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            worker.status, worker.stopped_at = "stopped", self._now()
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker, most recently seen first, with leadership and running jobs resolved."""
+        running: Counter[UUID | None] = Counter()
+        claimed: Counter[UUID | None] = Counter()
+        for job in self._jobs.values():
+            if job.status is RUNNING:
+                (running if job.started_at is not None else claimed)[job.locked_by_worker] += 1
+        leader_id = None if self._leader is None else self._leader.worker_id
+        workers = sorted(
+            self._workers.values(), key=lambda w: (w.last_seen_at, w.info.id), reverse=True
+        )
+        return [
+            freeze(
+                w.info,
+                WorkerRow,
+                started_at=w.started_at,
+                last_seen_at=w.last_seen_at,
+                stopped_at=w.stopped_at,
+                status=w.status,
+                is_leader=w.info.id == leader_id,
+                running_jobs=running[w.info.id],
+                claimed_jobs=claimed[w.info.id],
+                queues=list(w.info.queues),
+                actors=list(w.info.actors),
+            )
+            for w in workers
+        ]
+
+    # --- actor config ------------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows; report (never write) capacity differences; report structural
+        drift and overwrite it only with ``force``. All or nothing, like one transaction."""
+        now = self._now()
+        created: list[str] = []
+        overrides: list[tuple[str, str, Any, Any]] = []
+        drift: list[ActorConfigDrift] = []
+        additions: dict[str, ActorConfigRecord] = {}
+        for decl in declared:
+            metadata = as_json(decl.metadata)  # validate before anything is stored
+            row = self._actor_configs.get(decl.actor) or additions.get(decl.actor)
+            if row is None:
+                additions[decl.actor] = ActorConfigRecord(
+                    decl.actor,
+                    decl.queue,
+                    metadata,
+                    decl.max_concurrent,
+                    decl.max_pending,
+                    decl.result_ttl,
+                    created_at=now,
+                    updated_at=now,
+                )
+                created.append(decl.actor)
+                continue
+            for name in ("max_concurrent", "max_pending", "result_ttl"):
+                stored, wanted = getattr(row, name), getattr(decl, name)
+                if stored != wanted:
+                    overrides.append((decl.actor, name, stored, wanted))
+            if row.queue != decl.queue:
+                drift.append(ActorConfigDrift(decl.actor, "queue", row.queue, decl.queue))
+            if row.metadata != metadata:
+                drift.append(
+                    ActorConfigDrift(decl.actor, "metadata", as_json(row.metadata), metadata)
+                )
+        self._actor_configs.update(additions)
+        if force:
+            for item in drift:
+                row = self._actor_configs[item.actor]
+                setattr(row, item.field, as_json(item.declared))
+                row.updated_at = now
+        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by actor name."""
+        return [self._actor_configs[name].snapshot() for name in sorted(self._actor_configs)]
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row, or None."""
+        row = self._actor_configs.get(actor)
+        return None if row is None else row.snapshot()
+
+    async def get_actor_max_pending(self) -> dict[str, int | None]:
+        """Stored max_pending of every actor with an actor_config row."""
+        return {name: row.max_pending for name, row in self._actor_configs.items()}
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        row = self._actor_configs.get(actor)
+        if row is None:
+            return None
+        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
+            if value is not UNSET and value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        if max_concurrent is not UNSET:
+            row.max_concurrent = max_concurrent
+        if max_pending is not UNSET:
+            row.max_pending = max_pending
+        if result_ttl is not UNSET:
+            row.result_ttl = result_ttl
+        row.updated_at = self._now()
+        self._wake()  # a raised cap can make waiting jobs dispatchable
+        return row.snapshot()
+
+    # --- queues ------------------------------------------------------------------------------
+    def _queue_snapshot(self, name: str) -> QueueRow | None:
+        counts = Counter(job.status for job in self._jobs.values() if job.queue == name)
+        row = self._queues.get(name)
+        if row is None and not counts:
+            return None
+        settings = row or QueueRecord()
+        ordered = {status: counts[status] for status in JobStatus if counts[status]}
+        return QueueRow(
+            name=name,
+            mode=settings.mode,
+            max_concurrent=settings.max_concurrent,
+            paused=settings.paused,
+            has_row=row is not None,
+            counts=ordered,
+        )
+
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row, by name."""
+        names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
+        return [row for name in names if (row := self._queue_snapshot(name)) is not None]
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue, or None when it has neither jobs nor a row."""
+        return self._queue_snapshot(name)
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        if mode is not UNSET and mode not in _QUEUE_MODES:
+            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
+        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        row = self._queues.setdefault(name, QueueRecord())
+        if mode is not UNSET:
+            row.mode = mode
+        if max_concurrent is not UNSET:
+            row.max_concurrent = max_concurrent
+        if paused is not UNSET:
+            row.paused = bool(paused)
+        self._wake()  # a resumed queue or a raised cap can make waiting jobs dispatchable
+        snapshot = self._queue_snapshot(name)
+        assert snapshot is not None  # the row exists now
+        return snapshot

@@ -1,0 +1,118 @@
+"""Enqueue: new job records (one, a batch, the bulk path) and the simulated caller-owned
+transaction that buffers them until its block exits cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind
+from taskq_core.ids import uuid7
+
+from .store import PENDING, SCHEDULED, JobRecord, MemoryStore, MemoryTransaction, as_json
+
+_RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_retryable"})
+
+
+def _new_job(args: EnqueueArgs, now: datetime) -> JobRecord:
+    """The record ``args`` inserts at ``now`` (ValueError for a bad item)."""
+    if args.max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
+    if args.retry_kind not in _RETRY_KINDS:
+        raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+    delay = args.delay if args.delay is not None and args.delay > timedelta(0) else None
+    deadline = args.schedule_to_close
+    return JobRecord(
+        id=args.job_id or uuid7(),
+        actor=args.actor,
+        queue=args.queue,
+        payload=as_json(args.payload),
+        status=PENDING if delay is None else SCHEDULED,
+        priority=args.priority,
+        scheduled_at=now if delay is None else now + delay,
+        created_at=now,
+        updated_at=now,
+        retry_kind=args.retry_kind,
+        max_attempts=args.max_attempts,
+        identity_key=args.identity_key,
+        fairness_key=args.fairness_key,
+        schedule_to_close=None if deadline is None else now + deadline,
+        result_ttl=args.result_ttl,
+        metadata=as_json(args.metadata),
+        trace_id=args.trace_id,
+        span_id=args.span_id,
+    )
+
+
+class EnqueuePart(MemoryStore):
+    """``enqueue``, ``enqueue_batch``, ``enqueue_batch_fast`` and ``transaction``."""
+
+    def _insert(self, args_list: Sequence[EnqueueArgs], connection: Any) -> list[JobRecord]:
+        """Build all rows first (so a bad item inserts nothing), then store or buffer them."""
+        handle = None if connection is None else self._transaction_handle(connection)
+        now = self._now()
+        jobs = [_new_job(args, now) for args in args_list]
+        taken = set(self._jobs)
+        if handle is not None:
+            taken.update(job.id for job in handle.buffered)
+        for job in jobs:
+            if job.id in taken:
+                raise ValueError(f"a job with id {job.id} already exists")
+            taken.add(job.id)
+        if handle is not None:
+            handle.buffered.extend(jobs)
+        else:
+            self._commit(jobs)
+        return jobs
+
+    def _commit(self, jobs: Iterable[JobRecord]) -> None:
+        """Store the records; one wake when any of them is pending."""
+        any_pending = False
+        for job in jobs:
+            self._jobs[job.id] = job
+            any_pending = any_pending or job.status is PENDING
+        if any_pending:
+            self._wake()
+
+    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+        """Insert one job (buffered when ``connection`` is a transaction handle)."""
+        return self._insert([args], connection)[0].snapshot()
+
+    async def enqueue_batch(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> list[JobRow]:
+        """Insert all jobs at once, one row per item in order; one wake-up."""
+        return [job.snapshot() for job in self._insert(args_list, connection)]
+
+    async def enqueue_batch_fast(
+        self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
+    ) -> int:
+        """Insert all jobs at once and return the count."""
+        return len(self._insert(args_list, connection))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        """A simulated transaction: buffered enqueues (and successes written through it)
+        commit on clean exit, vanish on error."""
+        handle = MemoryTransaction(self)
+        self._open_transactions.add(handle)
+        try:
+            yield handle
+        except BaseException:
+            handle.buffered.clear()
+            handle.on_commit.clear()
+            raise
+        finally:
+            handle.open = False
+            self._open_transactions.discard(handle)
+        # Ids may have been taken outside the transaction meanwhile: a unique violation
+        # at COMMIT, which rolls the whole transaction back.
+        clashes = [job.id for job in handle.buffered if job.id in self._jobs]
+        if clashes:
+            raise ValueError(f"a job with id {clashes[0]} already exists")
+        self._commit(handle.buffered)
+        for write in handle.on_commit:
+            write()

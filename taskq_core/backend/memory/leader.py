@@ -1,0 +1,116 @@
+"""The maintenance leader: election (the first worker to ask leads until it releases) and the
+sweeps, each one pass over the jobs on the injected clock. A reclaimed job settles through
+``settle``, as every other end of an attempt does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow
+from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
+from taskq_core.statemachine import JobStatus
+
+from .settle import SettlePart
+from .store import PENDING, RUNNING, SCHEDULED, freeze
+
+_ZERO = timedelta(0)
+_DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")
+
+
+class LeaderPart(SettlePart):
+    """Election, ``scheduled_to_pending``, ``deadline_sweep``, ``reclaim_expired_locks``,
+    ``expire_results`` and the reclaim events they leave."""
+
+    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
+        """The first worker to ask leads until it releases; the leader row is upserted."""
+        now = self._now()
+        if self._leader is None:
+            self._leader = LeaderRow(worker_id, elected_at=now, last_seen_at=now)
+        elif self._leader.worker_id == worker_id:
+            self._leader = replace(self._leader, last_seen_at=now)
+        else:
+            return False
+        return True
+
+    async def release_leadership(self, worker_id: UUID) -> None:
+        """Give up leadership (no-op when not leading)."""
+        if self._leader is not None and self._leader.worker_id == worker_id:
+            self._leader = None
+
+    async def get_leader(self) -> LeaderRow | None:
+        """The current leader row, if any."""
+        return self._leader
+
+    async def scheduled_to_pending(self) -> int:
+        """Due scheduled jobs -> pending (scheduled_at kept as their FIFO key); wake on any."""
+        now = self._now()
+        due = [j for j in self._jobs.values() if j.status is SCHEDULED and j.scheduled_at <= now]
+        for job in due:
+            self._transition(job, PENDING)
+        if due:
+            self._wake()
+        return len(due)
+
+    async def deadline_sweep(self) -> int:
+        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded), no attempt row."""
+        now = self._now()
+        late = [
+            job
+            for job in self._jobs.values()
+            if job.status in (PENDING, SCHEDULED)
+            and job.schedule_to_close is not None
+            and job.schedule_to_close < now
+        ]
+        for job in late:
+            self._transition(job, JobStatus.FAILED)
+            job.set_error(_DEADLINE_PASSED)
+        return len(late)
+
+    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+        """Running jobs whose lease expired (cancel in flight: plus both graces and the
+        headroom), each settled as ``SettlePart._reclaim`` decides, with one 'reclaim' event."""
+        now = self._now()
+        cancel_headroom = cancel_grace + cleanup_grace + CANCEL_RECLAIM_HEADROOM
+        expired = [
+            job
+            for job in self._jobs.values()
+            if job.status is RUNNING
+            and job.lock_expires_at is not None
+            and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
+            and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
+        ]
+        for job in expired:
+            self._reclaim(job, now)
+        if expired:
+            self._wake()
+        return len(expired)
+
+    async def expire_results(self) -> int:
+        """Clear results whose result_expires_at has passed."""
+        now = self._now()
+        expired = [
+            job
+            for job in self._jobs.values()
+            if job.result_expires_at is not None and job.result_expires_at < now
+        ]
+        for job in expired:
+            job.result = job.result_expires_at = None
+            job.updated_at = now
+        return len(expired)
+
+    async def poll_reclaim_events(
+        self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
+    ) -> list[EventRow]:
+        """Reclaim events with id > after_id that are at least the visibility delay old."""
+        if visibility_delay is None:
+            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        horizon = self._now() - visibility_delay
+        found = [
+            freeze(e, EventRow)
+            for e in self._events
+            if e.kind == "reclaim" and e.id > after_id and e.occurred_at <= horizon
+        ]
+        return found[: max(limit, 0)]

@@ -1,0 +1,38 @@
+"""In-process wake-ups, the memory twin of LISTEN/NOTIFY: each subscriber gets its own
+asyncio.Event, set by ``MemoryStore._wake`` (new dispatchable work) or ``_wake_cancel`` (a
+cancel request for a running job) while it is subscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .store import MemoryStore
+
+
+@asynccontextmanager
+async def _subscription(subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
+    event = asyncio.Event()
+    subscribers.add(event)
+    try:
+        yield event
+    finally:
+        subscribers.discard(event)
+
+
+class NotifyPart(MemoryStore):
+    """``subscribe_wake`` and ``subscribe_cancel_wake``."""
+
+    @asynccontextmanager
+    async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set whenever new dispatchable work may exist, registered while inside."""
+        async with _subscription(self._wake_subscribers) as event:
+            yield event
+
+    @asynccontextmanager
+    async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
+        """An Event set whenever a running job gets a cancel request, registered while inside."""
+        async with _subscription(self._cancel_subscribers) as event:
+            yield event

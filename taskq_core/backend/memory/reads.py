@@ -1,0 +1,135 @@
+"""Reads: one job, listings and counts, a job's history, and the dashboard's per-queue activity
+and recent jobs. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    AttemptRow,
+    DashboardStats,
+    EventRow,
+    JobFilter,
+    JobRow,
+    QueueActivity,
+    QueueStatusCount,
+    check_dashboard_window,
+    check_recent_limit,
+)
+from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
+
+_STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
+_ANY_STATUS = frozenset(JobStatus)
+
+
+class ReadsPart(MemoryStore):
+    """Job reads, counts, history and the dashboard's reads."""
+
+    async def get(self, job_id: UUID) -> JobRow | None:
+        """One job, or None."""
+        job = self._jobs.get(job_id)
+        return None if job is None else job.snapshot()
+
+    async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, newest first (created_at DESC, id DESC)."""
+        return [job.snapshot() for job in self._matching(filter, _ANY_STATUS)]
+
+    async def count_jobs(self, filter: JobFilter) -> int:
+        """How many jobs the filter matches (at most ``filter.limit``)."""
+        return len(self._matching(filter, _ANY_STATUS))
+
+    async def count_by_queue_status(self) -> list[QueueStatusCount]:
+        """Job counts per (queue, status), by queue then status in enum order."""
+        counts = Counter((job.queue, job.status) for job in self._jobs.values())
+        keys = sorted(counts, key=lambda key: (key[0], _STATUS_ORDER[key[1]]))
+        return [QueueStatusCount(queue, status, counts[queue, status]) for queue, status in keys]
+
+    async def has_active_jobs(self, queues: Sequence[str]) -> bool:
+        """Whether any pending, scheduled or running job is in these queues."""
+        wanted = set(queues)
+        return any(j.queue in wanted and j.status in ACTIVE_STATUSES for j in self._jobs.values())
+
+    async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
+        """Pending + scheduled jobs per requested actor (actors with none are left out)."""
+        wanted = set(actors)
+        counts = Counter(
+            job.actor
+            for job in self._jobs.values()
+            if job.actor in wanted and job.status in (PENDING, SCHEDULED)
+        )
+        return dict(counts)
+
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """Every attempt of a job, oldest first."""
+        return list(self._attempts.get(job_id, []))
+
+    async def get_events(self, job_id: UUID) -> list[EventRow]:
+        """Every event of a job, oldest first."""
+        return [freeze(e, EventRow) for e in self._events if e.job_id == job_id]
+
+    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+        """Per-queue activity: exact active counts, the oldest pending job, terminal jobs
+        finished within ``window`` and ``minutes`` per-minute finished counts (oldest first)."""
+        check_dashboard_window(window, minutes)
+        now = self._now()
+        names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
+        activity = []
+        for name in names:
+            jobs = [job for job in self._jobs.values() if job.queue == name]
+            counts = Counter(job.status for job in jobs)
+            claimed = sum(1 for job in jobs if job.status is RUNNING and job.started_at is None)
+            pending = [job.scheduled_at for job in jobs if job.status is PENDING]
+            finished: Counter[JobStatus] = Counter()
+            per_minute = [0] * minutes
+            for job in jobs:
+                if job.status not in TERMINAL_STATUSES or job.finished_at is None:
+                    continue
+                age = now - job.finished_at
+                if age <= window:
+                    finished[job.status] += 1
+                minute_ago = max(int(age.total_seconds() // 60), 0)
+                if minute_ago < minutes:
+                    per_minute[minutes - 1 - minute_ago] += 1
+            settings = self._queue_row(name)
+            activity.append(
+                QueueActivity(
+                    name=name,
+                    mode=settings.mode,
+                    max_concurrent=settings.max_concurrent,
+                    paused=settings.paused,
+                    pending=counts[PENDING],
+                    scheduled=counts[SCHEDULED],
+                    running=counts[RUNNING] - claimed,
+                    oldest_pending_at=min(pending, default=None),
+                    finished={s: finished[s] for s in JobStatus if finished[s]},
+                    finished_per_minute=per_minute,
+                    claimed=claimed,
+                )
+            )
+        return DashboardStats(now=now, window=window, queues=activity)
+
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+        """Jobs matching the filter, most recent activity first (finished_at for finished
+        jobs, started_at (else claimed_at) for running ones, created_at for waiting ones;
+        ties id DESC)."""
+        check_recent_limit(filter)
+
+        def activity(job: JobRecord) -> tuple[datetime, UUID]:
+            if job.status in TERMINAL_STATUSES and job.finished_at is not None:
+                return job.finished_at, job.id
+            if job.status is RUNNING:
+                since = job.started_at or job.claimed_at
+                if since is not None:
+                    return since, job.id
+            return job.created_at, job.id
+
+        found = self._matching(replace(filter, limit=None), _ANY_STATUS)
+        found.sort(key=activity, reverse=True)
+        return [job.snapshot() for job in found[: filter.limit]]

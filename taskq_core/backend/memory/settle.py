@@ -1,0 +1,375 @@
+"""Settling an attempt: every outcome of a claimed job, through one path.
+
+A worker's write (success, failure, retry, snooze, retry-after, cancel, abandon), a release
+and the reclaim sweep all describe what happened as an ``Ending``; ``decide`` turns it into
+a ``Settlement`` by the shared rules (a requested cancel wins over any rescheduling, then the
+job's deadline, then its attempt budget; a job given back retries while ``retries_left``),
+and ``SettlePart._write`` writes it: at most one attempt row, one event, the row's fields.
+Every worker write is fenced by its lease (``MemoryStore._leased``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from taskq_core import jsontext
+from taskq_core.backend.protocol import (
+    ErrorInfo,
+    JobRow,
+    Lease,
+    RetryAfterOutcome,
+    SnoozeOutcome,
+    Success,
+)
+from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
+from taskq_core.retry import retries_left
+from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
+
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, json_text
+
+AttemptOutcome = Literal[
+    "succeeded", "failed", "retried", "snoozed", "retry_after", "cancelled", "abandoned", "crashed"
+]
+_ENDS: dict[str, JobStatus] = {
+    "succeeded": JobStatus.SUCCEEDED,
+    "failed": JobStatus.FAILED,
+    "cancelled": JobStatus.CANCELLED,
+    "abandoned": JobStatus.ABANDONED,
+}
+# What the rescheduling outcomes call themselves in a DeadlineExceeded message.
+_WHAT = {"retried": "retry", "snoozed": "snooze", "retry_after": "retry-after"}
+_LOCK_EXPIRED = ErrorInfo("WorkerCrashed", "the worker's lock expired without a terminal write")
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """What is asked for one attempt, by its worker or by whoever takes the job from it.
+
+    ``run_at`` set: a rescheduling outcome (retried, snoozed, retry_after), or for
+    ``crashed`` where a job with retries left waits (``retry_as``). ``counts`` False gives
+    the attempt back (snooze, a retry-after that spends no budget). ``started`` is False
+    for a ``crashed`` job whose body never ran. ``ran_for`` dates a start not recorded yet.
+    """
+
+    outcome: AttemptOutcome
+    error: ErrorInfo | None = None
+    run_at: datetime | None = None
+    counts: bool = True
+    started: bool = True
+    retry_as: JobStatus = SCHEDULED
+    ran_for: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """An attempt's end, decided: the one write ``SettlePart._write`` makes.
+
+    ``attempt_outcome`` None writes no attempt row; ``counts`` False gives the attempt back
+    (after its row, if any). ``job_error`` None leaves the row's last error. ``run_at``
+    None keeps scheduled_at. ``given_back``: the worker no longer holds the job (release,
+    reclaim), so its lock is cleared even when the job ends.
+    """
+
+    status: JobStatus
+    attempt_outcome: str | None
+    attempt_error: ErrorInfo | None = None
+    job_error: ErrorInfo | None = None
+    run_at: datetime | None = None
+    counts: bool = True
+    given_back: bool = False
+
+
+def decide(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
+    """Where the attempt ends, by the rules every outcome shares."""
+    outcome, error = ending.outcome, ending.error
+    if outcome == "crashed":
+        return _given_back(job, ending, now)
+    if ending.run_at is None:  # an end the worker reports
+        return Settlement(_ENDS[outcome], outcome, error, error)
+    # Rescheduling: a requested cancel wins, then the deadline, then the attempt budget.
+    if job.cancel_requested_at is not None:
+        return Settlement(JobStatus.CANCELLED, "failed" if error else "cancelled", error, error)
+    if job.schedule_to_close is not None and ending.run_at > job.schedule_to_close:
+        message = f"{_WHAT[outcome]} would start after schedule_to_close"
+        if error is not None:  # the attempt keeps the actor's error; the job says why it stopped
+            message += f" (last error: {error.message})"
+        stop = ErrorInfo("DeadlineExceeded", message, error.traceback if error else None)
+        return Settlement(JobStatus.FAILED, "failed", error or stop, stop)
+    if (
+        outcome == "retry_after"
+        and ending.counts
+        and job.retry_kind == "transient"
+        and job.attempt >= job.max_attempts
+    ):
+        message = f"all {job.max_attempts} attempts used; retry-after refused"
+        stop = ErrorInfo("MaxAttemptsExceeded", message)
+        return Settlement(JobStatus.FAILED, "failed", stop, stop)
+    return Settlement(SCHEDULED, outcome, error, error, ending.run_at, ending.counts)
+
+
+def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
+    """A job its worker no longer runs: a started one gets a crashed attempt (the row keeps
+    the error without its traceback), a never-started one its attempt back; then a requested
+    cancel -> cancelled, never started -> pending in its place, retries left -> ``retry_as``
+    at ``run_at``, else crashed."""
+    error = ending.error or _LOCK_EXPIRED
+    if ending.started:
+        row, job_error = "crashed", ErrorInfo(error.error_class, error.message)
+    else:
+        row, job_error = None, None
+    status, run_at = JobStatus.CRASHED, None
+    if job.cancel_requested_at is not None:
+        status = JobStatus.CANCELLED
+    elif not ending.started:
+        status = PENDING
+    elif retries_left(job.retry_kind, job.attempt, job.max_attempts, job.schedule_to_close, now):
+        status, run_at = ending.retry_as, ending.run_at
+    return Settlement(
+        status, row, error if row else None, job_error, run_at, ending.started, given_back=True
+    )
+
+
+class SettlePart(MemoryStore):
+    """Every write that ends or reschedules a claimed attempt, plus the cancel escalation."""
+
+    def _decide(self, job: JobRecord, ending: Ending) -> Settlement:
+        """Date a start the worker had not recorded yet, then decide ``ending``."""
+        if ending.ran_for is not None and job.started_at is None:
+            job.started_at = self._now() - timedelta(seconds=ending.ran_for)
+        return decide(job, ending, self._now())
+
+    def _write(
+        self,
+        job: JobRecord,
+        worker_id: UUID | None,
+        plan: Settlement,
+        *,
+        kind: str = "state_change",
+        detail: dict[str, Any] | None = None,
+    ) -> Settlement:
+        """Write a decided settlement: the attempt row, the event and the row, once each."""
+        if plan.attempt_outcome is not None:
+            self._record_attempt(job, plan.attempt_outcome, worker_id, plan.attempt_error)
+        if not plan.counts:
+            job.attempt = max(job.attempt - 1, 0)
+        self._transition(job, plan.status, worker_id=worker_id, kind=kind, detail=detail)
+        if plan.job_error is not None:
+            job.set_error(plan.job_error)
+        if plan.run_at is not None:
+            job.scheduled_at = plan.run_at
+        if plan.status in TERMINAL_STATUSES and not plan.given_back:
+            job.lock_expires_at = None  # the worker's own end: who ran it last stays
+        else:
+            job.clear_lock()
+            if plan.status is not JobStatus.CANCELLED:
+                job.cancel_phase = 0  # a forced cancel's phase ends with the attempt it forced
+        return plan
+
+    def _settle(
+        self,
+        job: JobRecord,
+        worker_id: UUID | None,
+        ending: Ending,
+        *,
+        detail: dict[str, Any] | None = None,
+    ) -> Settlement:
+        """Decide ``ending`` and write it (a state_change event)."""
+        return self._write(job, worker_id, self._decide(job, ending), detail=detail)
+
+    def _reclaim(self, job: JobRecord, now: datetime) -> None:
+        """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
+        after UNSTARTED_RECLAIM_LIMIT such reclaims; a retry goes back to pending at now."""
+        worker_id = job.locked_by_worker
+        unstarted_before = sum(
+            1
+            for event in self._events
+            if event.job_id == job.id
+            and event.kind == "reclaim"
+            and event.detail.get("started") is False
+        )
+        started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        ending = Ending("crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING)
+        plan = self._decide(job, ending)
+        detail = {
+            "from_state": RUNNING.value,
+            "to_state": plan.status.value,
+            "reason": "lock_expired",
+            "worker_id": None if worker_id is None else str(worker_id),
+            "started": started,
+        }
+        self._write(job, worker_id, plan, kind="reclaim", detail=detail)
+
+    async def release_leases(
+        self,
+        worker_id: UUID,
+        leases: Sequence[Lease],
+        *,
+        reason: str,
+        retry_delay: timedelta = timedelta(0),
+        error: ErrorInfo | None = None,
+    ) -> int:
+        """Give back held jobs: unstarted ones to pending (attempt given back), started ones
+        through a crashed attempt; a requested cancel ends them cancelled."""
+        error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
+        run_at = self._now() + retry_delay
+        released = woken = 0
+        for lease in {lease.job_id: lease for lease in leases}.values():
+            job = self._leased(replace(lease, worker_id=worker_id))
+            if job is None:
+                continue
+            started = job.started_at is not None
+            released += 1
+            ending = Ending("crashed", error, run_at, started=started)
+            detail = {"reason": reason, "started": started}
+            woken += self._settle(job, worker_id, ending, detail=detail).status is PENDING
+        if woken:
+            self._wake()
+        return released
+
+    def _succeed(self, worker_id: UUID, success: Success, result: Any) -> bool:
+        job = self._leased(Lease(success.job_id, worker_id, success.attempt))
+        if job is None:
+            return False
+        config = self._actor_configs.get(job.actor)
+        ttl = config.result_ttl if config is not None else None
+        ttl = ttl if ttl is not None else job.result_ttl
+        ttl = ttl if ttl is not None else success.fallback_result_ttl
+        self._settle(job, worker_id, Ending("succeeded", ran_for=success.ran_for))
+        job.result = result
+        job.result_expires_at = None if ttl is None else job.updated_at + ttl
+        return True
+
+    async def mark_succeeded(
+        self,
+        lease: Lease,
+        result: Any,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """running -> succeeded; result_expires_at from the stored, job or fallback TTL."""
+        encoded = None if result is None else jsontext.encode(result)
+        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
+        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+
+    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
+        """mark_succeeded for each; the ids whose leases were still this worker's. Every
+        result is read first, so one that cannot be stored writes nothing (one statement)."""
+        results = [json_text(s.result_json) for s in successes]
+        return {
+            s.job_id
+            for s, result in zip(successes, results, strict=True)
+            if self._succeed(worker_id, s, result)
+        }
+
+    async def mark_succeeded_with_conn(
+        self,
+        connection: Any,
+        lease: Lease,
+        result_json: str | None,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """The success applies when the transaction handle commits; until then the job is
+        held as Postgres holds its locked row (the reclaim sweep and heartbeats skip it)."""
+        handle = self._transaction_handle(connection)
+        result = json_text(result_json)
+        if self._leased(lease) is None or lease.job_id in handle.settling:
+            return False  # not this lease's row, or this transaction settled it already
+        success = Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for)
+        handle.settling.add(lease.job_id)
+        handle.on_commit.append(lambda: self._succeed(lease.worker_id, success, result))
+        return True
+
+    async def mark_failed_or_retry(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        retry_delay: timedelta | None,
+        *,
+        ran_for: float | None = None,
+    ) -> JobRow | None:
+        """No delay: -> failed. Else -> scheduled at now + delay, cancelled when a cancel was
+        requested, or failed DeadlineExceeded when the retry passes schedule_to_close. None
+        when the lease is not the row's any more."""
+        job = self._leased(lease)
+        if job is None:
+            return None
+        if retry_delay is None:
+            ending = Ending("failed", error, ran_for=ran_for)
+        else:
+            ending = Ending("retried", error, self._now() + retry_delay, ran_for=ran_for)
+        self._settle(job, lease.worker_id, ending)
+        return job.snapshot()
+
+    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
+        """running -> cancelled (the actor stopped after a cancel request)."""
+        job = self._leased(lease)
+        if job is None:
+            return False
+        self._settle(job, lease.worker_id, Ending("cancelled", ran_for=ran_for))
+        return True
+
+    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
+        """running with cancel_phase 2 -> abandoned (forced cancel never finished)."""
+        job = self._leased(lease)
+        if job is None or job.cancel_phase != 2:
+            return False
+        ending = Ending("abandoned", ErrorInfo("Abandoned", reason), ran_for=0.0)
+        self._settle(job, lease.worker_id, ending, detail={"reason": reason})
+        return True
+
+    async def mark_snoozed(
+        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
+    ) -> SnoozeOutcome:
+        """running -> scheduled at now + delay, attempt given back, snooze_count + 1."""
+        job = self._leased(lease)
+        if job is None:
+            return "noop"
+        ending = Ending("snoozed", None, self._now() + delay, counts=False, ran_for=ran_for)
+        status = self._settle(job, lease.worker_id, ending).status
+        if status is SCHEDULED:
+            job.metadata["snooze_count"] = int(job.metadata.get("snooze_count", 0)) + 1
+            return "scheduled"
+        return "cancelled" if status is JobStatus.CANCELLED else "failed"
+
+    async def mark_retry_after(
+        self,
+        lease: Lease,
+        delay: timedelta,
+        *,
+        consume_budget: bool = True,
+        ran_for: float | None = None,
+    ) -> RetryAfterOutcome:
+        """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
+        transient job with no attempts left fails with MaxAttemptsExceeded. A requested
+        cancel ends the job cancelled instead."""
+        job = self._leased(lease)
+        if job is None:
+            return "noop"
+        run_at = self._now() + delay
+        ending = Ending("retry_after", None, run_at, counts=consume_budget, ran_for=ran_for)
+        plan = self._settle(job, lease.worker_id, ending)
+        if plan.status is SCHEDULED:
+            return "scheduled"
+        if plan.status is JobStatus.CANCELLED:
+            return "cancelled"
+        if plan.job_error is not None and plan.job_error.error_class == "MaxAttemptsExceeded":
+            return "failed:MaxAttemptsExceeded"
+        return "failed:DeadlineExceeded"
+
+    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
+        """cancel_phase -> 2 on a running job of this lease, with an event."""
+        job = self._leased(lease)
+        if job is None or job.cancel_phase >= 2:
+            return False
+        detail = {"cancel_phase_from": job.cancel_phase, "cancel_phase_to": 2, "reason": reason}
+        job.cancel_phase = 2
+        job.updated_at = self._now()
+        self._record_event(job, "state_change", RUNNING, RUNNING, lease.worker_id, detail)
+        return True

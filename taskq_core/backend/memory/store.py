@@ -1,0 +1,358 @@
+"""The in-memory backend's state: the stored records (jobs, workers, actor configs, queues), the
+shared helpers every part writes through (events, attempts, the lease fence, the job filter),
+and the handle of a simulated transaction.
+
+Records are mutable dataclasses mirroring the schema's rows; callers only ever get frozen
+snapshots of them, whose JSON columns round-trip through ``json`` as jsonb would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+from uuid import UUID
+
+from taskq_core import jsontext
+from taskq_core.backend.protocol import (
+    ActorConfigRow,
+    AttemptRow,
+    ErrorInfo,
+    EventRow,
+    JobFilter,
+    JobRow,
+    LeaderRow,
+    Lease,
+    QueueMode,
+    RetryKind,
+    WorkerInfo,
+)
+from taskq_core.clock import Clock, SystemClock
+from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+PENDING, SCHEDULED, RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+# The cohort of the jobs without a fairness_key (COALESCE(fairness_key, '__null__') in SQL):
+# a literal '__null__' key joins it, as it does on PostgreSQL.
+NULL_COHORT = "__null__"
+_JSON_COLUMNS = frozenset({"payload", "result", "metadata", "progress_state", "detail"})
+_RowT = TypeVar("_RowT", bound="DataclassInstance")
+
+
+def as_json(value: Any) -> Any:
+    """A deep copy with jsonb semantics: tuples become lists; NaN, NUL and non-JSON values
+    raise UnstorableValueError, as PostgreSQL refuses them."""
+    return json.loads(jsontext.encode(value))
+
+
+def json_text(text: str | None) -> Any:
+    """The value of JSON text a worker encoded (a result), as ``text::jsonb`` would read it:
+    text that is not JSON, or holds NaN, Infinity or a NUL, raises UnstorableValueError."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise jsontext.UnstorableValueError(f"not storable as JSON: {exc}") from None
+    return as_json(value)  # json.loads reads NaN, Infinity and \u0000; jsonb does not
+
+
+def freeze(record: object, row_type: type[_RowT], **extra: Any) -> _RowT:
+    """The frozen ``row_type`` for a mutable record, sharing nothing mutable with it."""
+    values = {f.name: getattr(record, f.name) for f in fields(row_type) if f.name not in extra}
+    for name in _JSON_COLUMNS.intersection(values):
+        values[name] = as_json(values[name])
+    return row_type(**values, **extra)
+
+
+# --- stored records --------------------------------------------------------------------------
+@dataclass(slots=True)
+class JobRecord:
+    """A mutable ``jobs`` row: JobRow's fields, defaulted as the schema defaults them."""
+
+    id: UUID
+    actor: str
+    queue: str
+    payload: dict[str, Any]
+    status: JobStatus
+    priority: int
+    scheduled_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    retry_kind: RetryKind
+    max_attempts: int
+    identity_key: str | None
+    fairness_key: str | None
+    schedule_to_close: datetime | None
+    result_ttl: timedelta | None
+    metadata: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    attempt: int = 0
+    locked_by_worker: UUID | None = None
+    lock_expires_at: datetime | None = None
+    claimed_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_phase: int = 0
+    cancel_requested_at: datetime | None = None
+    cancel_reason: str | None = None
+    result: Any = None
+    result_expires_at: datetime | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    error_traceback: str | None = None
+    progress_seq: int = 0
+    progress_state: dict[str, Any] | None = None
+
+    def snapshot(self) -> JobRow:
+        """A frozen copy that shares nothing mutable with this record."""
+        return freeze(self, JobRow)
+
+    @property
+    def cohort(self) -> str:
+        """The job's fairness cohort: its fairness_key, or the one cohort of the NULL keys."""
+        return NULL_COHORT if self.fairness_key is None else self.fairness_key
+
+    def clear_lock(self) -> None:
+        """Forget the worker lease (the row is no longer running)."""
+        self.locked_by_worker = None
+        self.lock_expires_at = None
+
+    def clear_cancel(self) -> None:
+        """Forget any cancel request (a fresh attempt starts without one)."""
+        self.cancel_phase = 0
+        self.cancel_requested_at = None
+        self.cancel_reason = None
+
+    def set_error(self, error: ErrorInfo | None) -> None:
+        """Record (or, with None, clear) the last error on the row."""
+        if error is None:
+            self.error_class = self.error_message = self.error_traceback = None
+        else:
+            self.error_class, self.error_message = error.error_class, error.message
+            self.error_traceback = error.traceback
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    """A mutable ``workers`` row."""
+
+    info: WorkerInfo
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None = None
+    status: str = "running"
+
+
+@dataclass(slots=True)
+class ActorConfigRecord:
+    """A mutable ``actor_config`` row."""
+
+    actor: str
+    queue: str
+    metadata: dict[str, Any]
+    max_concurrent: int | None
+    max_pending: int | None
+    result_ttl: timedelta | None
+    created_at: datetime
+    updated_at: datetime
+
+    def snapshot(self) -> ActorConfigRow:
+        """A frozen copy."""
+        return freeze(self, ActorConfigRow)
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    """A mutable ``queues`` row; a queue without one has these defaults."""
+
+    mode: QueueMode = "strict_fifo"
+    max_concurrent: int | None = None
+    paused: bool = False
+
+
+class MemoryTransaction:
+    """The handle ``InMemoryBackend.transaction()`` yields; pass it as ``connection=``.
+
+    Enqueues made through it are buffered and become visible only when the ``async with``
+    block exits without an exception; an exception discards them, like a rolled-back COMMIT.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.backend = store
+        self.open = True
+        self.buffered: list[JobRecord] = []
+        self.on_commit: list[Callable[[], object]] = []  # worker writes made through it
+        # Jobs whose success this transaction will write: Postgres holds their rows locked
+        # until it ends, so the sweeps that skip locked rows leave them alone meanwhile.
+        self.settling: set[UUID] = set()
+
+
+# --- the shared state ------------------------------------------------------------------------
+class MemoryStore:
+    """Every table as a dict, the injected clock, and the writes all parts share.
+
+    Single-threaded by contract: one event loop, no sharing across threads, so a method that
+    does not await is atomic, as one SQL statement is.
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock or SystemClock()
+        self._jobs: dict[UUID, JobRecord] = {}
+        self._attempts: dict[UUID, list[AttemptRow]] = {}
+        self._events: list[EventRow] = []
+        self._workers: dict[UUID, WorkerRecord] = {}
+        self._leader: LeaderRow | None = None
+        self._actor_configs: dict[str, ActorConfigRecord] = {}
+        self._queues: dict[str, QueueRecord] = {}
+        self._wake_subscribers: set[asyncio.Event] = set()
+        self._cancel_subscribers: set[asyncio.Event] = set()
+        self._event_ids = itertools.count(1)
+        self._attempt_ids = itertools.count(1)
+        self._open_transactions: set[MemoryTransaction] = set()
+
+    async def close(self) -> None:
+        """Nothing to release; idempotent."""
+
+    def _now(self) -> datetime:
+        return self._clock.now()
+
+    def _queue_row(self, name: str) -> QueueRecord:
+        """The queue's settings: its row, or the defaults of a queue without one."""
+        return self._queues.get(name) or QueueRecord()
+
+    # --- history rows ------------------------------------------------------------------------
+    def _record_event(
+        self,
+        job: JobRecord,
+        kind: str,
+        from_status: JobStatus | None,
+        to_status: JobStatus | None,
+        worker_id: UUID | None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one ``job_events`` row at the clock's now."""
+        event = EventRow(
+            id=next(self._event_ids),
+            job_id=job.id,
+            occurred_at=self._now(),
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            worker_id=worker_id,
+            detail=as_json(detail or {}),
+        )
+        self._events.append(event)
+
+    def _transition(
+        self,
+        job: JobRecord,
+        to_status: JobStatus,
+        *,
+        worker_id: UUID | None = None,
+        checked: bool = True,
+        kind: str = "state_change",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Move ``job`` to ``to_status`` and write its event (a state_change unless ``kind``).
+
+        ``checked=False`` is for operator retry, which re-pends terminal rows on purpose.
+        """
+        from_status = job.status
+        if checked:
+            assert_valid_transition(from_status, to_status, job.id)
+        job.status = to_status
+        job.updated_at = self._now()
+        if to_status in TERMINAL_STATUSES:
+            job.finished_at = job.updated_at
+        self._record_event(job, kind, from_status, to_status, worker_id, detail)
+
+    def _record_attempt(
+        self, job: JobRecord, outcome: str, worker_id: UUID | None, error: ErrorInfo | None
+    ) -> None:
+        """Append one ``job_attempts`` row for the job's current attempt, ending now."""
+        now = self._now()
+        duration = None
+        if job.started_at is not None:
+            duration = (now - job.started_at).total_seconds() * 1000.0
+        self._attempts.setdefault(job.id, []).append(
+            AttemptRow(
+                id=next(self._attempt_ids),
+                job_id=job.id,
+                attempt=job.attempt,
+                worker_id=worker_id,
+                outcome=outcome,
+                started_at=job.started_at,
+                finished_at=now,
+                duration_ms=duration,
+                error_class=error.error_class if error else None,
+                error_message=error.message if error else None,
+                error_traceback=error.traceback if error else None,
+            )
+        )
+
+    # --- shared predicates -------------------------------------------------------------------
+    def _leased(self, lease: Lease) -> JobRecord | None:
+        """The fence of every worker write: running, locked by the lease's worker, at its
+        attempt."""
+        job = self._jobs.get(lease.job_id)
+        if (
+            job is None
+            or job.status is not RUNNING
+            or job.locked_by_worker != lease.worker_id
+            or job.attempt != lease.attempt
+        ):
+            return None
+        return job
+
+    def _settling(self, job_id: UUID) -> bool:
+        """Whether an open transaction will write this job's success (PG: its row is locked,
+        so the statements that skip locked rows leave it alone)."""
+        return any(job_id in handle.settling for handle in self._open_transactions)
+
+    def _matching(self, filter: JobFilter, among: frozenset[JobStatus]) -> list[JobRecord]:
+        """Jobs the filter matches whose status is also in ``among``, newest first, limited."""
+        allowed = filter.statuses()
+        allowed = among if allowed is None else allowed & among
+        ids = None if filter.ids is None else set(filter.ids)
+        found = [
+            job
+            for job in self._jobs.values()
+            if job.status in allowed
+            and (filter.queue is None or job.queue == filter.queue)
+            and (filter.actor is None or job.actor == filter.actor)
+            and (ids is None or job.id in ids)
+        ]
+        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        return found if filter.limit is None else found[: filter.limit]
+
+    def _transaction_handle(self, connection: Any) -> MemoryTransaction:
+        """``connection`` as an open handle of this backend's ``transaction()``, or raise."""
+        if not isinstance(connection, MemoryTransaction):
+            raise TypeError(
+                "InMemoryBackend: connection= must be a handle from this backend's "
+                f"transaction(), got {type(connection).__name__}"
+            )
+        if connection.backend is not self:
+            raise ValueError("InMemoryBackend: the transaction handle belongs to another backend")
+        if not connection.open:
+            raise ValueError("InMemoryBackend: the transaction handle is already closed")
+        return connection
+
+    # --- wake-ups (the twin of NOTIFY; subscriptions live in ``notify``) ---------------------
+    def _wake(self) -> None:
+        """Tell every wake subscriber that dispatchable work may exist."""
+        for event in self._wake_subscribers:
+            event.set()
+
+    def _wake_cancel(self) -> None:
+        """Tell every cancel subscriber that a running job was asked to cancel."""
+        for event in self._cancel_subscribers:
+            event.set()
