@@ -37,6 +37,7 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.durations import format_duration
 from taskq_core.errors import JobNotFoundError
+from taskq_core.liveness import DEFAULT_STALE_AFTER, heard_from, worker_is_alive, worker_stale_after
 from taskq_core.settings import TaskqSettings
 from taskq_core.statemachine import RETRYABLE_STATUSES, JobStatus
 
@@ -57,18 +58,16 @@ class ExplainSettings:
     in flight (cancellation grace + cleanup grace + 60s, as the reclaim sweep does).
     """
 
-    worker_stale_after: timedelta = timedelta(seconds=40)
+    worker_stale_after: timedelta = DEFAULT_STALE_AFTER
     cancel_reclaim_headroom: timedelta = timedelta(seconds=100)
 
     @classmethod
     def from_settings(cls, settings: TaskqSettings) -> ExplainSettings:
-        """The workers' own cadences: a worker isolates itself after
-        ``max_heartbeat_failures + 1`` missed beats, so a row older than that many intervals
-        belongs to a worker that is gone."""
-        beats = settings.max_heartbeat_failures + 1
+        """The workers' own cadences: liveness as ``taskq_core.liveness`` derives it, and the
+        reclaim sweep's cancel headroom."""
         graces = settings.cancellation_grace_period + settings.cleanup_grace_period
         return cls(
-            worker_stale_after=timedelta(seconds=settings.heartbeat_interval * beats),
+            worker_stale_after=worker_stale_after(settings),
             cancel_reclaim_headroom=timedelta(seconds=graces) + _CANCEL_RECLAIM_HEADROOM,
         )
 
@@ -157,16 +156,12 @@ class _Context:
 
     def is_live(self, worker: WorkerRow) -> bool:
         """Registered as running and heard from within the staleness window."""
-        return (
-            worker.status == "running"
-            and self.now - worker.last_seen_at <= self.settings.worker_stale_after
-        )
+        return worker_is_alive(worker, self.now, self.settings.worker_stale_after)
 
     def leader_is_live(self) -> bool:
         """A leader row whose worker pinged it within the staleness window."""
-        return (
-            self.leader is not None
-            and self.now - self.leader.last_seen_at <= self.settings.worker_stale_after
+        return self.leader is not None and heard_from(
+            self.leader.last_seen_at, self.now, self.settings.worker_stale_after
         )
 
     def consumers(self) -> list[WorkerRow]:

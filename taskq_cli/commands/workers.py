@@ -7,7 +7,6 @@ doing so is shown as ``stale`` once its heartbeat is older than a live worker's 
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import typer
@@ -16,7 +15,7 @@ from taskq_cli import output
 from taskq_cli.database import with_backend
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings
 from taskq_core.backend.protocol import Backend, WorkerRow
-from taskq_core.explain import ExplainSettings
+from taskq_core.liveness import worker_stale_after, worker_state
 
 app = typer.Typer(help="Registered workers.", no_args_is_help=True)
 
@@ -34,14 +33,6 @@ _COLUMNS = (
 )
 
 _STATE_STYLES = {"running": "green", "stale": "red", "stopped": "dim"}
-
-
-def _state(worker: WorkerRow, reference: datetime, stale_after: float) -> str:
-    if worker.status != "running":
-        return worker.status
-    if (reference - worker.last_seen_at).total_seconds() > stale_after:
-        return "stale"
-    return "running"
 
 
 def worker_document(worker: WorkerRow, state: str) -> dict[str, Any]:
@@ -76,14 +67,14 @@ def list_workers(
 ) -> None:
     """Workers, most recently seen first: id, label, host, pid, workgroup, last seen, leader."""
     settings = load_settings(ctx, dsn, schema)
-    stale_after = ExplainSettings.from_settings(settings).worker_stale_after.total_seconds()
+    stale_after = worker_stale_after(settings)
 
     async def run(backend: Backend) -> list[WorkerRow]:
         return await backend.list_workers()
 
     workers = with_backend(ctx, dsn, schema, run)
     reference = output.now()
-    states = [_state(w, reference, stale_after) for w in workers]
+    states = [worker_state(w, reference, stale_after) for w in workers]
     if json:
         output.print_json(
             {"workers": [worker_document(w, s) for w, s in zip(workers, states, strict=True)]}

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
@@ -27,9 +27,8 @@ from taskq_core.backend.protocol import (
     WorkerRow,
 )
 from taskq_core.errors import TRANSIENT_ERRORS
+from taskq_core.liveness import DEFAULT_STALE_AFTER, WorkerState, worker_state
 from taskq_core.statemachine import JobStatus, parse_status
-
-WorkerState = Literal["running", "stale", "stopped"]
 
 # The jobs pane opens on what is failing: jobs that failed for good or whose worker died.
 DEFAULT_JOB_STATUSES: tuple[JobStatus, ...] = (JobStatus.FAILED, JobStatus.CRASHED)
@@ -209,7 +208,7 @@ class DashboardSettings:
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
     jobs_limit: int = 100
-    stale_after: timedelta = timedelta(seconds=40)
+    stale_after: timedelta = DEFAULT_STALE_AFTER
     stopped_visible_for: timedelta = timedelta(hours=1)
     cancel_reason: str = "cancelled from taskq top"
 
@@ -282,16 +281,6 @@ class BackendSource:
     async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
         """Upsert the queue row's ``paused`` flag."""
         return await self.backend.update_queue(queue, paused=paused)
-
-
-def worker_state(worker: WorkerRow, now: datetime, stale_after: timedelta) -> WorkerState:
-    """``stopped`` once marked so; ``stale`` when its heartbeat is older than a live worker's
-    can be; otherwise ``running``."""
-    if worker.status != "running":
-        return "stopped"
-    if now - worker.last_seen_at > stale_after:
-        return "stale"
-    return "running"
 
 
 def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:

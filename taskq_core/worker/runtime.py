@@ -26,6 +26,7 @@ from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
+from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.logs import get_logger
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs
@@ -302,7 +303,7 @@ class Worker:
         controller = CancelController(deps)
         maintenance = MaintenanceSweep(deps)
         promotion = ScheduledPromotion(deps)
-        stranded = StrandedQueues(deps, stale_after=max(s.lock_lease, 3 * s.heartbeat_interval))
+        stranded = StrandedQueues(deps, stale_after=worker_stale_after(s))
         siblings: dict[str, Callable[[], Awaitable[Any]]] = {
             "producer": ProducerLoop(deps).run,
             "completer": lambda: deps.completer.run(deps.shutdown_event),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from taskq_core.liveness import worker_is_alive
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.deps import WorkerDeps
 
@@ -73,9 +74,9 @@ class MaintenanceSweep:
 class StrandedQueues:
     """Warns about queues with waiting jobs that no live worker consumes."""
 
-    def __init__(self, deps: WorkerDeps, *, stale_after: float) -> None:
+    def __init__(self, deps: WorkerDeps, *, stale_after: timedelta) -> None:
         self.deps = deps
-        self.stale_after = stale_after
+        self.stale_after = stale_after  # liveness.worker_stale_after: explain's and top's too
 
     async def run_once(self) -> list[str]:
         """Names of stranded queues (also logged)."""
@@ -90,8 +91,7 @@ class StrandedQueues:
         now = self.deps.clock.now()
         consumed: set[str] = set()
         for worker in await backend.list_workers():
-            age = (now - worker.last_seen_at).total_seconds()
-            if worker.status == "running" and age <= self.stale_after:
+            if worker_is_alive(worker, now, self.stale_after):
                 consumed.update(worker.queues)
         stranded = sorted(waiting - consumed)
         if stranded:
