@@ -89,6 +89,25 @@ def test_a_loop_goes_stale_only_when_the_clock_passes_its_budget() -> None:
     assert liveness.stale() == []
 
 
+async def test_the_stale_loop_watchdog_trips_when_a_stepped_clock_passes_a_budget(
+    trips: list[tuple[str, str]],
+) -> None:
+    clock = FakeClock()
+    liveness = LoopLiveness(clock, grace_factor=5.0, stale_floor=10.0)
+    liveness.tick("heartbeat", period=1.0)
+    shutdown = asyncio.Event()
+    checking = asyncio.create_task(
+        watchdog.stale_loop_watchdog(liveness, LOG, check_interval=0.01, shutdown=shutdown)
+    )
+    clock.advance(10.5)
+    async with asyncio.timeout(5):  # each check is a real 10 ms wait; the clock decides
+        while not trips:
+            await asyncio.sleep(0.01)
+    shutdown.set()
+    await asyncio.wait_for(checking, 5)
+    assert trips[0] == ("stale-loop", "loops stopped ticking: heartbeat")
+
+
 def test_the_shutdown_deadline_trips_only_once_the_clock_spends_the_budget() -> None:
     clock = FakeClock()
     detector = ShutdownWatchdog(clock, LOG, budget=10.0, dump_interval=2.0, dump_after_fraction=0.5)
