@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Protocol, runtime_checkable
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from taskq_cli import output
 from taskq_cli.commands import (
@@ -55,6 +54,30 @@ app.add_typer(actor_config.app, name="actor-config")
 app.add_typer(workers.app, name="workers")
 app.command("top")(top.top)
 app.add_typer(workgroup.app, name="workgroup")
+
+
+@runtime_checkable
+class _CommandContext(Protocol):
+    """What typer's usage errors carry as ``ctx``: the command line so far and its help.
+
+    typer (>= 0.26) vendors click privately, so the context's class is not public API; this
+    names the two members the error path reads.
+    """
+
+    @property
+    def command_path(self) -> str:
+        """``taskq jobs list``: the command the error belongs to."""
+        ...
+
+    def get_help(self) -> str:
+        """That command's help text."""
+        ...
+
+
+def _usage_context(exc: typer.TyperException) -> _CommandContext | None:
+    """The command a usage error belongs to, or None for errors without one."""
+    context = getattr(exc, "ctx", None)
+    return context if isinstance(context, _CommandContext) else None
 
 
 def _version() -> str:
@@ -102,17 +125,18 @@ def run(argv: list[str] | None = None) -> int:
     except typer.Abort:
         output.error("aborted")
         return EXIT_ERROR
-    except NoArgsIsHelpError as exc:
-        if exc.ctx is not None:
-            output.info(exc.ctx.get_help())
-        return 0
     except typer.TyperException as exc:
+        context = _usage_context(exc)
+        message = exc.format_message()
+        # `taskq` or a group without a sub-command (no_args_is_help): typer raises the
+        # help text itself as the error; asking for help is not a failure.
+        if context is not None and message == context.get_help():
+            output.info(message)
+            return 0
         if debug:
             traceback.print_exc()
-        hint = ""
-        if isinstance(exc, UsageError) and exc.ctx is not None:
-            hint = f" (see '{exc.ctx.command_path} --help')"
-        output.error(exc.format_message() + hint)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
+        output.error(message + hint)
         return EXIT_ERROR
     except TaskqError as exc:
         if debug:
