@@ -71,5 +71,10 @@ chaos: $(STAMP)
 completions: $(STAMP)
 	$(BIN)/python scripts/gen_completions.py
 
+# docs/settings.md from TaskqSettings (tests/unit/test_settings_doc.py checks it for drift).
+.PHONY: settings-doc
+settings-doc: $(STAMP)
+	$(BIN)/python scripts/gen_settings_doc.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -59,107 +59,199 @@ def validate_dsn(value: str) -> str:
 class TaskqSettings(BaseSettings):
     """Settings of every TaskQ process (worker, client, CLI); see the worker guide's table."""
 
+    # Each field's docstring is its description: docs/settings.md is generated from them.
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", validate_default=True
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+        use_attribute_docstrings=True,
     )
 
     # Connection and identity
     pg_dsn: str = DEFAULT_DSN
+    """PostgreSQL to use: a ``postgresql://`` URL, ``embedded`` (a server under
+    ``.taskq/pgdata``, started on first use) or ``embedded:PATH``."""
     pg_dsn_direct: str | None = None
+    """DSN for the worker's session-scoped work (LISTEN, advisory locks, dispatch), bypassing
+    PgBouncer; unset, TASKQ_PG_DSN."""
     pg_dsn_pooled: str | None = None
+    """DSN the client and the CLI use for their short transactions (it may route through
+    PgBouncer in transaction mode); unset, TASKQ_PG_DSN. A worker does not read it yet."""
     schema_name: str = DEFAULT_SCHEMA
+    """PostgreSQL schema holding every TaskQ table (a plain identifier)."""
     redis_url: str | None = None
+    """Redis URL for rate limiting and live progress."""
     environment: str | None = None
+    """Deployment environment label (``prod``, ``staging``) on telemetry."""
     admin_host: str = "0.0.0.0"
+    """Bind address of the admin web UI."""
     admin_port: int = Field(default=8080, ge=1, le=65535)
+    """Bind port of the admin web UI."""
     admin_url: str = "http://localhost:8080"
+    """Public base URL of the admin web UI."""
 
     # Pools and concurrency
     dispatcher_pool_size: int = Field(default=4, ge=1)
+    """Connections of the worker's dispatch pool (claims never queue behind job writes)."""
     heartbeat_pool_size: int = Field(default=4, ge=1)
+    """Connections of the worker's heartbeat pool (lease renewals never queue behind jobs)."""
     max_concurrency: int = Field(default=8, ge=1, le=10_000)
-    # Jobs claimed ahead of free consumers (None: 4 x max_concurrency, at least 16), so a
-    # consumer never waits for a dispatch round trip and claims come in large batches.
+    """Jobs one worker runs at once; its general pool holds 1.5 x this many connections."""
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
-    # The most successes one flush writes: bigger flushes hold their row locks longer.
+    """Jobs claimed ahead of free consumers, so a consumer never waits for a dispatch round
+    trip and claims come in large batches; unset, 4 x TASKQ_MAX_CONCURRENCY (at least 16)."""
     completion_batch_max: int = Field(default=200, ge=1, le=10_000)
+    """The most successes one flush writes: bigger flushes hold their row locks longer."""
     pool_max_inactive_lifetime: Seconds = 300.0
+    """An idle pool connection is closed after this long."""
     dispatch_oversample: int = Field(default=2, ge=1)
+    """Candidates the dispatch query reads per free slot of an actor, absorbing identity-key
+    collisions and competing workers; 1 suits one worker without identity keys."""
     dispatch_scope_by_home_queue: bool = False
+    """Dispatch probes only actors whose home queue this worker consumes (fewer probes, but
+    misses jobs enqueued onto another queue)."""
     dispatcher_command_timeout: Seconds = 5.0
+    """A worker's statement running longer is cancelled and handled as a database outage
+    (a hung connection, a partition)."""
 
     # Liveness
     heartbeat_interval: Seconds = Field(default=10.0, gt=0)
+    """How often a worker renews its row and the leases of the jobs it holds."""
     lock_lease: Seconds = Field(default=60.0, gt=0)
+    """How long a job's lease lasts without renewal before the leader may reclaim it; at
+    least 4 x TASKQ_HEARTBEAT_INTERVAL."""
     max_heartbeat_failures: int = Field(default=3, ge=1)
+    """Failed heartbeats in a row a worker tolerates; one more and it gives up its jobs."""
     termination_grace_period: Seconds = Field(default=75.0, gt=0)
+    """Time from the first shutdown signal to a forced exit; must exceed the cancellation
+    and cleanup grace periods together by more than 5s."""
     cancellation_grace_period: Seconds = Field(default=30.0, ge=0)
+    """Time a cancelled (or shutting-down) job has to stop cooperatively before it is forced;
+    with the cleanup grace, less than TASKQ_LOCK_LEASE."""
     cleanup_grace_period: Seconds = Field(default=10.0, ge=0)
+    """Time a forced job has to clean up before it is abandoned."""
     max_retry_backoff: Duration = timedelta(hours=24)
+    """Ceiling on any retry delay, whatever an actor's RetryPolicy asks for."""
     reclaim_event_visibility_delay: Seconds = 2.0
+    """Delay before a reclaim shows in the reclaim feed."""
 
     # Leader cadences
     sweep_interval: Seconds = Field(default=30.0, gt=0)
+    """How often the leader reclaims expired leases, fails missed deadlines and expires
+    results."""
     scheduled_wake_interval: Seconds = Field(default=1.0, gt=0)
+    """How often the leader turns due scheduled jobs into pending ones."""
 
     # Rate limiting
     rate_limit_pg_fallback_enabled: bool = True
+    """Rate limits fall back to PostgreSQL while Redis errors."""
 
     # Health server
     health_enabled: bool = True
-    # None: one socket per process, <runtime dir>/worker-<pid>.sock (worker.health.runtime_dir)
+    """Serve /live, /ready and /metrics on a Unix socket (``taskq health`` reads it)."""
     health_socket_path: str | None = None
+    """The health socket's path; unset, one per process:
+    ``$XDG_RUNTIME_DIR/taskq/worker-<pid>.sock``, else ``/tmp/taskq-<uid>/worker-<pid>.sock``."""
     health_pg_ping_timeout: Seconds = 0.2
+    """How long /ready waits for its PostgreSQL ping."""
     health_tasks_enabled: bool = False
+    """Also serve /tasks: every asyncio task's stack, as JSON."""
 
     # Dispatch wake-up
     poll_interval: Seconds = Field(default=1.0, gt=0)
+    """How often the producer looks for work when TASKQ_NOTIFY_ENABLED is false."""
     notify_enabled: bool = True
+    """Rely on LISTEN/NOTIFY wake-ups and poll only every TASKQ_NOTIFY_POLL_INTERVAL;
+    false: poll every TASKQ_POLL_INTERVAL."""
     notify_poll_interval: Seconds = Field(default=5.0, gt=0)
+    """The producer's fallback poll while NOTIFY wake-ups are on."""
     notify_health_check_interval: Seconds = Field(default=5.0, gt=0)
+    """How often the LISTEN connection is probed."""
     notify_reconnect_backoff_initial: Seconds = Field(default=1.0, gt=0)
+    """First wait before reconnecting a lost LISTEN connection (doubles per attempt, at most
+    30s)."""
 
     # Worker identity
     queues: Annotated[list[str], NoDecode] = [DEFAULT_QUEUE]
+    """Queues this worker consumes, comma-separated (``--queues`` repeated wins)."""
     worker_label: str | None = None
+    """A human-readable label for this worker, shown by ``taskq workers list``."""
     workgroup_instance: str | None = None
+    """Set by ``taskq workgroup start`` for its children: the supervisor they belong to (a
+    child also exits when its supervisor is gone)."""
 
     # Observability
     otel_enabled: bool = True
+    """Record OpenTelemetry spans and metrics (when an SDK provider is installed)."""
     worker_group: str = "default"
+    """Consumer group name on CONSUMER spans."""
     log_format: Literal["json", "console"] = "json"
+    """Log records as JSON lines or as console text."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    """The lowest level logged (SIGHUP re-reads it)."""
 
     # Actor config
     force_update_actor_config: bool = False
+    """At worker start, overwrite drifted stored actor config with the code's instead of
+    refusing to start."""
 
     # Prune and archive
     prune_schedule_utc: str = "03:00"
+    """Daily time (HH:MM, UTC) of the prune that moves old terminal jobs to the archive;
+    ignored when TASKQ_PRUNE_CRON_EXPR is set."""
     prune_cron_expr: str | None = None
+    """A 5-field cron expression for the prune instead of TASKQ_PRUNE_SCHEDULE_UTC."""
     prune_batch_size: int = Field(default=10_000, ge=1)
+    """Jobs one prune batch moves."""
     prune_retention_period: Duration = timedelta(days=30)
+    """How long a terminal job stays in the jobs table before archival, for statuses
+    without their own retention."""
     prune_retention_succeeded: Duration = timedelta(days=30)
+    """Retention of succeeded jobs."""
     prune_retention_failed: Duration = timedelta(days=90)
+    """Retention of failed jobs."""
     prune_retention_cancelled: Duration = timedelta(days=30)
+    """Retention of cancelled jobs."""
     prune_retention_abandoned: Duration = timedelta(days=90)
+    """Retention of abandoned and crashed jobs."""
     archive_retention_period: Duration = timedelta(days=365)
+    """How long an archived job is kept before it is deleted."""
     archive_expiry_schedule_utc: str = "04:00"
+    """Daily time (HH:MM, UTC) of the archive expiry; ignored when
+    TASKQ_ARCHIVE_EXPIRY_CRON_EXPR is set."""
     archive_expiry_cron_expr: str | None = None
+    """A 5-field cron expression for the archive expiry instead of its daily time."""
 
     # Until-idle
     idle_settle_window: Seconds = Field(default=2.0, ge=0)
+    """``--until-idle``: how long the queues must stay empty before the worker calls them
+    drained."""
     idle_poll_interval: Seconds = Field(default=1.0, gt=0)
+    """``--until-idle``: how often the drain monitor checks the queues."""
     idle_max_runtime: OptionalSeconds = None
+    """``--until-idle``: the longest a drain may take; past it the worker exits with code 4.
+    Unset: no limit."""
 
     # Watchdog
     watchdog_enabled: bool = True
+    """Run the watchdog: a hung shutdown, a stalled loop or a blocked event loop ends the
+    process with exit code 2 so its supervisor restarts it."""
     watchdog_loop_lag_budget: Seconds = Field(default=30.0, gt=0)
+    """How long the event loop may be blocked before the watchdog trips."""
     watchdog_loop_lag_startup_grace: Seconds = Field(default=30.0, ge=0)
+    """Time after start before the loop-lag detector arms (unless a loop ticks sooner)."""
     watchdog_tick_grace_factor: float = Field(default=5.0, ge=1.0)
+    """A loop is stale after this many of its periods without a tick (at least
+    TASKQ_WATCHDOG_STALE_FLOOR)."""
     watchdog_stale_floor: Seconds = Field(default=10.0, gt=0)
+    """The shortest time without a tick that counts a loop as stale."""
     watchdog_dump_interval: Seconds = Field(default=5.0, gt=0)
+    """During a slow shutdown, how often the still-running tasks are logged."""
     watchdog_dump_after_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
+    """The share of TASKQ_TERMINATION_GRACE_PERIOD a shutdown uses before those logs start."""
     watchdog_check_interval: Seconds = Field(default=1.0, gt=0)
+    """How often the loop-lag and stale-loop detectors check."""
 
     @field_validator("pg_dsn")
     @classmethod
