@@ -62,11 +62,6 @@ def test_backend_satisfies_the_protocol_and_declares_its_version(
     assert InMemoryBackend.supports_transactional_simulation is True
 
 
-def test_oversample_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="dispatch_oversample"):
-        InMemoryBackend(dispatch_oversample=0)
-
-
 # --- simulated transactions ----------------------------------------------------------------
 async def test_transactional_enqueue_becomes_visible_only_on_clean_exit(
     backend: InMemoryBackend,
@@ -295,21 +290,20 @@ async def test_json_columns_follow_jsonb_rules(backend: InMemoryBackend) -> None
         await backend.enqueue(EnqueueArgs("resize", {"when": datetime.now(UTC)}))
 
 
-# --- the dispatch oversample knob ----------------------------------------------------------
-@pytest.mark.parametrize(("oversample", "dispatched"), [(1, 0), (2, 1)])
-async def test_oversample_bounds_the_per_actor_candidate_window(
-    clock: FakeClock, oversample: int, dispatched: int
-) -> None:
-    backend = InMemoryBackend(clock=clock, dispatch_oversample=oversample)
+# --- dispatch reads no windows ------------------------------------------------------------
+async def test_dispatch_looks_past_any_number_of_held_back_jobs(clock: FakeClock) -> None:
+    """PostgreSQL reads bounded candidate windows; memory claims every due job the rules
+    allow, however deep the jobs held back ahead of it."""
+    backend = InMemoryBackend(clock=clock)
     await backend.enqueue(EnqueueArgs("resize", identity_key="same"))
     [held] = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
-    await backend.enqueue(EnqueueArgs("resize", identity_key="same"))  # blocked by `held`
+    await backend.enqueue_batch([EnqueueArgs("resize", identity_key="same")] * 100)
+    await backend.enqueue_batch([EnqueueArgs("capped") for _ in range(100)])
+    await backend.sync_actor_configs(
+        [protocol.ActorDeclaration("capped", "default", {}, 0, None, None)], force=False
+    )
     clock.advance(1)
     free = await backend.enqueue(EnqueueArgs("resize"))
-    await backend.sync_actor_configs(
-        [protocol.ActorDeclaration("resize", "default", {}, 2, None, None)], force=False
-    )
-    # One slot left for the actor: with oversample 1 only the blocked head is looked at.
-    claimed = await backend.dispatch_batch(uuid4(), ["default"], 5, LEASE)
-    assert [row.id for row in claimed] == [free.id][:dispatched]
+    claimed = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
+    assert [row.id for row in claimed] == [free.id]
     assert held.id not in {row.id for row in claimed}

@@ -5,10 +5,9 @@ the dispatch order itself, which ``get_dispatch_position`` reads too.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
@@ -25,13 +24,10 @@ from .store import PENDING, RUNNING, JobRecord, MemoryStore
 
 # last_served of a cohort that never had a job claimed: first, as NULLS FIRST sorts it.
 _NEVER_SERVED = datetime.min.replace(tzinfo=UTC)
-# dispatch.sql's bounds: a round_robin queue gets one candidate window per fairness cohort
-# up to this many cohorts, then falls back to the shared window ranked by cohort...
-_COHORT_BUDGET = 128
-# ...its cohort windows stay whole while they add up to at most this many rows, then split
-# evenly; and a shared window always holds at least _SHARED_WINDOW_FLOOR rows.
-_COHORT_ROWS = 256
-_SHARED_WINDOW_FLOOR = 16
+
+# A job's place in dispatch order inside its mode group: cohort rank (1 in strict_fifo),
+# priority DESC, when its cohort was last served (round_robin only), scheduled_at, id.
+_OrderKey = tuple[int, int, datetime, datetime, UUID]
 
 
 def _fifo_key(job: JobRecord) -> tuple[int, datetime, UUID]:
@@ -56,11 +52,29 @@ class DispatchPart(MemoryStore):
     """``dispatch_batch``, ``heartbeat``, ``mark_started_many``, ``poll_cancel_flags`` and
     ``get_dispatch_position``."""
 
-    def __init__(self, *, dispatch_oversample: int = 2, **kwargs: Any) -> None:
-        if dispatch_oversample < 1:
-            raise ValueError("dispatch_oversample must be at least 1")
-        super().__init__(**kwargs)
-        self._oversample = dispatch_oversample
+    def _order_keys(
+        self, due: Iterable[JobRecord], modes: Mapping[str, QueueMode]
+    ) -> dict[UUID, _OrderKey]:
+        """The dispatch order of ``due`` inside a mode group, the one home of that rule.
+
+        strict_fifo: priority DESC, scheduled_at, id. round_robin: the same order inside
+        each fairness cohort (counted across the round_robin queues of ``due``), cohorts
+        interleaved by rank; among equal rank and priority, the cohort last served longest
+        ago in its queue first (never served: first).
+        """
+        jobs = sorted(due, key=_fifo_key)
+        fair = [job for job in jobs if modes[job.queue] == "round_robin"]
+        served = self._last_served({job.queue for job in fair})
+        ranks: Counter[str] = Counter()
+        keys: dict[UUID, _OrderKey] = {}
+        for job in jobs:
+            rank, last_served = 1, _NEVER_SERVED
+            if modes[job.queue] == "round_robin":
+                ranks[job.cohort] += 1
+                rank = ranks[job.cohort]
+                last_served = served.get((job.queue, job.cohort), _NEVER_SERVED)
+            keys[job.id] = (rank, -job.priority, last_served, job.scheduled_at, job.id)
+        return keys
 
     def _last_served(self, queues: Iterable[str]) -> dict[tuple[str, str], datetime]:
         """When a job of each (queue, fairness cohort) of ``queues`` was last claimed (any
@@ -77,98 +91,66 @@ class DispatchPart(MemoryStore):
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
-        """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running."""
+        """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running.
+
+        The due jobs of the unpaused queues with room, except those of actors at their cap,
+        in dispatch order: mode group by mode group in the order the queues are given, then
+        ``_order_keys``. Each is claimed unless its (actor, identity_key) runs already or
+        was claimed by this call, or its actor or queue reached max_concurrent (claims of
+        this call counted), until ``limit`` jobs are claimed. A job held back by its
+        identity key keeps its place in its cohort's rank; jobs of a full actor take none.
+        """
         if limit <= 0:
             return []
         now = self._now()
-        oversample = self._oversample
         running = [job for job in self._jobs.values() if job.status is RUNNING]
+        busy = {(job.actor, job.identity_key) for job in running if job.identity_key is not None}
         actor_load = Counter(job.actor for job in running)
         queue_load = Counter(job.queue for job in running)
-        taken = {(job.actor, job.identity_key) for job in running if job.identity_key is not None}
-        requested = dict.fromkeys(queues)
-        pending: dict[str, list[JobRecord]] = {name: [] for name in requested}
-        for job in self._jobs.values():
-            if job.status is PENDING and job.queue in pending:
-                pending[job.queue].append(job)
-
-        mode_order: dict[QueueMode, int] = {}
-        queue_mode: dict[str, QueueMode] = {}
-        queue_room: dict[str, int] = {}
-        queue_cap: dict[str, int] = {}
-        for position, name in enumerate(requested):
+        actor_room = {
+            actor: config.max_concurrent - actor_load[actor]
+            for actor, config in self._actor_configs.items()
+            if config.max_concurrent is not None
+        }
+        group: dict[QueueMode, int] = {}  # mode -> its first position among the queues
+        modes: dict[str, QueueMode] = {}
+        queue_room: dict[str, int | None] = {}  # None: no max_concurrent
+        for position, name in enumerate(dict.fromkeys(queues)):
             row = self._queue_row(name)
             if row.paused:
                 continue
-            mode_order.setdefault(row.mode, position)
-            queue_mode[name] = row.mode
-            room = limit
+            group.setdefault(row.mode, position)
+            modes[name] = row.mode
+            room = None
             if row.max_concurrent is not None:
-                room = queue_cap[name] = min(limit, row.max_concurrent - queue_load[name])
-            if room > 0:
+                room = row.max_concurrent - queue_load[name]
+            if room is None or room > 0:
                 queue_room[name] = room
+        due = [
+            job
+            for job in self._jobs.values()
+            if job.status is PENDING
+            and job.queue in queue_room
+            and job.scheduled_at <= now
+            and actor_room.get(job.actor, 1) > 0
+        ]
+        keys = self._order_keys(due, modes)
+        due.sort(key=lambda job: (group[modes[job.queue]], keys[job.id]))
 
-        with_pending = {job.actor for jobs in pending.values() for job in jobs}
-        capped = {
-            actor: min(limit, config.max_concurrent - actor_load[actor])
-            for actor, config in self._actor_configs.items()
-            if config.max_concurrent is not None and actor in with_pending
-        }
-
-        candidates: list[JobRecord] = []
-        for name, room in queue_room.items():
-            due = sorted((job for job in pending[name] if job.scheduled_at <= now), key=_fifo_key)
-            free = [job for job in due if job.actor not in capped]
-            size = room * oversample
-            cohorts = len({job.cohort for job in pending[name]})
-            if queue_mode[name] == "strict_fifo" or cohorts > _COHORT_BUDGET:
-                candidates.extend(free[: max(size, _SHARED_WINDOW_FLOOR)])
-            elif cohorts:
-                if cohorts * size > _COHORT_ROWS:
-                    size = max(-(-size // cohorts) + 1, _COHORT_ROWS // cohorts)
-                per_cohort: Counter[str] = Counter()
-                for job in free:
-                    per_cohort[job.cohort] += 1
-                    if per_cohort[job.cohort] <= size:
-                        candidates.append(job)
-            for actor, residual in capped.items():
-                if residual > 0:
-                    mine = [job for job in due if job.actor == actor]
-                    candidates.extend(mine[: residual * oversample])
-
-        round_robin = [job for job in candidates if queue_mode[job.queue] == "round_robin"]
-        served = self._last_served({job.queue for job in round_robin})
-        ranks: Counter[str] = Counter()
-        fairness: dict[UUID, tuple[int, datetime]] = {}
-        for job in sorted(round_robin, key=_fifo_key):
-            ranks[job.cohort] += 1
-            fairness[job.id] = (
-                ranks[job.cohort],
-                served.get((job.queue, job.cohort), _NEVER_SERVED),
-            )
-
-        def dispatch_order(job: JobRecord) -> tuple[Any, ...]:
-            rank, last_served = fairness.get(job.id, (1, _NEVER_SERVED))
-            mode = mode_order[queue_mode[job.queue]]
-            return (mode, rank, -job.priority, last_served, job.scheduled_at, job.id)
-
-        candidates.sort(key=dispatch_order)
-
-        actor_rank: Counter[str] = Counter()
-        queue_rank: Counter[str] = Counter()
         claimed: list[JobRecord] = []
-        for job in candidates:
-            if job.identity_key is not None:
-                identity = (job.actor, job.identity_key)
-                if identity in taken:
-                    continue
-                taken.add(identity)
-            actor_rank[job.actor] += 1
-            if job.actor in capped and actor_rank[job.actor] > capped[job.actor]:
+        for job in due:
+            identity = None if job.identity_key is None else (job.actor, job.identity_key)
+            if identity in busy or actor_room.get(job.actor, 1) <= 0:
                 continue
-            queue_rank[job.queue] += 1
-            if job.queue in queue_cap and queue_rank[job.queue] > queue_cap[job.queue]:
+            room = queue_room[job.queue]
+            if room is not None and room <= 0:
                 continue
+            if identity is not None:
+                busy.add(identity)
+            if job.actor in actor_room:
+                actor_room[job.actor] -= 1
+            if room is not None:
+                queue_room[job.queue] = room - 1
             claimed.append(job)
             if len(claimed) == limit:
                 break
@@ -182,7 +164,7 @@ class DispatchPart(MemoryStore):
         return [job.snapshot() for job in claimed]
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
-        """The job's place in its queue's dispatch order, as ``dispatch_batch`` ranks it."""
+        """The job's place among the due jobs of its queue, in ``_order_keys`` order."""
         target = self._jobs.get(job_id)
         if target is None:
             return None
@@ -190,25 +172,13 @@ class DispatchPart(MemoryStore):
         mode = self._queue_row(target.queue).mode
         if target.status is not PENDING or target.scheduled_at > now:
             return DispatchPosition(now, mode, 0, 0)
-        due = sorted(
-            (
-                job
-                for job in self._jobs.values()
-                if job.status is PENDING and job.queue == target.queue and job.scheduled_at <= now
-            ),
-            key=_fifo_key,
-        )
-        served = self._last_served([target.queue])
-        ranks: Counter[str] = Counter()
-        order: dict[UUID, tuple[Any, ...]] = {}
-        for job in due:
-            ranks[job.cohort] += 1
-            key: tuple[Any, ...] = _fifo_key(job)
-            if mode == "round_robin":
-                last_served = served.get((job.queue, job.cohort), _NEVER_SERVED)
-                key = (ranks[job.cohort], -job.priority, last_served, *key[1:])
-            order[job.id] = key
-        ahead = [job for job in due if order[job.id] < order[target.id]]
+        due = [
+            job
+            for job in self._jobs.values()
+            if job.status is PENDING and job.queue == target.queue and job.scheduled_at <= now
+        ]
+        keys = self._order_keys(due, {target.queue: mode})
+        ahead = [job for job in due if keys[job.id] < keys[target.id]]
         other = sum(1 for job in ahead if job.cohort != target.cohort)
         return DispatchPosition(now, mode, len(ahead), other)
 
