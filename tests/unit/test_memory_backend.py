@@ -14,7 +14,9 @@ import pytest
 from taskq_core import jsontext
 from taskq_core.backend import protocol
 from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter, Start
+from taskq_core.backend.memory.settle import Ending, decide
+from taskq_core.backend.memory.store import JobRecord
+from taskq_core.backend.protocol import Backend, EnqueueArgs, ErrorInfo, JobFilter, RetryKind, Start
 from taskq_core.clock import FakeClock
 from taskq_core.statemachine import JobStatus
 
@@ -307,3 +309,103 @@ async def test_dispatch_looks_past_any_number_of_held_back_jobs(clock: FakeClock
     claimed = await backend.dispatch_batch(uuid4(), ["default"], 1, LEASE)
     assert [row.id for row in claimed] == [free.id]
     assert held.id not in {row.id for row in claimed}
+
+
+# --- the settle rules, one pure decision ---------------------------------------------------
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+BOOM = ErrorInfo("ValueError", "boom", "Traceback: boom")
+LATER = NOW + timedelta(seconds=5)
+
+
+def _record(
+    *,
+    attempt: int = 1,
+    max_attempts: int = 3,
+    retry_kind: RetryKind = "transient",
+    deadline: datetime | None = None,
+    cancel_requested: bool = False,
+) -> JobRecord:
+    return JobRecord(
+        id=uuid4(),
+        actor="resize",
+        queue="default",
+        payload={},
+        status=JobStatus.RUNNING,
+        priority=0,
+        scheduled_at=NOW,
+        created_at=NOW,
+        updated_at=NOW,
+        retry_kind=retry_kind,
+        max_attempts=max_attempts,
+        identity_key=None,
+        fairness_key=None,
+        schedule_to_close=deadline,
+        result_ttl=None,
+        metadata={},
+        trace_id=None,
+        span_id=None,
+        attempt=attempt,
+        cancel_requested_at=NOW if cancel_requested else None,
+    )
+
+
+def test_a_requested_cancel_wins_over_the_deadline_and_the_budget() -> None:
+    job = _record(attempt=3, max_attempts=3, deadline=NOW, cancel_requested=True)
+    retry = decide(job, Ending("retried", BOOM, LATER), NOW)
+    assert (retry.status, retry.attempt_outcome, retry.job_error) == (
+        JobStatus.CANCELLED,
+        "failed",  # the attempt keeps the actor's error
+        BOOM,
+    )
+    later = decide(job, Ending("retry_after", None, LATER), NOW)
+    assert (later.status, later.attempt_outcome) == (JobStatus.CANCELLED, "cancelled")
+
+
+def test_the_deadline_is_checked_before_the_attempt_budget() -> None:
+    job = _record(attempt=3, max_attempts=3, deadline=NOW + timedelta(seconds=1))
+    plan = decide(job, Ending("retry_after", None, LATER), NOW)
+    assert plan.status is JobStatus.FAILED
+    assert plan.job_error is not None and plan.job_error.error_class == "DeadlineExceeded"
+    retry = decide(job, Ending("retried", BOOM, LATER), NOW)
+    assert (retry.attempt_error, retry.job_error is not None) == (BOOM, True)
+    assert retry.job_error is not None and "last error: boom" in retry.job_error.message
+
+
+@pytest.mark.parametrize(
+    ("counts", "retry_kind", "status"),
+    [
+        (True, "transient", JobStatus.FAILED),
+        (False, "transient", JobStatus.SCHEDULED),
+        (True, "indefinite", JobStatus.SCHEDULED),
+    ],
+)
+def test_a_retry_after_spends_the_budget_of_transient_jobs_only(
+    counts: bool, retry_kind: RetryKind, status: JobStatus
+) -> None:
+    job = _record(attempt=3, max_attempts=3, retry_kind=retry_kind)
+    plan = decide(job, Ending("retry_after", None, LATER, counts=counts), NOW)
+    assert plan.status is status
+    assert plan.counts is (counts or status is JobStatus.FAILED)
+
+
+@pytest.mark.parametrize(
+    ("job", "started", "status", "attempt_row"),
+    [
+        (_record(), False, JobStatus.PENDING, None),
+        (_record(cancel_requested=True), False, JobStatus.CANCELLED, None),
+        (_record(cancel_requested=True), True, JobStatus.CANCELLED, "crashed"),
+        (_record(attempt=1, max_attempts=2), True, JobStatus.SCHEDULED, "crashed"),
+        (_record(attempt=2, max_attempts=2), True, JobStatus.CRASHED, "crashed"),
+        (_record(retry_kind="non_retryable"), True, JobStatus.CRASHED, "crashed"),
+        (_record(retry_kind="indefinite", deadline=NOW), True, JobStatus.CRASHED, "crashed"),
+    ],
+)
+def test_a_job_given_back(
+    job: JobRecord, started: bool, status: JobStatus, attempt_row: str | None
+) -> None:
+    plan = decide(job, Ending("crashed", BOOM, LATER, started=started), NOW)
+    assert (plan.status, plan.attempt_outcome, plan.given_back) == (status, attempt_row, True)
+    assert plan.counts is started  # a body that never ran gives its attempt back
+    assert plan.run_at == (LATER if status is JobStatus.SCHEDULED else None)
+    # The row keeps a crash's error without its traceback; the attempt row keeps it whole.
+    assert plan.job_error == (ErrorInfo("ValueError", "boom") if started else None)
