@@ -75,10 +75,6 @@ class AdminPart(BackendCore):
         """Whether any pending, scheduled or running job is in these queues."""
         return bool(await self._pool.fetchval(self._queries["has_active_jobs"], list(queues)))
 
-    async def count_active_jobs(self, queues: Sequence[str]) -> int:
-        """Pending + scheduled + running jobs in these queues."""
-        return int(await self._pool.fetchval(self._queries["count_active_jobs"], list(queues)))
-
     async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
         """Pending + scheduled jobs per actor; actors with none are left out."""
         records = await self._pool.fetch(self._queries["count_pending_jobs"], list(actors))

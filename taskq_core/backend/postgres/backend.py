@@ -27,7 +27,7 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 @translate_errors
-class PostgresBackend(EnqueuePart, DispatchPart, SettlePart, LeaderPart, AdminPart):
+class PostgresBackend(EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
 
     Every public coroutine raises TaskQ's errors for database trouble, never asyncpg's

@@ -66,10 +66,6 @@ def _text(value: str) -> bytes:
     return _pack_length(len(data)) + data
 
 
-def _optional_text(value: str | None) -> bytes:
-    return _NULL if value is None else _text(value)
-
-
 def _interval(value: timedelta) -> bytes:
     # As asyncpg sends a timedelta: days stay days (never folded into the time part).
     return _pack_interval(16, value.seconds * 1_000_000 + value.microseconds, value.days, 0)

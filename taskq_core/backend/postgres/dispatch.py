@@ -56,8 +56,7 @@ class DispatchPart(BackendCore):
         *,
         is_leader: bool = False,
     ) -> HeartbeatResult:
-        """Worker row, the named leases, reservation leases, leader row and cancel flags: one
-        statement, hence one transaction."""
+        """Worker row, the named leases, leader row and cancel flags: one statement."""
         records = await self._heartbeat_pool.fetch(
             self._queries["heartbeat"],
             worker_id,
@@ -98,3 +97,14 @@ class DispatchPart(BackendCore):
             CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
             for r in records
         ]
+
+    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
+        """cancel_phase -> 2 with an event, before the worker cancels the task."""
+        done = await self._pool.fetchval(
+            self._queries["write_cancel_escalation"],
+            lease.job_id,
+            lease.worker_id,
+            lease.attempt,
+            reason,
+        )
+        return bool(done)

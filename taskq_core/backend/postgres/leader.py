@@ -13,19 +13,19 @@ from taskq_core.backend.protocol import (
     LeaderRow,
 )
 from taskq_core.constants import (
+    CANCEL_RECLAIM_HEADROOM,
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
-    UNSTARTED_RECLAIM_LIMIT,
 )
 from taskq_core.obs.logs import get_logger
 
 from . import rows
-from .core import BackendCore
 from .errors import is_database_trouble
+from .settle import Settlement, SettlePart
 
 _log = get_logger("postgres_backend")
 
 
-class LeaderPart(BackendCore):
+class LeaderPart(SettlePart):
     """The maintenance leader's lock and row, and the sweeps it runs."""
 
     async def try_acquire_leadership(self, worker_id: UUID) -> bool:
@@ -127,15 +127,32 @@ class LeaderPart(BackendCore):
         return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
 
     async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
-        """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events."""
-        record = await self._one(
-            self._queries["reclaim_expired_locks"],
-            cancel_grace,
-            cleanup_grace,
-            self._wake_channel,
-            UNSTARTED_RECLAIM_LIMIT,
-        )
-        return int(record["reclaimed"])
+        """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events.
+
+        The expired leases are locked (SKIP LOCKED) and settled (outcome reclaimed) in one
+        transaction: ``settle`` decides each row's fate, as it does for a worker's release.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            expired = await conn.fetch(
+                self._queries["expired_leases"],
+                cancel_grace,
+                cleanup_grace,
+                CANCEL_RECLAIM_HEADROOM,
+            )
+            if not expired:
+                return 0
+            settlements = [
+                Settlement(
+                    record["id"],
+                    record["attempt"],
+                    record["locked_by_worker"],
+                    "reclaimed",
+                    error_class="WorkerCrashed",
+                    error_message="the worker's lock expired without a terminal write",
+                )
+                for record in expired
+            ]
+            return len(await self._settle(conn, settlements))
 
     async def expire_results(self) -> int:
         """Clear results whose result_expires_at has passed."""

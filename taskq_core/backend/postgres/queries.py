@@ -31,11 +31,6 @@ def _load_all() -> dict[str, str]:
     return queries
 
 
-def query_names() -> list[str]:
-    """Every named query, for tests and diagnostics."""
-    return sorted(_load_all())
-
-
 def render(name: str, schema: str) -> str:
     """The query ``name`` with ``{schema}`` replaced by the validated schema identifier."""
     return _load_all()[name].replace("{schema}", validate_identifier(schema))

@@ -1,10 +1,17 @@
-"""Settling leases: success, failure, retry, snooze, retry-after, cancel, abandon, release."""
+"""Settling leases: every outcome of a claimed attempt goes through the one ``settle`` statement.
+
+Success (one or a batch, or inside the caller's transaction), failure and retry, snooze,
+retry-after, cooperative cancel, abandon, a worker's release and the leader's reclaim each
+become rows of ``sql/settle.sql``, which holds the rules (cancel wins, deadline, retries
+left, give-backs) and writes the job, its attempt row and its event row in one statement.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, Literal, cast
 from uuid import UUID
 
 import asyncpg
@@ -18,13 +25,219 @@ from taskq_core.backend.protocol import (
     SnoozeOutcome,
     Success,
 )
+from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 
 from . import bulk, rows
 from .core import BackendCore
 
+Outcome = Literal[
+    "succeeded",
+    "failed",
+    "retry",
+    "snooze",
+    "retry_after",
+    "cancelled",
+    "abandoned",
+    "released",
+    "reclaimed",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """One row of a ``settle`` call: a lease, the outcome asked for and what it carries.
+
+    Fields in the statement's parameter order ($1..$13); see ``sql/settle.sql``.
+    """
+
+    job_id: UUID
+    attempt: int
+    worker_id: UUID
+    outcome: Outcome
+    delay: timedelta | None = None
+    consume_budget: bool | None = None
+    result_json: str | None = None
+    fallback_result_ttl: timedelta | None = None
+    ran_for: float | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    error_traceback: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, lease: Lease, outcome: Outcome, **carried: Any) -> Settlement:
+        """The settlement of ``lease`` with ``outcome``."""
+        return cls(lease.job_id, lease.attempt, lease.worker_id, outcome, **carried)
+
+
+_SETTLEMENT_FIELDS = tuple(f.name for f in fields(Settlement))
+
 
 class SettlePart(BackendCore):
     """Every write that ends or reschedules a claimed attempt, fenced by its lease."""
+
+    async def _settle(
+        self, executor: Any, settlements: Sequence[Settlement]
+    ) -> list[asyncpg.Record]:
+        """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
+        rule_error) per lease that was still the row's."""
+        columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
+        return await self._unstorable_as_taskq_error(
+            executor.fetch(
+                self._queries["settle"], *columns, self._wake_channel, UNSTARTED_RECLAIM_LIMIT
+            )
+        )
+
+    @staticmethod
+    async def _unstorable_as_taskq_error(
+        fetch: Awaitable[list[asyncpg.Record]],
+    ) -> list[asyncpg.Record]:
+        """Await a settle. Result text jsonb refuses (not JSON, NaN, Infinity, a \\u0000
+        escape: the statement's only text cast) fails the one statement, so nothing is
+        written: the caller sees UnstorableValueError, as from the memory backend."""
+        try:
+            return await fetch
+        except (
+            asyncpg.InvalidTextRepresentationError,
+            asyncpg.UntranslatableCharacterError,
+        ) as exc:
+            reason = str(exc).splitlines()[0]
+            raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
+
+    async def _settle_one(self, lease: Lease, outcome: Outcome, **carried: Any) -> str | None:
+        """Settle one lease; its new status, with ``:rule error`` when a rule failed it (None
+        when the lease is not the row's any more)."""
+        records = await self._settle(self._pool, [Settlement.of(lease, outcome, **carried)])
+        if not records:
+            return None
+        status, rule_error = records[0]["status"], records[0]["rule_error"]
+        return status if rule_error is None else f"{status}:{rule_error}"
+
+    # --- success: the hot path of every drain -------------------------------------------------
+    async def _settle_successes(
+        self, executor: Any, worker_id: UUID, successes: Sequence[Success]
+    ) -> list[asyncpg.Record]:
+        """``settle_succeeded`` (settle's success branch, as its own statement for speed: see
+        ``sql/settle.sql``) on ``executor``; one record (id) per lease still the row's."""
+        return await self._unstorable_as_taskq_error(
+            executor.fetch(
+                self._queries["settle_succeeded"],
+                worker_id,
+                [s.job_id for s in successes],
+                [s.attempt for s in successes],
+                [s.result_json for s in successes],
+                [s.fallback_result_ttl for s in successes],
+                [s.ran_for for s in successes],
+                self._wake_channel,
+            )
+        )
+
+    async def mark_succeeded(
+        self,
+        lease: Lease,
+        result: Any,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """running -> succeeded with its attempt and event; False when not ours any more."""
+        encoded = None if result is None else bulk.dumps(result)
+        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
+        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+
+    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
+        """Many completions in one statement; the ids whose leases this worker still held."""
+        if not successes:
+            return set()
+        records = await self._settle_successes(self._pool, worker_id, successes)
+        return {record["id"] for record in records}
+
+    async def mark_succeeded_with_conn(
+        self,
+        connection: Any,
+        lease: Lease,
+        result_json: str | None,
+        *,
+        fallback_result_ttl: timedelta | None = None,
+        ran_for: float = 0.0,
+    ) -> bool:
+        """The completion inside the caller's transaction on ``connection``, through the
+        general ``settle`` (not the hot path; this keeps its success branch in use)."""
+        settlement = Settlement.of(
+            lease,
+            "succeeded",
+            result_json=result_json,
+            fallback_result_ttl=fallback_result_ttl,
+            ran_for=ran_for,
+        )
+        return bool(await self._settle(connection, [settlement]))
+
+    # --- every other outcome -------------------------------------------------------------------
+    async def mark_failed_or_retry(
+        self,
+        lease: Lease,
+        error: ErrorInfo,
+        retry_delay: timedelta | None,
+        *,
+        ran_for: float | None = None,
+    ) -> JobRow | None:
+        """-> failed, scheduled at now() + delay, or cancelled (deadline decided by the
+        database). The row is read back in the settle's transaction: exactly what it wrote."""
+        settlement = Settlement.of(
+            lease,
+            "failed" if retry_delay is None else "retry",
+            delay=retry_delay,
+            ran_for=ran_for,
+            error_class=error.error_class,
+            error_message=error.message,
+            error_traceback=error.traceback,
+        )
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not await self._settle(conn, [settlement]):
+                return None
+            record = await conn.fetchrow(self._queries["get_job"], lease.job_id)
+        return None if record is None else rows.job(record)
+
+    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
+        """running -> cancelled (cooperative exit)."""
+        return await self._settle_one(lease, "cancelled", ran_for=ran_for) is not None
+
+    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
+        """running with cancel_phase 2 -> abandoned, ``reason`` as its error message."""
+        settled = await self._settle_one(
+            lease,
+            "abandoned",
+            ran_for=0.0,  # an abandoned body ran until now when its start was not recorded
+            error_class="Abandoned",
+            error_message=reason,
+            reason=reason,
+        )
+        return settled is not None
+
+    async def mark_snoozed(
+        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
+    ) -> SnoozeOutcome:
+        """-> scheduled without consuming the attempt, failed past the deadline, or
+        cancelled."""
+        settled = await self._settle_one(lease, "snooze", delay=delay, ran_for=ran_for)
+        if settled is None:
+            return "noop"
+        return cast(SnoozeOutcome, settled.partition(":")[0])
+
+    async def mark_retry_after(
+        self,
+        lease: Lease,
+        delay: timedelta,
+        *,
+        consume_budget: bool = True,
+        ran_for: float | None = None,
+    ) -> RetryAfterOutcome:
+        """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
+        attempt budget)."""
+        settled = await self._settle_one(
+            lease, "retry_after", delay=delay, consume_budget=consume_budget, ran_for=ran_for
+        )
+        return cast(RetryAfterOutcome, "noop" if settled is None else settled)
 
     async def release_leases(
         self,
@@ -40,168 +253,17 @@ class SettlePart(BackendCore):
         if not leases:
             return 0
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
-        record = await self._one(
-            self._queries["release_leases"],
-            worker_id,
-            [lease.job_id for lease in leases],
-            [lease.attempt for lease in leases],
-            retry_delay,
-            error.error_class,
-            error.message,
-            reason,
-            self._wake_channel,
-        )
-        return int(record["released"])
-
-    async def mark_succeeded(
-        self,
-        lease: Lease,
-        result: Any,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        """running -> succeeded with its attempt and event; False when not ours any more.
-
-        A flush of one: one copy of the completion SQL (it also wakes a waiting worker when
-        the job frees room under a cap).
-        """
-        encoded = None if result is None else bulk.dumps(result)
-        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
-        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
-
-    def _success_args(self, worker_id: UUID, successes: Sequence[Success]) -> tuple[Any, ...]:
-        return (
-            worker_id,
-            [s.job_id for s in successes],
-            [s.attempt for s in successes],
-            [s.result_json for s in successes],
-            [s.fallback_result_ttl for s in successes],
-            [s.ran_for for s in successes],
-            self._wake_channel,
-        )
-
-    async def _write_successes(
-        self, conn: Any, worker_id: UUID, successes: Sequence[Success]
-    ) -> list[asyncpg.Record]:
-        """Run ``mark_succeeded_many`` on ``conn``. Result text jsonb refuses (not JSON, NaN,
-        Infinity, a \\u0000 escape) fails the one statement, so nothing is written: the
-        caller sees UnstorableValueError, as from the memory backend."""
-        try:
-            rows: list[asyncpg.Record] = await conn.fetch(
-                self._queries["mark_succeeded_many"], *self._success_args(worker_id, successes)
+        settlements = [
+            Settlement(
+                lease.job_id,
+                lease.attempt,
+                worker_id,
+                "released",
+                delay=retry_delay,
+                error_class=error.error_class,
+                error_message=error.message,
+                reason=reason,
             )
-        except (
-            asyncpg.InvalidTextRepresentationError,
-            asyncpg.UntranslatableCharacterError,
-        ) as exc:
-            # The only text cast of the statement is the results' ``::jsonb``.
-            reason = str(exc).splitlines()[0]
-            raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
-        return rows
-
-    async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """Many completions in one statement; the ids whose leases this worker still held."""
-        if not successes:
-            return set()
-        rows = await self._write_successes(self._pool, worker_id, successes)
-        return {row["id"] for row in rows}
-
-    async def mark_succeeded_with_conn(
-        self,
-        connection: Any,
-        lease: Lease,
-        result_json: str | None,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        """The completion inside the caller's transaction on ``connection``."""
-        success = Success(lease.job_id, lease.attempt, result_json, fallback_result_ttl, ran_for)
-        return bool(await self._write_successes(connection, lease.worker_id, [success]))
-
-    async def mark_failed_or_retry(
-        self,
-        lease: Lease,
-        error: ErrorInfo,
-        retry_delay: timedelta | None,
-        *,
-        ran_for: float | None = None,
-    ) -> JobRow | None:
-        """-> failed, scheduled at now() + delay, or cancelled (deadline decided by the
-        database)."""
-        record = await self._pool.fetchrow(
-            self._queries["mark_failed_or_retry"],
-            lease.job_id,
-            lease.worker_id,
-            lease.attempt,
-            error.error_class,
-            error.message,
-            error.traceback,
-            retry_delay,
-            ran_for,
-        )
-        return None if record is None else rows.job(record)
-
-    async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
-        """running -> cancelled (cooperative exit)."""
-        done = await self._pool.fetchval(
-            self._queries["mark_cancelled"], lease.job_id, lease.worker_id, lease.attempt, ran_for
-        )
-        return bool(done)
-
-    async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
-        """cancel_phase -> 2 with an event, before the worker cancels the task."""
-        done = await self._pool.fetchval(
-            self._queries["write_cancel_escalation"],
-            lease.job_id,
-            lease.worker_id,
-            lease.attempt,
-            reason,
-        )
-        return bool(done)
-
-    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
-        """running with cancel_phase 2 -> abandoned, ``reason`` as its error message."""
-        done = await self._pool.fetchval(
-            self._queries["mark_abandoned"], lease.job_id, lease.worker_id, lease.attempt, reason
-        )
-        return bool(done)
-
-    async def mark_snoozed(
-        self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
-    ) -> SnoozeOutcome:
-        """-> scheduled without consuming the attempt, failed past the deadline, or
-        cancelled."""
-        status = await self._pool.fetchval(
-            self._queries["mark_snoozed"],
-            lease.job_id,
-            lease.worker_id,
-            lease.attempt,
-            delay,
-            ran_for,
-        )
-        if status is None:
-            return "noop"
-        return cast(SnoozeOutcome, status)
-
-    async def mark_retry_after(
-        self,
-        lease: Lease,
-        delay: timedelta,
-        *,
-        consume_budget: bool = True,
-        ran_for: float | None = None,
-    ) -> RetryAfterOutcome:
-        """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
-        attempt budget)."""
-        outcome = await self._pool.fetchval(
-            self._queries["mark_retry_after"],
-            lease.job_id,
-            lease.worker_id,
-            lease.attempt,
-            delay,
-            consume_budget,
-            ran_for,
-        )
-        return cast(RetryAfterOutcome, "noop" if outcome is None else outcome)
+            for lease in leases
+        ]
+        return len(await self._settle(self._pool, settlements))

@@ -2,7 +2,9 @@
 --
 -- Sweeps take their rows with FOR UPDATE SKIP LOCKED, so a sweep never waits behind (or
 -- deadlocks with) a worker's write; a row skipped now is picked up on the next pass. Each
--- sweep writes its events in the same statement and NOTIFYs the wake channel at most once.
+-- sweep writes its events in the same statement and NOTIFYs the wake channel at most once;
+-- the reclaim sweep selects here and settles through `settle` (settle.sql) in the same
+-- transaction, by the rules every other outcome follows.
 
 -- name: scheduled_to_pending
 -- Due scheduled jobs -> pending. scheduled_at is kept: it is the FIFO key once pending.
@@ -52,84 +54,20 @@ events AS (
 )
 SELECT count(*) FROM moved;
 
--- name: reclaim_expired_locks
--- Sweep 1: running jobs whose lease expired. With a cancel in flight the worker gets the
--- cancel graces ($1 cancel, $2 cleanup) plus 60s of headroom first, so a slow cancellation
--- is not taken for a crash. A requested cancel wins: the job ends cancelled. A job whose body
--- never started (claimed, started_at NULL) goes back to pending in its place without using an
--- attempt and without an attempt row; past $4 such reclaims it counts as started, so a job
--- that kills its worker before the start is recorded cannot loop forever. A started job with
--- retries left -> pending, else crashed, with a crashed attempt.
--- The 'reclaim' event is the outbox row `poll_reclaim_events` reads: its occurred_at comes
--- from the column default, stamped by the same INSERT that draws its id, which keeps ids
--- and times co-monotonic for the visibility-delay watermark.
-WITH clock AS (
-    SELECT clock_timestamp() AS now
-),
-expired AS (
-    SELECT j.id, j.locked_by_worker, j.attempt, j.started_at,
-           j.started_at IS NOT NULL OR (
-               SELECT count(*) FROM {schema}.job_events ev
-               WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
-                 AND ev.detail ->> 'started' = 'false') >= $4::integer AS started,
-           (j.retry_kind = 'transient' AND j.attempt < j.max_attempts)
-           OR (j.retry_kind = 'indefinite'
-               AND (j.schedule_to_close IS NULL OR j.schedule_to_close > k.now)) AS retry,
-           j.cancel_requested_at IS NOT NULL AS cancel_requested
-    FROM {schema}.jobs j CROSS JOIN clock k
-    WHERE j.status = 'running'
-      AND j.lock_expires_at < k.now
-      AND (j.cancel_requested_at IS NULL
-           OR j.lock_expires_at + $1::interval + $2::interval + interval '60 seconds' < k.now)
-    FOR UPDATE OF j SKIP LOCKED
-),
-moved AS (
-    UPDATE {schema}.jobs j
-    SET status = (CASE WHEN e.cancel_requested THEN 'cancelled'
-                       WHEN NOT e.started OR e.retry THEN 'pending'
-                       ELSE 'crashed' END)::{schema}.job_status,
-        attempt = CASE WHEN e.started THEN j.attempt ELSE GREATEST(j.attempt - 1, 0) END,
-        scheduled_at = CASE WHEN e.started AND e.retry AND NOT e.cancel_requested THEN k.now
-                            ELSE j.scheduled_at END,
-        finished_at = CASE WHEN e.cancel_requested OR (e.started AND NOT e.retry)
-                           THEN k.now END,
-        cancel_phase = CASE WHEN e.cancel_requested THEN j.cancel_phase ELSE 0 END,
-        locked_by_worker = NULL, lock_expires_at = NULL,
-        error_class = CASE WHEN e.started THEN 'WorkerCrashed' ELSE j.error_class END,
-        error_message = CASE WHEN e.started
-                             THEN 'the worker''s lock expired without a terminal write'
-                             ELSE j.error_message END,
-        error_traceback = CASE WHEN e.started THEN NULL ELSE j.error_traceback END,
-        updated_at = k.now
-    FROM expired e CROSS JOIN clock k
-    WHERE j.id = e.id
-    RETURNING j.id, j.status, e.locked_by_worker AS worker_id, e.attempt, e.started_at,
-              e.started, k.now
-),
-attempts AS (
-    INSERT INTO {schema}.job_attempts (
-        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
-        error_class, error_message
-    )
-    SELECT m.id, m.attempt, m.worker_id, 'crashed', m.started_at, m.now,
-           EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           'WorkerCrashed', 'the worker''s lock expired without a terminal write'
-    FROM moved m
-    WHERE m.started
-),
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
-    SELECT m.id, 'reclaim', 'running', m.status, m.worker_id,
-           jsonb_build_object('from_state', 'running', 'to_state', m.status::text,
-                              'reason', 'lock_expired', 'worker_id', m.worker_id::text,
-                              'started', m.started)
-    FROM moved m
-    ORDER BY m.id
-),
-woken AS (
-    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM moved)
-)
-SELECT (SELECT count(*) FROM moved) AS reclaimed, (SELECT count(*) FROM woken) AS woken;
+-- name: expired_leases
+-- Sweep 1 selects: running jobs whose lease expired, locked (SKIP LOCKED: a row a worker is
+-- settling right now is left to the next pass) for the `settle` (outcome reclaimed) that
+-- follows in the same transaction and decides where each goes. With a cancel in flight the
+-- worker gets the cancel graces ($1 cancel, $2 cleanup) plus the headroom $3
+-- (CANCEL_RECLAIM_HEADROOM) first, so a slow cancellation is not taken for a crash.
+SELECT j.id, j.attempt, j.locked_by_worker
+FROM {schema}.jobs j
+WHERE j.status = 'running'
+  AND j.lock_expires_at < clock_timestamp()
+  AND (j.cancel_requested_at IS NULL
+       OR j.lock_expires_at + $1::interval + $2::interval + $3::interval < clock_timestamp())
+ORDER BY j.id
+FOR UPDATE OF j SKIP LOCKED;
 
 -- name: expire_results
 WITH expired AS (

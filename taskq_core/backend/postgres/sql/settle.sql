@@ -1,0 +1,288 @@
+-- Settle: the ONE statement that ends or reschedules a claimed attempt, for every outcome and
+-- every caller (success, failure, retry, snooze, retry-after, cancel, abandon, a worker's
+-- release, the leader's reclaim). River's JobSetStateIfRunningMany is the model.
+--
+-- Every rule of what an outcome does lives here once:
+--   * the lease fences each row: running, locked by the row's worker, at the row's attempt (a
+--     lost race, a reclaimed job or a later attempt updates nothing: "not ours any more");
+--   * a requested cancel wins over every rescheduling (retry, snooze, retry-after, release,
+--     reclaim): the job ends `cancelled`. Only a body that returned keeps its result, and a
+--     plain failure stays `failed`;
+--   * a rescheduling that would start after schedule_to_close fails as DeadlineExceeded;
+--   * retries left (taskq_core.retry.retries_left): transient while attempt < max_attempts,
+--     indefinite until schedule_to_close, non_retryable never;
+--   * a give-back (release, reclaim) of a job whose body never started returns its attempt,
+--     leaves it pending in its place and writes no attempt row; a reclaimed job counts as
+--     started after $15 such reclaims (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
+--   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row.
+-- Time is one clock_timestamp() reading per statement, never the application's.
+-- `settle_succeeded` below is this statement's success branch written out for the hot path
+-- (a batch of successes); a test holds the two copies together.
+
+-- name: settle
+-- One row per lease, parallel arrays: $1 job ids, $2 attempts, $3 workers (the lease), $4 the
+-- requested outcome (succeeded, failed, retry, snooze, retry_after, cancelled, abandoned,
+-- released, reclaimed), $5 delay (retry, snooze, retry_after, released), $6 consume_budget
+-- (retry_after), $7 result JSON text (succeeded), $8 fallback result TTL (succeeded), $9
+-- seconds the body ran (dates started_at when its start was not recorded; NULL: never ran),
+-- $10..$12 error class, message and traceback (the actor's, or the caller's for abandoned,
+-- released and reclaimed), $13 reason (event detail of abandoned and released). $14 is the
+-- wake channel: notified when a job became pending, a reclaim freed what a dead worker held,
+-- or a finished job freed room under a max_concurrent cap (a worker may be waiting for it).
+-- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
+-- rule's error class (DeadlineExceeded, MaxAttemptsExceeded).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+owned AS (
+    -- The input rows carry their values into the lock step, so the UPDATE below joins
+    -- nothing but these rows (joining the unnested arrays again compared every pair: n^2).
+    SELECT j.id, i.attempt, i.worker_id, i.outcome, i.delay, i.consume_budget, i.result,
+           i.fallback_ttl, i.ran_for, i.error_class, i.error_message, i.error_traceback,
+           i.reason, j.started_at AS started_before, j.actor, j.queue, j.retry_kind,
+           j.max_attempts, j.schedule_to_close, j.cancel_requested_at IS NOT NULL AS cancel,
+           -- Only a give-back asks whether the body started; a reclaim counts the job's
+           -- earlier unstarted reclaims (CASE: the count runs only for reclaims).
+           CASE WHEN j.started_at IS NOT NULL THEN true
+                WHEN i.outcome <> 'reclaimed' THEN false
+                ELSE (SELECT count(*) FROM {schema}.job_events ev
+                      WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
+                        AND ev.detail ->> 'started' = 'false') >= $15::integer
+           END AS started
+    FROM unnest($1::uuid[], $2::integer[], $3::uuid[], $4::text[], $5::interval[],
+                $6::boolean[], $7::text[], $8::interval[], $9::float8[], $10::text[],
+                $11::text[], $12::text[], $13::text[])
+        AS i(id, attempt, worker_id, outcome, delay, consume_budget, result, fallback_ttl,
+             ran_for, error_class, error_message, error_traceback, reason)
+    JOIN {schema}.jobs j ON j.id = i.id
+    -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
+    -- index's predicate, so each row is found by its primary key, never by scanning
+    -- jobs_running_worker_idx, which keeps an entry for every job the worker ran since the
+    -- last vacuum (thousands under load). See docs/performance.md.
+    WHERE j.status IS NOT DISTINCT FROM 'running'
+      AND j.locked_by_worker IS NOT DISTINCT FROM i.worker_id AND j.attempt = i.attempt
+      AND (i.outcome <> 'abandoned' OR j.cancel_phase = 2)  -- abandon ends a forced cancel
+    -- Rows are locked in id order so a flush never deadlocks with another multi-row writer.
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+ruled AS (
+    -- The rule that stops a rescheduling: a passed deadline, then a spent attempt budget.
+    SELECT o.*, k.now,
+           (o.retry_kind = 'transient' AND o.attempt < o.max_attempts)
+           OR (o.retry_kind = 'indefinite'
+               AND (o.schedule_to_close IS NULL OR o.schedule_to_close > k.now)) AS retries_left,
+           CASE WHEN o.outcome NOT IN ('retry', 'snooze', 'retry_after') OR o.cancel THEN NULL
+                WHEN o.schedule_to_close IS NOT NULL
+                     AND k.now + o.delay > o.schedule_to_close THEN 'DeadlineExceeded'
+                WHEN o.outcome = 'retry_after' AND o.consume_budget
+                     AND o.retry_kind = 'transient' AND o.attempt >= o.max_attempts
+                    THEN 'MaxAttemptsExceeded'
+           END AS rule_error
+    FROM owned o CROSS JOIN clock k
+),
+decided AS (
+    SELECT r.*,
+           CASE
+               WHEN r.outcome IN ('succeeded', 'failed', 'cancelled', 'abandoned')
+                   THEN r.outcome
+               WHEN r.cancel THEN 'cancelled'
+               WHEN r.rule_error IS NOT NULL THEN 'failed'
+               WHEN r.outcome IN ('retry', 'snooze', 'retry_after') THEN 'scheduled'
+               WHEN NOT r.started THEN 'pending'  -- a give-back of an unstarted body
+               WHEN NOT r.retries_left THEN 'crashed'
+               WHEN r.outcome = 'released' THEN 'scheduled'
+               ELSE 'pending'  -- reclaimed with retries left: due at once
+           END AS status,
+           -- The attempt is given back (not counted) by a snooze, a retry-after without
+           -- budget and a give-back of a body that never started.
+           CASE WHEN r.outcome IN ('released', 'reclaimed') THEN NOT r.started
+                WHEN r.cancel OR r.rule_error IS NOT NULL THEN false
+                ELSE r.outcome = 'snooze' OR (r.outcome = 'retry_after' AND NOT r.consume_budget)
+           END AS gives_back,
+           CASE r.rule_error
+               WHEN 'MaxAttemptsExceeded'
+                   THEN 'all ' || r.max_attempts || ' attempts used; retry-after refused'
+               WHEN 'DeadlineExceeded' THEN
+                   CASE r.outcome
+                       WHEN 'retry' THEN 'retry would start after schedule_to_close '
+                                         || '(last error: ' || COALESCE(r.error_message, '') || ')'
+                       WHEN 'snooze' THEN 'snooze would start after schedule_to_close'
+                       ELSE 'retry-after would start after schedule_to_close'
+                   END
+           END AS rule_message
+    FROM ruled r
+),
+shaped AS (
+    SELECT d.*,
+           d.status IN ('succeeded', 'failed', 'cancelled', 'abandoned', 'crashed') AS terminal,
+           -- The job's error fields change when the actor failed, a rule failed it, it was
+           -- abandoned, or a started attempt was given back or reclaimed.
+           d.outcome IN ('failed', 'retry', 'abandoned') OR d.rule_error IS NOT NULL
+           OR (d.outcome IN ('released', 'reclaimed') AND d.started) AS sets_error,
+           -- An attempt row for every attempt that ran, not for an unstarted give-back.
+           d.outcome NOT IN ('released', 'reclaimed') OR d.started AS ran
+    FROM decided d
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = s.status::{schema}.job_status,
+        attempt = CASE WHEN s.gives_back THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+        scheduled_at = CASE WHEN s.status = 'scheduled' THEN s.now + s.delay
+                            WHEN s.status = 'pending' AND s.started THEN s.now
+                            ELSE j.scheduled_at END,
+        finished_at = CASE WHEN s.terminal THEN s.now END,
+        -- A terminal row keeps its last worker, unless a give-back or reclaim ended it.
+        locked_by_worker = CASE WHEN s.terminal AND s.outcome NOT IN ('released', 'reclaimed')
+                                THEN j.locked_by_worker END,
+        lock_expires_at = NULL,
+        -- A job that runs again starts unforced (a shutdown may have escalated this attempt).
+        cancel_phase = CASE WHEN s.status = 'cancelled' THEN j.cancel_phase
+                            WHEN NOT s.terminal OR s.outcome IN ('released', 'reclaimed')
+                                THEN 0
+                            ELSE j.cancel_phase END,
+        started_at = COALESCE(j.started_at, s.now - make_interval(secs => s.ran_for)),
+        metadata = CASE WHEN s.outcome = 'snooze' AND s.status = 'scheduled'
+                        THEN jsonb_set(j.metadata, '{snooze_count}', to_jsonb(
+                            COALESCE((j.metadata ->> 'snooze_count')::integer, 0) + 1))
+                        ELSE j.metadata END,
+        result = CASE WHEN s.status = 'succeeded' THEN s.result::jsonb ELSE j.result END,
+        -- The result TTL is re-read from actor_config on every completion: stored TTL, else
+        -- the job's own, else the worker's fallback; none -> no expiry.
+        result_expires_at = CASE WHEN s.status = 'succeeded' THEN s.now + COALESCE(
+                                (SELECT ac.result_ttl FROM {schema}.actor_config ac
+                                 WHERE ac.actor = j.actor),
+                                j.result_ttl, s.fallback_ttl)
+                            ELSE j.result_expires_at END,
+        error_class = CASE WHEN s.sets_error THEN COALESCE(s.rule_error, s.error_class)
+                           ELSE j.error_class END,
+        error_message = CASE WHEN s.sets_error THEN COALESCE(s.rule_message, s.error_message)
+                             ELSE j.error_message END,
+        error_traceback = CASE WHEN s.sets_error THEN s.error_traceback
+                               ELSE j.error_traceback END,
+        updated_at = s.now
+    FROM shaped s
+    WHERE j.id = s.id
+    RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
+              s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
+              s.error_traceback, s.reason, j.actor, j.queue
+),
+attempts AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message, error_traceback
+    )
+    SELECT m.id, m.attempt, m.worker_id,
+           CASE WHEN m.outcome IN ('released', 'reclaimed') THEN 'crashed'
+                WHEN m.outcome = 'retry' AND m.status = 'scheduled' THEN 'retried'
+                WHEN m.outcome = 'retry' THEN 'failed'  -- a retry refused (cancel, deadline)
+                WHEN m.status <> 'scheduled' THEN m.status::text
+                WHEN m.outcome = 'snooze' THEN 'snoozed'
+                ELSE 'retry_after' END,
+           m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
+           -- The attempt keeps the actor's own error; a snooze or retry-after failed by a
+           -- rule records the rule's.
+           CASE WHEN m.outcome = 'retry' THEN m.error_class
+                ELSE COALESCE(m.rule_error, m.error_class) END,
+           CASE WHEN m.outcome = 'retry' THEN m.error_message
+                ELSE COALESCE(m.rule_message, m.error_message) END,
+           m.error_traceback
+    FROM moved m
+    WHERE m.ran
+),
+events AS (
+    -- A reclaim's event is the outbox row `poll_reclaim_events` reads: its occurred_at comes
+    -- from the column default, stamped by the same INSERT that draws its id, which keeps ids
+    -- and times co-monotonic for the visibility-delay watermark.
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT m.id, CASE WHEN m.outcome = 'reclaimed' THEN 'reclaim' ELSE 'state_change' END,
+           'running', m.status, m.worker_id,
+           CASE m.outcome
+               WHEN 'released' THEN jsonb_build_object('reason', m.reason, 'started', m.started)
+               WHEN 'abandoned' THEN jsonb_build_object('reason', m.reason)
+               WHEN 'reclaimed' THEN jsonb_build_object(
+                   'from_state', 'running', 'to_state', m.status::text,
+                   'reason', 'lock_expired', 'worker_id', m.worker_id::text,
+                   'started', m.started)
+               ELSE '{}'::jsonb  -- the column default: no detail
+           END
+    FROM moved m
+    ORDER BY m.id
+),
+wake AS (
+    SELECT pg_notify($14::text, '')
+    WHERE EXISTS (
+        SELECT 1 FROM moved m
+        WHERE m.status = 'pending' OR m.outcome = 'reclaimed'
+           OR EXISTS (SELECT 1 FROM {schema}.actor_config ac
+                      WHERE ac.actor = m.actor AND ac.max_concurrent IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM {schema}.queues q
+                      WHERE q.name = m.queue AND q.max_concurrent IS NOT NULL)
+    )
+)
+SELECT m.id, m.status::text AS status, m.rule_error FROM moved m LEFT JOIN wake ON true;
+
+-- name: settle_succeeded
+-- The hot path: `settle` for a batch whose every outcome is succeeded, kept as its own
+-- statement because the general one measured slower on it (alternated runs of 44-row
+-- flushes: 3.9 -> 4.7 ms, 2.8 -> 3.5 ms). It is settle's success branch written out: the
+-- same fence, lock order, row writes, attempt row, event row and wake, and
+-- tests/postgres/test_settle.py holds the two copies together (same rows, attempts and
+-- events from one snapshot). Change one, change both.
+-- $1 worker, $2 ids, $3 attempts, $4 results (JSON text, encoded once by the worker),
+-- $5 fallback TTLs, $6 seconds each body ran (parallel arrays), $7 the wake channel.
+-- Returns the ids settled.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+owned AS (
+    -- The input rows carry their results into the lock step, so the UPDATE below joins
+    -- nothing but these rows (joining the unnested arrays again compared every pair: n^2).
+    SELECT j.id, i.result, i.fallback_ttl, i.ran_for
+    FROM unnest($2::uuid[], $3::integer[], $4::text[], $5::interval[], $6::float8[])
+        AS i(id, attempt, result, fallback_ttl, ran_for)
+    JOIN {schema}.jobs j ON j.id = i.id
+    -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
+    -- index's predicate, so each row is found by its primary key, never by scanning
+    -- jobs_running_worker_idx, which keeps an entry for every job the worker ran since the
+    -- last vacuum (thousands under load).
+    WHERE j.status IS NOT DISTINCT FROM 'running'
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'succeeded', result = o.result::jsonb, finished_at = k.now, updated_at = k.now,
+        lock_expires_at = NULL,
+        started_at = COALESCE(j.started_at, k.now - make_interval(secs => o.ran_for)),
+        result_expires_at = k.now + COALESCE(
+            (SELECT ac.result_ttl FROM {schema}.actor_config ac WHERE ac.actor = j.actor),
+            j.result_ttl, o.fallback_ttl)
+    FROM owned o, clock k
+    WHERE j.id = o.id
+    RETURNING j.id, j.actor, j.queue, j.attempt, j.started_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
+    )
+    SELECT d.id, d.attempt, $1::uuid, 'succeeded', d.started_at, d.finished_at,
+           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
+    FROM done d
+),
+event AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT d.id, 'state_change', 'running', 'succeeded', $1::uuid FROM done d
+),
+wake AS (
+    SELECT pg_notify($7::text, '')
+    WHERE EXISTS (
+        SELECT 1 FROM done d
+        WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
+                      WHERE ac.actor = d.actor AND ac.max_concurrent IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM {schema}.queues q
+                      WHERE q.name = d.queue AND q.max_concurrent IS NOT NULL)
+    )
+)
+SELECT d.id FROM done d LEFT JOIN wake ON true;
