@@ -53,6 +53,9 @@ class AdminPart(MemoryStore):
 
     # --- cancel and retry --------------------------------------------------------------------
     def _request_cancel(self, job: JobRecord, reason: str | None) -> CancelOutcome:
+        """One cancel request: a waiting job ends cancelled at once; a running one gets
+        cancel_phase 1 and its worker hears of it (cancel wake, heartbeat flags). Either
+        way one ``cancel_request`` event, and the request's time and reason on the row."""
         if job.status in TERMINAL_STATUSES:
             return "terminal"
         if job.status is RUNNING and job.cancel_requested_at is not None:
@@ -87,8 +90,11 @@ class AdminPart(MemoryStore):
         return BulkCancelResult(cancelled=outcomes["cancelled"], requested=outcomes["requested"])
 
     def _retry(self, job: JobRecord) -> bool:
+        """An operator retry: a failed, crashed or cancelled job back to pending as if new
+        (attempt budget, result, error, lock and cancel fields reset); False otherwise."""
         if job.status not in RETRYABLE_STATUSES:
             return False
+        # Unchecked: re-pending a terminal row is the operator's explicit override.
         self._transition(job, PENDING, checked=False, detail={"reason": "operator_retry"})
         job.scheduled_at = job.updated_at
         job.attempt = 0
@@ -133,7 +139,7 @@ class AdminPart(MemoryStore):
         """Every worker, most recently seen first, with leadership and running jobs resolved."""
         running: Counter[UUID | None] = Counter()
         claimed: Counter[UUID | None] = Counter()
-        for job in self._jobs.values():
+        for job in self._jobs.values():  # a claimed job waits for a consumer: not running yet
             if job.status is RUNNING:
                 (running if job.started_at is not None else claimed)[job.locked_by_worker] += 1
         leader_id = None if self._leader is None else self._leader.worker_id
@@ -184,6 +190,7 @@ class AdminPart(MemoryStore):
                 )
                 created.append(decl.actor)
                 continue
+            # Capacity is operator-owned: a difference is reported, never written.
             for name in ("max_concurrent", "max_pending", "result_ttl"):
                 stored, wanted = getattr(row, name), getattr(decl, name)
                 if stored != wanted:
@@ -194,7 +201,7 @@ class AdminPart(MemoryStore):
                 drift.append(
                     ActorConfigDrift(decl.actor, "metadata", as_json(row.metadata), metadata)
                 )
-        self._actor_configs.update(additions)
+        self._actor_configs.update(additions)  # only now: a bad declaration stored nothing
         if force:
             for item in drift:
                 row = self._actor_configs[item.actor]
@@ -242,6 +249,7 @@ class AdminPart(MemoryStore):
 
     # --- queues ------------------------------------------------------------------------------
     def _queue_snapshot(self, name: str) -> QueueRow | None:
+        """The queue as operators see it; None when it has neither jobs nor a row."""
         counts = Counter(job.status for job in self._jobs.values() if job.queue == name)
         row = self._queues.get(name)
         if row is None and not counts:
