@@ -1,74 +1,68 @@
-"""Differential: the same random worker, operator and sweep operations on both backends, side
-by side, must leave what a caller sees identical after every step: each call's answer, every
-job's row, attempts and events, the worker rows' counts and the dashboard's counts.
+"""Differential: the same worker, operator and sweep operations on both backends, side by side,
+must leave what a caller sees identical after every step: each call's answer, every job's row,
+attempts and events, the worker rows' counts and the dashboard's counts.
 
 The conformance files pin each rule once; this walks the combinations between them (a cancel
 request on a claimed job that is then released, a stale lease after a snooze and a reclaim,
-...). Timestamps are compared as "set or not", never by value: the memory clock moves a
-millisecond per step, Postgres's by however long the step took.
+...). Hypothesis draws the operation sequences (derandomized, so CI runs the same ones every
+time) and shrinks a failing one to a short sequence it prints. Timestamps are compared as
+"set or not", never by value: the memory clock moves a millisecond per step, Postgres's by
+however long the step took.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+import asyncpg
 import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    rule,
+    run_state_machine_as_test,
+)
 
-from taskq_core import jsontext
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import (
     ActorDeclaration,
     AttemptRow,
     Backend,
-    EnqueueArgs,
-    ErrorInfo,
     EventRow,
     HeartbeatResult,
     JobFilter,
     JobRow,
-    Lease,
-    Start,
-    Success,
     WorkerInfo,
 )
 from taskq_core.clock import FakeClock
-from taskq_core.ids import uuid7
 from tests.conformance.conftest import Harness
+from tests.conformance.differential_operations import (
+    ENQUEUE,
+    MAX_JOBS,
+    OPERATION,
+    QUEUE,
+    WORKERS,
+    Op,
+    Step,
+    Walk,
+)
 from tests.conftest import PgTarget, create_migrated_schema, drop_schema
 
-QUEUE = "diff"
-WORKERS = (UUID(int=0xA), UUID(int=0xB))
-LOCK_LEASE = timedelta(seconds=30)
-DELAY = timedelta(seconds=5)
-# Travel steps never add up to a threshold of the operations below plus less than the
-# steps' own duration, so "past" means the same thing on both clocks.
-TRAVELS = (3, 7, 31, 65)
+# Steps of a sequence, the two opening enqueues included (hypothesis runs them all unless it
+# is shrinking a failure).
 STEPS = 60
-# TASKQ_DIFFERENTIAL_SEEDS="start:stop" walks more seeds (a longer hunt than CI's).
-_FIRST, _LAST = (int(n) for n in os.environ.get("TASKQ_DIFFERENTIAL_SEEDS", "0:16").split(":"))
-SEEDS = range(_FIRST, _LAST)
-
-
-@pytest.fixture
-async def pair(pg_server_dsn: str) -> AsyncIterator[tuple[Harness, Harness]]:
-    """A memory and a Postgres backend, each empty."""
-    clock = FakeClock()
-    memory = InMemoryBackend(clock=clock)
-    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
-    postgres = await PostgresBackend.connect(pg.dsn, pg.schema)
-    try:
-        yield Harness("memory", memory, clock=clock), Harness("postgres", postgres, pg=pg)
-    finally:
-        await postgres.close()
-        await memory.close()
-        await drop_schema(pg.dsn, pg.schema)
+# TASKQ_DIFFERENTIAL_EXAMPLES=N draws N random sequences instead of CI's fixed ones (a
+# longer hunt; pytest's --hypothesis-seed replays one).
+_HUNT = os.environ.get("TASKQ_DIFFERENTIAL_EXAMPLES")
+EXAMPLES = int(_HUNT) if _HUNT else 24
 
 
 # --- what a caller sees, without timestamps --------------------------------------------------
@@ -143,233 +137,8 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
     )
 
 
-# --- the random walk ------------------------------------------------------------------------
-Step = Callable[[Harness], Awaitable[object]]
-
-
-class Walk:
-    """Draws the steps of one seed; each step is applied to both backends in turn."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.job_ids: list[UUID] = []
-        self.running: list[UUID] = []  # running on the reference backend before this step
-
-    async def lease_of(self, harness: Harness, job_id: UUID, variant: str) -> Lease:
-        """The lease a worker might hold for ``job_id``, read from this backend's row (the
-        rows are equal on both, or the walk has already failed)."""
-        row = await harness.backend.get(job_id)
-        assert row is not None
-        holder = row.locked_by_worker or WORKERS[0]
-        if variant == "stranger":
-            holder = WORKERS[1] if holder == WORKERS[0] else WORKERS[0]
-        attempt = row.attempt - 1 if variant == "stale" else row.attempt
-        return Lease(job_id, holder, attempt)
-
-    def pick(self) -> UUID:
-        """A job, most often a running one (the worker writes' interesting case)."""
-        if self.running and self.rng.random() < 0.8:
-            return self.rng.choice(self.running)
-        return self.rng.choice(self.job_ids)
-
-    def variant(self) -> str:
-        return self.rng.choices(["current", "stale", "stranger"], weights=[6, 1, 1])[0]
-
-    def next_step(self) -> tuple[str, Step]:
-        rng = self.rng
-        if len(self.job_ids) < 2 or (len(self.job_ids) < 8 and rng.random() < 0.12):
-            job_id = uuid7()
-            self.job_ids.append(job_id)
-            args = EnqueueArgs(
-                actor=rng.choice(["a", "b"]),
-                payload={"n": len(self.job_ids)},
-                queue=QUEUE,
-                priority=rng.choice([0, 0, 1]),
-                delay=rng.choice([None, None, DELAY]),
-                identity_key=rng.choice([None, None, None, "k"]),
-                retry_kind=rng.choice(["transient", "transient", "indefinite", "non_retryable"]),
-                max_attempts=rng.randint(1, 3),
-                schedule_to_close=rng.choice([None, None, timedelta(seconds=200)]),
-                job_id=job_id,
-            )
-            return f"enqueue {args}", lambda h: h.backend.enqueue(args)
-        kind = rng.choice(
-            [
-                "dispatch",
-                "dispatch",
-                "start",
-                "start",
-                "succeed",
-                "succeed_many",
-                "succeed_in_transaction",
-                "fail",
-                "cancelled",
-                "snooze",
-                "retry_after",
-                "escalate",
-                "abandon",
-                "release",
-                "cancel_request",
-                "heartbeat",
-                "travel",
-                "travel",
-                "scheduled_to_pending",
-                "reclaim",
-                "deadline_sweep",
-                "retry_job",
-            ]
-        )
-        job_id, variant = self.pick(), self.variant()
-        worker = rng.choice(WORKERS)
-        ran_for = rng.choice([None, 0.5, 2.0])
-        label = f"{kind} job={self.job_ids.index(job_id)} {variant} worker={worker.int:x}"
-
-        async def leased(h: Harness) -> Lease:
-            return await self.lease_of(h, job_id, variant)
-
-        if kind == "dispatch":
-            limit = rng.randint(1, 3)
-            return f"dispatch {worker.int:x} {limit}", lambda h: h.backend.dispatch_batch(
-                worker, [QUEUE], limit, LOCK_LEASE
-            )
-        if kind == "start":
-            seconds = rng.choice([0.0, 1.5])
-
-            async def start(h: Harness) -> object:
-                held = await leased(h)
-                return await h.backend.mark_started_many(
-                    held.worker_id, [Start(job_id, held.attempt, seconds)]
-                )
-
-            return label, start
-        if kind == "succeed":
-            result = rng.choice([None, 1, "text", [1, 2], {"ok": True}])
-
-            async def succeed(h: Harness) -> object:
-                return await h.backend.mark_succeeded(
-                    await leased(h), result, ran_for=ran_for or 0.0
-                )
-
-            return label, succeed
-        if kind == "succeed_many":
-            other = self.pick()
-
-            async def succeed_many(h: Harness) -> object:
-                first = await leased(h)
-                second = await self.lease_of(h, other, "current")
-                successes = [
-                    Success(first.job_id, first.attempt, "1"),
-                    Success(second.job_id, second.attempt, '{"n": 2}', ran_for=1.0),
-                ]
-                return await h.backend.mark_succeeded_many(first.worker_id, successes)
-
-            return f"{label} + job={self.job_ids.index(other)}", succeed_many
-        if kind == "succeed_in_transaction":
-            commit = rng.random() < 0.7
-
-            async def in_transaction(h: Harness) -> object:
-                held = await leased(h)
-                try:
-                    async with h.backend.transaction() as connection:
-                        done = await h.backend.mark_succeeded_with_conn(
-                            connection, held, jsontext.encode({"tx": commit})
-                        )
-                        if not commit:
-                            raise _Rollback
-                except _Rollback:
-                    return ("rolled back", done)
-                return done
-
-            return f"{label} commit={commit}", in_transaction
-        if kind == "fail":
-            delay = rng.choice([None, DELAY, timedelta(seconds=300)])
-            error = ErrorInfo("ValueError", "boom", "Traceback: boom")
-
-            async def fail(h: Harness) -> object:
-                return await h.backend.mark_failed_or_retry(
-                    await leased(h), error, delay, ran_for=ran_for
-                )
-
-            return f"{label} delay={delay}", fail
-        if kind == "cancelled":
-
-            async def cancelled(h: Harness) -> object:
-                return await h.backend.mark_cancelled(await leased(h), ran_for=ran_for)
-
-            return label, cancelled
-        if kind == "snooze":
-
-            async def snooze(h: Harness) -> object:
-                return await h.backend.mark_snoozed(await leased(h), DELAY, ran_for=ran_for)
-
-            return label, snooze
-        if kind == "retry_after":
-            consume = rng.random() < 0.5
-
-            async def retry_after(h: Harness) -> object:
-                return await h.backend.mark_retry_after(
-                    await leased(h), DELAY, consume_budget=consume, ran_for=ran_for
-                )
-
-            return f"{label} consume={consume}", retry_after
-        if kind == "escalate":
-            reason = rng.choice(["requested", "shutdown"])
-
-            async def escalate(h: Harness) -> object:
-                return await h.backend.write_cancel_escalation(await leased(h), reason=reason)
-
-            return label, escalate
-        if kind == "abandon":
-
-            async def abandon(h: Harness) -> object:
-                return await h.backend.mark_abandoned(await leased(h), "ignored its cancel")
-
-            return label, abandon
-        if kind == "release":
-            pool = self.running or self.job_ids
-            others = rng.sample(pool, k=min(len(pool), rng.randint(1, 3)))
-            reason = rng.choice(["shutdown", "heartbeat_lost"])
-
-            async def release(h: Harness) -> object:
-                leases = [await self.lease_of(h, other, "current") for other in others]
-                return await h.backend.release_leases(
-                    worker, leases, reason=reason, retry_delay=DELAY
-                )
-
-            return f"release {worker.int:x} {[self.job_ids.index(o) for o in others]}", release
-        if kind == "cancel_request":
-            return label, lambda h: h.backend.write_cancel_request(job_id, "operator")
-        if kind == "heartbeat":
-            pool = [*self.running, self.pick()]
-            named = list(dict.fromkeys(rng.sample(pool, k=rng.randint(0, len(pool)))))
-
-            async def heartbeat(h: Harness) -> object:
-                leases = [await self.lease_of(h, other, "current") for other in named]
-                return await h.backend.heartbeat(worker, LOCK_LEASE, leases)
-
-            return f"heartbeat {worker.int:x} {[self.job_ids.index(o) for o in named]}", heartbeat
-        if kind == "travel":
-            seconds = rng.choice(TRAVELS)
-
-            async def travel(h: Harness) -> object:
-                await h.travel(seconds)
-                return None
-
-            return f"travel {seconds}", travel
-        if kind == "scheduled_to_pending":
-            return kind, lambda h: h.backend.scheduled_to_pending()
-        if kind == "reclaim":
-            return kind, lambda h: h.backend.reclaim_expired_locks(timedelta(0), timedelta(0))
-        if kind == "deadline_sweep":
-            return kind, lambda h: h.backend.deadline_sweep()
-        return label, lambda h: h.backend.retry_job(job_id)
-
-
-class _Rollback(Exception):
-    """Ends a transaction block by rolling it back."""
-
-
 async def _apply(harness: Harness, step: Step) -> object:
+    """Run ``step`` on one backend; its answer, comparable across backends."""
     try:
         answer = _answer(await step(harness))
     except ValueError as exc:  # the same refusal must come from both
@@ -379,38 +148,127 @@ async def _apply(harness: Harness, step: Step) -> object:
     return answer
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_both_backends_answer_a_random_walk_the_same_way(
-    pair: tuple[Harness, Harness], seed: int
-) -> None:
-    memory, postgres = pair
+# --- the machine -----------------------------------------------------------------------------
+@pytest.fixture
+def schema(pg_server_dsn: str) -> Iterator[PgTarget]:
+    """One migrated schema for every sequence of the test, emptied before each."""
+    pg = PgTarget(pg_server_dsn, asyncio.run(create_migrated_schema(pg_server_dsn)))
+    yield pg
+    asyncio.run(drop_schema(pg.dsn, pg.schema))
+
+
+async def _empty(pg: PgTarget) -> None:
+    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
+    than a new schema or TRUNCATE for a few dozen rows."""
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> $2",
+            pg.schema,
+            "schema_migrations",
+        )
+        await conn.execute(";".join(f"DELETE FROM {pg.schema}.{t['tablename']}" for t in tables))
+    finally:
+        await conn.close()
+
+
+async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
+    """A fresh memory backend and a Postgres one on the emptied schema, each with the walk's
+    workers and its one capped actor (caps count claimed and started jobs alike)."""
+    await _empty(pg)
+    clock = FakeClock()
+    # Postgres reads bounded windows of candidates (a call may claim fewer than its limit
+    # while more are due); windows wider than the walk's jobs keep that out of the comparison.
+    postgres = await PostgresBackend.connect(pg.dsn, pg.schema, dispatch_oversample=MAX_JOBS)
+    memory = Harness("memory", InMemoryBackend(clock=clock), clock=clock)
+    pair = memory, Harness("postgres", postgres, pg=pg)
     for harness in pair:
         for worker in WORKERS:
             info = WorkerInfo(worker, "host", 1, [QUEUE], ["a", "b"], 4)
             await harness.backend.register_worker(info)
-    for harness in pair:  # one capped actor: caps count claimed and started jobs alike
         await harness.backend.sync_actor_configs(
             [ActorDeclaration("b", QUEUE, {}, 2, None, None)], force=False
         )
-    walk = Walk(seed)
-    history: list[str] = []
-    for _ in range(STEPS):
+    return pair
+
+
+class Differential(RuleBasedStateMachine):
+    """Both backends side by side: every drawn operation goes to each, then the answers and
+    everything a caller can read are compared. Runs its coroutines on a loop of its own."""
+
+    def __init__(self, pg: PgTarget) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        try:
+            self.memory, self.postgres = self.runner.run(_pair(pg))
+        except BaseException:
+            self.runner.close()
+            raise
+        self.walk = Walk()
+        self.history: list[str] = []
+
+    @initialize(op=ENQUEUE)
+    def first_job(self, op: Op) -> None:
+        """Operations name jobs: two exist from the start."""
+        self.runner.run(self.apply(op))
+
+    @initialize(op=ENQUEUE)
+    def second_job(self, op: Op) -> None:
+        """Operations name jobs: two exist from the start."""
+        self.runner.run(self.apply(op))
+
+    @rule(op=OPERATION)
+    def step(self, op: Op) -> None:
+        """One operation on both backends."""
+        self.runner.run(self.apply(op))
+
+    async def apply(self, op: Op) -> None:
+        """Apply ``op`` to memory, then Postgres; compare the answers, then all state."""
+        memory, postgres, walk = self.memory, self.postgres, self.walk
         walk.running = [
             row.id
             for row in await memory.backend.list_jobs(JobFilter(status="running", limit=None))
         ]
-        label, step = walk.next_step()
-        history.append(label)
+        label, step = walk.step(op)
+        self.history.append(label)
+        if step is None:
+            return
         expected = await _apply(memory, step)
         actual = await _apply(postgres, step)
-        trail = "\n".join(history[-12:])
-        assert actual == expected, f"seed {seed}, answers differ after:\n{trail}"
+        trail = "\n".join(f"{n}: {line}" for n, line in enumerate(self.history))
+        assert actual == expected, f"answers differ after:\n{trail}"
         seen_memory = await _seen(memory.backend, walk.job_ids)
         seen_postgres = await _seen(postgres.backend, walk.job_ids)
-        assert seen_postgres == seen_memory, (
-            f"seed {seed}, state differs after:\n{trail}\n"
-            + json.dumps(_diff(seen_memory, seen_postgres), default=str, indent=1)
+        assert seen_postgres == seen_memory, f"state differs after:\n{trail}\n" + json.dumps(
+            _diff(seen_memory, seen_postgres), default=str, indent=1
         )
+
+    def teardown(self) -> None:
+        """Close both backends and the loop."""
+        try:
+            self.runner.run(self.postgres.backend.close())
+            self.runner.run(self.memory.backend.close())
+        finally:
+            self.runner.close()
+
+
+# A passing run takes about half a minute; a failure is shrunk to a few steps in a minute or
+# two (hypothesis gives up shrinking after five).
+@pytest.mark.timeout(600)
+def test_both_backends_answer_the_same_operations_the_same_way(schema: PgTarget) -> None:
+    run_state_machine_as_test(
+        lambda: Differential(schema),
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            derandomize=not _HUNT,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            # No explain phase: it reruns the failing case under a tracer for minutes.
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        ),
+    )
 
 
 def _diff(memory: Any, postgres: Any) -> list[object]:
