@@ -26,6 +26,24 @@ from .queries import SchemaQueries
 _DIRECT_QUERY_TIMEOUT = 10.0
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's reset query (advisory unlock, CLOSE, UNLISTEN, RESET).
+
+    That query is a round trip after every pooled statement, and TaskQ's own statements leave
+    no session state behind (LISTEN and the leader lock live on dedicated connections; settings
+    are SET LOCAL). asyncpg still rolls back an open transaction before calling this. The one
+    connection that user code touches, ``transaction()``'s, is reset there.
+    """
+
+
+async def _reset_lent(conn: Any) -> None:
+    """Full reset of a connection the caller used: whatever session state it left goes."""
+    try:
+        await conn.reset()
+    except Exception:  # a connection that cannot be reset is not reused
+        conn.terminate()
+
+
 class BackendCore:
     """What every part of PostgresBackend shares: its pools, queries, channels and notifier.
 
@@ -113,7 +131,7 @@ class BackendCore:
         real_dsn = connection.prepare_dsn(dsn)
         options: dict[str, Any] = {
             "init": rows.init_connection,
-            "reset": rows.keep_session,
+            "reset": _keep_session,
             "command_timeout": command_timeout,
             "max_inactive_connection_lifetime": max_inactive_lifetime,
             "server_settings": {
@@ -198,7 +216,7 @@ class BackendCore:
                 async with conn.transaction():
                     yield conn
             finally:
-                await rows.reset_lent(conn)
+                await _reset_lent(conn)
 
     # --- wake-ups ----------------------------------------------------------------------------
     def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:

@@ -34,22 +34,20 @@ _ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
 
 
 # --- JSON -----------------------------------------------------------------------------------
-
-
-def encode_jsonb(value: Any) -> bytes:
+def _encode_jsonb(value: Any) -> bytes:
     return b"\x01" + bulk.dumps(value).encode()  # jsonb binary format: version byte, then text
 
 
 _EMPTY_JSONB = b"\x01{}"  # the usual payload and metadata
 
 
-def decode_jsonb(data: bytes) -> Any:
+def _decode_jsonb(data: bytes) -> Any:
     if data == _EMPTY_JSONB:
         return {}
     return json.loads(data[1:])
 
 
-def encode_json(value: Any) -> bytes:
+def _encode_json(value: Any) -> bytes:
     return bulk.dumps(value).encode()
 
 
@@ -57,36 +55,19 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     """Pool connection set-up: JSON columns in and out as Python objects (binary format)."""
     await conn.set_type_codec(
         "jsonb",
-        encoder=encode_jsonb,
-        decoder=decode_jsonb,
+        encoder=_encode_jsonb,
+        decoder=_decode_jsonb,
         schema="pg_catalog",
         format="binary",
     )
     await conn.set_type_codec(
-        "json", encoder=encode_json, decoder=json.loads, schema="pg_catalog", format="binary"
+        "json", encoder=_encode_json, decoder=json.loads, schema="pg_catalog", format="binary"
     )
-
-
-async def keep_session(conn: asyncpg.Connection) -> None:
-    """Pool release without asyncpg's reset query (advisory unlock, CLOSE, UNLISTEN, RESET).
-
-    That query is a round trip after every pooled statement, and TaskQ's own statements leave
-    no session state behind (LISTEN and the leader lock live on dedicated connections; settings
-    are SET LOCAL). asyncpg still rolls back an open transaction before calling this. The one
-    connection that user code touches, ``transaction()``'s, is reset there.
-    """
-
-
-async def reset_lent(conn: Any) -> None:
-    """Full reset of a connection the caller used: whatever session state it left goes."""
-    try:
-        await conn.reset()
-    except Exception:  # a connection that cannot be reset is not reused
-        conn.terminate()
 
 
 # --- records -> protocol rows ----------------------------------------------------------------
 def job(record: asyncpg.Record) -> JobRow:
+    """A ``jobs`` record as a JobRow (JSON columns already decoded by the pool codec)."""
     values = list(map(record.__getitem__, _JOB_FIELDS))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
     return from_values(JobRow, values)
@@ -103,10 +84,12 @@ def job_from_text_json(record: asyncpg.Record) -> JobRow:
 
 
 def attempt(record: asyncpg.Record) -> AttemptRow:
+    """A ``job_attempts`` record as an AttemptRow."""
     return AttemptRow(**{name: record[name] for name in _ATTEMPT_FIELDS})
 
 
 def event(record: asyncpg.Record) -> EventRow:
+    """A ``job_events`` record as an EventRow."""
     from_status, to_status = record["from_status"], record["to_status"]
     return EventRow(
         id=record["id"],
@@ -121,10 +104,12 @@ def event(record: asyncpg.Record) -> EventRow:
 
 
 def actor_config(record: asyncpg.Record) -> ActorConfigRow:
+    """An ``actor_config`` record as an ActorConfigRow."""
     return ActorConfigRow(**{name: record[name] for name in _ACTOR_CONFIG_FIELDS})
 
 
 def queue(record: asyncpg.Record) -> QueueRow:
+    """A ``list_queues`` record as a QueueRow."""
     return QueueRow(
         name=record["name"],
         mode=record["mode"],
@@ -139,6 +124,7 @@ def queue(record: asyncpg.Record) -> QueueRow:
 
 
 def worker(record: asyncpg.Record) -> WorkerRow:
+    """A ``list_workers`` record as a WorkerRow."""
     return WorkerRow(
         id=record["id"],
         hostname=record["hostname"],
@@ -160,6 +146,7 @@ def worker(record: asyncpg.Record) -> WorkerRow:
 
 
 def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
+    """A ``dashboard_stats`` record as a QueueActivity, its minutes oldest first."""
     per_minute = [0] * minutes
     for minute_ago, count in zip(record["minutes_ago"], record["minute_counts"], strict=True):
         per_minute[minutes - 1 - minute_ago] = count  # oldest first
@@ -184,6 +171,7 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
 
 
 def statuses(filter: JobFilter) -> list[str] | None:
+    """The filter's statuses as the queries take them (None: any)."""
     allowed = filter.statuses()
     return None if allowed is None else sorted(s.value for s in allowed)
 
