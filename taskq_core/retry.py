@@ -101,7 +101,7 @@ def retries_left(
 
     The one statement of the rule for backend-side retries (a reclaim, a release): transient
     jobs while attempts remain, indefinite ones until their deadline, non_retryable never.
-    The SQL settle statement states the same predicate (``settle`` in ``jobs.sql``); the
+    The SQL settle statement states the same predicate (``settle`` in ``settle.sql``); the
     differential test holds the two together.
     """
     if retry_kind == "transient":

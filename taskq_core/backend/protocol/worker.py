@@ -181,9 +181,8 @@ class WorkerBackend(Protocol):
         is_leader: bool = False,
     ) -> HeartbeatResult:
         """One transaction: touch the worker row, extend the named leases that are still this
-        worker's (and nothing else it owns: a row it no longer holds is left to expire), its
-        reservation leases, ping the leader row when leading, and read the cancel flags of the
-        held jobs."""
+        worker's (and nothing else it owns: a row it no longer holds is left to expire), ping
+        the leader row when leading, and read the cancel flags of the held jobs."""
 
     # Every write below changes nothing unless the row is running, locked by the lease's
     # worker, at the lease's attempt. A requested cancel wins over every rescheduling: a
