@@ -139,9 +139,10 @@ class WorkerBackend(Protocol):
         Rows come back in dispatch order. strict_fifo: priority DESC, scheduled_at, id.
         round_robin: the same order inside each fairness_key cohort (NULL keys form one
         cohort), cohorts interleaved by their rank (a job's rank counts the due jobs of its
-        cohort ahead of it, leaving out those of actors at their cap); among jobs of equal rank and priority
-        the cohort whose last job was claimed least recently in that queue goes first (never
-        claimed: first), so dispatching one job at a time still alternates cohorts. Queues
+        cohort ahead of it, leaving out those of actors at their cap); among jobs of equal
+        rank and priority the cohort whose last job was claimed least recently in that queue
+        goes first (never claimed: first), so dispatching one job at a time still alternates
+        cohorts. Queues
         of different modes are served mode group by mode group, in the order given. Only
         ``pending`` rows with scheduled_at <= now() are due (scheduled jobs wait for
         ``scheduled_to_pending``).
