@@ -256,8 +256,12 @@ class Differential(RuleBasedStateMachine):
 # two (hypothesis gives up shrinking after five).
 @pytest.mark.timeout(600)
 def test_both_backends_answer_the_same_operations_the_same_way(schema: PgTarget) -> None:
+    class OnTheTestSchema(Differential):
+        def __init__(self) -> None:
+            super().__init__(schema)
+
     run_state_machine_as_test(
-        lambda: Differential(schema),
+        OnTheTestSchema,
         settings=settings(
             max_examples=EXAMPLES,
             stateful_step_count=STEPS,

@@ -158,8 +158,8 @@ async def test_round_robin_cohorts_share_256_rows_evenly_when_their_windows_exce
     )
     # limit 100 * oversample 2 = 200 rows per cohort; 2 cohorts * 200 > 256, so each reads
     # max(ceil(200 / 2) + 1, 256 / 2) = 128 rows.
-    claimed = payloads(await dispatch(backend, "rr", 100))
-    assert sorted(claimed) == (["free", "other"] if reaches_free else ["other"])
+    claimed = sorted(map(str, payloads(await dispatch(backend, "rr", 100))))
+    assert claimed == (["free", "other"] if reaches_free else ["other"])
 
 
 async def test_round_robin_past_128_cohorts_falls_back_to_the_shared_window(
