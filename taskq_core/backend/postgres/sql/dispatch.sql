@@ -57,6 +57,8 @@
 -- cohorts degrades to the shared window ranked by cohort (no starvation, fairness inside
 -- the window only), which keeps every call bounded.
 
+-- dispatch_plain below repeats this statement's window, identity and claim CTEs for the common
+-- case; tests/postgres/test_dispatch_statements.py holds the two copies together.
 -- name: dispatch_batch
 WITH RECURSIVE clock AS (
     SELECT clock_timestamp() AS now,
@@ -328,6 +330,8 @@ ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
 -- queues), same identity serialization, same events, same asynchronous commit. It checks
 -- that case in its own snapshot, on every call, and claims nothing outside it; the caller
 -- then runs `dispatch_batch`, which handles everything (PostgresBackend.dispatch_batch).
+-- Its window, identity and claim CTEs repeat dispatch_batch's: change both together;
+-- tests/postgres/test_dispatch_statements.py runs both on one snapshot and compares claims.
 WITH clock AS (
     SELECT clock_timestamp() AS now,
            set_config('synchronous_commit', 'off', true) AS async_commit
