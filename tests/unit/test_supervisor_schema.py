@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -11,58 +10,16 @@ import pytest
 from taskq_core.supervisor.diagnostics import WorkgroupConfigError
 from taskq_core.supervisor.plan import MAX_SOCKET_PATH, build_plan, check_actors
 from taskq_core.supervisor.schema import load_workgroup, parse_workgroup, starter_toml
-
-VALID = """\
-actors = "myapp.actors:registry"
-
-[defaults]
-max_concurrency = 4
-poll_interval = "2s"
-env = { SHARED = "yes", TASKQ_LOG_LEVEL = "WARNING" }
-
-[defaults.health]
-check_interval = 10
-stale_after = "45s"
-
-[[workers]]
-name = "api"
-queues = ["default", "urgent"]
-max_concurrency = 8
-processes = 2
-env = { TASKQ_LOG_LEVEL = "DEBUG", TASKQ_HEARTBEAT_INTERVAL = 2 }
-
-[workers.health]
-stale_after = 30
-
-[[workers]]
-name = "media"
-queues = ["media"]
-actors = "myapp.media:registry"
-
-[workers.health]
-enabled = false
-"""
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Effective settings are validated against the environment: keep it neutral."""
-    for key in list(os.environ):
-        if key.startswith("TASKQ_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)  # no stray .env
-
-
-def write(tmp_path: Path, text: str, name: str = "group.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
+from tests.unit.workgroup_files import (
+    MINIMAL,
+    VALID,
+    W,
+    clean_environment,  # noqa: F401 (autouse fixture)
+    write,
+)
 
 A = 'actors = "a:b"\n'
-W = '[[workers]]\nname = "w"\nqueues = ["q"]\n'
 W_NO_QUEUES = '[[workers]]\nname = "w"\n'
-MINIMAL = 'actors = "a.b:registry"\n' + W
 
 
 def case(case_id: str, text: str, key: str, reason: str) -> object:
