@@ -35,6 +35,7 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerRow,
 )
+from taskq_core.constants import CANCEL_RECLAIM_HEADROOM
 from taskq_core.durations import format_duration
 from taskq_core.errors import JobNotFoundError
 from taskq_core.liveness import DEFAULT_STALE_AFTER, heard_from, worker_is_alive, worker_stale_after
@@ -45,8 +46,12 @@ Situation = Literal["terminal", "running", "waiting"]
 
 # How many job ids a finding names before it says "and N more".
 _NAMED_JOBS = 5
-# Extra time the reclaim sweep gives a job whose cancel is in flight, on top of the graces.
-_CANCEL_RECLAIM_HEADROOM = timedelta(seconds=60)
+# The default graces (TASKQ_CANCELLATION_GRACE_PERIOD + TASKQ_CLEANUP_GRACE_PERIOD), read from
+# the settings model so the two never disagree.
+_DEFAULT_GRACES = timedelta(
+    seconds=TaskqSettings.model_fields["cancellation_grace_period"].default
+    + TaskqSettings.model_fields["cleanup_grace_period"].default
+)
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,12 @@ class ExplainSettings:
 
     ``worker_stale_after``: a worker (or leader) not seen for longer has lost its
     heartbeat. ``cancel_reclaim_headroom``: added to a running job's lease when a cancel is
-    in flight (cancellation grace + cleanup grace + 60s, as the reclaim sweep does).
+    in flight (cancellation grace + cleanup grace + CANCEL_RECLAIM_HEADROOM, as the reclaim
+    sweep does).
     """
 
     worker_stale_after: timedelta = DEFAULT_STALE_AFTER
-    cancel_reclaim_headroom: timedelta = timedelta(seconds=100)
+    cancel_reclaim_headroom: timedelta = _DEFAULT_GRACES + CANCEL_RECLAIM_HEADROOM
 
     @classmethod
     def from_settings(cls, settings: TaskqSettings) -> ExplainSettings:
@@ -68,7 +74,7 @@ class ExplainSettings:
         graces = settings.cancellation_grace_period + settings.cleanup_grace_period
         return cls(
             worker_stale_after=worker_stale_after(settings),
-            cancel_reclaim_headroom=timedelta(seconds=graces) + _CANCEL_RECLAIM_HEADROOM,
+            cancel_reclaim_headroom=timedelta(seconds=graces) + CANCEL_RECLAIM_HEADROOM,
         )
 
 
