@@ -1,10 +1,11 @@
-"""The Backend protocol: the one seam between TaskQ and its storage, in four parts.
+"""The Backend protocol: the one seam between TaskQ and its storage, in parts.
 
 Worker, client, CLI and TUI talk only to this protocol. ``ClientBackend`` is what JobsClient
 needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
 ``LeaderBackend`` the leader's election and sweeps (``leader``), ``AdminBackend`` the
-operator's reads and bulk writes (``admin``); ``values`` holds the types they all speak.
-``Backend`` is all four: PostgresBackend implements it with asyncpg (every time predicate on
+operator's reads and bulk writes (``admin``), ``RetentionBackend`` the prune and archive
+(``retention``); ``values`` holds the types they all speak.
+``Backend`` is all of them: PostgresBackend implements it with asyncpg (every time predicate on
 the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
 behavioural conformance suite in ``tests/conformance``. The protocol says what a caller can
 observe; how a backend finds its rows (indexes, windows) is its own business.
@@ -39,6 +40,12 @@ from taskq_core.backend.protocol.leader import (
     LeaderBackend,
     LeaderRow,
 )
+from taskq_core.backend.protocol.retention import (
+    ArchivedJob,
+    PrunePolicy,
+    PruneResult,
+    RetentionBackend,
+)
 from taskq_core.backend.protocol.values import (
     UNSET,
     ActorConfigRow,
@@ -72,8 +79,10 @@ BACKEND_PROTOCOL_VERSION = 2
 
 
 @runtime_checkable
-class Backend(ClientBackend, WorkerBackend, LeaderBackend, AdminBackend, Protocol):
-    """Everything TaskQ needs of its storage: the four parts together."""
+class Backend(
+    ClientBackend, WorkerBackend, LeaderBackend, AdminBackend, RetentionBackend, Protocol
+):
+    """Everything TaskQ needs of its storage: the parts together."""
 
     BACKEND_PROTOCOL_VERSION: ClassVar[int]
     supports_transactional_simulation: ClassVar[bool]
@@ -97,6 +106,7 @@ __all__ = [
     "ActorConfigSyncResult",
     "ActorDeclaration",
     "AdminBackend",
+    "ArchivedJob",
     "AttemptRow",
     "Backend",
     "BulkCancelResult",
@@ -114,10 +124,13 @@ __all__ = [
     "LeaderBackend",
     "LeaderRow",
     "Lease",
+    "PrunePolicy",
+    "PruneResult",
     "QueueActivity",
     "QueueMode",
     "QueueRow",
     "QueueStatusCount",
+    "RetentionBackend",
     "RetryAfterOutcome",
     "RetryKind",
     "SnoozeOutcome",

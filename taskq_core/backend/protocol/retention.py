@@ -1,0 +1,92 @@
+"""What retention needs of a backend: move old terminal jobs to the archive (Sweep 5), delete
+archived jobs past their expiry (Sweep 6), and read an archived job back.
+
+A pruned job leaves ``jobs`` with its attempts (they move to ``jobs_archive`` and
+``job_attempts_archive``); its events are deleted, by design. Every call works in bounded
+batches that commit one by one, so a prune of millions of rows never holds one long
+transaction, and two prunes running at once (a rolling deploy's two leaders) move each row
+once. Time predicates run on the backend's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from taskq_core.backend.protocol.values import AttemptRow, JobRow
+from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
+
+
+@dataclass(frozen=True)
+class PrunePolicy:
+    """Which terminal jobs a prune moves, and how long the archive keeps them.
+
+    ``retention``: for each terminal status to prune, how long a job of that status stays in
+    ``jobs`` after ``finished_at``; statuses left out are not pruned. ``archive_for``: an
+    archived job's ``expire_at`` is its ``archived_at`` plus this. ``batch_size``: the most
+    jobs one batch (one transaction) moves. ``queue``: only this queue when set.
+    """
+
+    retention: Mapping[JobStatus, timedelta]
+    archive_for: timedelta
+    batch_size: int = 10_000
+    queue: str | None = None
+
+    def __post_init__(self) -> None:
+        for status, keep in self.retention.items():
+            if status not in TERMINAL_STATUSES:
+                raise ValueError(f"only terminal jobs are pruned, not {status.value}")
+            if keep <= timedelta(0):
+                raise ValueError(f"retention of {status.value} jobs must be positive, got {keep}")
+        if self.archive_for <= timedelta(0):
+            raise ValueError(f"archive_for must be positive, got {self.archive_for}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a prune moved (or, dry, would move): jobs per (status, queue), and the batches
+    it committed (0 for a dry run)."""
+
+    moved: dict[tuple[JobStatus, str], int] = field(default_factory=dict)
+    batches: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every job moved."""
+        return sum(self.moved.values())
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedJob:
+    """A job in the archive: its row as it was when pruned, and when it leaves for good."""
+
+    job: JobRow
+    archived_at: datetime
+    expire_at: datetime
+
+
+@runtime_checkable
+class RetentionBackend(Protocol):
+    """Sweep 5 (prune), Sweep 6 (archive expiry) and reads of archived jobs."""
+
+    async def prune_jobs(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneResult:
+        """Move every terminal job whose ``finished_at`` is older than its status's retention
+        to the archive, ``policy.batch_size`` jobs per committed batch: the job row to
+        ``jobs_archive`` (``archived_at`` now, ``expire_at`` now + ``archive_for``), its
+        attempts to ``job_attempts_archive``, its events deleted. Jobs that are not terminal
+        are never touched. ``dry_run``: count what would move, move nothing."""
+
+    async def expire_archive(self, batch_size: int) -> int:
+        """Delete archived jobs (and their archived attempts) whose ``expire_at`` has passed,
+        ``batch_size`` per committed batch; returns how many jobs were deleted."""
+
+    async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
+        """One archived job, or None when the archive does not hold it."""
+
+    async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """The attempts of an archived job, oldest first (empty when not archived)."""
