@@ -9,9 +9,9 @@ The class is its parts, one module per concern over ``store.MemoryStore`` (the t
 writes they share), mirroring ``backend/postgres``: ``enqueue``, ``dispatch`` (claims, leases,
 start marks, the dispatch order), ``settle`` (every outcome of a claimed attempt, one path),
 ``leader`` (election and sweeps), ``reads`` (jobs, history, dashboard), ``admin`` (operator
-writes, workers, actor configs, queues) and ``notify`` (wake-ups). A new subsystem gets a
-module and a part of its own here: ``retention`` (prune, archive), ``cron`` (schedules),
-``ratelimit`` (rate limits, reservations), ``batches``.
+writes, workers, actor configs, queues), ``notify`` (wake-ups) and ``retention`` (prune,
+archive expiry, archived reads). A new subsystem gets a module and a part of its own here:
+``cron`` (schedules), ``ratelimit`` (rate limits, reservations), ``batches``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .enqueue import EnqueuePart
 from .leader import LeaderPart
 from .notify import NotifyPart
 from .reads import ReadsPart
+from .retention import RetentionPart
 from .settle import SettlePart
 from .store import MemoryTransaction
 
@@ -37,7 +38,14 @@ check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 class InMemoryBackend(
-    EnqueuePart, DispatchPart, LeaderPart, SettlePart, ReadsPart, AdminPart, NotifyPart
+    EnqueuePart,
+    DispatchPart,
+    LeaderPart,
+    SettlePart,
+    ReadsPart,
+    AdminPart,
+    NotifyPart,
+    RetentionPart,
 ):
     """The Backend protocol held in Python dicts, with an injectable clock (tests only).
 

@@ -1,6 +1,6 @@
-"""The in-memory backend's state: the stored records (jobs, workers, actor configs, queues), the
-shared helpers every part writes through (events, attempts, the lease fence, the job filter),
-and the handle of a simulated transaction.
+"""The in-memory backend's state: the stored records (jobs, workers, actor configs, queues, the
+archive), the shared helpers every part writes through (events, attempts, the lease fence, the
+job filter), and the handle of a simulated transaction.
 
 Records are mutable dataclasses mirroring the schema's rows; callers only ever get frozen
 snapshots of them, whose JSON columns round-trip through ``json`` as jsonb would.
@@ -178,6 +178,16 @@ class QueueRecord:
     paused: bool = False
 
 
+@dataclass(slots=True)
+class ArchivedRecord:
+    """A ``jobs_archive`` row: the job's record as it was when pruned (detached from
+    ``_jobs``, never written again) and when it was archived and leaves for good."""
+
+    job: JobRecord
+    archived_at: datetime
+    expire_at: datetime
+
+
 class MemoryTransaction:
     """The handle ``InMemoryBackend.transaction()`` yields; pass it as ``connection=``.
 
@@ -208,6 +218,10 @@ class MemoryStore:
         self._jobs: dict[UUID, JobRecord] = {}
         self._attempts: dict[UUID, list[AttemptRow]] = {}
         self._events: list[EventRow] = []
+        # The archive (Sweep 5 moves pruned jobs here, Sweep 6 deletes them): job id to its
+        # archived row, and to its archived attempts (oldest first).
+        self._archived_jobs: dict[UUID, ArchivedRecord] = {}
+        self._archived_attempts: dict[UUID, list[AttemptRow]] = {}
         self._workers: dict[UUID, WorkerRecord] = {}
         self._leader: LeaderRow | None = None
         self._actor_configs: dict[str, ActorConfigRecord] = {}
