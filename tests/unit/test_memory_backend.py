@@ -1,5 +1,6 @@
 """What only the in-memory backend has: simulated transactions, in-process wake events, the
-injected clock and snapshot isolation. Behaviour shared with Postgres lives in tests/conformance.
+injected clock, snapshot isolation and the bookkeeping a prune clears. Behaviour shared with
+Postgres lives in tests/conformance.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -16,7 +18,15 @@ from taskq_core.backend import protocol
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.memory.settle import Ending, decide
 from taskq_core.backend.memory.store import JobRecord
-from taskq_core.backend.protocol import Backend, EnqueueArgs, ErrorInfo, JobFilter, RetryKind, Start
+from taskq_core.backend.protocol import (
+    Backend,
+    EnqueueArgs,
+    ErrorInfo,
+    JobFilter,
+    PrunePolicy,
+    RetryKind,
+    Start,
+)
 from taskq_core.clock import FakeClock
 from taskq_core.statemachine import JobStatus
 
@@ -409,3 +419,65 @@ def test_a_job_given_back(
     assert plan.run_at == (LATER if status is JobStatus.SCHEDULED else None)
     # The row keeps a crash's error without its traceback; the attempt row keeps it whole.
     assert plan.job_error == (ErrorInfo("ValueError", "boom") if started else None)
+
+
+# --- retention: a pruned job leaves every table, and the archive is its own copy ------------
+_PRUNE_CRASHED = PrunePolicy(
+    retention={JobStatus.CRASHED: timedelta(seconds=1)}, archive_for=timedelta(hours=1)
+)
+
+
+async def _crashed_job(backend: InMemoryBackend, clock: FakeClock, **fields: Any) -> UUID:
+    """A job whose only attempt crashed when its lease expired: it has a 'reclaim' event."""
+    job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1, **fields))
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await _status(backend, job_id) is JobStatus.CRASHED
+    return job_id
+
+
+async def test_a_pruned_jobs_reclaim_events_leave_the_reclaim_feed(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job_id = await _crashed_job(backend, clock)
+    clock.advance(timedelta(minutes=1))
+    [event] = await backend.poll_reclaim_events(0)
+    assert event.job_id == job_id
+    assert (await backend.prune_jobs(_PRUNE_CRASHED)).total == 1
+    assert await backend.poll_reclaim_events(0) == []
+    assert await backend.get_events(job_id) == []
+    assert await backend.count_jobs(JobFilter(limit=None)) == 0
+
+
+async def test_two_prunes_at_once_move_each_job_once(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    ids = [await _crashed_job(backend, clock) for _ in range(5)]
+    clock.advance(timedelta(minutes=1))
+    small_batches = dataclasses.replace(_PRUNE_CRASHED, batch_size=1)
+    # Each prune yields between its batches, so the two interleave as two leaders would.
+    first, second = await asyncio.gather(
+        backend.prune_jobs(small_batches), backend.prune_jobs(small_batches)
+    )
+    assert first.total + second.total == 5
+    assert first.total > 0 and second.total > 0
+    for job_id in ids:
+        archived = await backend.get_archived_job(job_id)
+        assert archived is not None
+        assert len(await backend.get_archived_attempts(job_id)) == 1
+
+
+async def test_archived_rows_are_frozen_snapshots(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job_id = await _crashed_job(backend, clock, metadata={"a": [1]})
+    clock.advance(timedelta(minutes=1))
+    assert (await backend.prune_jobs(_PRUNE_CRASHED)).total == 1
+    archived = await backend.get_archived_job(job_id)
+    assert archived is not None
+    archived.job.metadata["a"].append(2)
+    (await backend.get_archived_attempts(job_id)).clear()
+    again = await backend.get_archived_job(job_id)
+    assert again is not None
+    assert again.job.metadata == {"a": [1]}
+    assert len(await backend.get_archived_attempts(job_id)) == 1
