@@ -2,8 +2,9 @@
 
 The class is its parts, one module per concern over ``core.BackendCore`` (pools, queries,
 schema, notifier): ``enqueue`` (statement and COPY), ``dispatch`` (claims, leases, start
-marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election and sweeps) and
-``admin`` (reads and operator writes). Records become protocol rows in ``rows``.
+marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election and sweeps),
+``admin`` (reads and operator writes) and ``retention`` (the prune to the archive, archive
+expiry, archived reads). Records become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .errors import translate_errors
 from .leader import LeaderPart
+from .retention import RetentionPart
 from .settle import SettlePart
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 @translate_errors
-class PostgresBackend(EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart):
+class PostgresBackend(EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart, RetentionPart):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
 
     Every public coroutine raises TaskQ's errors for database trouble, never asyncpg's

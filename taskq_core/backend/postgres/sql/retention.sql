@@ -1,0 +1,131 @@
+-- Retention: the prune (Sweep 5) moves old terminal jobs to the archive, archive expiry
+-- (Sweep 6) deletes archived jobs at expire_at, and the archived reads.
+--
+-- Each batch is one statement in its own transaction: the caller loops, so a prune of
+-- millions of rows never holds a long transaction. Rows are picked FOR UPDATE SKIP LOCKED:
+-- two prunes at once move each row once, and a row another session is writing is left to
+-- the next pass. Dispatch only touches pending rows and is never blocked. Column lists are
+-- explicit: the archive tables were built LIKE the live ones and must stay in step by name.
+
+-- name: prune_jobs_batch
+-- $1 statuses (text[]), $2 their retentions (interval[], parallel to $1), $3 queue (NULL:
+-- every queue), $4 batch size, $5 archive_for. One clock reading stamps the whole batch.
+-- The pick walks jobs_finished_idx (status, finished_at DESC) once per status.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+rules AS (
+    SELECT r.status::{schema}.job_status AS status, k.now - r.keep AS cutoff
+    FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
+),
+picked AS (
+    SELECT p.id
+    FROM rules r
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM {schema}.jobs j
+        WHERE j.status = r.status AND j.finished_at < r.cutoff
+            AND ($3::text IS NULL OR j.queue = $3::text)
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ) p
+    LIMIT $4
+),
+attempts AS (
+    DELETE FROM {schema}.job_attempts a
+    USING picked p
+    WHERE a.job_id = p.id
+    RETURNING a.id, a.job_id, a.attempt, a.worker_id, a.outcome, a.started_at, a.finished_at,
+        a.duration_ms, a.error_class, a.error_message, a.error_traceback
+),
+events AS (
+    DELETE FROM {schema}.job_events e USING picked p WHERE e.job_id = p.id
+),
+moved AS (
+    DELETE FROM {schema}.jobs j
+    USING picked p
+    WHERE j.id = p.id
+    RETURNING j.id, j.actor, j.queue, j.payload, j.status, j.priority, j.scheduled_at,
+        j.created_at, j.retry_kind, j.max_attempts, j.attempt, j.locked_by_worker,
+        j.lock_expires_at, j.claimed_at, j.started_at, j.finished_at, j.cancel_phase,
+        j.cancel_requested_at, j.cancel_reason, j.identity_key, j.fairness_key,
+        j.schedule_to_close, j.result, j.result_ttl, j.result_expires_at, j.error_class,
+        j.error_message, j.error_traceback, j.metadata, j.trace_id, j.span_id, j.progress_seq,
+        j.progress_state, j.updated_at
+),
+archived AS (
+    INSERT INTO {schema}.jobs_archive (
+        id, actor, queue, payload, status, priority, scheduled_at, created_at, retry_kind,
+        max_attempts, attempt, locked_by_worker, lock_expires_at, claimed_at, started_at,
+        finished_at, cancel_phase, cancel_requested_at, cancel_reason, identity_key,
+        fairness_key, schedule_to_close, result, result_ttl, result_expires_at, error_class,
+        error_message, error_traceback, metadata, trace_id, span_id, progress_seq,
+        progress_state, updated_at, archived_at, expire_at
+    )
+    SELECT m.id, m.actor, m.queue, m.payload, m.status, m.priority, m.scheduled_at,
+        m.created_at, m.retry_kind, m.max_attempts, m.attempt, m.locked_by_worker,
+        m.lock_expires_at, m.claimed_at, m.started_at, m.finished_at, m.cancel_phase,
+        m.cancel_requested_at, m.cancel_reason, m.identity_key, m.fairness_key,
+        m.schedule_to_close, m.result, m.result_ttl, m.result_expires_at, m.error_class,
+        m.error_message, m.error_traceback, m.metadata, m.trace_id, m.span_id, m.progress_seq,
+        m.progress_state, m.updated_at, k.now, k.now + $5::interval
+    FROM moved m CROSS JOIN k
+),
+archived_attempts AS (
+    -- The archive's foreign key is checked at the end of the statement, after `archived`.
+    INSERT INTO {schema}.job_attempts_archive (
+        id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message, error_traceback
+    )
+    SELECT a.id, a.job_id, a.attempt, a.worker_id, a.outcome, a.started_at, a.finished_at,
+        a.duration_ms, a.error_class, a.error_message, a.error_traceback
+    FROM attempts a
+)
+SELECT m.status::text AS status, m.queue, count(*) AS count
+FROM moved m
+GROUP BY m.status, m.queue;
+
+-- name: prune_jobs_count
+-- The dry run: what prune_jobs_batch would move, all batches together. Same parameters as
+-- prune_jobs_batch ($1 statuses, $2 retentions, $3 queue); nothing is locked or moved.
+WITH rules AS (
+    SELECT r.status::{schema}.job_status AS status, clock_timestamp() - r.keep AS cutoff
+    FROM unnest($1::text[], $2::interval[]) AS r (status, keep)
+)
+SELECT j.status::text AS status, j.queue, count(*) AS count
+FROM rules r
+JOIN {schema}.jobs j ON j.status = r.status AND j.finished_at < r.cutoff
+WHERE $3::text IS NULL OR j.queue = $3::text
+GROUP BY j.status, j.queue;
+
+-- name: expire_archive_batch
+-- Up to $1 archived jobs past expire_at (jobs_archive_expire_idx), deleted; their archived
+-- attempts go by the foreign key's ON DELETE CASCADE.
+WITH doomed AS (
+    SELECT a.id
+    FROM {schema}.jobs_archive a
+    WHERE a.expire_at < clock_timestamp()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM {schema}.jobs_archive a USING doomed d WHERE a.id = d.id RETURNING a.id
+)
+SELECT count(*) FROM gone;
+
+-- name: get_archived_job
+SELECT id, actor, queue, payload, status, priority, scheduled_at, created_at, retry_kind,
+    max_attempts, attempt, locked_by_worker, lock_expires_at, claimed_at, started_at,
+    finished_at, cancel_phase, cancel_requested_at, cancel_reason, identity_key, fairness_key,
+    schedule_to_close, result, result_ttl, result_expires_at, error_class, error_message,
+    error_traceback, metadata, trace_id, span_id, progress_seq, progress_state, updated_at,
+    archived_at, expire_at
+FROM {schema}.jobs_archive
+WHERE id = $1::uuid;
+
+-- name: get_archived_attempts
+SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+    error_class, error_message, error_traceback
+FROM {schema}.job_attempts_archive
+WHERE job_id = $1::uuid
+ORDER BY id;
