@@ -1,0 +1,239 @@
+"""Retention under real concurrency, and its index paths.
+
+What only a real database can show: two prunes at once (a rolling deploy's two leaders) move
+each row exactly once, a row another session holds is skipped and moved on a later pass, an
+open prune batch never blocks dispatch, settle or enqueue, and the prune and expiry picks
+walk their indexes on a big table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+import pytest
+
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.postgres.queries import render
+from taskq_core.backend.protocol import EnqueueArgs
+from taskq_core.backend.protocol.retention import PrunePolicy
+from taskq_core.statemachine import JobStatus
+from tests.conftest import PgTarget
+
+pytestmark = pytest.mark.postgres
+
+LEASE = timedelta(minutes=5)
+KEEP = timedelta(days=1)
+ARCHIVE_FOR = timedelta(days=30)
+OLD_QUEUE = "old"
+# A dispatcher whose statements fail fast instead of waiting on a lock: if a prune blocked
+# dispatch, the dispatch call would raise rather than pass.
+NO_WAITING = "lock_timeout=200&statement_timeout=10000"
+
+
+def _policy(batch_size: int) -> PrunePolicy:
+    return PrunePolicy(
+        retention={JobStatus.SUCCEEDED: KEEP}, archive_for=ARCHIVE_FOR, batch_size=batch_size
+    )
+
+
+async def _add_due_jobs(conn: asyncpg.Connection, schema: str, count: int) -> None:
+    """``count`` succeeded jobs finished two days ago, each with one attempt and one event."""
+    await conn.execute(
+        f"""WITH made AS (
+                INSERT INTO {schema}.jobs (id, actor, queue, status, attempt, finished_at)
+                SELECT gen_random_uuid(), 'work', $2, 'succeeded', 1,
+                       clock_timestamp() - interval '2 days'
+                FROM generate_series(1, $1)
+                RETURNING id, finished_at
+            ),
+            attempts AS (
+                INSERT INTO {schema}.job_attempts (job_id, attempt, outcome, finished_at)
+                SELECT id, 1, 'succeeded', finished_at FROM made
+            )
+            INSERT INTO {schema}.job_events (job_id, kind, to_status)
+            SELECT id, 'state_change', 'succeeded' FROM made""",
+        count,
+        OLD_QUEUE,
+    )
+
+
+async def _counts(conn: asyncpg.Connection, schema: str) -> dict[str, int]:
+    """Rows of the old queue left live, and what the archive holds."""
+    record = await conn.fetchrow(
+        f"""SELECT
+              (SELECT count(*) FROM {schema}.jobs WHERE queue = $1) AS live,
+              (SELECT count(*) FROM {schema}.job_attempts) AS live_attempts,
+              (SELECT count(*) FROM {schema}.job_events) AS events,
+              (SELECT count(*) FROM {schema}.jobs_archive) AS archived,
+              (SELECT count(DISTINCT id) FROM {schema}.jobs_archive) AS archived_ids,
+              (SELECT count(*) FROM {schema}.job_attempts_archive) AS archived_attempts""",
+        OLD_QUEUE,
+    )
+    assert record is not None
+    return dict(record)
+
+
+@pytest.fixture
+async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(pg.dsn)
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def backends(pg: PgTarget) -> AsyncIterator[list[PostgresBackend]]:
+    """Two backend instances on the same schema, each with its own pool."""
+    opened = [await PostgresBackend.connect(pg.dsn, pg.schema, max_size=2) for _ in range(2)]
+    yield opened
+    for backend in opened:
+        await backend.close()
+
+
+@pytest.fixture
+async def dispatcher(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
+    """A backend whose statements raise after 200 ms waiting for a lock."""
+    backend = await PostgresBackend.connect(f"{pg.dsn}?{NO_WAITING}", pg.schema, max_size=2)
+    yield backend
+    await backend.close()
+
+
+async def test_two_prunes_at_once_move_each_job_exactly_once(
+    backends: list[PostgresBackend], conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    await _add_due_jobs(conn, pg.schema, 3000)
+    first, second = await asyncio.gather(*(b.prune_jobs(_policy(50)) for b in backends))
+    assert first.total + second.total == 3000
+    for result in (first, second):
+        assert set(result.moved) <= {(JobStatus.SUCCEEDED, OLD_QUEUE)}
+    assert await _counts(conn, pg.schema) == {
+        "live": 0,
+        "live_attempts": 0,
+        "events": 0,
+        "archived": 3000,
+        "archived_ids": 3000,
+        "archived_attempts": 3000,
+    }
+
+
+async def test_a_job_another_session_holds_is_skipped_and_moved_later(
+    backends: list[PostgresBackend], conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    await _add_due_jobs(conn, pg.schema, 10)
+    held: UUID = await conn.fetchval(f"SELECT id FROM {pg.schema}.jobs LIMIT 1")
+    async with conn.transaction():
+        await conn.execute(f"SELECT 1 FROM {pg.schema}.jobs WHERE id = $1 FOR UPDATE", held)
+        result = await backends[0].prune_jobs(_policy(3))
+        assert (result.total, result.batches) == (9, 4)
+        assert await backends[0].get_archived_job(held) is None
+    assert (await backends[0].prune_jobs(_policy(3))).total == 1
+    assert await backends[0].get(held) is None
+    assert await backends[0].get_archived_job(held) is not None
+
+
+async def test_an_open_prune_batch_blocks_neither_dispatch_nor_settle_nor_enqueue(
+    dispatcher: PostgresBackend, conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    await _add_due_jobs(conn, pg.schema, 500)
+    waiting = await dispatcher.enqueue_batch([EnqueueArgs("work", {"n": n}) for n in range(20)])
+    worker = uuid4()
+    async with conn.transaction():
+        # One prune batch, moved but not committed: it holds every lock a batch takes.
+        moved = await conn.fetch(
+            render("prune_jobs_batch", pg.schema),
+            ["succeeded"],
+            [KEEP],
+            None,
+            500,
+            ARCHIVE_FOR,
+        )
+        assert [(r["status"], r["count"]) for r in moved] == [("succeeded", 500)]
+        claimed = await dispatcher.dispatch_batch(worker, ["default"], 10, LEASE)
+        assert [row.id for row in claimed] == [job.id for job in waiting[:10]]
+        assert await dispatcher.mark_succeeded(claimed[0].lease(), {"ok": True})
+        await dispatcher.enqueue(EnqueueArgs("work", {"n": "during"}))
+    assert (await _counts(conn, pg.schema))["archived"] == 500
+
+
+async def test_dispatch_keeps_going_while_a_big_prune_runs_in_small_batches(
+    backends: list[PostgresBackend],
+    dispatcher: PostgresBackend,
+    conn: asyncpg.Connection,
+    pg: PgTarget,
+) -> None:
+    await _add_due_jobs(conn, pg.schema, 4000)
+    await dispatcher.enqueue_batch_fast([EnqueueArgs("work", {"n": n}) for n in range(300)])
+    pruning = asyncio.create_task(backends[0].prune_jobs(_policy(100)))
+    claimed: list[UUID] = []
+    worker = uuid4()
+    while not pruning.done() or not claimed:
+        rows = await dispatcher.dispatch_batch(worker, ["default"], 1, LEASE)
+        claimed += [row.id for row in rows]
+        if not rows:
+            break
+    result = await pruning
+    assert (result.total, result.batches) == (4000, 41)
+    assert claimed and len(set(claimed)) == len(claimed)
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += _plan_nodes(child)
+    return found
+
+
+async def _generic_plan(conn: asyncpg.Connection, sql: str, types: str, args: str) -> list[str]:
+    """The scans of ``sql``'s generic plan (how the pool runs it) as "<node> <index>"."""
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE planned({types}) AS {sql}")
+    try:
+        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE planned({args})")
+    finally:
+        await conn.execute("DEALLOCATE planned")
+    plan = json.loads(raw)[0]["Plan"]
+    return [
+        f"{node['Node Type']} {node.get('Index Name', node.get('Relation Name', ''))}"
+        for node in _plan_nodes(plan)
+        if "Scan" in node["Node Type"] and "CTE" not in node["Node Type"]
+    ]
+
+
+@pytest.mark.slow
+async def test_the_prune_and_expiry_picks_walk_their_indexes_on_a_big_table(
+    conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    schema = pg.schema
+    # 200k jobs finished over the last ten days (half terminal), 100k archived jobs.
+    await conn.execute(
+        f"""INSERT INTO {schema}.jobs (id, actor, queue, status, finished_at)
+            SELECT gen_random_uuid(), 'work', 'q' || (n % 8),
+                   (ARRAY['pending', 'succeeded', 'failed', 'running'])[1 + n % 4]
+                       ::{schema}.job_status,
+                   CASE WHEN n % 4 IN (1, 2) THEN now() - make_interval(secs => n * 4) END
+            FROM generate_series(1, 200000) AS n"""
+    )
+    await conn.execute(
+        f"""INSERT INTO {schema}.jobs_archive (id, actor, queue, status, archived_at, expire_at)
+            SELECT gen_random_uuid(), 'work', 'q', 'succeeded', now(),
+                   now() + make_interval(secs => n)
+            FROM generate_series(1, 100000) AS n"""
+    )
+    await conn.execute(f"ANALYZE {schema}.jobs")
+    await conn.execute(f"ANALYZE {schema}.jobs_archive")
+    prune = await _generic_plan(
+        conn,
+        render("prune_jobs_batch", schema),
+        "text[], interval[], text, bigint, interval",
+        "'{succeeded,failed}', '{7 days,8 days}', NULL, 1000, '30 days'",
+    )
+    # The pick walks jobs_finished_idx per status; the delete finds its rows by primary key.
+    assert any(scan.startswith("Index Scan") for scan in prune if "jobs_finished_idx" in scan)
+    assert "Seq Scan jobs" not in prune, prune
+    expire = await _generic_plan(conn, render("expire_archive_batch", schema), "bigint", "1000")
+    assert "Index Scan jobs_archive_expire_idx" in expire, expire
