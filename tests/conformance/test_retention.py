@@ -93,6 +93,14 @@ async def test_every_terminal_status_can_be_pruned(harness: Harness) -> None:
         assert archived.job.status is job.status
 
 
+async def test_a_policy_without_statuses_prunes_nothing(harness: Harness) -> None:
+    job, _ = await job_in(harness, JobStatus.SUCCEEDED)
+    await harness.travel(timedelta(days=30).total_seconds())
+    result = await harness.backend.prune_jobs(PrunePolicy(retention={}, archive_for=ARCHIVE_FOR))
+    assert (result.moved, result.total) == ({}, 0)
+    assert (await reload(harness.backend, job.id)).status is JobStatus.SUCCEEDED
+
+
 async def test_jobs_that_are_not_terminal_are_never_pruned(harness: Harness) -> None:
     backend = harness.backend
     waiting = [

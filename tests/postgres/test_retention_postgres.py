@@ -103,6 +103,27 @@ async def dispatcher(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
     await backend.close()
 
 
+async def test_the_archive_tables_have_every_column_of_the_live_ones(
+    conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    # The prune names its columns: a column added to jobs or job_attempts by a migration must
+    # reach the archive table (and sql/retention.sql) too.
+    records = await conn.fetch(
+        """SELECT table_name, column_name, data_type, is_nullable
+           FROM information_schema.columns WHERE table_schema = $1""",
+        pg.schema,
+    )
+    columns: dict[str, set[tuple[str, str, str]]] = {}
+    for r in records:
+        columns.setdefault(r["table_name"], set()).add(
+            (r["column_name"], r["data_type"], r["is_nullable"])
+        )
+    stamps = {("archived_at", "timestamp with time zone", "NO")}
+    stamps.add(("expire_at", "timestamp with time zone", "NO"))
+    assert columns["jobs_archive"] == columns["jobs"] | stamps
+    assert columns["job_attempts_archive"] == columns["job_attempts"]
+
+
 async def test_two_prunes_at_once_move_each_job_exactly_once(
     backends: list[PostgresBackend], conn: asyncpg.Connection, pg: PgTarget
 ) -> None:

@@ -42,8 +42,6 @@ class RetentionPart(BackendCore):
         until a batch moves fewer than that; ``dry_run`` counts them in one query instead."""
         moved: dict[tuple[JobStatus, str], int] = {}
         statuses, keeps, queue = _rules(policy)
-        if not statuses:
-            return PruneResult(moved, 0)
         if dry_run:
             records = await self._pool.fetch(
                 self._queries["prune_jobs_count"], statuses, keeps, queue
