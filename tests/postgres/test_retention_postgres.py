@@ -98,7 +98,14 @@ async def backends(pg: PgTarget) -> AsyncIterator[list[PostgresBackend]]:
 @pytest.fixture
 async def dispatcher(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
     """A backend whose statements raise after 200 ms waiting for a lock."""
-    backend = await PostgresBackend.connect(f"{pg.dsn}?{NO_WAITING}", pg.schema, max_size=2)
+    joiner = "&" if "?" in pg.dsn else "?"  # the embedded server's DSN has a query already
+    dsn = f"{pg.dsn}{joiner}{NO_WAITING}"
+    probe = await asyncpg.connect(dsn)
+    try:  # the fail-fast setting really reaches the session, or the tests prove nothing
+        assert await probe.fetchval("SHOW lock_timeout") == "200ms"
+    finally:
+        await probe.close()
+    backend = await PostgresBackend.connect(dsn, pg.schema, max_size=2)
     yield backend
     await backend.close()
 
