@@ -24,6 +24,8 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerInfo,
     WorkerRow,
+    check_capacity,
+    check_queue_update,
 )
 from taskq_core.statemachine import (
     ACTIVE_STATUSES,
@@ -44,8 +46,6 @@ from .store import (
     as_json,
     freeze,
 )
-
-_QUEUE_MODES: frozenset[QueueMode] = frozenset({"strict_fifo", "round_robin"})
 
 
 class AdminPart(MemoryStore):
@@ -231,12 +231,10 @@ class AdminPart(MemoryStore):
         result_ttl: timedelta | None = UNSET,
     ) -> ActorConfigRow | None:
         """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
         row = self._actor_configs.get(actor)
         if row is None:
             return None
-        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
-            if value is not UNSET and value is not None and value < 0:
-                raise ValueError(f"{name} must not be negative, got {value}")
         if max_concurrent is not UNSET:
             row.max_concurrent = max_concurrent
         if max_pending is not UNSET:
@@ -283,10 +281,7 @@ class AdminPart(MemoryStore):
         paused: bool = UNSET,
     ) -> QueueRow:
         """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
-        if mode is not UNSET and mode not in _QUEUE_MODES:
-            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
-        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
-            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        check_queue_update(mode, max_concurrent)
         row = self._queues.setdefault(name, QueueRecord())
         if mode is not UNSET:
             row.mode = mode

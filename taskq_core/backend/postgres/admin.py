@@ -30,7 +30,9 @@ from taskq_core.backend.protocol import (
     QueueStatusCount,
     WorkerInfo,
     WorkerRow,
+    check_capacity,
     check_dashboard_window,
+    check_queue_update,
     check_recent_limit,
 )
 from taskq_core.statemachine import JobStatus
@@ -38,7 +40,6 @@ from taskq_core.statemachine import JobStatus
 from . import bulk, rows
 from .core import BackendCore
 
-_QUEUE_MODES = frozenset({"strict_fifo", "round_robin"})
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 
 
@@ -259,9 +260,7 @@ class AdminPart(BackendCore):
         result_ttl: timedelta | None = UNSET,
     ) -> ActorConfigRow | None:
         """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
-        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
-            if value is not UNSET and value is not None and value < 0:
-                raise ValueError(f"{name} must not be negative, got {value}")
+        check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
         record = await self._pool.fetchrow(
             self._queries["update_actor_config"],
             actor,
@@ -294,10 +293,7 @@ class AdminPart(BackendCore):
         paused: bool = UNSET,
     ) -> QueueRow:
         """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
-        if mode is not UNSET and mode not in _QUEUE_MODES:
-            raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
-        if max_concurrent is not UNSET and max_concurrent is not None and max_concurrent < 0:
-            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        check_queue_update(mode, max_concurrent)
         record = await self._one(
             self._queries["update_queue"],
             name,

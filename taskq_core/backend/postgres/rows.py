@@ -108,6 +108,11 @@ def actor_config(record: asyncpg.Record) -> ActorConfigRow:
     return ActorConfigRow(**{name: record[name] for name in _ACTOR_CONFIG_FIELDS})
 
 
+def _status_counts(statuses: list[str], counts: list[int]) -> dict[JobStatus, int]:
+    """Parallel arrays of status names and counts as a dict by status."""
+    return {JobStatus(status): count for status, count in zip(statuses, counts, strict=True)}
+
+
 def queue(record: asyncpg.Record) -> QueueRow:
     """A ``list_queues`` record as a QueueRow."""
     return QueueRow(
@@ -116,10 +121,7 @@ def queue(record: asyncpg.Record) -> QueueRow:
         max_concurrent=record["max_concurrent"],
         paused=record["paused"],
         has_row=record["has_row"],
-        counts={
-            JobStatus(status): count
-            for status, count in zip(record["statuses"], record["counts"], strict=True)
-        },
+        counts=_status_counts(record["statuses"], record["counts"]),
     )
 
 
@@ -160,12 +162,7 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
         running=record["running"],
         claimed=record["claimed"],
         oldest_pending_at=record["oldest_pending_at"],
-        finished={
-            JobStatus(status): count
-            for status, count in zip(
-                record["finished_statuses"], record["finished_counts"], strict=True
-            )
-        },
+        finished=_status_counts(record["finished_statuses"], record["finished_counts"]),
         finished_per_minute=per_minute,
     )
 

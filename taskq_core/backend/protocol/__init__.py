@@ -30,7 +30,9 @@ from taskq_core.backend.protocol.admin import (
     QueueRow,
     QueueStatusCount,
     WorkerRow,
+    check_capacity,
     check_dashboard_window,
+    check_queue_update,
     check_recent_limit,
 )
 from taskq_core.backend.protocol.client import (
@@ -139,8 +141,10 @@ __all__ = [
     "WorkerBackend",
     "WorkerInfo",
     "WorkerRow",
+    "check_capacity",
     "check_dashboard_window",
     "check_protocol_version",
+    "check_queue_update",
     "check_recent_limit",
     "from_values",
 ]

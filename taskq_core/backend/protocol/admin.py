@@ -151,6 +151,24 @@ def check_recent_limit(filter: JobFilter) -> None:
         )
 
 
+_QUEUE_MODES = frozenset({"strict_fifo", "round_robin"})
+
+
+def check_queue_update(mode: QueueMode, max_concurrent: int | None) -> None:
+    """Validate ``update_queue`` arguments the same way in every implementation."""
+    if mode is not UNSET and mode not in _QUEUE_MODES:
+        raise ValueError(f"unknown queue mode {mode!r} (valid: round_robin, strict_fifo)")
+    check_capacity(max_concurrent=max_concurrent)
+
+
+def check_capacity(**limits: int | None) -> None:
+    """Validate capacity limits (``max_concurrent``, ``max_pending``) of an update: UNSET
+    leaves a field and None clears it; a set limit must not be negative."""
+    for name, value in limits.items():
+        if value is not UNSET and value is not None and value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+
+
 @runtime_checkable
 class AdminBackend(Protocol):
     """Operator reads and writes over many jobs, queues, workers and actor configs."""
