@@ -22,6 +22,7 @@ from taskq_cli.commands import (
     health,
     jobs,
     migrate,
+    prune,
     queues,
     top,
     worker,
@@ -52,6 +53,7 @@ app.command("retry")(control.retry)
 app.add_typer(queues.app, name="queues")
 app.add_typer(actor_config.app, name="actor-config")
 app.add_typer(workers.app, name="workers")
+app.command("prune")(prune.prune)
 app.command("top")(top.top)
 app.add_typer(workgroup.app, name="workgroup")
 

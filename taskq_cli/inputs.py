@@ -12,7 +12,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -87,6 +87,42 @@ def parse_duration_option(value: str, flag: str) -> timedelta:
     if result > MAX_DURATION:
         raise ConfigError(f"{flag}: {value!r} is longer than {MAX_DURATION.days} days")
     return result
+
+
+def parse_age(value: str, flag: str, now: datetime) -> timedelta:
+    """How long ago: a positive duration (``7d``, ``PT12H``) or an ISO-8601 timestamp in the
+    past (``2024-05-01``, ``2024-05-01T12:00:00+02:00``; UTC when it names no offset), which
+    becomes its distance from ``now``. Zero, negative and future values are refused."""
+    text = value.strip()
+    if text.startswith("-"):
+        raise ConfigError(
+            f"{flag}: {value!r} is negative; give how long ago (e.g. 7d) or a past timestamp"
+        )
+    try:
+        age = parse_duration(text)
+    except (ValueError, OverflowError):
+        return _age_of_timestamp(value, flag, now)
+    if age <= timedelta(0):
+        raise ConfigError(f"{flag}: must be longer than zero, got {value!r}")
+    if age > MAX_DURATION:
+        raise ConfigError(f"{flag}: {value!r} is longer than {MAX_DURATION.days} days")
+    return age
+
+
+def _age_of_timestamp(value: str, flag: str, now: datetime) -> timedelta:
+    """How long before ``now`` an ISO-8601 date or date-time (UTC when naive) was."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{flag}: cannot read {value!r}: give a duration (30s, 5m, 2h, 7d, PT30S) "
+            "or an ISO-8601 timestamp"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if moment >= now:
+        raise ConfigError(f"{flag}: {value!r} is in the future")
+    return now - moment
 
 
 def parse_job_id(value: str) -> UUID:

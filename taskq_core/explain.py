@@ -1,6 +1,6 @@
 """Why is this job not running? ``explain_job`` answers it from the Backend protocol alone.
 
-A job is in one of three situations, and each has its own checks:
+A job is in one of four situations, and each has its own checks:
 
 - **terminal**: it finished for good; the one finding says how (last error, attempts used,
   cancel reason) and when.
@@ -8,6 +8,9 @@ A job is in one of three situations, and each has its own checks:
   its ``last_seen_at`` older than ``worker_stale_after`` means the heartbeat stopped, and the
   leader's reclaim sweep takes the job back once its lease (plus the cancel headroom when a
   cancel is in flight) has passed: that moment is named.
+- **archived**: it finished long enough ago that the prune moved it to the archive; nothing
+  will run it again, and the finding says when it was archived and when the archive lets go
+  of it (its events were deleted when it was archived, by design).
 - **waiting** (pending or scheduled): every blocker the dispatch path has, checked in the
   order dispatch meets them: deadline passed, not yet due (or due but not yet promoted by
   the leader), queue paused, no live worker consuming the queue, no live consumer that
@@ -28,6 +31,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
+    ArchivedJob,
     Backend,
     JobFilter,
     JobRow,
@@ -42,7 +46,7 @@ from taskq_core.liveness import DEFAULT_STALE_AFTER, heard_from, worker_is_alive
 from taskq_core.settings import TaskqSettings
 from taskq_core.statemachine import RETRYABLE_STATUSES, JobStatus
 
-Situation = Literal["terminal", "running", "waiting"]
+Situation = Literal["terminal", "archived", "running", "waiting"]
 
 # How many job ids a finding names before it says "and N more".
 _NAMED_JOBS = 5
@@ -93,10 +97,14 @@ class Check:
 
 @dataclass(frozen=True)
 class Explanation:
-    """The answer: the job, the backend's now, every check made and the verdict."""
+    """The answer: the job, the backend's now, every check made and the verdict.
+
+    ``now`` is None for an archived job: nothing in the live tables was read, and its
+    finding names absolute times only.
+    """
 
     job: JobRow
-    now: datetime
+    now: datetime | None
     situation: Situation
     checks: list[Check]
 
@@ -121,8 +129,12 @@ def _ago(now: datetime, then: datetime) -> str:
     return f"{format_duration(delta)} ago"
 
 
+def _stamp(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
 def _when(now: datetime, then: datetime) -> str:
-    return f"{then.isoformat(timespec='seconds')} ({_ago(now, then)})"
+    return f"{_stamp(then)} ({_ago(now, then)})"
 
 
 def _name_jobs(jobs: Sequence[JobRow]) -> str:
@@ -178,12 +190,17 @@ class _Context:
 async def explain_job(
     backend: Backend, job_id: UUID, settings: ExplainSettings | None = None
 ) -> Explanation:
-    """Check every blocker for ``job_id`` in dispatch order; JobNotFoundError if unknown."""
+    """Check every blocker for ``job_id`` in dispatch order; an archived job is explained
+    as archived; JobNotFoundError if neither ``jobs`` nor the archive holds it."""
     settings = settings or ExplainSettings()
     job = await backend.get(job_id)
     position = await backend.get_dispatch_position(job_id)
     if job is None or position is None:
-        raise JobNotFoundError(f"no job with id {job_id}")
+        # Not live (or pruned between the two reads): the archive may hold it.
+        archived = await backend.get_archived_job(job_id)
+        if archived is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return Explanation(archived.job, None, "archived", [_archived(archived)])
     context = _Context(
         job, position.now, position.ahead, position.ahead_other_cohorts, position.mode, settings
     )
@@ -238,6 +255,31 @@ def _terminal(c: _Context) -> Check:
     if job.status in RETRYABLE_STATUSES:
         message += f" (taskq retry {job.id} runs it again)"
     return Check("terminal", True, message, facts)
+
+
+def _archived(archived: ArchivedJob) -> Check:
+    job = archived.job
+    how = {
+        JobStatus.SUCCEEDED: "succeeded",
+        JobStatus.CANCELLED: "was cancelled",
+        JobStatus.ABANDONED: "was abandoned",
+    }.get(job.status, job.status.value)
+    finished = f" at {_stamp(job.finished_at)}" if job.finished_at else ""
+    message = (
+        f"it is archived: it {how}{finished} and the prune moved it to the archive at "
+        f"{_stamp(archived.archived_at)}, so nothing will run it; the archive deletes it at "
+        f"{_stamp(archived.expire_at)} (its events were deleted when it was archived, by design)"
+    )
+    facts: dict[str, Any] = {
+        "archived_at": archived.archived_at,
+        "expire_at": archived.expire_at,
+        "finished_at": job.finished_at,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "error_class": job.error_class,
+        "error_message": job.error_message,
+    }
+    return Check("archived", True, message, facts)
 
 
 def _running(c: _Context) -> Check:

@@ -3,12 +3,15 @@
 ``list`` shows the fields an operator needs first (id, actor, queue, status, attempt, age,
 error class); ``show`` adds every attempt and the event timeline; ``explain`` says why a
 job is not running, checking every blocker in dispatch order (``taskq_core.explain``).
+``show`` and ``explain`` also find a job the prune moved to the archive and say so; its
+events were deleted when it was archived, by design.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
+from uuid import UUID
 
 import typer
 from rich.text import Text
@@ -16,7 +19,14 @@ from rich.text import Text
 from taskq_cli import inputs, output
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
-from taskq_core.backend.protocol import AttemptRow, Backend, EventRow, JobFilter, JobRow
+from taskq_core.backend.protocol import (
+    ArchivedJob,
+    AttemptRow,
+    Backend,
+    EventRow,
+    JobFilter,
+    JobRow,
+)
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.statemachine import JobStatus
@@ -86,6 +96,28 @@ class _JobHistory:
     job: JobRow
     attempts: list[AttemptRow]
     events: list[EventRow]
+    archived: ArchivedJob | None = None
+
+
+async def _history(backend: Backend, ident: UUID) -> _JobHistory:
+    """The live job with its attempts and events, else the archived one with its attempts."""
+    job = await backend.get(ident)
+    if job is not None:
+        return _JobHistory(job, await backend.get_attempts(ident), await backend.get_events(ident))
+    archived = await backend.get_archived_job(ident)
+    if archived is None:
+        raise JobNotFoundError(f"no job with id {ident}")
+    return _JobHistory(archived.job, await backend.get_archived_attempts(ident), [], archived)
+
+
+def _archived_document(archived: ArchivedJob | None) -> dict[str, Any] | None:
+    if archived is None:
+        return None
+    return {
+        "archived_at": archived.archived_at,
+        "expire_at": archived.expire_at,
+        "events_deleted": True,
+    }
 
 
 @app.command("show")
@@ -96,20 +128,14 @@ def show(
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Show one job: its row, every attempt and the event timeline."""
+    """Show one job: its row, every attempt and the event timeline (archived jobs too)."""
     ident = inputs.parse_job_id(job_id)
-
-    async def run(backend: Backend) -> _JobHistory:
-        job = await backend.get(ident)
-        if job is None:
-            raise JobNotFoundError(f"no job with id {ident}")
-        return _JobHistory(job, await backend.get_attempts(ident), await backend.get_events(ident))
-
-    history = with_backend(ctx, dsn, schema, run)
+    history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, ident))
     if json:
         output.print_json(
             {
                 "job": output.job_document(history.job),
+                "archived": _archived_document(history.archived),
                 "attempts": [output.attempt_document(a) for a in history.attempts],
                 "events": [output.event_document(e) for e in history.events],
             }
@@ -121,6 +147,13 @@ def show(
 def _render_history(history: _JobHistory) -> None:
     job = history.job
     when = output.timestamp
+    archived = history.archived
+    if archived is not None:
+        output.info(
+            f"ARCHIVED: moved to the archive at {when(archived.archived_at)}; deleted for good "
+            f"at {when(archived.expire_at)}"
+        )
+        output.info("")
     error = f"{job.error_class}: {job.error_message}" if job.error_class else None
     cancel = None
     if job.cancel_requested_at is not None:
@@ -132,12 +165,7 @@ def _render_history(history: _JobHistory) -> None:
             ("id", job.id),
             ("actor", job.actor),
             ("queue", job.queue),
-            (
-                "status",
-                "running (claimed, its body has not started)"
-                if job.is_claimed
-                else job.status.value,
-            ),
+            ("status", _status_line(job, archived)),
             ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
             ("priority", job.priority),
             ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
@@ -156,6 +184,7 @@ def _render_history(history: _JobHistory) -> None:
             ("result", None if job.result is None else output.compact_json(job.result)),
             ("result expires", when(job.result_expires_at)),
             ("metadata", output.compact_json(job.metadata) if job.metadata else None),
+            *_archive_fields(archived),
         ]
     )
     output.info("")
@@ -194,12 +223,29 @@ def _render_history(history: _JobHistory) -> None:
             ],
             title="events",
         )
+    elif archived is not None:
+        output.info("events: deleted when the job was archived (by design; attempts are kept)")
     else:
         output.info("events: none yet (enqueueing writes none)")
     if job.error_traceback:
         output.info("")
         output.info("last traceback:")
         output.info(job.error_traceback.rstrip())
+
+
+def _status_line(job: JobRow, archived: ArchivedJob | None) -> str:
+    if archived is not None:
+        return f"{job.status.value} (archived)"
+    if job.is_claimed:
+        return "running (claimed, its body has not started)"
+    return job.status.value
+
+
+def _archive_fields(archived: ArchivedJob | None) -> list[tuple[str, Any]]:
+    if archived is None:
+        return []
+    when = output.timestamp
+    return [("archived", when(archived.archived_at)), ("expires", when(archived.expire_at))]
 
 
 @app.command("explain")
@@ -239,6 +285,7 @@ def _explanation_document(explanation: Explanation) -> dict[str, Any]:
         "queue": job.queue,
         "status": job.status,
         "situation": explanation.situation,
+        "archived": explanation.situation == "archived",
         "now": explanation.now,
         "verdict": _check_document(verdict.code, True, verdict.message, verdict.facts),
         "checks": [
@@ -254,8 +301,11 @@ def _mark(applies: bool) -> Text:
 def _render_explanation(explanation: Explanation) -> None:
     job = explanation.job
     verdict = explanation.verdict
-    output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {job.status.value}")
-    label = {"terminal": "finished", "running": "running"}.get(explanation.situation, "blocked")
+    status = job.status.value + (" (archived)" if explanation.situation == "archived" else "")
+    output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {status}")
+    label = {"terminal": "finished", "archived": "archived", "running": "running"}.get(
+        explanation.situation, "blocked"
+    )
     if verdict.code == "runnable":
         label = "runnable"
     elif verdict.code == "worker_stale":

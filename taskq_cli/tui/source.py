@@ -16,6 +16,7 @@ from typing import Protocol
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
+    ArchivedJob,
     AttemptRow,
     Backend,
     CancelOutcome,
@@ -170,11 +171,13 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class JobDetail:
-    """One job with its attempts and event timeline, for the detail screen."""
+    """One job with its attempts and event timeline, for the detail screen. ``archived`` is
+    set for a job the prune moved to the archive (its events were deleted then: none)."""
 
     job: JobRow
     attempts: list[AttemptRow]
     events: list[EventRow]
+    archived: ArchivedJob | None = None
 
 
 class DashboardSource(Protocol):
@@ -187,7 +190,8 @@ class DashboardSource(Protocol):
         """Everything one refresh shows; the jobs pane lists what ``jobs`` selects."""
 
     async def job_detail(self, job_id: UUID) -> JobDetail | None:
-        """One job with attempts and events; None when it does not exist."""
+        """One job with attempts and events (or archived, with attempts only); None when
+        neither the jobs table nor the archive holds it."""
 
     async def cancel_job(self, job_id: UUID) -> CancelOutcome:
         """Cancel a waiting job at once or ask its worker to stop a running one."""
@@ -261,10 +265,14 @@ class BackendSource:
         return views
 
     async def job_detail(self, job_id: UUID) -> JobDetail | None:
-        """The job, its attempts and its events."""
+        """The job, its attempts and its events; an archived job with its archived attempts."""
         job = await self.backend.get(job_id)
         if job is None:
-            return None
+            archived = await self.backend.get_archived_job(job_id)
+            if archived is None:
+                return None
+            attempts = await self.backend.get_archived_attempts(job_id)
+            return JobDetail(archived.job, attempts, [], archived)
         attempts, events = await asyncio.gather(
             self.backend.get_attempts(job_id), self.backend.get_events(job_id)
         )

@@ -2,7 +2,9 @@
 
 Sections: the fields an operator needs first, the payload, the result (or the last error
 with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
-through the same confirmation as on the main screen; Esc goes back.
+through the same confirmation as on the main screen; Esc goes back. A job the prune moved to
+the archive opens with an "archived" banner (when, and when the archive deletes it), its
+archived attempts, and no events: they were deleted when it was archived, by design.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from textual.widgets import Footer, Static
 from taskq_cli.output import to_jsonable
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
-from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow
+from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
 
 
 def _when(value: datetime | None) -> str:
@@ -97,7 +99,16 @@ def _attempts(attempts: list[AttemptRow]) -> Text:
     return text
 
 
-def _timeline(events: list[EventRow]) -> Text:
+def _archived_banner(archived: ArchivedJob) -> Text:
+    return Text(
+        f"ARCHIVED at {_when(archived.archived_at)}: the prune moved this job out of the jobs "
+        f"table, so nothing will run it; the archive deletes it at {_when(archived.expire_at)}"
+    )
+
+
+def _timeline(events: list[EventRow], archived: bool) -> Text:
+    if archived:
+        return Text("deleted when the job was archived (by design)", style="dim")
     if not events:
         return Text("no events yet (enqueueing writes none)", style="dim")
     text = Text()
@@ -134,6 +145,7 @@ class JobDetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         """One scrolling column of sections."""
+        yield Static(id="detail-archived", markup=False)
         with VerticalScroll(id="detail-body"):
             yield Static(id="detail-fields", classes="detail-section", markup=False)
             yield Static(id="detail-payload", classes="detail-section", markup=False)
@@ -150,13 +162,18 @@ class JobDetailScreen(Screen[None]):
         """Render (or re-render) a job's detail."""
         self.detail = detail
         job = detail.job
-        self.sub_title = f"job {job.id}"
+        archived = detail.archived
+        self.sub_title = f"job {job.id}" + (" (archived)" if archived else "")
+        banner = self.query_one("#detail-archived", Static)
+        banner.set_class(archived is not None, "-visible")
+        banner.update(_archived_banner(archived) if archived else "")
+        events = "Events (deleted)" if archived else f"Events ({len(detail.events)})"
         sections: list[tuple[str, str, Text]] = [
             ("detail-fields", f"Job {job.id}", _fields(job)),
             ("detail-payload", "Payload", Text(_json(job.payload))),
             ("detail-outcome", *_outcome(job)),
             ("detail-attempts", f"Attempts ({len(detail.attempts)})", _attempts(detail.attempts)),
-            ("detail-events", f"Events ({len(detail.events)})", _timeline(detail.events)),
+            ("detail-events", events, _timeline(detail.events, archived is not None)),
         ]
         for widget_id, title, body in sections:
             widget = self.query_one(f"#{widget_id}", Static)
@@ -165,8 +182,17 @@ class JobDetailScreen(Screen[None]):
 
     def action_cancel_job(self) -> None:
         """Ask the app to cancel this job (it confirms first)."""
-        self.post_message(JobActionRequested(self.detail.job.id, "cancel"))
+        if not self._refuse_archived("cancelled"):
+            self.post_message(JobActionRequested(self.detail.job.id, "cancel"))
 
     def action_retry_job(self) -> None:
         """Ask the app to retry this job (it confirms first)."""
-        self.post_message(JobActionRequested(self.detail.job.id, "retry"))
+        if not self._refuse_archived("retried"):
+            self.post_message(JobActionRequested(self.detail.job.id, "retry"))
+
+    def _refuse_archived(self, done: str) -> bool:
+        """An archived job is out of the jobs table: no action reaches it."""
+        if self.detail.archived is None:
+            return False
+        self.notify(f"job {self.detail.job.id} is archived: it cannot be {done}", markup=False)
+        return True
