@@ -5,6 +5,7 @@ sweeps, each one pass over the jobs on the injected clock. A reclaimed job settl
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 from uuid import UUID
@@ -20,9 +21,15 @@ _ZERO = timedelta(0)
 _DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")
 
 
+def _check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+
+
 class LeaderPart(SettlePart):
     """Election, ``scheduled_to_pending``, ``deadline_sweep``, ``reclaim_expired_locks``,
-    ``expire_results`` and the reclaim events they leave."""
+    ``expire_results``, ``delete_stale_workers``, ``waiting_queues`` and the reclaim events
+    they leave."""
 
     async def try_acquire_leadership(self, worker_id: UUID) -> bool:
         """The first worker to ask leads until it releases; the leader row is upserted."""
@@ -88,18 +95,59 @@ class LeaderPart(SettlePart):
             self._wake()
         return len(expired)
 
-    async def expire_results(self) -> int:
-        """Clear results whose result_expires_at has passed."""
-        now = self._now()
-        expired = [
-            job
-            for job in self._jobs.values()
-            if job.result_expires_at is not None and job.result_expires_at < now
-        ]
-        for job in expired:
-            job.result = job.result_expires_at = None
-            job.updated_at = now
-        return len(expired)
+    async def expire_results(self, batch_size: int = 10_000) -> int:
+        """Clear results whose result_expires_at has passed, oldest expiry first,
+        ``batch_size`` per batch (yielding between batches, as commits do)."""
+        _check_batch_size(batch_size)
+        cleared = 0
+        while True:
+            now = self._now()
+            due = sorted(
+                (
+                    job
+                    for job in self._jobs.values()
+                    if job.result_expires_at is not None
+                    and job.result_expires_at < now
+                    and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
+                ),
+                key=lambda job: (job.result_expires_at, job.id),
+            )[:batch_size]
+            for job in due:
+                job.result = job.result_expires_at = None
+                job.updated_at = now
+            cleared += len(due)
+            if len(due) < batch_size:
+                return cleared
+            await asyncio.sleep(0)  # a commit point between batches
+
+    async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
+        """Delete workers silent for ``older_than`` that hold no running job, oldest first,
+        ``batch_size`` per batch. Nothing else needs the row (sql/maintenance.sql)."""
+        if older_than <= _ZERO:
+            raise ValueError(f"older_than must be positive, got {older_than}")
+        _check_batch_size(batch_size)
+        deleted = 0
+        while True:
+            cutoff = self._now() - older_than
+            holding = {job.locked_by_worker for job in self._jobs.values() if job.status is RUNNING}
+            stale = sorted(
+                (
+                    worker
+                    for worker in self._workers.values()
+                    if worker.last_seen_at < cutoff and worker.info.id not in holding
+                ),
+                key=lambda worker: (worker.last_seen_at, worker.info.id),
+            )[:batch_size]
+            for worker in stale:
+                del self._workers[worker.info.id]
+            deleted += len(stale)
+            if len(stale) < batch_size:
+                return deleted
+            await asyncio.sleep(0)  # a commit point between batches
+
+    async def waiting_queues(self) -> list[str]:
+        """Sorted names of the queues holding pending jobs."""
+        return sorted({job.queue for job in self._jobs.values() if job.status is PENDING})
 
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from uuid import UUID
 
@@ -26,11 +28,19 @@ from .store import ArchivedRecord, JobRecord, MemoryStore
 
 
 class RetentionPart(MemoryStore):
-    """``prune_jobs``, ``expire_archive``, ``get_archived_job`` and ``get_archived_attempts``."""
+    """``prune_jobs``, ``expire_archive``, ``sweep_lock``, ``get_archived_job`` and
+    ``get_archived_attempts``."""
 
-    async def prune_jobs(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneResult:
+    async def prune_jobs(
+        self,
+        policy: PrunePolicy,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> PruneResult:
         """Move terminal jobs past their status's retention to the archive, ``batch_size``
-        per batch, until a batch moves fewer than ``batch_size``; a dry run counts them."""
+        per batch, until a batch moves fewer than ``batch_size``, telling ``on_batch`` what
+        each moved; a dry run counts them."""
         if dry_run:
             counts = Counter((job.status, job.queue) for job in self._prunable(policy, None))
             return PruneResult(moved=dict(counts), batches=0)
@@ -42,6 +52,8 @@ class RetentionPart(MemoryStore):
                 self._archive(batch, policy)
                 moved.update((job.status, job.queue) for job in batch)
             batches += 1
+            if on_batch is not None:
+                on_batch(len(batch))
             if len(batch) < policy.batch_size:
                 break
             await asyncio.sleep(0)  # a commit point: let other work run between batches
@@ -67,6 +79,22 @@ class RetentionPart(MemoryStore):
             if len(expired) < batch_size:
                 return deleted
             await asyncio.sleep(0)  # a commit point between batches
+
+    def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """Lock ``name`` for the body of an ``async with`` (True), unless another holder of
+        this backend has it (False); released at exit, whatever ends the body."""
+        return self._sweep_lock(name)
+
+    @asynccontextmanager
+    async def _sweep_lock(self, name: str) -> AsyncIterator[bool]:
+        if name in self._sweep_locks:
+            yield False
+            return
+        self._sweep_locks.add(name)
+        try:
+            yield True
+        finally:
+            self._sweep_locks.discard(name)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
         """One archived job, or None when the archive does not hold it."""

@@ -224,6 +224,7 @@ class MemoryStore:
         self._archived_attempts: dict[UUID, list[AttemptRow]] = {}
         self._workers: dict[UUID, WorkerRecord] = {}
         self._leader: LeaderRow | None = None
+        self._sweep_locks: set[str] = set()  # sweep_lock names held right now
         self._actor_configs: dict[str, ActorConfigRecord] = {}
         self._queues: dict[str, QueueRecord] = {}
         self._wake_subscribers: set[asyncio.Event] = set()

@@ -154,9 +154,36 @@ class LeaderPart(SettlePart):
             ]
             return len(await self._settle(conn, settlements))
 
-    async def expire_results(self) -> int:
-        """Clear results whose result_expires_at has passed."""
-        return int(await self._pool.fetchval(self._queries["expire_results"]))
+    async def expire_results(self, batch_size: int = 10_000) -> int:
+        """Clear results whose result_expires_at has passed, ``batch_size`` per committed
+        batch, until a batch clears fewer; returns how many were cleared."""
+        return await self._in_batches("expire_results", batch_size)
+
+    async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
+        """Delete workers rows silent for ``older_than`` that hold no running job,
+        ``batch_size`` per committed batch; returns how many were deleted (why that is safe:
+        sql/maintenance.sql)."""
+        if older_than <= timedelta(0):
+            raise ValueError(f"older_than must be positive, got {older_than}")
+        return await self._in_batches("delete_stale_workers", batch_size, older_than)
+
+    async def waiting_queues(self) -> list[str]:
+        """Queues with pending jobs, found by a skip scan of the pending dispatch index."""
+        records = await self._pool.fetch(self._queries["waiting_queues"])
+        return sorted(record["queue"] for record in records)  # Python's order, not a collation
+
+    async def _in_batches(self, query: str, batch_size: int, *args: object) -> int:
+        """Run a bounded sweep statement (its last parameter the batch size) until a batch
+        touches fewer rows than that; each statement outside a transaction block commits on
+        its own. Returns the rows touched in all."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        total = 0
+        while True:
+            count = int(await self._pool.fetchval(self._queries[query], *args, batch_size))
+            total += count
+            if count < batch_size:
+                return total
 
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None

@@ -1,21 +1,37 @@
-"""Retention on PostgreSQL: the prune to the archive (Sweep 5), archive expiry (Sweep 6) and
-reads of archived jobs. Every batch is one statement committed on its own (sql/retention.sql).
+"""Retention on PostgreSQL: the prune to the archive (Sweep 5), archive expiry (Sweep 6),
+their cluster-wide locks and reads of archived jobs. Every batch is one statement committed
+on its own (sql/retention.sql).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
+from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from taskq_core.backend.protocol import AttemptRow
 from taskq_core.backend.protocol.retention import ArchivedJob, PrunePolicy, PruneResult
+from taskq_core.constants import validate_identifier
+from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
 from . import rows
 from .core import BackendCore
+from .errors import translate
+
+_log = get_logger("postgres_backend")
+T = TypeVar("T")
+
+
+def sweep_lock_key(schema: str, name: str) -> str:
+    """The advisory-lock key of sweep lock ``name`` in ``schema``: ``taskq:prune`` becomes
+    ``taskq:prune:<schema>``, so two schemas on one server never share a sweep lock."""
+    return f"{name}:{validate_identifier(schema)}"
 
 
 def _rules(policy: PrunePolicy) -> tuple[list[str], list[timedelta], str | None]:
@@ -34,12 +50,31 @@ def _add_counts(moved: dict[tuple[JobStatus, str], int], records: Iterable[async
     return total
 
 
+async def _translating(pending: Awaitable[T]) -> T:
+    """Await ``pending``, turning database trouble into TaskQ's errors (the class decorator
+    only wraps coroutine methods, not a context manager)."""
+    try:
+        return await pending
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
 class RetentionPart(BackendCore):
     """Sweep 5 (prune), Sweep 6 (archive expiry) and the archived reads."""
 
-    async def prune_jobs(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneResult:
+    async def prune_jobs(
+        self,
+        policy: PrunePolicy,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> PruneResult:
         """Move due terminal jobs to the archive, ``policy.batch_size`` per committed batch,
-        until a batch moves fewer than that; ``dry_run`` counts them in one query instead."""
+        until a batch moves fewer than that, telling ``on_batch`` what each moved; ``dry_run``
+        counts them in one query instead."""
         moved: dict[tuple[JobStatus, str], int] = {}
         statuses, keeps, queue = _rules(policy)
         if dry_run:
@@ -60,7 +95,10 @@ class RetentionPart(BackendCore):
                 policy.archive_for,
             )
             batches += 1
-            if _add_counts(moved, records) < policy.batch_size:
+            count = _add_counts(moved, records)
+            if on_batch is not None:
+                on_batch(count)
+            if count < policy.batch_size:
                 return PruneResult(moved, batches)
 
     async def expire_archive(self, batch_size: int) -> int:
@@ -76,6 +114,37 @@ class RetentionPart(BackendCore):
             deleted += count
             if count < batch_size:
                 return deleted
+
+    def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """The session advisory lock ``name`` (per schema) on one pool connection kept for
+        the body; True when this caller got it. Unlocked at exit, whatever ends the body."""
+        return self._sweep_lock(sweep_lock_key(self.schema, name))
+
+    @asynccontextmanager
+    async def _sweep_lock(self, key: str) -> AsyncIterator[bool]:
+        conn = await _translating(self._pool.acquire())
+        got = False
+        try:
+            got = bool(await _translating(conn.fetchval(self._queries["sweep_lock_try"], key)))
+            yield got
+        finally:
+            await self._end_sweep_lock(conn, key, got)
+
+    async def _end_sweep_lock(self, conn: PoolConnectionProxy, key: str, held: bool) -> None:
+        """Unlock and give the connection back. The pool does not reset sessions, so a
+        connection that could not be unlocked (broken, or cancelled mid-unlock) is closed
+        instead: its lock ends with its session, and it never goes back to the pool locked.
+        A failed unlock is logged, not raised: it must not hide what ended the body."""
+        unlocked = not held
+        try:
+            if held:
+                unlocked = bool(await conn.fetchval(self._queries["sweep_lock_release"], key))
+        except Exception as exc:
+            _log.warning("sweep_unlock_failed", schema=self.schema, key=key, error=str(exc))
+        finally:
+            if not unlocked:
+                conn.terminate()
+            await self._pool.release(conn)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
         """One archived job (its row built as a live job's), or None."""

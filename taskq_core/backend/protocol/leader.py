@@ -62,5 +62,18 @@ class LeaderBackend(Protocol):
         One wake when anything was reclaimed.
         """
 
-    async def expire_results(self) -> int:
-        """Clear results (and result_expires_at) whose result_expires_at has passed."""
+    async def expire_results(self, batch_size: int = 10_000) -> int:
+        """Clear results (and result_expires_at) whose result_expires_at has passed,
+        ``batch_size`` jobs per committed batch (PG: walking jobs_result_expiry_idx), until a
+        batch clears fewer; returns how many were cleared."""
+
+    async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
+        """Delete ``workers`` rows not heard from for ``older_than`` (``last_seen_at`` older
+        than now - older_than, whether they stopped cleanly or vanished), except a row that
+        still holds a running job (it goes once Sweep 1 has reclaimed that job). Bounded:
+        ``batch_size`` rows per committed batch; returns how many were deleted."""
+
+    async def waiting_queues(self) -> list[str]:
+        """Sorted names of the queues that hold at least one pending job. PG walks the
+        pending dispatch index one queue at a time (a skip scan), so the cost follows the
+        number of queues, not of jobs. Scheduled jobs count once they come due."""

@@ -10,7 +10,8 @@ once. Time predicates run on the backend's clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -74,16 +75,30 @@ class ArchivedJob:
 class RetentionBackend(Protocol):
     """Sweep 5 (prune), Sweep 6 (archive expiry) and reads of archived jobs."""
 
-    async def prune_jobs(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneResult:
+    async def prune_jobs(
+        self,
+        policy: PrunePolicy,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> PruneResult:
         """Move every terminal job whose ``finished_at`` is older than its status's retention
         to the archive, ``policy.batch_size`` jobs per committed batch: the job row to
         ``jobs_archive`` (``archived_at`` now, ``expire_at`` now + ``archive_for``), its
         attempts to ``job_attempts_archive``, its events deleted. Jobs that are not terminal
-        are never touched. ``dry_run``: count what would move, move nothing."""
+        are never touched. ``dry_run``: count what would move, move nothing. ``on_batch`` is
+        called after each committed batch with the number of jobs it moved (a progress bar)."""
 
     async def expire_archive(self, batch_size: int) -> int:
         """Delete archived jobs (and their archived attempts) whose ``expire_at`` has passed,
         ``batch_size`` per committed batch; returns how many jobs were deleted."""
+
+    def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """Hold the cluster-wide lock ``name`` (``taskq:prune``, ``taskq:archive_expiry``)
+        for the body of an ``async with``, which receives True when this caller got it and
+        False when another holder (a second leader during a rolling deploy, an operator's
+        ``taskq prune``) has it; the body then skips its run. PG: a session advisory lock
+        per schema on one pooled connection, released at exit or when that session ends."""
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
         """One archived job, or None when the archive does not hold it."""

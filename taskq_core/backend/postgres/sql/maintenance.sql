@@ -70,13 +70,91 @@ ORDER BY j.id
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: expire_results
-WITH expired AS (
-    UPDATE {schema}.jobs
-    SET result = NULL, result_expires_at = NULL, updated_at = clock_timestamp()
-    WHERE result_expires_at < clock_timestamp()
-    RETURNING id
+-- One batch of the result TTL sweep: up to $1 jobs whose result_expires_at passed lose their
+-- result. The pick walks jobs_result_expiry_idx oldest first, bounded by one clock reading;
+-- a row a worker or a prune holds is skipped (SKIP LOCKED) and cleared on a later pass. The
+-- caller loops, one commit per batch.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+due AS (
+    SELECT j.id
+    FROM {schema}.jobs j
+    WHERE j.result_expires_at < (SELECT k.now FROM k)
+    ORDER BY j.result_expires_at
+    LIMIT $1::bigint
+    FOR UPDATE SKIP LOCKED
+),
+cleared AS (
+    UPDATE {schema}.jobs j
+    SET result = NULL, result_expires_at = NULL, updated_at = k.now
+    FROM k
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
+    RETURNING j.id
 )
-SELECT count(*) FROM expired;
+SELECT count(*) FROM cleared;
+
+-- name: delete_stale_workers
+-- One batch of the stale worker cleanup: up to $2 `workers` rows not heard from for $1
+-- (last_seen_at older than now - $1, stopped or vanished), oldest first along
+-- workers_last_seen_idx, except a row that still holds a running job (looked up on
+-- jobs_running_worker_idx): that row goes once Sweep 1 has reclaimed the job.
+--
+-- Deleting is safe because nothing needs the row: no foreign key names workers (jobs,
+-- job_attempts and job_events keep the id as plain history; reservation_slots carry their
+-- own lease_expires_at; maintenance_leader is overwritten by the next election and its
+-- leader touches its own workers row every heartbeat). A live worker is never stale: its
+-- heartbeat refreshes last_seen_at, and a row its heartbeat is writing now is skipped
+-- (SKIP LOCKED) or re-checked against its new last_seen_at (FOR UPDATE). The cutoff is read
+-- once, in `k`, so it bounds the index scan instead of filtering each row.
+WITH k AS (
+    SELECT clock_timestamp() - $1::interval AS cutoff
+),
+doomed AS (
+    SELECT w.id
+    FROM {schema}.workers w
+    WHERE w.last_seen_at < (SELECT k.cutoff FROM k)
+      AND NOT EXISTS (
+          SELECT 1
+          FROM {schema}.jobs j
+          WHERE j.status = 'running' AND j.locked_by_worker = w.id
+      )
+    ORDER BY w.last_seen_at
+    LIMIT $2::bigint
+    FOR UPDATE OF w SKIP LOCKED
+),
+gone AS (
+    DELETE FROM {schema}.workers w
+    WHERE w.id = ANY (ARRAY(SELECT d.id FROM doomed d))
+    RETURNING w.id
+)
+SELECT count(*) FROM gone;
+
+-- name: waiting_queues
+-- The queues holding pending jobs, by a loose index scan (a skip scan) of
+-- jobs_fair_dispatch_idx, the dispatch index that holds every pending row led by queue:
+-- each step jumps to the first queue after the last one found, so the cost follows the
+-- number of queues, not the backlog. Scheduled jobs are not pending until promoted.
+WITH RECURSIVE waiting AS (
+    (
+        SELECT j.queue
+        FROM {schema}.jobs j
+        WHERE j.status = 'pending'
+        ORDER BY j.queue
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.queue
+        FROM {schema}.jobs j
+        WHERE j.status = 'pending' AND j.queue > w.queue
+        ORDER BY j.queue
+        LIMIT 1
+    )
+    FROM waiting w
+    WHERE w.queue IS NOT NULL
+)
+SELECT w.queue FROM waiting w WHERE w.queue IS NOT NULL;
 
 -- name: poll_reclaim_events
 -- The reclaim outbox cursor: events after $1, oldest first, only once they are older than

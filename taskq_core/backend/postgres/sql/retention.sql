@@ -90,25 +90,30 @@ GROUP BY m.status, m.queue;
 -- name: prune_jobs_count
 -- The dry run: what prune_jobs_batch would move, all batches together. Same parameters as
 -- prune_jobs_batch ($1 statuses, $2 retentions, $3 queue); nothing is locked or moved.
+-- Grouped inside the lateral, so each status is its own walk of jobs_finished_idx
+-- (status, finished_at) up to its cutoff, as the batch's pick is: the count reads the due
+-- rows only, never the whole table.
 WITH rules AS (
     SELECT r.status::{schema}.job_status AS status, clock_timestamp() - r.keep AS cutoff
     FROM unnest($1::text[], $2::interval[]) AS r (status, keep)
 )
-SELECT r.status::text AS status, d.queue, count(*) AS count
+SELECT r.status::text AS status, d.queue, d.count
 FROM rules r
 CROSS JOIN LATERAL (
-    SELECT j.queue
+    SELECT j.queue, count(*) AS count
     FROM {schema}.jobs j
     WHERE j.status = r.status AND j.finished_at < r.cutoff
         AND ($3::text IS NULL OR j.queue = $3::text)
-) d
-GROUP BY r.status, d.queue;
+    GROUP BY j.queue
+) d;
 
 -- name: expire_archive_batch
 -- Up to $1 archived jobs past expire_at, oldest first (the order keeps the pick on
 -- jobs_archive_expire_idx), deleted; their archived attempts go by the foreign key's
--- ON DELETE CASCADE.
+-- ON DELETE CASCADE (on job_attempts_archive_job_idx).
 -- The clock is read once, in `k`, so it bounds the index scan instead of filtering each row.
+-- The delete takes the picked ids as one array, so it finds them on the primary key: joined
+-- to the CTE instead, the generic plan hashed the whole archive to delete a batch.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
@@ -121,9 +126,19 @@ doomed AS (
     FOR UPDATE SKIP LOCKED
 ),
 gone AS (
-    DELETE FROM {schema}.jobs_archive a USING doomed d WHERE a.id = d.id RETURNING a.id
+    DELETE FROM {schema}.jobs_archive a
+    WHERE a.id = ANY (ARRAY(SELECT d.id FROM doomed d))
+    RETURNING a.id
 )
 SELECT count(*) FROM gone;
+
+-- name: sweep_lock_try
+-- A sweep's cluster-wide lock ($1 = the key, namespaced per schema): a session advisory lock
+-- on the connection the caller keeps for the sweep's body; it dies with that session.
+SELECT pg_try_advisory_lock(hashtextextended($1::text, 0));
+
+-- name: sweep_lock_release
+SELECT pg_advisory_unlock(hashtextextended($1::text, 0));
 
 -- name: get_archived_job
 SELECT id, actor, queue, payload, status, priority, scheduled_at, created_at, retry_kind,
