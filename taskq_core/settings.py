@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from taskq_core.constants import DEFAULT_DSN, DEFAULT_QUEUE, DEFAULT_SCHEMA, validate_identifier
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, InvalidIdentifierError
+from taskq_core.schedule import check_cron_expression, parse_daily_time
 
 ENV_PREFIX = "TASKQ_"
 
@@ -54,6 +55,18 @@ def validate_dsn(value: str) -> str:
         f"invalid DSN {value!r}: expected postgresql://user:pass@host:port/db, "
         "'embedded' or 'embedded:PATH'"
     )
+
+
+# Retentions of the prune (Sweep 5) and the archive (Sweep 6): each must be positive.
+_RETENTION_FIELDS = (
+    "prune_retention_period",
+    "prune_retention_succeeded",
+    "prune_retention_failed",
+    "prune_retention_cancelled",
+    "prune_retention_abandoned",
+    "archive_retention_period",
+)
+_POSITIVE = "must be a positive duration such as 30d"
 
 
 class TaskqSettings(BaseSettings):
@@ -201,27 +214,32 @@ class TaskqSettings(BaseSettings):
     """Daily time (HH:MM, UTC) of the prune that moves old terminal jobs to the archive;
     ignored when TASKQ_PRUNE_CRON_EXPR is set."""
     prune_cron_expr: str | None = None
-    """A 5-field cron expression for the prune instead of TASKQ_PRUNE_SCHEDULE_UTC."""
+    """A 5-field cron expression (read in UTC) for the prune instead of
+    TASKQ_PRUNE_SCHEDULE_UTC."""
     prune_batch_size: int = Field(default=10_000, ge=1)
-    """Jobs one prune batch moves."""
+    """Jobs one prune batch (one transaction) moves; the archive expiry deletes in batches
+    of this size too."""
     prune_retention_period: Duration = timedelta(days=30)
-    """How long a terminal job stays in the jobs table before archival, for statuses
-    without their own retention."""
+    """How long a terminal job stays in the jobs table after it finished before the prune
+    archives it, for every status whose own retention setting is unset."""
     prune_retention_succeeded: Duration = timedelta(days=30)
-    """Retention of succeeded jobs."""
+    """Retention of succeeded jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when that is set)."""
     prune_retention_failed: Duration = timedelta(days=90)
-    """Retention of failed jobs."""
+    """Retention of failed jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when that is set)."""
     prune_retention_cancelled: Duration = timedelta(days=30)
-    """Retention of cancelled jobs."""
+    """Retention of cancelled jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when that is set)."""
     prune_retention_abandoned: Duration = timedelta(days=90)
-    """Retention of abandoned and crashed jobs."""
+    """Retention of abandoned and crashed jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when
+    that is set)."""
     archive_retention_period: Duration = timedelta(days=365)
-    """How long an archived job is kept before it is deleted."""
+    """How long an archived job is kept (its ``expire_at``) before the archive expiry
+    deletes it."""
     archive_expiry_schedule_utc: str = "04:00"
     """Daily time (HH:MM, UTC) of the archive expiry; ignored when
     TASKQ_ARCHIVE_EXPIRY_CRON_EXPR is set."""
     archive_expiry_cron_expr: str | None = None
-    """A 5-field cron expression for the archive expiry instead of its daily time."""
+    """A 5-field cron expression (read in UTC) for the archive expiry instead of
+    TASKQ_ARCHIVE_EXPIRY_SCHEDULE_UTC."""
 
     # Until-idle
     idle_settle_window: Seconds = Field(default=2.0, ge=0)
@@ -283,10 +301,31 @@ class TaskqSettings(BaseSettings):
     @field_validator("prune_schedule_utc", "archive_expiry_schedule_utc")
     @classmethod
     def _check_hhmm(cls, value: str) -> str:
-        hours, _, minutes = value.partition(":")
-        if not (hours.isdigit() and minutes.isdigit() and int(hours) < 24 and int(minutes) < 60):
-            raise ValueError(f"expected HH:MM in UTC, got {value!r}")
+        parse_daily_time(value)
+        return value.strip()
+
+    @field_validator(*_RETENTION_FIELDS, mode="before")
+    @classmethod
+    def _refuse_negative_retention(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().startswith("-"):
+            raise ValueError(_POSITIVE)
         return value
+
+    @field_validator(*_RETENTION_FIELDS)
+    @classmethod
+    def _check_retention(cls, value: timedelta) -> timedelta:
+        # Zero would archive a job the moment it finishes (or delete it the moment it is
+        # archived): refused by name rather than read as "at once" or "never".
+        if value <= timedelta(0):
+            raise ValueError(_POSITIVE)
+        return value
+
+    @field_validator("prune_cron_expr", "archive_expiry_cron_expr")
+    @classmethod
+    def _check_cron(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None  # unset: the daily HH:MM time applies
+        return check_cron_expression(value)
 
     @model_validator(mode="after")
     def _check_invariants(self) -> Self:
@@ -356,17 +395,6 @@ NOT_YET_IN_EFFECT: dict[str, str] = {
     "rate_limit_pg_fallback_enabled": "rate limits",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
     "reclaim_event_visibility_delay": "the reclaim feed",
-    "prune_schedule_utc": "retention",
-    "prune_cron_expr": "retention",
-    "prune_batch_size": "retention",
-    "prune_retention_period": "retention",
-    "prune_retention_succeeded": "retention",
-    "prune_retention_failed": "retention",
-    "prune_retention_cancelled": "retention",
-    "prune_retention_abandoned": "retention",
-    "archive_retention_period": "retention",
-    "archive_expiry_schedule_utc": "retention",
-    "archive_expiry_cron_expr": "retention",
 }
 
 

@@ -126,3 +126,74 @@ def test_embedded_dsns_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TASKQ_PG_DSN", "embedded")
     assert TaskqSettings.load().pg_dsn == "embedded"
     assert TaskqSettings.load(pg_dsn="embedded:/tmp/x").pg_dsn == "embedded:/tmp/x"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "TASKQ_PRUNE_RETENTION_PERIOD",
+        "TASKQ_PRUNE_RETENTION_SUCCEEDED",
+        "TASKQ_PRUNE_RETENTION_FAILED",
+        "TASKQ_PRUNE_RETENTION_CANCELLED",
+        "TASKQ_PRUNE_RETENTION_ABANDONED",
+        "TASKQ_ARCHIVE_RETENTION_PERIOD",
+    ],
+)
+@pytest.mark.parametrize("value", ["0", "0s", "PT0S", "-1d", "-5"])
+def test_a_retention_that_is_not_positive_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        TaskqSettings.load()
+    assert str(caught.value) == (
+        f"invalid setting {key} (got {value!r}): must be a positive duration such as 30d"
+    )
+
+
+@pytest.mark.parametrize("key", ["TASKQ_PRUNE_CRON_EXPR", "TASKQ_ARCHIVE_EXPIRY_CRON_EXPR"])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("61 * * * *", "not a valid cron expression: bad minute"),
+        ("* * * *", "expected a 5-field cron expression"),
+        ("every day", "expected a 5-field cron expression"),
+    ],
+)
+def test_an_unparsable_cron_expression_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str, reason: str
+) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        TaskqSettings.load()
+    message = str(caught.value)
+    assert message.startswith(f"invalid setting {key} (got {value!r}): ")
+    assert reason in message and "\n" not in message
+
+
+@pytest.mark.parametrize("key", ["TASKQ_PRUNE_SCHEDULE_UTC", "TASKQ_ARCHIVE_EXPIRY_SCHEDULE_UTC"])
+@pytest.mark.parametrize("value", ["24:00", "3", "03:7", "noon"])
+def test_an_unparsable_daily_time_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        TaskqSettings.load()
+    assert (
+        str(caught.value)
+        == f"invalid setting {key} (got {value!r}): expected HH:MM (24-hour clock, UTC)"
+    )
+
+
+def test_retention_and_schedule_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKQ_PRUNE_RETENTION_FAILED", "7d")
+    monkeypatch.setenv("TASKQ_ARCHIVE_RETENTION_PERIOD", "PT12H")
+    monkeypatch.setenv("TASKQ_PRUNE_CRON_EXPR", " */5  * * * * ")
+    monkeypatch.setenv("TASKQ_ARCHIVE_EXPIRY_CRON_EXPR", "")  # empty: unset
+    monkeypatch.setenv("TASKQ_ARCHIVE_EXPIRY_SCHEDULE_UTC", "5:30")
+    settings = TaskqSettings.load()
+    assert settings.prune_retention_failed == timedelta(days=7)
+    assert settings.archive_retention_period == timedelta(hours=12)
+    assert settings.prune_cron_expr == "*/5 * * * *"
+    assert settings.archive_expiry_cron_expr is None
+    assert settings.archive_expiry_schedule_utc == "5:30"

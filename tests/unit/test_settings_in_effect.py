@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from taskq_core.retention import FALLBACK_SETTING, RETENTION_SETTING
 from taskq_core.settings import NOT_YET_IN_EFFECT, TaskqSettings, settings_not_in_effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Read through a property of TaskqSettings (inside settings.py), which the code reads.
 _THROUGH_PROPERTIES = {"prefetch": "effective_prefetch", "pg_dsn_direct": "direct_dsn"}
+# Read by name: retention.retention_for picks each status's setting from RETENTION_SETTING
+# (tests/worker/test_retention_settings.py shows each one moving jobs).
+_BY_NAME = {*RETENTION_SETTING.values(), FALLBACK_SETTING}
 
 
 def _sources() -> str:
@@ -30,15 +34,23 @@ def test_the_not_in_effect_list_names_real_settings() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    sorted(set(TaskqSettings.model_fields) - set(NOT_YET_IN_EFFECT) - set(_THROUGH_PROPERTIES)),
+    sorted(
+        set(TaskqSettings.model_fields)
+        - set(NOT_YET_IN_EFFECT)
+        - set(_THROUGH_PROPERTIES)
+        - _BY_NAME
+    ),
 )
 def test_every_other_setting_is_read_by_the_code(name: str) -> None:
     assert re.search(rf"\.{name}\b", _sources()), f"nothing reads TASKQ_{name.upper()}"
 
 
+def test_the_settings_read_by_name_are_real_settings() -> None:
+    assert _BY_NAME <= set(TaskqSettings.model_fields)
+
+
 def test_a_set_setting_that_nothing_reads_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TASKQ_PRUNE_RETENTION_FAILED", "7d")
+    monkeypatch.setenv("TASKQ_ADMIN_PORT", "9090")
     monkeypatch.setenv("TASKQ_MAX_CONCURRENCY", "3")
-    assert settings_not_in_effect(TaskqSettings.load()) == {
-        "TASKQ_PRUNE_RETENTION_FAILED": "retention"
-    }
+    monkeypatch.setenv("TASKQ_PRUNE_RETENTION_FAILED", "7d")  # in effect: not reported
+    assert settings_not_in_effect(TaskqSettings.load()) == {"TASKQ_ADMIN_PORT": "the admin web UI"}
