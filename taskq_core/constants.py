@@ -31,6 +31,14 @@ MIGRATE_LOCK_PREFIX: Final = "taskq:migrate:"
 LEADER_LOCK_PREFIX: Final = "taskq:maintenance_leader:"
 PRUNE_LOCK_PREFIX: Final = "taskq:prune:"
 
+# The cluster-wide locks (RetentionBackend.sweep_lock) that keep a second prune or archive
+# expiry from running at once: a rolling deploy's two leaders, or an operator's `taskq prune`.
+PRUNE_LOCK: Final = "taskq:prune"
+ARCHIVE_EXPIRY_LOCK: Final = "taskq:archive_expiry"
+
+# A workers row silent this long (at least; see worker/sweeps.py) is deleted by the leader.
+STALE_WORKER_RETENTION: Final = timedelta(hours=24)
+
 RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 
 # How many times a claimed job may be reclaimed before its body's start was recorded and

@@ -3,18 +3,22 @@
 Every worker tries ``try_acquire_leadership`` once per heartbeat interval (Postgres: a session
 advisory lock on a dedicated connection). While it holds the lock, ``deps.is_leader`` is set
 and the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL, the sweeps
-every TASKQ_SWEEP_INTERVAL, the stranded-queue check every minute. If the leader dies, its
-connection closes, the lock is released, and another worker wins within one heartbeat
-interval.
+every TASKQ_SWEEP_INTERVAL, the stranded-queue check every minute, the stale-worker cleanup
+every five minutes; the prune and the archive expiry at the fire times of their schedules
+(``run_scheduled``). If the leader dies, its connection closes, the lock is released, and
+another worker wins within one heartbeat interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
+from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.sweeps import progress_period
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -24,6 +28,7 @@ from taskq_core.worker.transient import (
 from taskq_core.worker.waits import wait_any
 
 STRANDED_CHECK_INTERVAL = 60.0
+STALE_WORKER_CHECK_INTERVAL = 300.0
 
 
 class LeaderElection:
@@ -107,6 +112,83 @@ async def run_gated(
             deps.liveness.forget(name)  # a closed gate must not look like a stalled loop
             await wait_any(deps.is_leader, deps.shutdown_event)
     deps.liveness.forget(name)
+
+
+async def run_scheduled(
+    deps: WorkerDeps,
+    name: str,
+    schedule: Schedule,
+    step: Callable[[], Awaitable[Any]],
+    *,
+    recheck: float,
+) -> None:
+    """Run ``step`` at each fire time of ``schedule`` while this worker leads, until shutdown.
+
+    The next fire time is planned from ``deps.clock.now()`` each time this worker starts
+    leading (and after each run): a fire time that passed while another worker led, or none
+    did, is not caught up; the next one comes, and a prune then moves everything past its
+    retention anyway. The wait re-reads the clock at least every ``recheck`` seconds, so a
+    clock step (NTP, a suspended host) or a test's FakeClock is noticed, and so is a
+    leadership loss, which re-plans. The loop is not tracked by the stale-loop watchdog while
+    it waits (its period would be a day); it ticks while the step runs. Transient database
+    errors retry the same fire time with backoff while this worker still leads.
+    """
+    guard = UnexpectedErrorGuard(name, deps.log)
+    try:
+        while not deps.shutdown_event.is_set():
+            deps.liveness.forget(name)
+            if not deps.is_leader.is_set():
+                await wait_any(deps.is_leader, deps.shutdown_event)
+                continue
+            term = deps.leader_since  # a new term (lost and won again) re-plans too
+            fire = schedule.next_fire(deps.clock.now())
+            deps.log.info(
+                "sweep_planned", loop=name, next_fire=fire.isoformat(), schedule=str(schedule)
+            )
+            if await _wait_for_fire(deps, fire, term, recheck):
+                await _run_fire(deps, name, step, guard, term)
+    finally:
+        deps.liveness.forget(name)
+
+
+def _leading(deps: WorkerDeps, term: float) -> bool:
+    """Whether this worker still leads in the term that began at ``term``."""
+    return deps.is_leader.is_set() and deps.leader_since == term
+
+
+async def _wait_for_fire(deps: WorkerDeps, fire: datetime, term: float, recheck: float) -> bool:
+    """Wait until the clock reaches ``fire``; False when shutdown or a lost lead ends it."""
+    while not deps.shutdown_event.is_set() and _leading(deps, term):
+        remaining = (fire - deps.clock.now()).total_seconds()
+        if remaining <= 0:
+            return True
+        await wait_any(deps.shutdown_event, timeout=min(remaining, recheck))
+    return False
+
+
+async def _run_fire(
+    deps: WorkerDeps,
+    name: str,
+    step: Callable[[], Awaitable[Any]],
+    guard: UnexpectedErrorGuard,
+    term: float,
+) -> None:
+    """Run one fire of ``step``: again after a transient error, while leading."""
+    backoff = Backoff()
+    while not deps.shutdown_event.is_set() and _leading(deps, term):
+        deps.liveness.tick(name, period=progress_period(deps.settings))
+        try:
+            await step()
+        except TRANSIENT_ERRORS as exc:
+            deps.database.failed(name, exc)
+            await retry_pause(deps.database, backoff.next(), deps.shutdown_event)
+            continue
+        except Exception as exc:
+            guard.failed(exc)  # logged; raises past the streak limit
+            return
+        deps.database.succeeded()
+        guard.succeeded()
+        return
 
 
 async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:

@@ -2,7 +2,8 @@
 
 Start-up: validate DI, sync actor config (drift refuses the start), register the worker row,
 log the bootstrap warnings. Then the siblings run in one TaskGroup: producer, consumers,
-heartbeat, leader election and the leader-gated maintenance loops, plus the drain monitor in
+heartbeat, leader election and the leader-gated maintenance loops (sweeps, stranded queues,
+stale workers, and the scheduled prune and archive expiry), plus the drain monitor in
 until-idle mode. A sibling that raises, or returns while no shutdown is under way, stops the
 worker. At exit the worker row is marked stopped and owned resources are closed.
 """
@@ -28,6 +29,7 @@ from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.logs import get_logger
+from taskq_core.schedule import sweep_schedule
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs
 from taskq_core.worker.cancel import CancelController
@@ -37,11 +39,24 @@ from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.drain import DrainMonitor
 from taskq_core.worker.health import HealthServer
 from taskq_core.worker.heartbeat import HeartbeatLoop
-from taskq_core.worker.leader import STRANDED_CHECK_INTERVAL, LeaderElection, run_gated
+from taskq_core.worker.leader import (
+    STALE_WORKER_CHECK_INTERVAL,
+    STRANDED_CHECK_INTERVAL,
+    LeaderElection,
+    run_gated,
+    run_scheduled,
+)
 from taskq_core.worker.parent import ParentWatch
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
-from taskq_core.worker.sweeps import MaintenanceSweep, ScheduledPromotion, StrandedQueues
+from taskq_core.worker.sweeps import (
+    ArchiveExpirySweep,
+    MaintenanceSweep,
+    PruneSweep,
+    ScheduledPromotion,
+    StaleWorkerCleanup,
+    StrandedQueues,
+)
 from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import (
     LoopLagWatchdog,
@@ -304,6 +319,11 @@ class Worker:
         maintenance = MaintenanceSweep(deps)
         promotion = ScheduledPromotion(deps)
         stranded = StrandedQueues(deps, stale_after=worker_stale_after(s))
+        prune = PruneSweep(deps, beat="prune")
+        archive_expiry = ArchiveExpirySweep(deps)
+        stale_workers = StaleWorkerCleanup(deps)
+        prune_at = sweep_schedule(s.prune_schedule_utc, s.prune_cron_expr)
+        expire_at = sweep_schedule(s.archive_expiry_schedule_utc, s.archive_expiry_cron_expr)
         siblings: dict[str, Callable[[], Awaitable[Any]]] = {
             "producer": ProducerLoop(deps).run,
             "completer": lambda: deps.completer.run(deps.shutdown_event),
@@ -315,6 +335,16 @@ class Worker:
             "sweeps": lambda: run_gated(deps, "sweeps", s.sweep_interval, maintenance.run_once),
             "stranded_queues": lambda: run_gated(
                 deps, "stranded_queues", STRANDED_CHECK_INTERVAL, stranded.run_once
+            ),
+            "stale_workers": lambda: run_gated(
+                deps, "stale_workers", STALE_WORKER_CHECK_INTERVAL, stale_workers.run_once
+            ),
+            # A daily schedule's wait re-reads the clock every sweep interval.
+            "prune": lambda: run_scheduled(
+                deps, "prune", prune_at, prune.run_once, recheck=s.sweep_interval
+            ),
+            "archive_expiry": lambda: run_scheduled(
+                deps, "archive_expiry", expire_at, archive_expiry.run_once, recheck=s.sweep_interval
             ),
         }
         for index in range(s.max_concurrency):

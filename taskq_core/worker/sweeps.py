@@ -1,7 +1,7 @@
 """The leader's maintenance passes, each a small class with ``run_once`` returning a result.
 
 Every predicate runs on the database clock inside the backend; these classes only decide
-*when* to ask. Tests call ``run_once`` directly.
+*when* to ask, and log what each pass did. Tests call ``run_once`` directly.
 """
 
 from __future__ import annotations
@@ -9,9 +9,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from taskq_core.backend.protocol.retention import PruneResult
+from taskq_core.constants import ARCHIVE_EXPIRY_LOCK, PRUNE_LOCK, STALE_WORKER_RETENTION
 from taskq_core.liveness import worker_is_alive
-from taskq_core.statemachine import JobStatus
+from taskq_core.retention import prune_policy
+from taskq_core.settings import TaskqSettings
 from taskq_core.worker.deps import WorkerDeps
+
+# A workers row is deleted once silent for this many leases, when that is longer than
+# STALE_WORKER_RETENTION (a deployment with hour-long leases).
+STALE_WORKER_LEASES = 10
+
+
+def progress_period(settings: TaskqSettings) -> float:
+    """The longest a running sweep goes between two progress beats (its liveness period):
+    one batch is one statement, which the pool's command timeout
+    (TASKQ_DISPATCHER_COMMAND_TIMEOUT) bounds; never less than the leader's sweep cadence."""
+    return max(settings.sweep_interval, settings.dispatcher_command_timeout)
+
+
+def stale_worker_threshold(settings: TaskqSettings) -> timedelta:
+    """How long a workers row stays after its worker was last heard from.
+
+    Far past any lease: a worker counts as gone after ``liveness.worker_stale_after`` (40 s
+    at the defaults), every job it held is reclaimable one lease after its last beat, and a
+    worker that misses TASKQ_MAX_HEARTBEAT_FAILURES beats gives its jobs up itself. Nothing
+    about a worker silent for ten leases can still matter to a job; the row stays a day
+    anyway so ``taskq workers list`` and job details still name who ran last night's jobs.
+    """
+    return max(STALE_WORKER_RETENTION, STALE_WORKER_LEASES * settings.lock_lease_delta)
+
+
+def _by_status_and_queue(result: PruneResult) -> dict[str, dict[str, int]]:
+    """``{status: {queue: jobs}}``: the moved counts as a log line (JSON) reads them."""
+    counts: dict[str, dict[str, int]] = {}
+    for (status, queue), moved in sorted(result.moved.items()):
+        counts.setdefault(status.value, {})[queue] = moved
+    return counts
 
 
 @dataclass(frozen=True)
@@ -64,7 +98,7 @@ class MaintenanceSweep:
         failed = await backend.deadline_sweep()
         expired = await backend.expire_results()
         result = SweepResult(reclaimed, failed, expired)
-        if reclaimed or failed:
+        if reclaimed or failed or expired:
             self.deps.log.info(
                 "sweep_ran", reclaimed=reclaimed, deadline_failed=failed, results_expired=expired
             )
@@ -81,11 +115,8 @@ class StrandedQueues:
     async def run_once(self) -> list[str]:
         """Names of stranded queues (also logged)."""
         backend = self.deps.backend
-        waiting = {
-            c.queue
-            for c in await backend.count_by_queue_status()
-            if c.status in (JobStatus.PENDING, JobStatus.SCHEDULED) and c.count > 0
-        }
+        # One index probe per queue, not a count over the whole jobs table.
+        waiting = set(await backend.waiting_queues())
         if not waiting:
             return []
         now = self.deps.clock.now()
@@ -101,3 +132,84 @@ class StrandedQueues:
                 note="jobs wait in queues no live worker consumes",
             )
         return stranded
+
+
+class PruneSweep:
+    """Sweep 5: move terminal jobs past their retention to the archive, under the
+    ``taskq:prune`` lock (a second leader, or an operator's ``taskq prune``, skips)."""
+
+    def __init__(self, deps: WorkerDeps, *, beat: str = "prune") -> None:
+        self.deps = deps
+        self.beat = beat  # the liveness name each committed batch ticks
+
+    async def run_once(self) -> PruneResult | None:
+        """Prune with the settings' policy; None when another holder had the lock."""
+        deps = self.deps
+        policy = prune_policy(deps.settings)
+        started = deps.clock.monotonic()
+        async with deps.backend.sweep_lock(PRUNE_LOCK) as got:
+            if not got:
+                deps.log.info("prune_skipped", lock=PRUNE_LOCK, reason="another prune is running")
+                return None
+            result = await deps.backend.prune_jobs(policy, on_batch=self._batch_committed)
+        deps.log.info(
+            "prune_ran",
+            moved=_by_status_and_queue(result),
+            total=result.total,
+            batches=result.batches,
+            batch_size=policy.batch_size,
+            seconds=round(deps.clock.monotonic() - started, 3),
+        )
+        return result
+
+    def _batch_committed(self, moved: int) -> None:
+        # A prune of millions of rows runs for minutes: each batch is progress, so the
+        # stale-loop watchdog never takes it for a hung loop.
+        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
+
+
+class ArchiveExpirySweep:
+    """Sweep 6: delete archived jobs past their ``expire_at``, under the
+    ``taskq:archive_expiry`` lock, TASKQ_PRUNE_BATCH_SIZE per committed batch."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+
+    async def run_once(self) -> int | None:
+        """Jobs deleted from the archive; None when another holder had the lock."""
+        deps = self.deps
+        started = deps.clock.monotonic()
+        async with deps.backend.sweep_lock(ARCHIVE_EXPIRY_LOCK) as got:
+            if not got:
+                deps.log.info(
+                    "archive_expiry_skipped",
+                    lock=ARCHIVE_EXPIRY_LOCK,
+                    reason="another archive expiry is running",
+                )
+                return None
+            deleted = await deps.backend.expire_archive(deps.settings.prune_batch_size)
+        deps.log.info(
+            "archive_expiry_ran",
+            deleted=deleted,
+            seconds=round(deps.clock.monotonic() - started, 3),
+        )
+        return deleted
+
+
+class StaleWorkerCleanup:
+    """Deletes ``workers`` rows not heard from for ``stale_worker_threshold``."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+        self.older_than = stale_worker_threshold(deps.settings)
+
+    async def run_once(self) -> int:
+        """How many rows were deleted (logged when any)."""
+        deleted = await self.deps.backend.delete_stale_workers(self.older_than)
+        if deleted:
+            self.deps.log.info(
+                "stale_workers_deleted",
+                deleted=deleted,
+                silent_for_seconds=self.older_than.total_seconds(),
+            )
+        return deleted
