@@ -26,6 +26,7 @@ from taskq_core.backend.protocol import (
     ErrorInfo,
     JobFilter,
     JobRow,
+    PrunePolicy,
     WorkerInfo,
 )
 from tests.conftest import CliResult, PgTarget
@@ -117,6 +118,37 @@ class Db:
         assert [c.id for c in claimed] == [job.id]
         self.fail(claimed[0])
         return self.get(job.id)
+
+    def succeeded_job(self, actor: str = "work", queue: str = "default") -> JobRow:
+        """A job that ran once and succeeded."""
+        job = self.enqueue(actor, queue=queue, priority=1000)
+        claimed = self.claim(uuid4(), queue)
+        assert [c.id for c in claimed] == [job.id]
+        self.call(lambda b: b.mark_succeeded(claimed[0].lease(), {"ok": True}))
+        return self.get(job.id)
+
+    def cancelled_job(self, actor: str = "work", queue: str = "default") -> JobRow:
+        """A waiting job cancelled at once."""
+        job = self.enqueue(actor, queue=queue)
+        assert self.call(lambda b: b.write_cancel_request(job.id, "test")) == "cancelled"
+        return self.get(job.id)
+
+    def finished_ago(self, job: JobRow, ago: timedelta) -> None:
+        """Move a terminal job's finish back in time (on the database's clock)."""
+        self.sql(
+            "UPDATE {schema}.jobs SET finished_at = clock_timestamp() - $2::interval WHERE id = $1",
+            job.id,
+            ago,
+        )
+
+    def archive(self, job: JobRow) -> None:
+        """Prune one terminal job to the archive (for a year), as Sweep 5 would."""
+        self.finished_ago(job, timedelta(days=2))
+        policy = PrunePolicy(
+            {job.status: timedelta(days=1)}, archive_for=timedelta(days=365), queue=job.queue
+        )
+        result = self.call(lambda b: b.prune_jobs(policy))
+        assert result.moved == {(job.status, job.queue): 1}, result
 
 
 @pytest.fixture

@@ -155,7 +155,8 @@ def test_show_has_the_row_every_attempt_and_the_timeline(cli: Cli, db: Db) -> No
 def test_show_json_has_job_attempts_and_events(cli: Cli, db: Db) -> None:
     job = db.failed_job()
     document = parse_json(cli("jobs", "show", str(job.id), "--json"))
-    assert set(document) == {"job", "attempts", "events"}
+    assert set(document) == {"job", "archived", "attempts", "events"}
+    assert document["archived"] is None
     assert SUMMARY_FIELDS <= set(document["job"])
     assert {"payload", "result", "error_traceback", "metadata"} <= set(document["job"])
     (attempt,) = document["attempts"]
@@ -175,7 +176,61 @@ def test_show_of_an_unknown_id_is_one_line(cli: Cli) -> None:
     assert "is not a job id" in one_error_line(cli("jobs", "show", "42"))
 
 
+def test_show_finds_an_archived_job_and_says_its_events_were_deleted(cli: Cli, db: Db) -> None:
+    job = db.failed_job("resize", queue="media")
+    db.archive(job)
+    result = cli("jobs", "show", str(job.id))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    (archived,) = db.sql("SELECT archived_at, expire_at FROM {schema}.jobs_archive")
+    archived_at, expire_at = (
+        archived[k].isoformat(timespec="seconds") for k in ("archived_at", "expire_at")
+    )
+    assert lines[0] == (
+        f"ARCHIVED: moved to the archive at {archived_at}; deleted for good at {expire_at}"
+    )
+    assert "status          failed (archived)" in result.stdout
+    assert "error           ValueError: boom" in result.stdout
+    assert "attempts" in result.stdout and "failed" in result.stdout
+    assert "events: deleted when the job was archived (by design" in result.stdout
+    assert "pending -> running" not in result.stdout
+
+
+def test_show_json_of_an_archived_job_has_the_archived_field(cli: Cli, db: Db) -> None:
+    job = db.failed_job()
+    db.archive(job)
+    document = parse_json(cli("jobs", "show", str(job.id), "--json"))
+    assert document["job"]["id"] == str(job.id) and document["job"]["status"] == "failed"
+    archived = document["archived"]
+    assert archived["events_deleted"] is True
+    assert datetime.fromisoformat(archived["expire_at"]) - datetime.fromisoformat(
+        archived["archived_at"]
+    ) == timedelta(days=365)
+    assert [a["outcome"] for a in document["attempts"]] == ["failed"]
+    assert document["events"] == []
+
+
 # --- jobs explain -------------------------------------------------------------------------------
+
+
+def test_explain_of_an_archived_job_says_it_is_archived_and_nothing_runs_it(
+    cli: Cli, db: Db
+) -> None:
+    job = db.succeeded_job()
+    db.archive(job)
+    result = cli("jobs", "explain", str(job.id))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"job {job.id} (actor 'work', queue 'default') is succeeded (archived)"
+    assert lines[1].startswith("archived: it is archived: it succeeded at ")
+    assert "moved it to the archive at" in lines[1] and "nothing will run it" in lines[1]
+    assert "its events were deleted when it was archived" in lines[1]
+
+    document = parse_json(cli("jobs", "explain", str(job.id), "--json"))
+    assert document["situation"] == "archived" and document["archived"] is True
+    assert document["verdict"]["code"] == "archived"
+    assert document["now"] is None
+    assert {"archived_at", "expire_at", "finished_at"} <= set(document["verdict"]["facts"])
 
 
 def test_explain_names_the_paused_queue_and_lists_every_check(cli: Cli, db: Db) -> None:

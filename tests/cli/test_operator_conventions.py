@@ -24,6 +24,7 @@ OPERATOR_COMMANDS = [
     ["actor-config", "set"],
     ["actor-config", "diff"],
     ["workers", "list"],
+    ["prune"],
 ]
 LISTING_AND_SHOWING = [
     ["jobs", "list"],
@@ -34,6 +35,7 @@ LISTING_AND_SHOWING = [
     ["actor-config", "get"],
     ["actor-config", "diff"],
     ["workers", "list"],
+    ["prune"],
 ]
 
 
