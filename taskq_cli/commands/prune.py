@@ -21,14 +21,11 @@ from taskq_cli import inputs, output
 from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import Backend, PrunePolicy, PruneResult
+from taskq_core.constants import PRUNE_LOCK
 from taskq_core.durations import format_duration
 from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.retention import prune_policy
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
-
-# The lock the leader's Sweep 5 holds while it prunes (the backend scopes it per schema).
-PRUNE_LOCK = "taskq:prune"
-
 
 def _terminal_names() -> list[str]:
     return [status.value for status in JobStatus if status in TERMINAL_STATUSES]

@@ -21,6 +21,7 @@ import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import JobRow
+from taskq_core.constants import PRUNE_LOCK
 from tests.cli.conftest import Db, one_error_line, parse_json
 from tests.conftest import TASKQ_BIN, CliResult, PgTarget
 
@@ -232,7 +233,7 @@ async def test_a_prune_refuses_while_another_holds_the_lock(pg: PgTarget) -> Non
 
     backend = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=2)
     try:
-        async with backend.sweep_lock("taskq:prune") as got:
+        async with backend.sweep_lock(PRUNE_LOCK) as got:
             assert got
             refused = await asyncio.to_thread(prune_process)
         assert refused.returncode == 1, refused.stderr

@@ -4,7 +4,7 @@ BackendSource, worker states, failure wording and the small renderings."""
 from __future__ import annotations
 
 from datetime import timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -15,6 +15,7 @@ from taskq_cli.tui.source import (
     JobsFilter,
     describe_failure,
 )
+from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError
 from taskq_core.statemachine import JobStatus
 from tests.tui.conftest import Dashboard
@@ -137,6 +138,21 @@ async def test_job_detail_has_attempts_and_events(dashboard: Dashboard) -> None:
         (JobStatus.PENDING, JobStatus.RUNNING),
         (JobStatus.RUNNING, JobStatus.FAILED),
     ]
+
+
+async def test_job_detail_of_an_archived_job_has_its_attempts_and_no_events(
+    dashboard: Dashboard,
+) -> None:
+    failed = dashboard.seeded.failed[0]
+    dashboard.clock.advance(timedelta(days=2).total_seconds())
+    policy = PrunePolicy({JobStatus.FAILED: timedelta(days=1)}, timedelta(days=30))
+    await dashboard.backend.prune_jobs(policy)
+    detail = await dashboard.source.job_detail(failed.id)
+    assert detail is not None and detail.archived is not None
+    assert detail.job.id == failed.id and detail.job.status is JobStatus.FAILED
+    assert [a.outcome for a in detail.attempts] == ["failed"]
+    assert detail.events == []
+    assert await dashboard.source.job_detail(uuid4()) is None
 
 
 # --- failures -------------------------------------------------------------------------------------

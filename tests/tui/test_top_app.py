@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from taskq_cli.tui.source import BackendSource, JobsFilter, Snapshot
 from taskq_cli.tui.widgets.confirm import ConfirmScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.workers_table import LEADER_MARK
+from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError
 from taskq_core.statemachine import JobStatus
 from tests.tui.conftest import SIZE, Dashboard, settle, top_app
@@ -276,6 +278,55 @@ async def test_a_job_that_vanished_is_reported_not_opened(dashboard: Dashboard) 
         await settle(pilot)
         assert not isinstance(app.screen, JobDetailScreen)
         assert any("no longer exists" in n.message for n in app._notifications)
+
+
+async def test_a_job_archived_since_the_refresh_opens_with_an_archived_banner(
+    dashboard: Dashboard,
+) -> None:
+    app = top_app(dashboard.source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        job = app.jobs_pane.table.selected
+        assert job is not None and job.status is JobStatus.FAILED
+        # The prune moves it between the refresh and the Enter.
+        dashboard.clock.advance(timedelta(days=2).total_seconds())
+        policy = PrunePolicy({JobStatus.FAILED: timedelta(days=1)}, timedelta(days=30))
+        assert (await dashboard.backend.prune_jobs(policy)).total >= 1
+        archived = await dashboard.backend.get_archived_job(job.id)
+        assert archived is not None
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, JobDetailScreen) and screen.job_id == job.id
+
+        banner = screen.query_one("#detail-archived")
+        assert banner.has_class("-visible") and banner.display
+        text = str(banner.render())
+        assert text.startswith(f"ARCHIVED at {archived.archived_at.isoformat(timespec='seconds')}")
+        assert f"deletes it at {archived.expire_at.isoformat(timespec='seconds')}" in text
+        assert field(str(screen.query_one("#detail-fields").render()), "status") == "failed"
+        assert re.search(r"#1 failed\s", str(screen.query_one("#detail-attempts").render()))
+        events = screen.query_one("#detail-events")
+        assert events.border_title == "Events (deleted)"
+        assert str(events.render()) == "deleted when the job was archived (by design)"
+
+        # Nothing acts on an archived job: no confirmation, a notice instead.
+        await pilot.press("r")
+        await settle(pilot)
+        assert app.screen is screen
+        assert any("is archived: it cannot be retried" in n.message for n in app._notifications)
+
+
+async def test_a_live_job_has_no_archived_banner(dashboard: Dashboard) -> None:
+    app = top_app(dashboard.source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, JobDetailScreen)
+        banner = screen.query_one("#detail-archived")
+        assert not banner.has_class("-visible") and not banner.display
 
 
 # --- actions ----------------------------------------------------------------------------------

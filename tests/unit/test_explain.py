@@ -11,10 +11,18 @@ from uuid import UUID, uuid4
 import pytest
 
 from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs, ErrorInfo, Start, WorkerInfo
+from taskq_core.backend.protocol import (
+    ActorDeclaration,
+    EnqueueArgs,
+    ErrorInfo,
+    PrunePolicy,
+    Start,
+    WorkerInfo,
+)
 from taskq_core.clock import FakeClock
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
+from taskq_core.statemachine import JobStatus
 
 LEASE = timedelta(seconds=60)
 SETTINGS = ExplainSettings(
@@ -282,3 +290,27 @@ def test_stale_after_follows_the_worker_heartbeat_settings() -> None:
     derived = ExplainSettings.from_settings(settings)
     assert derived.worker_stale_after == timedelta(seconds=15)
     assert derived.cancel_reclaim_headroom == timedelta(seconds=30 + 10 + 60)
+
+
+async def test_an_archived_job_is_explained_as_archived(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job = await backend.enqueue(EnqueueArgs("work", queue="q"))
+    assert await backend.write_cancel_request(job.id, "not needed") == "cancelled"
+    clock.advance(timedelta(days=2).total_seconds())
+    policy = PrunePolicy({JobStatus.CANCELLED: timedelta(days=1)}, timedelta(days=30))
+    assert (await backend.prune_jobs(policy)).total == 1
+    archived = await backend.get_archived_job(job.id)
+    assert archived is not None
+
+    explanation = await explain(backend, job.id)
+    assert explanation.situation == "archived"
+    assert explanation.now is None
+    verdict = explanation.verdict
+    assert verdict.code == "archived" and applying(explanation) == ["archived"]
+    assert verdict.message.startswith("it is archived: it was cancelled at ")
+    assert f"archive at {archived.archived_at.isoformat(timespec='seconds')}" in verdict.message
+    assert "nothing will run it" in verdict.message
+    assert f"deletes it at {archived.expire_at.isoformat(timespec='seconds')}" in verdict.message
+    assert verdict.facts["archived_at"] == archived.archived_at
+    assert verdict.facts["expire_at"] == archived.expire_at
