@@ -1,4 +1,5 @@
-"""Operator filter queries stay index-backed on a big table (no sequential scan of jobs)."""
+"""Operator filter queries and the leader's cleanup sweeps stay index-backed on a big table
+(no sequential scan of jobs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from taskq_core.backend.postgres.queries import render
 from tests.conftest import PgTarget
+from tests.postgres.test_retention_postgres import generic_plan, scan_names, scans
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -54,5 +56,71 @@ async def test_list_jobs_uses_indexes_on_a_big_table(pg: PgTarget) -> None:
             plan = json.loads(raw)[0]["Plan"]
             scans = [n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"]
             assert scans == [], f"sequential scan for {args}"
+    finally:
+        await conn.close()
+
+
+# --- the leader's cleanup sweeps ---------------------------------------------------------------
+QUEUES = 8
+
+
+async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget) -> None:
+    schema = pg.schema
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        # 200k jobs: a quarter pending (a deep backlog in each of 8 queues, some keyed), a
+        # quarter running on 1000 workers, half finished with results expiring over 10 days.
+        await conn.execute(
+            f"""INSERT INTO {schema}.workers (id, hostname, pid, last_seen_at)
+                SELECT ('00000000-0000-0000-0000-' || lpad(n::text, 12, '0'))::uuid, 'box', n,
+                       now() - make_interval(secs => n * 60)
+                FROM generate_series(1, 1000) AS n"""
+        )
+        await conn.execute(
+            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, fairness_key,
+                    locked_by_worker, finished_at, result, result_expires_at)
+                SELECT gen_random_uuid(), 'work', 'q' || (n / 4 % {QUEUES}),
+                       (ARRAY['pending', 'succeeded', 'failed', 'running'])[1 + n % 4]
+                           ::{schema}.job_status,
+                       CASE WHEN n % 3 = 0 THEN 'tenant-' || (n % 5) END,
+                       CASE WHEN n % 4 = 3 THEN ('00000000-0000-0000-0000-'
+                           || lpad((1 + n % 1000)::text, 12, '0'))::uuid END,
+                       CASE WHEN n % 4 IN (1, 2) THEN now() - make_interval(secs => n * 4) END,
+                       CASE WHEN n % 4 IN (1, 2) THEN '{{"ok": true}}'::jsonb END,
+                       CASE WHEN n % 4 IN (1, 2)
+                           THEN now() - interval '5 days' + make_interval(secs => n * 4) END
+                FROM generate_series(1, {ROWS}) AS n"""
+        )
+        await conn.execute(f"ANALYZE {schema}.jobs")
+        await conn.execute(f"ANALYZE {schema}.workers")
+
+        # waiting_queues: a skip scan, one index probe per queue (plus the one that finds
+        # none after the last), whatever the backlog.
+        waiting = await generic_plan(conn, render("waiting_queues", schema), analyze=True)
+        found = scans(waiting)
+        assert {node["Index Name"] for node in found} == {"jobs_fair_dispatch_idx"}, found
+        fetched = sum(node["Actual Rows"] * node["Actual Loops"] for node in found)
+        assert fetched <= QUEUES + 1, fetched
+        records = await conn.fetch(render("waiting_queues", schema))
+        assert sorted(r["queue"] for r in records) == [f"q{n}" for n in range(QUEUES)]
+
+        # expire_results: the pick walks jobs_result_expiry_idx, the update finds its rows by
+        # primary key.
+        expire = scan_names(
+            await generic_plan(conn, render("expire_results", schema), "bigint", "1000")
+        )
+        assert "Index Scan jobs_result_expiry_idx" in expire, expire
+        assert "Seq Scan jobs" not in expire, expire
+
+        # delete_stale_workers: workers oldest first on workers_last_seen_idx, the running
+        # job check on jobs_running_worker_idx.
+        stale = scan_names(
+            await generic_plan(
+                conn, render("delete_stale_workers", schema), "interval, bigint", "'1 hour', 100"
+            )
+        )
+        assert any("jobs_running_worker_idx" in scan for scan in stale), stale
+        assert any("workers_last_seen_idx" in scan for scan in stale), stale
+        assert "Seq Scan jobs" not in stale, stale
     finally:
         await conn.close()

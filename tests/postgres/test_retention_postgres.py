@@ -216,20 +216,48 @@ def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-async def _generic_plan(conn: asyncpg.Connection, sql: str, types: str, args: str) -> list[str]:
-    """The scans of ``sql``'s generic plan (how the pool runs it) as "<node> <index>"."""
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE planned({types}) AS {sql}")
+async def generic_plan(
+    conn: asyncpg.Connection, sql: str, types: str = "", args: str = "", *, analyze: bool = False
+) -> dict[str, Any]:
+    """``sql``'s generic plan (how the pool runs it) as EXPLAIN's JSON, run for real when
+    ``analyze`` (inside a transaction rolled back, so a write statement changes nothing)."""
+    await conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
+    await conn.execute(f"PREPARE planned{f'({types})' if types else ''} AS {sql}")
+    execute = f"EXECUTE planned{f'({args})' if args else ''}"
+    rolled_back = conn.transaction()
+    await rolled_back.start()
     try:
-        raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE planned({args})")
+        raw = await conn.fetchval(
+            f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) {execute}"
+        )
     finally:
+        await rolled_back.rollback()
         await conn.execute("DEALLOCATE planned")
-    plan = json.loads(raw)[0]["Plan"]
+    plan: dict[str, Any] = json.loads(raw)[0]["Plan"]
+    return plan
+
+
+def scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's table and index scans (not CTE or work-table scans)."""
+    return [
+        node
+        for node in _plan_nodes(plan)
+        if "Scan" in node["Node Type"]
+        and "CTE" not in node["Node Type"]
+        and "WorkTable" not in node["Node Type"]
+    ]
+
+
+def scan_names(plan: dict[str, Any]) -> list[str]:
+    """Each scan as "<node> <index or table>"."""
     return [
         f"{node['Node Type']} {node.get('Index Name', node.get('Relation Name', ''))}"
-        for node in _plan_nodes(plan)
-        if "Scan" in node["Node Type"] and "CTE" not in node["Node Type"]
+        for node in scans(plan)
     ]
+
+
+async def _generic_plan(conn: asyncpg.Connection, sql: str, types: str, args: str) -> list[str]:
+    return scan_names(await generic_plan(conn, sql, types, args))
 
 
 @pytest.mark.slow
@@ -263,5 +291,17 @@ async def test_the_prune_and_expiry_picks_walk_their_indexes_on_a_big_table(
     # The pick walks jobs_finished_idx per status; the delete finds its rows by primary key.
     assert any(scan.startswith("Index Scan") for scan in prune if "jobs_finished_idx" in scan)
     assert "Seq Scan jobs" not in prune, prune
+    # The dry run's count walks the same index per status, never the whole table.
+    count = await _generic_plan(
+        conn,
+        render("prune_jobs_count", schema),
+        "text[], interval[], text",
+        "'{succeeded,failed}', '{7 days,8 days}', NULL",
+    )
+    assert any("jobs_finished_idx" in scan for scan in count), count
+    assert "Seq Scan jobs" not in count, count
     expire = await _generic_plan(conn, render("expire_archive_batch", schema), "bigint", "1000")
     assert "Index Scan jobs_archive_expire_idx" in expire, expire
+    # The delete finds the picked rows by primary key; it used to hash the whole archive.
+    assert any("jobs_archive_pkey" in scan for scan in expire), expire
+    assert "Seq Scan jobs_archive" not in expire, expire
