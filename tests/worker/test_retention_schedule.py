@@ -5,7 +5,7 @@ or their _CRON_EXPR, which win over the daily time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,7 +42,7 @@ CASES = [
 ]
 
 
-def planned(logs: list[dict[str, Any]], loop: str) -> list[str]:
+def planned(logs: list[MutableMapping[str, Any]], loop: str) -> list[str]:
     return [e["next_fire"] for e in logs if e["event"] == "sweep_planned" and e["loop"] == loop]
 
 

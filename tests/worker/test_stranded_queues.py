@@ -31,3 +31,20 @@ async def test_a_queue_is_stranded_once_its_only_consumer_is_past_stale_after() 
     assert await check.run_once() == []  # silent for exactly stale_after: still alive
     clock.advance(timedelta(microseconds=1))
     assert await check.run_once() == ["media"]
+
+
+async def test_the_check_asks_for_waiting_queues_not_for_counts_over_the_table() -> None:
+    clock = FakeClock()
+    backend = InMemoryBackend(clock=clock)
+    deps = Worker(fast_settings(), {}, backend=backend, clock=clock)._build_deps(backend)
+
+    async def no_counts() -> None:
+        raise AssertionError("count_by_queue_status reads the whole jobs table")
+
+    backend.count_by_queue_status = no_counts  # type: ignore[assignment,method-assign]
+    check = StrandedQueues(deps, stale_after=worker_stale_after(deps.settings))
+    await backend.enqueue(EnqueueArgs("work", queue="later", delay=timedelta(minutes=5)))
+    assert await check.run_once() == []  # a scheduled job waits for its time, not a worker
+    clock.advance(timedelta(minutes=5))
+    await backend.scheduled_to_pending()
+    assert await check.run_once() == ["later"]
