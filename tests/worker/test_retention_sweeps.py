@@ -21,10 +21,12 @@ from taskq_core.statemachine import JobStatus
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.sweeps import (
     ArchiveExpirySweep,
+    MaintenanceSweep,
     PruneSweep,
     StaleWorkerCleanup,
     stale_worker_threshold,
 )
+from tests.conformance.states import running_job
 from tests.worker.conftest import fast_settings
 from tests.worker.sweep_support import MIDNIGHT, TERMINAL, memory_deps, terminal_job
 
@@ -215,3 +217,21 @@ async def test_a_worker_row_silent_past_the_threshold_is_deleted() -> None:
         assert await cleanup.run_once() == 1
     assert {w.id for w in await backend.list_workers()} == {alive}
     assert [e["deleted"] for e in logs if e["event"] == "stale_workers_deleted"] == [1]
+
+
+async def test_the_maintenance_sweep_clears_expired_results_and_says_so() -> None:
+    deps = setup()
+    backend, clock = deps.backend, deps.clock
+    assert isinstance(clock, FakeClock)
+    job, _ = await running_job(backend, result_ttl=timedelta(minutes=10))
+    assert await backend.mark_succeeded(job.lease(), {"big": "result"})
+    sweep = MaintenanceSweep(deps)
+    with structlog.testing.capture_logs() as quiet:
+        assert (await sweep.run_once()).results_expired == 0
+    assert [e for e in quiet if e["event"] == "sweep_ran"] == []  # nothing done, nothing said
+    clock.advance(timedelta(minutes=10, seconds=1))
+    with structlog.testing.capture_logs() as logs:
+        assert (await sweep.run_once()).results_expired == 1
+    assert [e["results_expired"] for e in logs if e["event"] == "sweep_ran"] == [1]
+    row = await backend.get(job.id)
+    assert row is not None and row.result is None
