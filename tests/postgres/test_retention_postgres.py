@@ -280,8 +280,18 @@ async def test_the_prune_and_expiry_picks_walk_their_indexes_on_a_big_table(
                    now() + make_interval(secs => n)
             FROM generate_series(1, 100000) AS n"""
     )
-    await conn.execute(f"ANALYZE {schema}.jobs")
-    await conn.execute(f"ANALYZE {schema}.jobs_archive")
+    # Each job's history: an attempt per finished job, an event per job.
+    await conn.execute(
+        f"""WITH attempts AS (
+                INSERT INTO {schema}.job_attempts (job_id, attempt, outcome, finished_at)
+                SELECT id, 1, 'succeeded', finished_at
+                FROM {schema}.jobs WHERE finished_at IS NOT NULL
+            )
+            INSERT INTO {schema}.job_events (job_id, kind) SELECT id, 'state_change'
+            FROM {schema}.jobs"""
+    )
+    for table in ("jobs", "jobs_archive", "job_attempts", "job_events"):
+        await conn.execute(f"ANALYZE {schema}.{table}")
     prune = await _generic_plan(
         conn,
         render("prune_jobs_batch", schema),
@@ -291,6 +301,10 @@ async def test_the_prune_and_expiry_picks_walk_their_indexes_on_a_big_table(
     # The pick walks jobs_finished_idx per status; the delete finds its rows by primary key.
     assert any(scan.startswith("Index Scan") for scan in prune if "jobs_finished_idx" in scan)
     assert "Seq Scan jobs" not in prune, prune
+    # The picked jobs' attempts and events are found by job, not by scanning their tables.
+    assert "Index Scan job_attempts_job_idx" in prune, prune
+    assert "Index Scan job_events_job_idx" in prune, prune
+    assert not any(scan.startswith("Seq Scan job_") for scan in prune), prune
     # The dry run's count walks the same index per status, never the whole table.
     count = await _generic_plan(
         conn,
