@@ -21,10 +21,12 @@ from taskq_core.backend.protocol import (
     EnqueueArgs,
     ErrorInfo,
     Lease,
+    PrunePolicy,
     Start,
     Success,
 )
 from taskq_core.ids import uuid7
+from taskq_core.statemachine import TERMINAL_STATUSES
 from tests.conformance.conftest import Harness
 
 QUEUE = "diff"
@@ -121,6 +123,8 @@ _BY_KIND = dict(
         _op("reclaim"),
         _op("deadline_sweep"),
         _op("retry_job", job=_pick),
+        # Retention thresholds are whole seconds, as the travels are (see TRAVELS).
+        _op("prune", keep=st.sampled_from([10, 60]), batch_size=st.integers(1, 3)),
     ]
 )
 ENQUEUE = _BY_KIND["enqueue"]
@@ -152,7 +156,8 @@ class Walk:
         """The lease a worker might hold for ``job_id``, read from this backend's row (the
         rows are equal on both, or the walk has already failed)."""
         row = await harness.backend.get(job_id)
-        assert row is not None
+        if row is None:  # pruned to the archive: any lease is a stale one
+            return Lease(job_id, WORKERS[1] if variant == "stranger" else WORKERS[0], 1)
         holder = row.locked_by_worker or WORKERS[0]
         if variant == "stranger":
             holder = WORKERS[1] if holder == WORKERS[0] else WORKERS[0]
@@ -205,6 +210,13 @@ class Walk:
             return op.kind, lambda h: h.backend.reclaim_expired_locks(timedelta(0), timedelta(0))
         if op.kind == "deadline_sweep":
             return op.kind, lambda h: h.backend.deadline_sweep()
+        if op.kind == "prune":
+            policy = PrunePolicy(
+                retention=dict.fromkeys(TERMINAL_STATUSES, timedelta(seconds=op["keep"])),
+                archive_for=timedelta(hours=1),
+                batch_size=op["batch_size"],
+            )
+            return f"{op}", lambda h: h.backend.prune_jobs(policy)
         job_id = self.pick(op["job"])
         if op.kind == "cancel_request":
             label = f"cancel_request job={self.name(job_id)}"

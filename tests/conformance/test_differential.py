@@ -1,6 +1,7 @@
 """Differential: the same worker, operator and sweep operations on both backends, side by side,
 must leave what a caller sees identical after every step: each call's answer, every job's row,
-attempts and events, the worker rows' counts and the dashboard's counts.
+attempts and events, what the archive holds of it, the worker rows' counts, the dashboard's
+counts and the queues with waiting jobs.
 
 The conformance files pin each rule once; this walks the combinations between them (a cancel
 request on a claimed job that is then released, a stale lease after a snooze and a reclaim,
@@ -34,6 +35,7 @@ from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import (
     ActorDeclaration,
+    ArchivedJob,
     AttemptRow,
     Backend,
     EventRow,
@@ -102,6 +104,10 @@ def _event(event: EventRow) -> object:
     return (event.kind, event.from_status, event.to_status, event.worker_id, event.detail)
 
 
+def _archived(archived: ArchivedJob | None) -> object:
+    return None if archived is None else _row(archived.job)
+
+
 def _answer(value: object) -> object:
     """A call's answer, comparable across backends."""
     if isinstance(value, JobRow):
@@ -123,6 +129,8 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
             _row(await backend.get(job_id)),
             [_attempt(a) for a in await backend.get_attempts(job_id)],
             [_event(e) for e in await backend.get_events(job_id)],
+            _archived(await backend.get_archived_job(job_id)),
+            [_attempt(a) for a in await backend.get_archived_attempts(job_id)],
         )
         for job_id in job_ids
     ]
@@ -134,6 +142,7 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
         workers,
         queues,
         await backend.count_jobs(JobFilter(queue=QUEUE, active=True, limit=None)),
+        await backend.waiting_queues(),
     )
 
 
