@@ -75,7 +75,7 @@ async def test_the_lock_is_per_schema_under_its_documented_key(
         await drop_schema(pg.dsn, other_schema)
 
 
-async def test_no_pooled_connection_keeps_the_lock_after_the_body(
+async def test_no_pooled_connection_keeps_the_lock_however_the_body_ends(
     backends: list[PostgresBackend], conn: asyncpg.Connection, pg: PgTarget
 ) -> None:
     key = PRUNE_LOCK_PREFIX + pg.schema
@@ -86,6 +86,24 @@ async def test_no_pooled_connection_keeps_the_lock_after_the_body(
     with pytest.raises(RuntimeError):
         async with backends[0].sweep_lock(PRUNE_LOCK):
             raise RuntimeError("boom")
+    assert await _holders(conn, key) == []
+    inside = asyncio.Event()
+
+    async def hold() -> None:
+        async with backends[0].sweep_lock(PRUNE_LOCK) as got:
+            assert got
+            inside.set()
+            await asyncio.Event().wait()  # until cancelled
+
+    task = asyncio.create_task(hold())
+    async with asyncio.timeout(10):
+        await inside.wait()
+    assert len(await _holders(conn, key)) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Checked on the server: a lock left on a pooled session would look free to this same
+    # backend (advisory locks are re-entrant per session) and held to every other.
     assert await _holders(conn, key) == []
 
 

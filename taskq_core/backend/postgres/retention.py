@@ -5,6 +5,7 @@ on its own (sql/retention.sql).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -123,27 +124,31 @@ class RetentionPart(BackendCore):
     @asynccontextmanager
     async def _sweep_lock(self, key: str) -> AsyncIterator[bool]:
         conn = await _translating(self._pool.acquire())
-        got = False
+        held: bool | None = None  # None: the try got no answer, the session may hold the lock
         try:
-            got = bool(await _translating(conn.fetchval(self._queries["sweep_lock_try"], key)))
-            yield got
+            held = bool(await _translating(conn.fetchval(self._queries["sweep_lock_try"], key)))
+            yield held
         finally:
-            await self._end_sweep_lock(conn, key, got)
+            await self._end_sweep_lock(conn, key, held)
 
-    async def _end_sweep_lock(self, conn: PoolConnectionProxy, key: str, held: bool) -> None:
+    async def _end_sweep_lock(self, conn: PoolConnectionProxy, key: str, held: bool | None) -> None:
         """Unlock and give the connection back. The pool does not reset sessions, so a
-        connection that could not be unlocked (broken, or cancelled mid-unlock) is closed
-        instead: its lock ends with its session, and it never goes back to the pool locked.
-        A failed unlock is logged, not raised: it must not hide what ended the body."""
-        unlocked = not held
+        connection that may still hold the lock (the try or the unlock got no answer: a
+        broken connection, a cancellation) is closed instead: its lock ends with its session,
+        and it never goes back to the pool locked. A failed unlock is logged, not raised: it
+        must not hide what ended the body."""
+        clean = held is False
         try:
             if held:
-                unlocked = bool(await conn.fetchval(self._queries["sweep_lock_release"], key))
+                clean = bool(await conn.fetchval(self._queries["sweep_lock_release"], key))
         except Exception as exc:
             _log.warning("sweep_unlock_failed", schema=self.schema, key=key, error=str(exc))
         finally:
-            if not unlocked:
-                conn.terminate()
+            if not clean:
+                # A connection found dead is already detached from its proxy (the pool drops
+                # it): terminating it then raises InterfaceError, and there is nothing to end.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
             await self._pool.release(conn)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
