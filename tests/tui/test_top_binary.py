@@ -19,10 +19,17 @@ async def test_taskq_top_draws_the_dashboard_and_q_exits_0(
     child = pexpect.spawn(
         TASKQ_BIN, ["top", "--refresh", "0.5"], env=env, dimensions=(40, 120), timeout=30
     )
+    # The pane titles are painted once, before or after the first refresh's rows: wait for
+    # each piece in whatever order the terminal receives them.
+    needles = [
+        "webhooks",  # the last queue row: the queues pane is drawn
+        "Workers",
+        "media-1",  # the leader's row in the workers pane
+    ]
+    seen: set[str] = set()
     try:
-        child.expect("webhooks")  # the last queue row: the queues pane is drawn
-        child.expect("Workers")
-        child.expect("media-1")  # the leader's row in the workers pane
+        while len(seen) < len(needles):
+            seen.add(needles[child.expect(needles)])
         child.send("q")
         child.expect(pexpect.EOF)
     finally:
