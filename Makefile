@@ -33,9 +33,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
 
-# Drain rate with 1,000,000 jobs waiting vs 10,000, and the worker's memory (a few minutes).
+# Drain rate with 1,000,000 jobs waiting vs 10,000 and the worker's memory, then the steady
+# state: enqueue and drain for 6 minutes while the worker's leader prunes jobs finished more
+# than 60 s ago once a minute, printing the jobs table's size, dead tuples and drain rate per
+# minute (about 15 minutes in all). SCALE_ARGS picks: `--only steady` or `--only drain`,
+# `--trace` (table health every 10 s of the big drain), `--plain-tables` (without migration
+# 0004's autovacuum settings, to compare); `benchmarks/scale.py --help` lists the rest.
+SCALE_ARGS ?=
 bench-scale: $(STAMP)
-	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/scale.py $(SCALE_ARGS)
 
 # TaskQ side by side with the peer queues on the same PostgreSQL (BENCH_PG, default the local
 # server), with the harness in ../shared/bench-peers. The peers get a venv of their own.
