@@ -27,6 +27,7 @@ from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.retention import prune_policy
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
+
 def _terminal_names() -> list[str]:
     return [status.value for status in JobStatus if status in TERMINAL_STATUSES]
 
@@ -107,9 +108,9 @@ async def _prune_locked(backend: Backend, policy: PrunePolicy, progress: bool) -
                 f"another prune is running (it holds the lock {PRUNE_LOCK!r}): nothing was "
                 "moved; run it again once that one is done"
             )
-        if not progress:
+        due = await backend.prune_jobs(policy, dry_run=True) if progress else None
+        if due is None or not due.total:
             return await backend.prune_jobs(policy)
-        due = await backend.prune_jobs(policy, dry_run=True)
         with _progress_bar(due.total) as advance:
             return await backend.prune_jobs(policy, on_batch=advance)
 
