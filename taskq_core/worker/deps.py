@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.actors import ActorRef
-from taskq_core.backend.protocol import Backend
+from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
 from taskq_core.settings import TaskqSettings
@@ -63,6 +63,7 @@ class WorkerDeps:
     producer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     is_leader: asyncio.Event = field(default_factory=asyncio.Event)
+    info: WorkerInfo | None = None  # the row registered at start, written again if deleted
     leader_since: float = 0.0  # monotonic time this worker last became the leader
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None

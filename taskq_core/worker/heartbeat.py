@@ -55,6 +55,10 @@ class HeartbeatLoop:
             is_leader=deps.is_leader.is_set(),
         )
         deps.database.succeeded()
+        if not result.registered and deps.info is not None:
+            # The leader's stale-worker cleanup removed our row while we were silent.
+            await deps.backend.register_worker(deps.info)
+            deps.log.warning("worker_reregistered", worker_id=str(deps.worker_id))
         for holding in held:
             if holding.job.id in result.extended:
                 holding.renewed_at = began

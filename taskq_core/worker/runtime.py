@@ -154,7 +154,8 @@ class Worker:
             # start (HealthSocketInUseError, exit 1) with nothing to clean up.
             health = await self._start_health(deps)
             try:
-                await backend.register_worker(self._worker_info())
+                deps.info = self._worker_info()
+                await backend.register_worker(deps.info)
             except BaseException:
                 if health is not None:
                     await health.stop()

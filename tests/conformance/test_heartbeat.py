@@ -159,3 +159,15 @@ async def test_a_heartbeat_reads_cancel_flags_only_of_the_leases_it_holds(
         assert await backend.write_cancel_request(job.id, "stop") == "requested"
     result = await backend.heartbeat(worker, timedelta(seconds=30), [named.lease()])
     assert [flag.job_id for flag in result.cancel_flags] == [named.id]
+
+
+async def test_a_heartbeat_says_whether_the_worker_row_was_there(harness: Harness) -> None:
+    backend = harness.backend
+    worker = uuid4()
+    await backend.register_worker(info(worker))
+    assert (await backend.heartbeat(worker, timedelta(seconds=30))).registered
+    await harness.travel(3 * 24 * 3600)
+    assert await backend.delete_stale_workers(timedelta(days=1)) == 1
+    gone = await backend.heartbeat(worker, timedelta(seconds=30))
+    assert not gone.registered
+    assert await backend.list_workers() == []

@@ -18,7 +18,9 @@ from taskq_core.clock import FakeClock
 from taskq_core.constants import ARCHIVE_EXPIRY_LOCK, PRUNE_LOCK
 from taskq_core.ids import uuid7
 from taskq_core.statemachine import JobStatus
+from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.sweeps import (
     ArchiveExpirySweep,
     MaintenanceSweep,
@@ -235,3 +237,20 @@ async def test_the_maintenance_sweep_clears_expired_results_and_says_so() -> Non
     assert [e["results_expired"] for e in logs if e["event"] == "sweep_ran"] == [1]
     row = await backend.get(job.id)
     assert row is not None and row.result is None
+
+
+async def test_a_worker_whose_row_was_cleaned_up_registers_again_at_its_heartbeat() -> None:
+    deps = setup()
+    backend, clock = deps.backend, deps.clock
+    assert isinstance(clock, FakeClock)
+    deps.info = WorkerInfo(deps.worker_id, "host", 1, ["q"], ["a"], 1)
+    await backend.register_worker(deps.info)
+    clock.advance(timedelta(days=2))  # a host suspended for two days
+    assert await StaleWorkerCleanup(deps).run_once() == 1
+    with structlog.testing.capture_logs() as logs:
+        await HeartbeatLoop(deps, CancelController(deps)).run_once()
+    [row] = await backend.list_workers()
+    assert row.id == deps.worker_id and row.last_seen_at == clock.now()
+    assert [e["event"] for e in logs if e["event"] == "worker_reregistered"] == [
+        "worker_reregistered"
+    ]

@@ -213,6 +213,7 @@ class DispatchPart(MemoryStore):
             held=frozenset(job.id for job in held),
             extended=frozenset(extended),
             cancel_flags=_flags(held),
+            registered=worker is not None,
         )
 
     async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:

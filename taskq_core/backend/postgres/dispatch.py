@@ -65,6 +65,8 @@ class DispatchPart(BackendCore):
             [lease.job_id for lease in leases],
             [lease.attempt for lease in leases],
         )
+        registered = bool(records[0]["registered"])  # the statement always answers a row
+        records = [r for r in records if r["job_id"] is not None]
         flags = [
             CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
             for r in records
@@ -74,6 +76,7 @@ class DispatchPart(BackendCore):
             held=frozenset(r["job_id"] for r in records),
             extended=frozenset(r["job_id"] for r in records if r["extended"]),
             cancel_flags=flags,
+            registered=registered,
         )
 
     # --- terminal and rescheduling writes ----------------------------------------------------

@@ -63,11 +63,15 @@ class HeartbeatResult:
     ``held``: the leases named that are still the worker's (any lease named but missing was
     refused: reclaimed, or a later attempt). ``extended``: those whose lease was renewed (a
     row being settled by another statement at that moment is held but not extended).
+    ``registered``: the worker's row was there to touch. False once the leader's stale-worker
+    cleanup deleted it while the worker was silent (a host suspended for a day): the worker
+    then registers again.
     """
 
     held: frozenset[UUID]
     extended: frozenset[UUID]
     cancel_flags: list[CancelFlag]
+    registered: bool = True
 
     @property
     def leases_extended(self) -> int:

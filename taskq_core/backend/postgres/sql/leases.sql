@@ -13,7 +13,8 @@
 -- leases: a row the worker owns but no longer holds (a result it could not write, a job it
 -- gave up) is left to expire. Returns one row per held lease that
 -- is still the worker's, with `extended` and its cancel flags; a lease missing from the
--- answer was refused (reclaimed, or a later attempt).
+-- answer was refused (reclaimed, or a later attempt). With no lease held it still returns one
+-- row (job_id NULL), so `registered` (the worker row was there to touch) always arrives.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -54,11 +55,10 @@ leader AS (
     RETURNING l.name
 )
 SELECT h.id AS job_id, e.id IS NOT NULL AS extended, h.cancel_phase, h.cancel_requested_at,
-       h.cancel_reason,
-       (SELECT count(*) FROM touched) + (SELECT count(*) FROM leader) AS touched
-FROM held h
-LEFT JOIN extended e ON e.id = h.id
-ORDER BY h.cancel_requested_at NULLS LAST, h.id;
+       h.cancel_reason, EXISTS (SELECT 1 FROM touched) AS registered
+FROM (SELECT 1) one
+LEFT JOIN (held h LEFT JOIN extended e ON e.id = h.id) ON true
+ORDER BY h.cancel_requested_at NULLS LAST, h.id NULLS LAST;
 
 -- name: mark_started_many
 -- The bodies of these claimed jobs started ($2 ids, $3 attempts, $4 seconds each body has
