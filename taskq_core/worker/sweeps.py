@@ -77,8 +77,13 @@ class MaintenanceSweep:
     jobs renew them, or write their outcomes, within a heartbeat of the database's return.
     """
 
-    def __init__(self, deps: WorkerDeps) -> None:
+    def __init__(self, deps: WorkerDeps, *, beat: str = "sweeps") -> None:
         self.deps = deps
+        self.beat = beat  # the liveness name of the loop that runs it
+
+    def _batch_committed(self, cleared: int) -> None:
+        # A first run over a large backlog of expired results takes many batches.
+        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
 
     def reclaim_allowed(self) -> bool:
         """Whether expired leases may be taken from their workers now."""
@@ -96,7 +101,7 @@ class MaintenanceSweep:
                 timedelta(seconds=settings.cleanup_grace_period),
             )
         failed = await backend.deadline_sweep()
-        expired = await backend.expire_results()
+        expired = await backend.expire_results(on_batch=self._batch_committed)
         result = SweepResult(reclaimed, failed, expired)
         if reclaimed or failed or expired:
             self.deps.log.info(
@@ -172,8 +177,9 @@ class ArchiveExpirySweep:
     """Sweep 6: delete archived jobs past their ``expire_at``, under the
     ``taskq:archive_expiry`` lock, TASKQ_PRUNE_BATCH_SIZE per committed batch."""
 
-    def __init__(self, deps: WorkerDeps) -> None:
+    def __init__(self, deps: WorkerDeps, *, beat: str = "archive_expiry") -> None:
         self.deps = deps
+        self.beat = beat  # the liveness name each committed batch ticks
 
     async def run_once(self) -> int | None:
         """Jobs deleted from the archive; None when another holder had the lock."""
@@ -187,13 +193,18 @@ class ArchiveExpirySweep:
                     reason="another archive expiry is running",
                 )
                 return None
-            deleted = await deps.backend.expire_archive(deps.settings.prune_batch_size)
+            deleted = await deps.backend.expire_archive(
+                deps.settings.prune_batch_size, on_batch=self._batch_committed
+            )
         deps.log.info(
             "archive_expiry_ran",
             deleted=deleted,
             seconds=round(deps.clock.monotonic() - started, 3),
         )
         return deleted
+
+    def _batch_committed(self, deleted: int) -> None:
+        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
 
 
 class StaleWorkerCleanup:

@@ -223,7 +223,9 @@ async def test_archive_expiry_works_through_every_batch(harness: Harness) -> Non
     _, ids = await _five_due_jobs(harness)
     assert (await backend.prune_jobs(every_terminal(KEEP))).total == 5
     await harness.travel(ARCHIVE_FOR.total_seconds() + MARGIN)
-    assert await backend.expire_archive(2) == 5
+    batches: list[int] = []
+    assert await backend.expire_archive(2, on_batch=batches.append) == 5
+    assert batches == [2, 2, 1]  # reported batch by batch, as each commits
     for job_id in ids:
         assert await backend.get_archived_job(job_id) is None
     assert await backend.expire_archive(2) == 0

@@ -5,6 +5,7 @@ holder has its lock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import structlog
 
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.protocol import JobRow, WorkerInfo
-from taskq_core.backend.protocol.retention import PrunePolicy
+from taskq_core.backend.protocol.retention import PrunePolicy, PruneResult
 from taskq_core.clock import FakeClock
 from taskq_core.constants import ARCHIVE_EXPIRY_LOCK, PRUNE_LOCK
 from taskq_core.ids import uuid7
@@ -154,9 +155,9 @@ async def test_the_archive_expiry_deletes_in_batches_of_the_prune_batch_size() -
     calls: list[int] = []
     expire = backend.expire_archive
 
-    async def spy(batch_size: int) -> int:
+    async def spy(batch_size: int, *, on_batch: Callable[[int], None] | None = None) -> int:
         calls.append(batch_size)
-        return await expire(batch_size)
+        return await expire(batch_size, on_batch=on_batch)
 
     backend.expire_archive = spy  # type: ignore[method-assign]
     await ArchiveExpirySweep(deps).run_once()
@@ -254,3 +255,24 @@ async def test_a_worker_whose_row_was_cleaned_up_registers_again_at_its_heartbea
     assert [e["event"] for e in logs if e["event"] == "worker_reregistered"] == [
         "worker_reregistered"
     ]
+
+
+async def test_a_long_archive_expiry_shows_progress_to_the_watchdog_batch_by_batch() -> None:
+    deps = setup(prune_retention_period="1h", archive_retention_period="1d", prune_batch_size=2)
+    backend, clock = deps.backend, deps.clock
+    assert isinstance(backend, InMemoryBackend) and isinstance(clock, FakeClock)
+    for _ in range(5):
+        await terminal_job(backend, clock, JobStatus.SUCCEEDED)
+    clock.advance(2 * HOUR)
+    assert (await PruneSweep(deps).run_once() or PruneResult()).total == 5
+    clock.advance(timedelta(days=2))
+    beats: list[str] = []
+    tick = deps.liveness.tick
+
+    def recording(name: str, *, period: float) -> None:
+        beats.append(name)
+        tick(name, period=period)
+
+    deps.liveness.tick = recording  # type: ignore[method-assign]
+    assert await ArchiveExpirySweep(deps).run_once() == 5
+    assert beats == ["archive_expiry"] * 3  # batches of 2, 2 and 1

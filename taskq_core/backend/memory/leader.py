@@ -6,6 +6,7 @@ sweeps, each one pass over the jobs on the injected clock. A reclaimed job settl
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from uuid import UUID
@@ -95,7 +96,9 @@ class LeaderPart(SettlePart):
             self._wake()
         return len(expired)
 
-    async def expire_results(self, batch_size: int = 10_000) -> int:
+    async def expire_results(
+        self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Clear results whose result_expires_at has passed, oldest expiry first,
         ``batch_size`` per batch (yielding between batches, as commits do)."""
         _check_batch_size(batch_size)
@@ -116,6 +119,8 @@ class LeaderPart(SettlePart):
                 job.result = job.result_expires_at = None
                 job.updated_at = now
             cleared += len(due)
+            if on_batch is not None:
+                on_batch(len(due))
             if len(due) < batch_size:
                 return cleared
             await asyncio.sleep(0)  # a commit point between batches

@@ -60,7 +60,9 @@ class RetentionPart(MemoryStore):
             await asyncio.sleep(0)  # a commit point: let other work run between batches
         return PruneResult(moved=dict(moved), batches=batches)
 
-    async def expire_archive(self, batch_size: int) -> int:
+    async def expire_archive(
+        self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Delete archived jobs (and their attempts) whose ``expire_at`` has passed,
         ``batch_size`` per batch; returns how many were deleted."""
         if batch_size < 1:
@@ -77,6 +79,8 @@ class RetentionPart(MemoryStore):
                 del self._archived_jobs[job_id]
                 self._archived_attempts.pop(job_id, None)
             deleted += len(expired)
+            if on_batch is not None:
+                on_batch(len(expired))
             if len(expired) < batch_size:
                 return deleted
             await asyncio.sleep(0)  # a commit point between batches

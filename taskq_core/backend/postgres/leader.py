@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from uuid import UUID
 
@@ -154,10 +155,12 @@ class LeaderPart(SettlePart):
             ]
             return len(await self._settle(conn, settlements))
 
-    async def expire_results(self, batch_size: int = 10_000) -> int:
+    async def expire_results(
+        self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Clear results whose result_expires_at has passed, ``batch_size`` per committed
         batch, until a batch clears fewer; returns how many were cleared."""
-        return await self._in_batches("expire_results", batch_size)
+        return await self._in_batches("expire_results", batch_size, on_batch=on_batch)
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         """Delete workers rows silent for ``older_than`` that hold no running job,
@@ -172,7 +175,13 @@ class LeaderPart(SettlePart):
         records = await self._pool.fetch(self._queries["waiting_queues"])
         return sorted(record["queue"] for record in records)  # Python's order, not a collation
 
-    async def _in_batches(self, query: str, batch_size: int, *args: object) -> int:
+    async def _in_batches(
+        self,
+        query: str,
+        batch_size: int,
+        *args: object,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
         """Run a bounded sweep statement (its last parameter the batch size) until a batch
         touches fewer rows than that; each statement outside a transaction block commits on
         its own. Returns the rows touched in all."""
@@ -182,6 +191,8 @@ class LeaderPart(SettlePart):
         while True:
             count = int(await self._pool.fetchval(self._queries[query], *args, batch_size))
             total += count
+            if on_batch is not None:
+                on_batch(count)
             if count < batch_size:
                 return total
 

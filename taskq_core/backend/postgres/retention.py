@@ -102,7 +102,9 @@ class RetentionPart(BackendCore):
             if count < policy.batch_size:
                 return PruneResult(moved, batches)
 
-    async def expire_archive(self, batch_size: int) -> int:
+    async def expire_archive(
+        self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Delete archived jobs past ``expire_at`` (their attempts cascade), ``batch_size``
         per committed batch; returns how many were deleted."""
         if batch_size < 1:
@@ -113,6 +115,8 @@ class RetentionPart(BackendCore):
                 self._queries["expire_archive_batch"], batch_size
             )
             deleted += count
+            if on_batch is not None:
+                on_batch(count)
             if count < batch_size:
                 return deleted
 

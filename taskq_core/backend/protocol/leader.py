@@ -4,6 +4,7 @@ argument: the backend's clock decides every time predicate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -62,10 +63,13 @@ class LeaderBackend(Protocol):
         One wake when anything was reclaimed.
         """
 
-    async def expire_results(self, batch_size: int = 10_000) -> int:
+    async def expire_results(
+        self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Clear results (and result_expires_at) whose result_expires_at has passed,
         ``batch_size`` jobs per committed batch (PG: walking jobs_result_expiry_idx), until a
-        batch clears fewer; returns how many were cleared."""
+        batch clears fewer; returns how many were cleared. ``on_batch`` is called after each
+        committed batch with the results it cleared."""
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         """Delete ``workers`` rows not heard from for ``older_than`` (``last_seen_at`` older

@@ -89,9 +89,12 @@ class RetentionBackend(Protocol):
         are never touched. ``dry_run``: count what would move, move nothing. ``on_batch`` is
         called after each committed batch with the number of jobs it moved (a progress bar)."""
 
-    async def expire_archive(self, batch_size: int) -> int:
+    async def expire_archive(
+        self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Delete archived jobs (and their archived attempts) whose ``expire_at`` has passed,
-        ``batch_size`` per committed batch; returns how many jobs were deleted."""
+        ``batch_size`` per committed batch; returns how many jobs were deleted. ``on_batch``
+        is called after each committed batch with the jobs it deleted."""
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
         """Hold the cluster-wide lock ``name`` (``taskq:prune``, ``taskq:archive_expiry``)
