@@ -25,25 +25,28 @@ _POOL_MAX_SIZE = 2
 
 
 @asynccontextmanager
-async def open_backend(settings: TaskqSettings) -> AsyncIterator[Backend]:
-    """A PostgresBackend on the configured DSN and schema, closed on exit."""
+async def open_backend(settings: TaskqSettings, *, direct: bool = False) -> AsyncIterator[Backend]:
+    """A PostgresBackend on the configured DSN and schema, closed on exit. ``direct``: on
+    TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a command that holds a session
+    advisory lock (a transaction-mode PgBouncer would unlock it on another server session)."""
     # Imported here so `--help` and shell completion never load the database stack.
     from taskq_core.backend.postgres.backend import PostgresBackend
     from taskq_core.backend.postgres.connection import describe_dsn
 
+    dsn = settings.direct_dsn if direct else settings.pooled_dsn
     backend = await PostgresBackend.connect(
-        settings.pooled_dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
+        dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
     )
     try:
         yield backend
     except SchemaNotMigratedError as exc:
         raise SchemaNotMigratedError(
-            f"schema {settings.schema_name!r} on {describe_dsn(settings.pooled_dsn)} is not "
+            f"schema {settings.schema_name!r} on {describe_dsn(dsn)} is not "
             f"migrated; run 'taskq migrate up'"
         ) from exc
     except DatabaseUnavailableError as exc:
         raise DatabaseUnavailableError(
-            f"lost the connection to PostgreSQL at {describe_dsn(settings.pooled_dsn)} ({exc})"
+            f"lost the connection to PostgreSQL at {describe_dsn(dsn)} ({exc})"
         ) from exc
     finally:
         await backend.close()

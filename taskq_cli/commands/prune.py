@@ -87,7 +87,8 @@ def prune(
     progress = not dry_run and not json and output.stdout.is_terminal
 
     async def run() -> PruneResult:
-        async with open_backend(settings) as backend:
+        # Direct: the prune lock is a session advisory lock (see open_backend).
+        async with open_backend(settings, direct=True) as backend:
             if dry_run:
                 return await backend.prune_jobs(policy, dry_run=True)
             return await _prune_locked(backend, policy, progress)

@@ -165,6 +165,17 @@ def test_the_json_counts_match_the_archive_and_name_the_batches_and_policy(
     assert again["total"] == 0 and again["counts"] == []
 
 
+def test_the_prune_holds_its_lock_on_the_direct_dsn_not_the_pooled_one(
+    cli: Callable[..., CliResult], db: Db, jobs: Jobs
+) -> None:
+    # A transaction-mode PgBouncer would release a session advisory lock on another server
+    # session: the prune connects directly. Here nothing listens on the pooled DSN at all.
+    unreachable = {"TASKQ_PG_DSN_POOLED": "postgresql://postgres@127.0.0.1:1/postgres"}
+    assert cli("jobs", "list", env=unreachable).exit_code == 1  # the pooled DSN is really used
+    document = parse_json(cli("prune", "--json", env=unreachable))
+    assert document["total"] == 3 and ids(db, "jobs_archive") == jobs.due
+
+
 def test_nothing_due_says_so(cli: Callable[..., CliResult], db: Db) -> None:
     db.succeeded_job()
     result = cli("prune")
