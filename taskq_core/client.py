@@ -2,7 +2,9 @@
 
 Enqueue by ActorRef (the payload is validated by the actor's model before any insert) or by
 name with a plain dict (no registry needed). ``connection=`` enqueues inside the caller's own
-transaction. ``max_pending`` back-pressure raises MaxPendingExceededError.
+transaction. ``max_pending`` back-pressure raises MaxPendingExceededError. A single enqueue
+outlives a database restart: it is retried through transient errors for a bounded time, under
+an id fixed before the first attempt, so a lost answer never makes the job twice.
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.enqueue_retry import TransientRetry
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
+from taskq_core.ids import uuid7
 from taskq_core.obs.metrics import instruments, producer_span
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskq_core.settings import TaskqSettings
 
 _NOT_OPEN = "JobsClient is not open: use 'async with JobsClient(...)' or await open()"
+# How long a single enqueue retries through database trouble: a restart or a failover's
+# switch-over takes seconds to tens of seconds.
+DEFAULT_ENQUEUE_RETRY_TIMEOUT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,9 @@ class JobsClient:
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the
     in-memory one). ``registry`` lets by-name enqueues validate payloads and use actor options.
+    ``enqueue_retry_timeout`` (seconds or a timedelta, default 30 s, 0 turns it off) bounds how
+    long ``enqueue`` retries while the database is away or asks for a retry; an enqueue into
+    the caller's transaction (``connection=``) is never retried: the transaction is theirs.
     """
 
     def __init__(
@@ -207,7 +217,12 @@ class JobsClient:
         backend: Backend | None = None,
         registry: Iterable[ActorRef] | None = None,
         capacity_ttl: float = 5.0,
+        enqueue_retry_timeout: timedelta | float = DEFAULT_ENQUEUE_RETRY_TIMEOUT,
     ) -> None:
+        retry_for = _delta(enqueue_retry_timeout)
+        if retry_for is None or retry_for < timedelta(0):
+            raise ConfigError("enqueue_retry_timeout must be zero or more seconds")
+        self._enqueue_retry_timeout = retry_for.total_seconds()
         self._dsn = dsn
         self._schema = schema
         self._backend = backend
@@ -269,17 +284,32 @@ class JobsClient:
         metadata: dict[str, Any] | None = None,
         connection: Any = None,
     ) -> JobRow:
-        """Insert one job; returns its row. Raises PayloadValidationError before any insert."""
+        """Insert one job; returns its row. Raises PayloadValidationError before any insert.
+
+        Without ``connection``, database trouble (``TRANSIENT_ERRORS``) is retried for up to
+        ``enqueue_retry_timeout``; then the last error is raised.
+        """
         item = EnqueueItem(
             actor, payload, delay, queue, priority, identity_key, fairness_key,
             schedule_to_close, metadata,
         )  # fmt: skip
+        # The caller's transaction is not ours to repeat: one attempt, whatever fails.
+        retry = TransientRetry(0.0 if connection is not None else self._enqueue_retry_timeout)
+        args = await retry.run(lambda: self._admit(item), what="enqueue_prepare")
+        with producer_span(args.queue, args.actor) as (trace_id, span_id):
+            # The id is fixed before the first attempt: an attempt that committed but whose
+            # answer was lost is found by the next one (enqueue is idempotent on the id).
+            args = replace(args, trace_id=trace_id, span_id=span_id, job_id=uuid7())
+            return await retry.run(
+                lambda: self.backend.enqueue(args, connection=connection), what="enqueue"
+            )
+
+    async def _admit(self, item: EnqueueItem) -> EnqueueArgs:
+        """One item's EnqueueArgs, validated, once its actor has room (max_pending)."""
         batch = await self._prepare([item])
         args = batch[0]  # validated before the capacity check and any insert
         await self._check_capacity(batch.counts)
-        with producer_span(args.queue, args.actor) as (trace_id, span_id):
-            args = replace(args, trace_id=trace_id, span_id=span_id)
-            return await self.backend.enqueue(args, connection=connection)
+        return args
 
     async def enqueue_batch(
         self,

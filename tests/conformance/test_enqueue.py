@@ -105,10 +105,50 @@ async def test_enqueue_records_no_event(harness: Harness) -> None:
     assert await harness.backend.get_attempts(job.id) == []
 
 
-async def test_enqueueing_an_id_that_exists_raises_value_error(harness: Harness) -> None:
+async def test_enqueueing_the_same_job_id_twice_stores_one_job(harness: Harness) -> None:
+    # A retried enqueue whose first answer was lost: the second call finds the first job.
+    job_id = uuid7()
+    first = await harness.backend.enqueue(args(job_id=job_id, payload={"n": (1, 2)}))
+    second = await harness.backend.enqueue(args(job_id=job_id, payload={"n": (1, 2)}))
+    assert second == first
+    assert await harness.backend.list_jobs(JobFilter(limit=None)) == [first]
+
+
+async def test_a_repeated_id_of_a_job_that_moved_on_returns_it_as_it_is_now(
+    harness: Harness,
+) -> None:
+    queue = new_queue()
+    job = await harness.backend.enqueue(args(queue=queue))
+    await harness.backend.write_cancel_request(job.id, "operator")
+    again = await harness.backend.enqueue(args(queue=queue, job_id=job.id))
+    assert (again.id, again.status) == (job.id, JobStatus.CANCELLED)
+    assert len(await harness.backend.list_jobs(JobFilter(limit=None))) == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [{"actor": "another"}, {"queue": "elsewhere"}, {"payload": {"n": 2}}],
+    ids=["actor", "queue", "payload"],
+)
+async def test_an_id_that_belongs_to_another_job_raises_value_error(
+    harness: Harness, other: dict[str, object]
+) -> None:
     job = await harness.backend.enqueue(args())
     with pytest.raises(ValueError, match="already exists"):
-        await harness.backend.enqueue(args(job_id=job.id))
+        await harness.backend.enqueue(args(**{**other, "job_id": job.id}))  # type: ignore[arg-type]
+    assert await harness.backend.list_jobs(JobFilter(limit=None)) == [job]
+
+
+async def test_the_same_id_twice_in_the_callers_transaction_stores_one_job(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job_id = uuid7()
+    async with backend.transaction() as tx:
+        first = await backend.enqueue(args(job_id=job_id), connection=tx)
+        second = await backend.enqueue(args(job_id=job_id), connection=tx)
+    assert second.id == first.id == job_id
+    assert [job.id for job in await backend.list_jobs(JobFilter(limit=None))] == [job_id]
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind
+from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.ids import uuid7
 
 from .store import PENDING, SCHEDULED, JobRecord, MemoryStore, MemoryTransaction, as_json
@@ -78,8 +80,27 @@ class EnqueuePart(MemoryStore):
             self._wake()
 
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
-        """Insert one job (buffered when ``connection`` is a transaction handle)."""
+        """Insert one job (buffered when ``connection`` is a transaction handle).
+
+        Idempotent on the id, as the protocol says: the same job under an existing id comes
+        back unchanged; another job under it raises ValueError.
+        """
+        existing = self._existing(args.job_id, connection)
+        if existing is not None:
+            if not is_same_job(existing, args):
+                raise duplicate_id_error(existing.id)
+            return existing
         return self._insert([args], connection)[0].snapshot()
+
+    def _existing(self, job_id: UUID | None, connection: Any) -> JobRow | None:
+        """The job stored (or buffered in ``connection``'s transaction) under ``job_id``."""
+        if job_id is None:
+            return None
+        job = self._jobs.get(job_id)
+        if job is None and connection is not None:
+            handle = self._transaction_handle(connection)
+            job = next((j for j in handle.buffered if j.id == job_id), None)
+        return None if job is None else job.snapshot()
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None

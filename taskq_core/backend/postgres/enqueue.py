@@ -15,6 +15,7 @@ from taskq_core.backend.protocol import (
     EnqueueArgs,
     JobRow,
 )
+from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.ids import uuid7, uuid7_batch_ints
 
 from . import bulk, rows
@@ -123,16 +124,24 @@ class EnqueuePart(BackendCore):
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
         """Insert one job; pending jobs NOTIFY the wake channel. No event (not a transition).
 
+        Idempotent on the id: an existing job with the same id comes back unchanged when it is
+        the same job (a retry whose first answer was lost), and raises ValueError otherwise.
         ``connection`` may be any asyncpg connection: the statement binds JSON as text, so it
         does not depend on the connection's codecs, and it commits with the caller.
         """
         params = self._enqueue_params(args)
         executor: Any = self._pool if connection is None else connection
-        try:
+        record = await executor.fetchrow(self._queries["enqueue"], *params)
+        if record is None:
+            # The id's other insert committed while this one waited on it: its row was not in
+            # this statement's snapshot; the next statement's snapshot has it.
             record = await executor.fetchrow(self._queries["enqueue"], *params)
-        except asyncpg.UniqueViolationError as exc:
-            raise ValueError(f"a job with id {params[0]} already exists") from exc
-        return rows.job_from_text_json(record)
+        if record is None:  # inserted and gone again (cancelled and pruned) in between
+            raise duplicate_id_error(params[0])
+        job = rows.job_from_text_json(record)
+        if not record["created"] and not is_same_job(job, args):
+            raise duplicate_id_error(job.id)
+        return job
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None

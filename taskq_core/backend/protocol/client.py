@@ -4,12 +4,14 @@ job and its history, and the single-job operator writes (cancel, retry).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core import jsontext
 from taskq_core.backend.protocol.values import (
     ActorConfigRow,
     AttemptRow,
@@ -32,8 +34,11 @@ class ClientBackend(Protocol):
         """Insert one job and NOTIFY the wake channel when it is pending. No event is written:
         creation is not a transition.
 
-        ``delay`` > 0 makes it scheduled. ``max_attempts`` < 1, an unknown ``retry_kind`` or a
-        ``job_id`` that exists already raise ValueError. With ``connection`` (PG: any asyncpg
+        ``delay`` > 0 makes it scheduled. ``max_attempts`` < 1 or an unknown ``retry_kind``
+        raise ValueError. Idempotent on ``job_id``: when a job with that id exists and is the
+        same job (``is_same_job``), nothing is inserted or notified and the stored row is
+        returned, so a retry of an enqueue whose answer was lost cannot create the job twice;
+        an id that belongs to another job raises ValueError. With ``connection`` (PG: any asyncpg
         connection, TaskQ's own from ``transaction()`` or the caller's, whatever its codecs;
         memory: a handle from ``transaction()``), the insert commits or rolls back with the
         caller, and so does its NOTIFY.
@@ -95,3 +100,18 @@ class ClientBackend(Protocol):
 
     async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
         """One actor_config row."""
+
+
+def is_same_job(existing: JobRow, args: EnqueueArgs) -> bool:
+    """Whether the stored job ``existing`` is what ``args`` would insert under its id: the
+    same actor, queue and payload (as jsonb stores it). A retried enqueue sends the very same
+    args; anything else reusing the id is another job, which an enqueue refuses."""
+    if (existing.actor, existing.queue) != (args.actor, args.queue):
+        return False
+    stored_payload: Any = json.loads(jsontext.encode(args.payload))
+    return bool(existing.payload == stored_payload)
+
+
+def duplicate_id_error(job_id: UUID) -> ValueError:
+    """The error for a job id that belongs to another job."""
+    return ValueError(f"a job with id {job_id} already exists (another actor, queue or payload)")

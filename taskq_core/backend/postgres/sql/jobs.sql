@@ -12,6 +12,11 @@
 -- statement works on any asyncpg connection whatever jsonb codec it has. $6 delay, $9
 -- schedule_to_close and $12 result_ttl are intervals; $16 is the wake channel, notified only
 -- when the job is dispatchable now (the NOTIFY is delivered when the transaction commits).
+-- Idempotent on the id ($1): when a job with that id exists (a retried enqueue whose first
+-- attempt committed but whose answer was lost) nothing is inserted or notified and that job
+-- comes back with created = false. The existing row is read in the statement's snapshot, so
+-- a conflicting insert that committed while this one waited on it returns no row at all; the
+-- caller runs the statement again to read it.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -29,10 +34,17 @@ inserted AS (
            k.now, k.now, $7::text, $8::text, k.now + $9::interval, $10::text, $11::integer,
            $12::interval, $13::text::jsonb, $14::text, $15::text
     FROM clock k
+    ON CONFLICT (id) DO NOTHING
     RETURNING *
 ),
 woken AS (
     SELECT pg_notify($16::text, '') FROM inserted WHERE status = 'pending'
+),
+found AS (
+    SELECT inserted.*, true AS created FROM inserted
+    UNION ALL
+    SELECT j.*, false AS created FROM {schema}.jobs j
+    WHERE j.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM inserted)
 )
 SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
        i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
@@ -42,8 +54,8 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
        i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
        i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
        i.progress_seq, i.progress_state::text AS progress_state, i.updated_at,
-       (SELECT count(*) FROM woken) AS woken
-FROM inserted i;
+       i.created, (SELECT count(*) FROM woken) AS woken
+FROM found i;
 
 -- name: copy_clock
 -- Opens a bulk enqueue (enqueue_batch, enqueue_batch_fast: one COPY in one transaction): the
