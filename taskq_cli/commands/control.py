@@ -15,6 +15,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, SchemaOption, YesOption
 from taskq_core.backend.protocol import Backend, BulkCancelResult, CancelOutcome, JobFilter
 from taskq_core.errors import ConfigError, InvalidTransitionError, JobNotFoundError
@@ -23,7 +24,11 @@ from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStat
 T = TypeVar("T")
 
 IdArgument = Annotated[
-    str | None, typer.Argument(help="Job id (UUID); omit it to act on a filter.", metavar="ID")
+    str | None,
+    typer.Argument(
+        help="Job id (the UUID or a unique prefix or suffix of it); omit it to act on a filter.",
+        metavar="ID",
+    ),
 ]
 QueueOption = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
 ActorOption = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
@@ -110,7 +115,7 @@ def cancel(
     if job_id is not None:
         if queue is not None or actor is not None or status:
             raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
-        _cancel_one(ctx, dsn, schema, inputs.parse_job_id(job_id), reason)
+        _cancel_one(ctx, dsn, schema, check_job_ref(job_id), reason)
         return
     if queue is None and actor is None:
         raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to cancel many")
@@ -134,16 +139,17 @@ def cancel(
 
 
 def _cancel_one(
-    ctx: typer.Context, dsn: str | None, schema: str | None, ident: UUID, reason: str | None
+    ctx: typer.Context, dsn: str | None, schema: str | None, job_ref: str, reason: str | None
 ) -> None:
-    async def run(backend: Backend) -> tuple[CancelOutcome, JobStatus | None]:
+    async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobStatus | None]:
+        ident = await resolve_job_id(backend, job_ref)
         outcome = await backend.write_cancel_request(ident, reason)
         if outcome == "not_found":
             raise JobNotFoundError(f"no job with id {ident}")
         job = await backend.get(ident) if outcome == "terminal" else None
-        return outcome, None if job is None else job.status
+        return ident, outcome, None if job is None else job.status
 
-    outcome, status = with_backend(ctx, dsn, schema, run)
+    ident, outcome, status = with_backend(ctx, dsn, schema, run)
     if outcome == "cancelled":
         output.info(f"cancelled {ident}")
     elif outcome == "requested":
@@ -200,18 +206,19 @@ def retry(
 
 
 def _retry_one(ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str) -> None:
-    ident = inputs.parse_job_id(job_id)
+    job_ref = check_job_ref(job_id)
 
-    async def run(backend: Backend) -> JobStatus | None:
+    async def run(backend: Backend) -> tuple[UUID, JobStatus | None]:
+        ident = await resolve_job_id(backend, job_ref)
         job = await backend.get(ident)
         if job is None:
             raise JobNotFoundError(f"no job with id {ident}")
         if await backend.retry_job(ident):
-            return None
+            return ident, None
         after = await backend.get(ident)
-        return job.status if after is None else after.status
+        return ident, job.status if after is None else after.status
 
-    blocked_by = with_backend(ctx, dsn, schema, run)
+    ident, blocked_by = with_backend(ctx, dsn, schema, run)
     if blocked_by is not None:
         allowed = ", ".join(s.value for s in JobStatus if s in RETRYABLE_STATUSES)
         raise InvalidTransitionError(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
-from uuid import UUID
 
 import typer
 from rich.text import Text
 
 from taskq_cli import inputs, output
 from taskq_cli.database import open_backend, with_backend
+from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import (
     ArchivedJob,
@@ -52,7 +52,10 @@ StatusOption = Annotated[
         autocompletion=_status_names,
     ),
 ]
-JobIdArgument = Annotated[str, typer.Argument(help="Job id (UUID).", metavar="ID")]
+JobIdArgument = Annotated[
+    str,
+    typer.Argument(help="Job id: the UUID or any unique prefix or suffix of it.", metavar="ID"),
+]
 
 
 @app.command("list")
@@ -99,8 +102,9 @@ class _JobHistory:
     archived: ArchivedJob | None = None
 
 
-async def _history(backend: Backend, ident: UUID) -> _JobHistory:
+async def _history(backend: Backend, job_ref: str) -> _JobHistory:
     """The live job with its attempts and events, else the archived one with its attempts."""
+    ident = await resolve_job_id(backend, job_ref)
     job = await backend.get(ident)
     if job is not None:
         return _JobHistory(job, await backend.get_attempts(ident), await backend.get_events(ident))
@@ -129,8 +133,8 @@ def show(
     schema: SchemaOption = None,
 ) -> None:
     """Show one job: its row, every attempt and the event timeline (archived jobs too)."""
-    ident = inputs.parse_job_id(job_id)
-    history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, ident))
+    job_ref = check_job_ref(job_id)
+    history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, job_ref))
     if json:
         output.print_json(
             {
@@ -257,12 +261,13 @@ def explain(
     schema: SchemaOption = None,
 ) -> None:
     """Why is this job not running? Checks every blocker in dispatch order."""
-    ident = inputs.parse_job_id(job_id)
+    job_ref = check_job_ref(job_id)
     settings = load_settings(ctx, dsn, schema)
     explain_settings = ExplainSettings.from_settings(settings)
 
     async def run() -> Explanation:
         async with open_backend(settings) as backend:
+            ident = await resolve_job_id(backend, job_ref)
             return await explain_job(backend, ident, explain_settings)
 
     explanation = run_async(run())

@@ -173,7 +173,8 @@ def test_show_json_has_job_attempts_and_events(cli: Cli, db: Db) -> None:
 def test_show_of_an_unknown_id_is_one_line(cli: Cli) -> None:
     unknown = uuid4()
     assert f"no job with id {unknown}" in one_error_line(cli("jobs", "show", str(unknown)))
-    assert "is not a job id" in one_error_line(cli("jobs", "show", "42"))
+    assert "is not a job id" in one_error_line(cli("jobs", "show", "nope"))
+    assert "no job id starts or ends with '42'" in one_error_line(cli("jobs", "show", "42"))
 
 
 def test_show_finds_an_archived_job_and_says_its_events_were_deleted(cli: Cli, db: Db) -> None:

@@ -21,6 +21,7 @@ from taskq_core.backend.protocol import (
     check_dashboard_window,
     check_recent_limit,
 )
+from taskq_core.backend.protocol.admin import normalize_id_fragment
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
@@ -44,6 +45,17 @@ class ReadsPart(MemoryStore):
     async def count_jobs(self, filter: JobFilter) -> int:
         """How many jobs the filter matches (at most ``filter.limit``)."""
         return len(self._matching(filter, _ANY_STATUS))
+
+    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+        """Live or archived job ids whose hex digits start or end with the fragment, at
+        most ``limit``, by id."""
+        digits = normalize_id_fragment(fragment)
+        found = [
+            ident
+            for ident in {*self._jobs, *self._archived_jobs}
+            if ident.hex.startswith(digits) or ident.hex.endswith(digits)
+        ]
+        return sorted(found)[: max(limit, 0)]
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
         """Job counts per (queue, status), by queue then status in enum order."""

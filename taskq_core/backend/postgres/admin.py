@@ -35,12 +35,19 @@ from taskq_core.backend.protocol import (
     check_queue_update,
     check_recent_limit,
 )
+from taskq_core.backend.protocol.admin import (
+    JOB_ID_HEX_DIGITS,
+    JobIdSearchTooSlowError,
+    normalize_id_fragment,
+)
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .core import BackendCore
 
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+# How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
+SUFFIX_SEARCH_TIMEOUT = "10s"
 
 
 class AdminPart(BackendCore):
@@ -90,6 +97,33 @@ class AdminPart(BackendCore):
         """How many jobs the filter matches (at most ``filter.limit``)."""
         records = await self._fetch_custom_plan("count_jobs", *rows.filter_args(filter))
         return int(records[0]["count"])
+
+    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+        """Live or archived job ids starting (primary-key range) or ending (a scan bounded
+        by SUFFIX_SEARCH_TIMEOUT) with the hex fragment, at most ``limit``, by id."""
+        digits = normalize_id_fragment(fragment)
+        if limit <= 0:
+            return []
+        low = UUID(digits.ljust(JOB_ID_HEX_DIGITS, "0"))
+        high = UUID(digits.ljust(JOB_ID_HEX_DIGITS, "f"))
+        prefixed = await self._pool.fetch(self._queries["find_job_ids_by_prefix"], low, high, limit)
+        found: set[UUID] = {r["id"] for r in prefixed}
+        if len(digits) < JOB_ID_HEX_DIGITS:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    self._queries["set_local_statement_timeout"], SUFFIX_SEARCH_TIMEOUT
+                )
+                try:
+                    suffixed = await conn.fetch(
+                        self._queries["find_job_ids_by_suffix"], digits, len(digits), limit
+                    )
+                except asyncpg.QueryCanceledError:
+                    raise JobIdSearchTooSlowError(
+                        f"looking for job ids ending in {digits!r} took longer than "
+                        f"{SUFFIX_SEARCH_TIMEOUT}; give the start of the id or all of it"
+                    ) from None
+            found.update(r["id"] for r in suffixed)
+        return sorted(found)[:limit]
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
         """The job's place in its queue's dispatch order, on the database clock."""

@@ -16,7 +16,27 @@ from taskq_core.backend.protocol.values import (
     JobRow,
     QueueMode,
 )
+from taskq_core.errors import TaskqError
 from taskq_core.statemachine import JobStatus
+
+# A job id as 32 lowercase hex digits (its UUID without hyphens): what fragments match against.
+JOB_ID_HEX_DIGITS = 32
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+class JobIdSearchTooSlowError(TaskqError):
+    """A suffix search for a job id did not finish within its time bound (a very large
+    table); a prefix or the whole id is found through the primary key instead."""
+
+
+def normalize_id_fragment(fragment: str) -> str:
+    """A job id fragment as ``find_job_ids`` matches it: lowercase hex digits, hyphens
+    dropped (``0196A3B2-7c`` and ``0196a3b27c`` are the same). ValueError when it is empty,
+    holds anything but hex digits and hyphens, or is longer than an id."""
+    digits = fragment.strip().replace("-", "").lower()
+    if not digits or not set(digits) <= _HEX_DIGITS or len(digits) > JOB_ID_HEX_DIGITS:
+        raise ValueError(f"{fragment!r} is not part of a job id (hex digits of a UUID)")
+    return digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +206,19 @@ class AdminBackend(Protocol):
     async def count_jobs(self, filter: JobFilter) -> int:
         """How many jobs ``list_jobs(filter)`` would return, counted without reading them
         (at most ``filter.limit`` when it is set)."""
+
+    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+        """Ids of jobs (live or archived) whose 32-hex-digit form starts or ends with
+        ``fragment`` (see ``normalize_id_fragment``; ValueError when it is not hex), at most
+        ``limit`` of them, ordered by id. How an operator names a job by a copied piece of
+        its id; the caller decides what an ambiguous answer means.
+
+        PG cost: the prefix match is a range read of each table's primary key (cheap at any
+        size). The suffix match cannot use an index: it scans the ids of ``jobs`` and
+        ``jobs_archive`` (stopping at ``limit`` matches), so on a table of millions of rows
+        it reads all of them when nothing matches; it is bounded by a statement timeout and
+        raises JobIdSearchTooSlowError past it.
+        """
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
         """The job's place in its queue's dispatch order (see DispatchPosition); None when

@@ -474,3 +474,26 @@ FROM (
 ) r
 ORDER BY r.activity_at DESC, r.id DESC
 LIMIT $4::bigint;
+
+-- name: find_job_ids_by_prefix
+-- Ids of live or archived jobs in [$1, $2] (a hex prefix padded with 0s and with fs): a
+-- range read of each primary key. UUIDs compare bytewise, as their hex digits do.
+(SELECT j.id FROM {schema}.jobs j WHERE j.id BETWEEN $1::uuid AND $2::uuid
+ ORDER BY j.id LIMIT $3::bigint)
+UNION ALL
+(SELECT a.id FROM {schema}.jobs_archive a WHERE a.id BETWEEN $1::uuid AND $2::uuid
+ ORDER BY a.id LIMIT $3::bigint);
+
+-- name: find_job_ids_by_suffix
+-- Ids of live or archived jobs whose hex digits end with $1 ($2 digits long). No index
+-- serves a suffix: this scans the ids, stopping at $3 matches (no ORDER BY, so the LIMIT
+-- ends the scan early); the caller bounds it with a statement timeout.
+SELECT j.id FROM {schema}.jobs j WHERE right(replace(j.id::text, '-', ''), $2::integer) = $1::text
+UNION ALL
+SELECT a.id FROM {schema}.jobs_archive a
+WHERE right(replace(a.id::text, '-', ''), $2::integer) = $1::text
+LIMIT $3::bigint;
+
+-- name: set_local_statement_timeout
+-- Bound the rest of this transaction's statements ($1: a duration PostgreSQL reads, '5s').
+SELECT set_config('statement_timeout', $1::text, true);

@@ -1,0 +1,64 @@
+"""Naming a job on the command line: its whole id, or any unique prefix or suffix of it.
+
+Tables and the dashboard show ids whole or as their last digits; an operator copies either
+and pastes it. A whole UUID is used as given (an unknown one is reported where it is read);
+a piece is looked up with ``find_job_ids``, and an ambiguous piece is refused with how many
+jobs it matches, so nothing is ever done to a job the operator did not mean.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from taskq_core.backend.protocol import Backend
+from taskq_core.backend.protocol.admin import normalize_id_fragment
+from taskq_core.errors import ConfigError, JobNotFoundError
+
+# How many candidates an ambiguous piece reports by id before it only counts them.
+_SHOWN = 5
+# Past this many matches, "more than N" is all an operator needs to know.
+_COUNTED = 20
+
+
+def full_job_id(text: str) -> UUID | None:
+    """The UUID when ``text`` is a whole job id, else None."""
+    try:
+        return UUID(text.strip())
+    except ValueError:
+        return None
+
+
+def check_job_ref(text: str) -> str:
+    """``text`` when it can name a job (a UUID, or hex digits of one), checked before any
+    database is reached; else the JobNotFoundError an unknown id gets."""
+    if full_job_id(text) is None:
+        try:
+            normalize_id_fragment(text)
+        except ValueError:
+            raise JobNotFoundError(
+                f"{text!r} is not a job id (expected a UUID or a unique part of one)"
+            ) from None
+    return text
+
+
+async def resolve_job_id(backend: Backend, text: str) -> UUID:
+    """The one job ``text`` names: a whole id, or a unique prefix or suffix of one.
+
+    JobNotFoundError when it is not part of an id or nothing matches; ConfigError, naming
+    how many jobs match, when it is ambiguous.
+    """
+    whole = full_job_id(check_job_ref(text))
+    if whole is not None:
+        return whole
+    found = await backend.find_job_ids(text, _COUNTED + 1)
+    if not found:
+        raise JobNotFoundError(f"no job id starts or ends with {text.strip()!r}")
+    if len(found) == 1:
+        return found[0]
+    count = f"more than {_COUNTED}" if len(found) > _COUNTED else str(len(found))
+    shown = ", ".join(str(ident) for ident in found[:_SHOWN])
+    more = ", ..." if len(found) > _SHOWN else ""
+    raise ConfigError(
+        f"job id {text.strip()!r} is ambiguous: {count} jobs match ({shown}{more}); "
+        "give more of the id"
+    )
