@@ -13,10 +13,12 @@ A job is in one of four situations, and each has its own checks:
   of it (its events were deleted when it was archived, by design).
 - **waiting** (pending or scheduled): every blocker the dispatch path has, checked in the
   order dispatch meets them: deadline passed, not yet due (or due but not yet promoted by
-  the leader), queue paused, no live worker consuming the queue, no live consumer that
-  registers the actor, every consumer at full concurrency, the queue's ``max_concurrent``
-  full, the actor's ``max_concurrent`` full, another job holding the identity key, and
-  finally the jobs ahead of it in the queue's dispatch order (its fairness turn).
+  the leader), queue paused, the actor registered on another queue than the job's (a job
+  enqueued by name before its actor's first worker came), no live worker consuming the
+  queue, no live consumer that registers the actor, every consumer at full concurrency, the
+  queue's ``max_concurrent`` full, the actor's ``max_concurrent`` full, another job holding
+  the identity key, and finally the jobs ahead of it in the queue's dispatch order (its
+  fairness turn).
 
 Every check is reported, whether it applies or not; the verdict is the first that applies.
 Times come from the backend's clock (``get_dispatch_position``), never the caller's.
@@ -169,6 +171,7 @@ class _Context:
         self.leader: LeaderRow | None = None
         self.queue: QueueRow | None = None
         self.actor_cap: int | None = None
+        self.actor_queue: str | None = None  # the queue the actor registered, if it did
         self.actor_running: list[JobRow] = []
         self.queue_running: list[JobRow] = []
 
@@ -213,6 +216,7 @@ async def explain_job(
     context.queue = await backend.get_queue(job.queue)
     config = await backend.get_actor_config(job.actor)
     context.actor_cap = None if config is None else config.max_concurrent
+    context.actor_queue = None if config is None else config.queue
     context.actor_running = await backend.list_jobs(
         JobFilter(status=JobStatus.RUNNING, actor=job.actor, limit=None)
     )
@@ -375,6 +379,36 @@ def _paused(c: _Context) -> Check:
     if paused:
         message += f" (taskq queues resume {c.job.queue} lets it run)"
     return Check("queue_paused", paused, message, {"paused": paused})
+
+
+def _other_queue(c: _Context) -> Check:
+    job = c.job
+    home = c.actor_queue
+    facts = {"actor_queue": home, "job_queue": job.queue}
+    if home is None:
+        return Check("actor_on_other_queue", False, f"actor {job.actor!r} is unregistered", facts)
+    if home == job.queue:
+        return Check(
+            "actor_on_other_queue", False, f"actor {job.actor!r} is registered on {home!r}", facts
+        )
+    # A live worker of the job's queue that knows the actor runs it all the same.
+    if any(job.actor in w.actors for w in c.consumers()):
+        return Check(
+            "actor_on_other_queue",
+            False,
+            f"actor {job.actor!r} is registered on {home!r}, and a live worker consuming "
+            f"{job.queue!r} registers it too",
+            facts,
+        )
+    return Check(
+        "actor_on_other_queue",
+        True,
+        f"actor {job.actor!r} is registered on queue {home!r}, but this job waits in queue "
+        f"{job.queue!r}, which no live worker with the actor consumes (it was enqueued before "
+        f"the actor was registered, or with --queue): a worker consuming {job.queue!r} with "
+        f"the actor runs it, or cancel it and enqueue it again on {home!r}",
+        facts,
+    )
 
 
 def _consumers(c: _Context) -> Check:
@@ -540,6 +574,7 @@ _WAITING_CHECKS = (
     _deadline,
     _due,
     _paused,
+    _other_queue,
     _consumers,
     _registered,
     _slots,

@@ -2,8 +2,10 @@
 
 Enqueueing by name needs no registry: the job goes to the queue the actor registered (or
 ``--queue``). When no worker has ever registered the actor the job is still enqueued, with
-a warning that it waits for one. ``--actors MOD:ATTR`` validates the payload with the
-actor's model first. ``--count N`` inserts N jobs in one statement: all or none.
+a warning that it waits for one in the queue it took; ``taskq jobs explain`` names the
+mismatch if the actor later registers on another queue. ``--actors MOD:ATTR`` validates the
+payload with the actor's model first. ``--count N`` inserts N jobs in one statement: all or
+none.
 """
 
 from __future__ import annotations
@@ -105,9 +107,12 @@ def enqueue(
     for row in rows:
         output.info(str(row.id))
     if config is None:
+        # The job stays in this queue even if the actor registers on another one later
+        # (``jobs explain`` then names the mismatch), so say which queue it took.
         output.warn(
             f"no worker has registered actor {actor!r} yet: the job(s) wait in queue "
-            f"{rows[0].queue!r} until a worker with that actor consumes it"
+            f"{rows[0].queue!r} until a worker with that actor consumes it (pass --queue "
+            "if the actor's workers will consume another queue)"
         )
     elif rows[0].queue != config.queue:
         output.warn(

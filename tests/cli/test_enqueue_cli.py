@@ -80,6 +80,29 @@ def test_an_actor_no_worker_registered_is_enqueued_with_a_warning(cli: Cli, db: 
     assert "wait" in result.stderr
 
 
+def test_a_job_enqueued_before_its_actor_registered_elsewhere_is_explained(
+    cli: Cli, db: Db
+) -> None:
+    result = cli("enqueue", "resize")
+    assert result.exit_code == 0
+    job_id = result.stdout.strip()
+    assert "wait in queue 'default'" in result.stderr and "pass --queue" in result.stderr
+    db.register_actor("resize", queue="media")  # its first worker starts, on 'media'
+    db.register_worker(["media"], ["resize"])
+    explained = cli("jobs", "explain", job_id)
+    assert explained.exit_code == 0, explained.stderr
+    lines = explained.stdout.splitlines()
+    assert lines[1].startswith(
+        "blocked: actor 'resize' is registered on queue 'media', but this job waits in queue "
+        "'default'"
+    )
+    assert any(line.split()[:2] == ["BLOCKS", "actor_on_other_queue"] for line in lines)
+    # A later enqueue by name follows the registration.
+    again = cli("enqueue", "resize")
+    assert again.exit_code == 0 and again.stderr == ""
+    assert db.get(again.stdout.strip()).queue == "media"
+
+
 def test_a_queue_other_than_the_registered_one_is_warned_about(cli: Cli, db: Db) -> None:
     db.register_actor("resize", queue="media")
     result = cli("enqueue", "resize", "--queue", "bulk")

@@ -78,6 +78,7 @@ async def test_a_due_job_with_a_free_live_worker_is_runnable(backend: InMemoryBa
         "deadline_passed",
         "scheduled",
         "queue_paused",
+        "actor_on_other_queue",
         "no_live_worker",
         "actor_not_registered",
         "workers_busy",
@@ -138,6 +139,38 @@ async def test_live_consumers_without_the_actor_are_a_blocker(backend: InMemoryB
     explanation = await explain(backend, job.id)
     assert explanation.verdict.code == "actor_not_registered"
     assert "registers actor 'work'" in explanation.verdict.message
+
+
+async def test_a_job_outside_its_registered_actors_queue_names_the_mismatch(
+    backend: InMemoryBackend,
+) -> None:
+    # Enqueued by name before any worker registered the actor: it landed in 'default'.
+    job = await backend.enqueue(EnqueueArgs("resize", queue="default"))
+    await backend.sync_actor_configs(
+        [ActorDeclaration("resize", "media", {}, None, None, None)], force=False
+    )
+    await live_worker(backend, ["media"], ["resize"])
+    explanation = await explain(backend, job.id)
+    assert explanation.verdict.code == "actor_on_other_queue"
+    assert applying(explanation)[:2] == ["actor_on_other_queue", "no_live_worker"]
+    assert explanation.verdict.message.startswith(
+        "actor 'resize' is registered on queue 'media', but this job waits in queue 'default'"
+    )
+    assert explanation.verdict.facts == {"actor_queue": "media", "job_queue": "default"}
+
+
+async def test_a_worker_of_the_jobs_queue_with_the_actor_clears_the_mismatch(
+    backend: InMemoryBackend,
+) -> None:
+    job = await backend.enqueue(EnqueueArgs("resize", queue="default"))
+    await backend.sync_actor_configs(
+        [ActorDeclaration("resize", "media", {}, None, None, None)], force=False
+    )
+    await live_worker(backend, ["media", "default"], ["resize"])
+    explanation = await explain(backend, job.id)
+    assert applying(explanation) == []
+    check = next(c for c in explanation.checks if c.code == "actor_on_other_queue")
+    assert "a live worker consuming 'default' registers it too" in check.message
 
 
 async def test_consumers_at_full_concurrency_are_a_blocker(backend: InMemoryBackend) -> None:
