@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.backend.protocol import EnqueueArgs, JobFilter
+from taskq_core.backend.protocol import EnqueueArgs, JobFilter, JobRow
 from taskq_core.ids import uuid7
 from tests.conftest import PgTarget
 
@@ -64,7 +64,7 @@ async def test_a_repeat_whose_first_insert_rolled_back_inserts_the_job(
     class Abort(Exception):
         pass
 
-    repeat: asyncio.Task[object] | None = None
+    repeat: asyncio.Task[JobRow] | None = None
     with pytest.raises(Abort):
         async with backend.transaction() as tx:
             await backend.enqueue(args, connection=tx)
