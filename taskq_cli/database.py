@@ -30,24 +30,30 @@ async def open_backend(settings: TaskqSettings, *, direct: bool = False) -> Asyn
     TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a command that holds a session
     advisory lock (a transaction-mode PgBouncer would unlock it on another server session)."""
     # Imported here so `--help` and shell completion never load the database stack.
+    from taskq_core import embedded
     from taskq_core.backend.postgres.backend import PostgresBackend
     from taskq_core.backend.postgres.connection import describe_dsn
 
     dsn = settings.direct_dsn if direct else settings.pooled_dsn
-    backend = await PostgresBackend.connect(
-        dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
-    )
+    # An operator command never creates or starts the embedded server: a typo or the wrong
+    # directory would otherwise grow a second, empty database, and `embedded stop` would be
+    # undone behind the operator's back.
+    with embedded.using(embedded.EmbeddedUse.RUNNING):
+        backend = await PostgresBackend.connect(
+            dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
+        )
+    # Messages name an embedded server by its data directory.
+    is_embedded = embedded.is_embedded_dsn(dsn)
+    where = embedded.describe(dsn) if is_embedded else describe_dsn(dsn)
+    server = where if is_embedded else f"PostgreSQL at {where}"
     try:
         yield backend
     except SchemaNotMigratedError as exc:
         raise SchemaNotMigratedError(
-            f"schema {settings.schema_name!r} on {describe_dsn(dsn)} is not "
-            f"migrated; run 'taskq migrate up'"
+            f"schema {settings.schema_name!r} on {where} is not migrated; run 'taskq migrate up'"
         ) from exc
     except DatabaseUnavailableError as exc:
-        raise DatabaseUnavailableError(
-            f"lost the connection to PostgreSQL at {describe_dsn(dsn)} ({exc})"
-        ) from exc
+        raise DatabaseUnavailableError(f"lost the connection to {server} ({exc})") from exc
     finally:
         await backend.close()
 
