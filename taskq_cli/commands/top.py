@@ -53,9 +53,7 @@ def top(
     from taskq_cli.tui.source import BackendSource, DashboardSettings, JobsFilter
     from taskq_core.backend.postgres.connection import describe_dsn
 
-    dashboard = DashboardSettings(
-        stale_after=ExplainSettings.from_settings(settings).worker_stale_after
-    )
+    dashboard = DashboardSettings(explain=ExplainSettings.from_settings(settings))
 
     async def run() -> None:
         async with open_backend(settings) as backend:

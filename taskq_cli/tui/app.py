@@ -8,8 +8,12 @@ of overlapping reads); a new jobs filter replaces the running refresh at once. W
 refresh fails the panes keep the last snapshot and the banner says so; the next success
 clears it.
 
-Actions (cancel or retry the selected job, pause or resume the selected queue) always go
-through a ConfirmScreen, then run in a worker, notify their outcome and trigger a refresh.
+Actions (cancel or retry the selected job, pause or resume a queue) always go through a
+ConfirmScreen, then run in a worker, notify their outcome and trigger a refresh. ``p`` acts
+on the queue of what is selected in the focused pane: the queue row in the queues pane, the
+job's queue in the jobs pane. ``e`` opens the ``jobs explain`` answer of the selected job,
+``y`` copies its whole id. Ctrl-C quits like ``q`` (or copies the text selected with the
+mouse, when there is some).
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ from taskq_cli.tui.messages import (
 from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot, describe_failure
 from taskq_cli.tui.widgets.banner import ConnectionBanner
 from taskq_cli.tui.widgets.confirm import ConfirmScreen
+from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.jobs_pane import JobsPane
 from taskq_cli.tui.widgets.queues_table import QueuesTable
 from taskq_cli.tui.widgets.summary import SummaryHeader
-from taskq_cli.tui.widgets.workers_table import WorkersTable
+from taskq_cli.tui.widgets.workers_table import WorkersTable, workers_title
 from taskq_core.backend.protocol import CancelOutcome, JobRow
+from taskq_core.errors import JobNotFoundError
 from taskq_core.statemachine import RETRYABLE_STATUSES
 
 _CANCEL_OUTCOMES: dict[CancelOutcome, str] = {
@@ -54,8 +60,12 @@ _CANCEL_OUTCOMES: dict[CancelOutcome, str] = {
     "terminal": "already finished, nothing to cancel",
     "not_found": "no such job any more",
 }
-# Actions that only make sense on the main screen (the detail screen has its own c and r).
-_MAIN_SCREEN_ACTIONS = frozenset({"filter", "cancel_job", "retry_job", "toggle_pause"})
+# Actions that only make sense on the main screen (the detail screen has its own c, r, e, y).
+_MAIN_SCREEN_ACTIONS = frozenset(
+    {"filter", "cancel_job", "retry_job", "toggle_pause", "explain_job", "copy_id", "stopped"}
+)
+# ...of which these also work on the detail screen, on its job.
+_DETAIL_SCREEN_ACTIONS = frozenset({"explain_job", "copy_id"})
 
 
 class TopApp(App[None]):
@@ -66,10 +76,15 @@ class TopApp(App[None]):
     TITLE = "taskq top"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
-        Binding("slash", "filter", "Filter jobs", key_display="/"),
-        Binding("c", "cancel_job", "Cancel job"),
-        Binding("r", "retry_job", "Retry job"),
-        Binding("p", "toggle_pause", "Pause/resume queue"),
+        # Priority: before the screen's copy binding and any focused widget's.
+        Binding("ctrl+c", "quit_or_copy", "Quit", show=False, priority=True),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("e", "explain_job", "Explain"),
+        Binding("c", "cancel_job", "Cancel"),
+        Binding("r", "retry_job", "Retry"),
+        Binding("y", "copy_id", "Copy id"),
+        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("w", "stopped", "Stopped"),
         Binding("ctrl+r", "refresh_now", "Refresh"),
     ]
 
@@ -101,6 +116,7 @@ class TopApp(App[None]):
             yield self.queues_table
         with Vertical(id="workers-pane", classes="pane") as workers:
             workers.border_title = "Workers"
+            self.workers_pane = workers
             yield self.workers_table
         yield self.jobs_pane
         yield Footer()
@@ -113,8 +129,11 @@ class TopApp(App[None]):
         self.action_refresh_now()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Main-screen actions are off while a detail screen or dialog is on top."""
-        return not (action in _MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1)
+        """Main-screen actions are off while a detail screen or dialog is on top (explain
+        and copy stay on for the detail screen's job)."""
+        if len(self.screen_stack) == 1 or action not in _MAIN_SCREEN_ACTIONS:
+            return True
+        return action in _DETAIL_SCREEN_ACTIONS and isinstance(self.screen, JobDetailScreen)
 
     # --- refreshing ---------------------------------------------------------------------
     def action_refresh_now(self) -> None:
@@ -157,6 +176,9 @@ class TopApp(App[None]):
             self.summary.show(snapshot, palette)
             self.queues_table.show(snapshot, palette)
             self.workers_table.show(snapshot, palette)
+            self.workers_pane.border_title = workers_title(
+                snapshot, self.workers_table.show_stopped
+            )
             self.jobs_pane.show(snapshot, palette)
         except NoMatches:
             return  # a refresh that lands while the app quits: its widgets are gone
@@ -298,21 +320,35 @@ class TopApp(App[None]):
         self._start_refresh()
 
     def action_toggle_pause(self) -> None:
-        """Pause or resume the queue under the queues pane's cursor (after confirmation)."""
-        queue = self.queues_table.selected
-        if queue is None:
-            self.notify("no queue selected", severity="warning")
+        """Pause or resume the queue of the focused pane's selection (after confirmation):
+        the queue row in the queues pane, the selected job's queue in the jobs pane."""
+        focused = self.focused
+        if focused is self.queues_table:
+            queue = self.queues_table.selected
+            if queue is None:
+                self.notify("no queue selected", severity="warning")
+                return
+            name, paused, whose = queue.name, queue.paused, ""
+        elif focused is self.jobs_pane.table:
+            job = self.jobs_pane.table.selected
+            if job is None:
+                self.notify("no job selected", severity="warning")
+                return
+            known = self.queues_table.queues.get(job.queue)
+            name, paused = job.queue, known is not None and known.paused
+            whose = f" (the queue of job {short_id(job.id)})"
+        else:
+            self.notify("select a queue or a job first", severity="warning")
             return
-        pause = not queue.paused
-        if pause:
-            question = f"Pause queue {queue.name!r}?"
+        if not paused:
+            question = f"Pause queue {name!r}{whose}?"
             detail = "Workers stop claiming its jobs; jobs already running finish."
         else:
-            question = f"Resume queue {queue.name!r}?"
+            question = f"Resume queue {name!r}{whose}?"
             detail = "Workers start claiming its jobs again."
         self.push_screen(
             ConfirmScreen(question, detail),
-            callback=partial(self._pause_confirmed, queue.name, pause),
+            callback=partial(self._pause_confirmed, name, not paused),
         )
 
     def _pause_confirmed(self, queue: str, pause: bool, confirmed: bool | None) -> None:
@@ -327,6 +363,63 @@ class TopApp(App[None]):
             return
         self.notify(f"queue {queue!r} {'paused' if pause else 'resumed'}", markup=False)
         self._start_refresh()
+
+    # --- explain, copy, workers, quitting --------------------------------------------------
+    def _job_in_view(self) -> UUID | None:
+        """The job on the detail screen, else the one under the jobs pane's cursor."""
+        screen = self.screen
+        if isinstance(screen, JobDetailScreen):
+            return screen.job_id
+        job = self.jobs_pane.table.selected
+        return None if job is None else job.id
+
+    def action_explain_job(self) -> None:
+        """Open the ``jobs explain`` answer of the selected job."""
+        job_id = self._job_in_view()
+        if job_id is None:
+            self.notify("no job selected", severity="warning")
+            return
+        self.run_worker(self._explain(job_id), group="detail", exclusive=True, exit_on_error=False)
+
+    async def _explain(self, job_id: UUID) -> None:
+        try:
+            explanation = await asyncio.wait_for(self.source.explain(job_id), self.query_timeout)
+        except JobNotFoundError:
+            self.notify(f"job {job_id} no longer exists", severity="warning", markup=False)
+            return
+        except Exception as exc:
+            self._notify_failure(f"cannot explain job {short_id(job_id)}", exc)
+            return
+        await self.push_screen(ExplainScreen(explanation))
+
+    def action_copy_id(self) -> None:
+        """Copy the selected job's whole id to the clipboard (and show it)."""
+        job_id = self._job_in_view()
+        if job_id is None:
+            self.notify("no job selected", severity="warning")
+            return
+        self.copy_to_clipboard(str(job_id))
+        self.notify(str(job_id), title="copied job id", markup=False)
+
+    def action_stopped(self) -> None:
+        """Show or hide the stopped workers."""
+        self.workers_table.show_stopped = not self.workers_table.show_stopped
+        if self.snapshot is not None:
+            palette = Palette.from_variables(self.theme_variables)
+            self.workers_table.show(self.snapshot, palette)
+            self.workers_pane.border_title = workers_title(
+                self.snapshot, self.workers_table.show_stopped
+            )
+
+    def action_quit_or_copy(self) -> None:
+        """Ctrl-C: copy the text selected with the mouse if there is some, else quit."""
+        selected = self.screen.get_selected_text()
+        if selected:
+            self.copy_to_clipboard(selected)
+            self.screen.clear_selection()
+            self.notify("copied the selected text", markup=False)
+            return
+        self.exit()
 
     def _notify_failure(self, what: str, error: BaseException) -> None:
         _, reason = describe_failure(error, self.query_timeout)

@@ -19,6 +19,8 @@ from taskq_cli.output import age as _age
 from taskq_core.statemachine import JobStatus
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
+# Pending work older than this is "old": coloured, and the queues pane says why it waits.
+OLD_PENDING = timedelta(minutes=1)
 
 
 def count(value: int) -> str:
@@ -33,7 +35,8 @@ def age(then: datetime | None, now: datetime) -> str:
 
 def short_id(job_id: UUID) -> str:
     """The last 12 hex digits of a job id: its random part, unique enough on one screen
-    (a UUIDv7 starts with its timestamp, so the head is shared by jobs of one burst)."""
+    (a UUIDv7 starts with its timestamp, so the head is shared by jobs of one burst), and
+    a suffix ``taskq jobs show`` takes. Lists use it when the full id does not fit."""
     return job_id.hex[-12:]
 
 
@@ -87,7 +90,7 @@ class Palette:
             return self.text(label, "muted")
         if waited >= timedelta(minutes=10):
             return self.text(label, "bad")
-        if waited >= timedelta(minutes=1):
+        if waited >= OLD_PENDING:
             return self.text(label, "warn")
         return self.text(label)
 

@@ -28,7 +28,8 @@ from taskq_core.backend.protocol import (
     WorkerRow,
 )
 from taskq_core.errors import TRANSIENT_ERRORS
-from taskq_core.liveness import DEFAULT_STALE_AFTER, WorkerState, worker_state
+from taskq_core.explain import ExplainSettings, Explanation, explain_job
+from taskq_core.liveness import WorkerState, worker_state
 from taskq_core.statemachine import JobStatus, parse_status
 
 # The jobs pane opens on what is failing: jobs that failed for good or whose worker died.
@@ -202,19 +203,27 @@ class DashboardSource(Protocol):
     async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
         """Pause or resume a queue (workers stop or resume claiming its jobs)."""
 
+    async def explain(self, job_id: UUID) -> Explanation:
+        """The ``taskq jobs explain`` answer for one job (JobNotFoundError when gone)."""
+
 
 @dataclass(frozen=True)
 class DashboardSettings:
     """What a refresh reads: the window of the failure counts, sparkline minutes, how many
-    jobs the pane lists, when a silent worker counts as stale, and how long stopped workers
-    stay listed."""
+    jobs the pane lists, how long stopped workers stay listed, and how ``jobs explain``
+    judges (its ``worker_stale_after`` is also when a silent worker counts as stale)."""
 
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
     jobs_limit: int = 100
-    stale_after: timedelta = DEFAULT_STALE_AFTER
     stopped_visible_for: timedelta = timedelta(hours=1)
     cancel_reason: str = "cancelled from taskq top"
+    explain: ExplainSettings = field(default_factory=ExplainSettings)
+
+    @property
+    def stale_after(self) -> timedelta:
+        """A worker silent for longer is stale (the workers' own cadence)."""
+        return self.explain.worker_stale_after
 
 
 @dataclass
@@ -289,6 +298,10 @@ class BackendSource:
     async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
         """Upsert the queue row's ``paused`` flag."""
         return await self.backend.update_queue(queue, paused=paused)
+
+    async def explain(self, job_id: UUID) -> Explanation:
+        """``explain_job`` with the workers' liveness and reclaim settings."""
+        return await explain_job(self.backend, job_id, self.settings.explain)
 
 
 def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:

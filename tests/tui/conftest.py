@@ -6,10 +6,13 @@ the refresh timer is set far out so every refresh a test sees is one it asked fo
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
+from rich.console import Console
+from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Input
 
@@ -22,6 +25,8 @@ from tests.conftest import PgTarget
 from tests.tui.seed import SeededDashboard, seed_dashboard
 
 SIZE = (120, 40)
+# Wide enough for every column of every pane.
+WIDE = (180, 40)
 # Far enough that the interval timer never fires during a test.
 NO_TIMER = 3600.0
 
@@ -76,3 +81,17 @@ async def settle(pilot: Pilot[None]) -> None:
     for _ in range(3):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
+
+
+def screen_text(app: App[None]) -> list[str]:
+    """The lines the terminal shows now, as plain text (what an operator reads)."""
+    console = Console(
+        width=app.size.width,
+        height=app.size.height,
+        file=io.StringIO(),
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text(styles=False).splitlines()

@@ -17,6 +17,7 @@ from taskq_cli.tui.source import (
 )
 from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError
+from taskq_core.explain import ExplainSettings
 from taskq_core.statemachine import JobStatus
 from tests.tui.conftest import Dashboard
 
@@ -123,7 +124,9 @@ async def test_workers_are_ordered_by_state_and_old_stopped_ones_drop_out(
 
 
 async def test_stale_after_comes_from_the_settings(dashboard: Dashboard) -> None:
-    dashboard.source.settings = DashboardSettings(stale_after=timedelta(minutes=10))
+    dashboard.source.settings = DashboardSettings(
+        explain=ExplainSettings(worker_stale_after=timedelta(minutes=10))
+    )
     snapshot = await dashboard.source.snapshot(JobsFilter())
     assert [w.state for w in snapshot.workers].count("stale") == 0
 

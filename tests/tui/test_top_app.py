@@ -20,7 +20,7 @@ from taskq_cli.tui.widgets.workers_table import LEADER_MARK
 from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError
 from taskq_core.statemachine import JobStatus
-from tests.tui.conftest import SIZE, Dashboard, settle, top_app
+from tests.tui.conftest import SIZE, WIDE, Dashboard, settle, top_app
 
 
 def cells(table: DataTable[Any]) -> list[list[str]]:
@@ -59,7 +59,7 @@ async def test_the_queues_pane_shows_every_queue_with_its_counts_and_settings(
     dashboard: Dashboard,
 ) -> None:
     app = top_app(dashboard.source)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=WIDE) as pilot:
         await settle(pilot)
         table = app.queues_table
         assert [str(c.label) for c in table.ordered_columns] == [
@@ -70,9 +70,9 @@ async def test_the_queues_pane_shows_every_queue_with_its_counts_and_settings(
             "failed 1h",
             "finished/min (20m)",
             "oldest pending",
+            "why",
             "mode",
             "max",
-            "paused",
         ]
         rows = by_first_column(table)
         assert list(rows) == ["emails", "media", "reports", "webhooks"]
@@ -80,8 +80,10 @@ async def test_the_queues_pane_shows_every_queue_with_its_counts_and_settings(
         assert rows["emails"][1:4] == ["6", "0", "0"]
         assert rows["emails"][6] == "21m20s"  # the oldest email waits since the seed began
         assert rows["reports"][2] == "4" and rows["reports"][4] == "1"
-        assert rows["reports"][9] == "paused" and rows["media"][9] == "no"
-        assert rows["webhooks"][7:9] == ["round_robin", "8"]
+        assert rows["reports"][7] == "paused" and rows["media"][7] == ""
+        # Old pending work with a live, free consumer: the blocker is per job.
+        assert rows["emails"][7] == "per job (e)"
+        assert rows["webhooks"][8:10] == ["round_robin", "8"]
         assert rows["reports"][6] == "-"  # nothing pending
         sparkline = rows["media"][5]
         assert len(sparkline) == 20 and set(sparkline) <= set("▁▂▃▄▅▆▇█")
@@ -92,20 +94,30 @@ async def test_the_workers_pane_marks_the_leader_and_colours_silent_workers(
     dashboard: Dashboard,
 ) -> None:
     app = top_app(dashboard.source)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=WIDE) as pilot:
         await settle(pilot)
         table = app.workers_table
         rows = {row[1]: row for row in cells(table)}
-        assert list(rows) == ["emails-1", "media-1", "reports-1", "reports-0"]
+        # Live first, then stale; the stopped worker is hidden and counted in the title.
+        assert list(rows) == ["emails-1", "media-1", "reports-1"]
+        title = app.query_one("#workers-pane").border_title
+        assert title == "Workers · 2 live · 1 stale · 1 stopped (hidden, w shows)"
         assert rows["media-1"][0] == LEADER_MARK
-        assert [rows[label][0] for label in ("emails-1", "reports-1", "reports-0")] == [""] * 3
+        assert [rows[label][0] for label in ("emails-1", "reports-1")] == [""] * 2
         assert rows["media-1"][2:5] == ["node-a", "4101", "prod-a"]
-        assert [rows[label][5] for label in rows] == ["running", "running", "stale", "stopped"]
+        assert [rows[label][5] for label in rows] == ["running", "running", "stale"]
         assert rows["reports-1"][6] == "3m20s ago"
         assert rows["media-1"][7] == "2/8" and rows["emails-1"][7] == "1/4"
+        assert rows["media-1"][9] == str(dashboard.seeded.leader)  # the whole worker id
         # The stale worker's "last seen" carries the theme's error colour.
         stale_cell = table.get_row_at(2)[6]
         assert str(stale_cell.style).lower() == app.theme_variables["error"].lower()
+
+        await pilot.press("w")
+        await settle(pilot)
+        assert [row[1] for row in cells(table)] == ["emails-1", "media-1", "reports-1", "reports-0"]
+        assert cells(table)[3][5] == "stopped"
+        assert app.query_one("#workers-pane").border_title.endswith("· 1 stopped")
 
 
 async def test_the_summary_names_the_database_leader_totals_and_rate(
@@ -149,12 +161,15 @@ async def test_the_footer_shows_the_keys(dashboard: Dashboard) -> None:
         }
         expected = {
             "q": "Quit",
-            "slash": "Filter jobs",
-            "c": "Cancel job",
-            "r": "Retry job",
-            "p": "Pause/resume queue",
+            "slash": "Filter",
+            "e": "Explain",
+            "c": "Cancel",
+            "r": "Retry",
+            "y": "Copy id",
+            "p": "Pause/resume",
+            "w": "Stopped",
             "ctrl+r": "Refresh",
-            "enter": "Job details",
+            "enter": "Details",
         }
         assert expected.items() <= shown.items()
 
@@ -415,6 +430,7 @@ async def test_pause_and_resume_the_selected_queue(dashboard: Dashboard) -> None
     app = top_app(dashboard.source)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        app.queues_table.focus()
         await select_row(app.queues_table, "media")
         await pilot.press("p")
         await settle(pilot)
@@ -424,7 +440,7 @@ async def test_pause_and_resume_the_selected_queue(dashboard: Dashboard) -> None
         await settle(pilot)
         queue = await dashboard.backend.get_queue("media")
         assert queue is not None and queue.paused
-        assert by_first_column(app.queues_table)["media"][9] == "paused"
+        assert by_first_column(app.queues_table)["media"][7] == "paused"
 
         await pilot.press("p")
         await settle(pilot)

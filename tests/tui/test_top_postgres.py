@@ -10,7 +10,7 @@ from taskq_cli.tui.widgets.workers_table import LEADER_MARK
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
-from tests.tui.conftest import SIZE, settle, top_app
+from tests.tui.conftest import SIZE, WIDE, settle, top_app
 from tests.tui.proxy import PostgresProxy
 from tests.tui.seed import SeededDashboard
 from tests.tui.test_top_app import by_first_column, cells, column, select_row
@@ -24,19 +24,19 @@ async def test_the_panes_show_a_seeded_postgres_schema(
     backend, seeded = seeded_pg
     source = BackendSource(backend, database="test", schema=pg.schema)
     app = top_app(source)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=WIDE) as pilot:
         await settle(pilot)
         assert not app.banner.has_class("-visible")
         queues = by_first_column(app.queues_table)
         assert list(queues) == ["emails", "media", "reports", "webhooks"]
         assert queues["media"][1:5] == ["42", "0", "3", "3"]
-        assert queues["reports"][2] == "4" and queues["reports"][9] == "paused"
-        assert queues["webhooks"][7:9] == ["round_robin", "8"]
+        assert queues["reports"][2] == "4" and queues["reports"][7] == "paused"
+        assert queues["webhooks"][8:10] == ["round_robin", "8"]
         assert queues["emails"][6] != "-"  # it has an oldest pending job
 
         workers = {row[1]: row for row in cells(app.workers_table)}
         assert workers["media-1"][0] == LEADER_MARK
-        assert workers["reports-0"][5] == "stopped"
+        assert "reports-0" not in workers  # stopped: hidden until w
 
         assert sorted(r.key.value for r in app.jobs_pane.table.ordered_rows) == sorted(
             str(j.id) for j in seeded.failed
@@ -53,6 +53,7 @@ async def test_actions_change_the_postgres_schema(
     app = top_app(BackendSource(backend, database="test", schema=pg.schema))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        app.queues_table.focus()
         await select_row(app.queues_table, "reports")
         await pilot.press("p", "y")
         await settle(pilot)

@@ -2,7 +2,8 @@
 
 Sections: the fields an operator needs first, the payload, the result (or the last error
 with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
-through the same confirmation as on the main screen; Esc goes back. A job the prune moved to
+through the same confirmation as on the main screen, ``e`` explains it, ``y`` copies its
+id; Esc goes back. A job the prune moved to
 the archive opens with an "archived" banner (when, and when the archive deletes it), its
 archived attempts, and no events: they were deleted when it was archived, by design.
 """
@@ -132,6 +133,8 @@ class JobDetailScreen(Screen[None]):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("c", "cancel_job", "Cancel job"),
         Binding("r", "retry_job", "Retry job"),
+        Binding("e", "app.explain_job", "Explain"),
+        Binding("y", "app.copy_id", "Copy id"),
     ]
 
     def __init__(self, detail: JobDetail) -> None:

@@ -3,7 +3,8 @@
 ``/`` opens the filter line (``queue=media actor=resize status=failed,crashed``, or
 ``status=all``; empty goes back to recent failures). Enter on a row asks the app for the
 job's detail screen. Rows are keyed by job id, so the cursor follows its job as new rows
-arrive above it.
+arrive above it, and while the operator browses the rows keep their order (see
+``taskq_cli.tui.table``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -21,10 +22,19 @@ from textual.widgets import DataTable, Input
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
 from taskq_cli.tui.source import JobsFilter, Snapshot
+from taskq_cli.tui.table import Column, FittedTable, Row, fit_columns
 from taskq_core.backend.protocol import JobRow
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
-COLUMNS = ("job", "actor", "queue", "status", "attempt", "when", "error")
+COLUMNS = (
+    Column("job"),
+    Column("actor"),
+    Column("queue", 1),
+    Column("status"),
+    Column("attempt", 3),
+    Column("when"),
+    Column("error", 2, shrink_to=12),
+)
 # Longest error text a row shows; the detail screen has the whole message and traceback.
 _ERROR_WIDTH = 44
 FILTER_HINT = "queue=NAME actor=NAME status=failed,crashed|all   (empty: recent failures)"
@@ -41,51 +51,66 @@ def activity_at(job: JobRow) -> datetime:
     return job.created_at
 
 
-class JobsTable(DataTable[Text]):
-    """The rows of the jobs pane, keyed by job id."""
+class JobsTable(FittedTable):
+    """The rows of the jobs pane, keyed by job id. The job column shows the whole id when
+    every column fits with it, else its last 12 hex digits (a suffix ``taskq jobs show``
+    takes); ``y`` copies the whole id either way and the detail screen shows it."""
 
-    BINDINGS = [Binding("enter", "select_cursor", "Job details")]
+    BINDINGS = [Binding("enter", "select_cursor", "Details")]
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(COLUMNS, hold_order=True, id=id)
         self.jobs: dict[str, JobRow] = {}
-
-    def on_mount(self) -> None:
-        """Add the columns."""
-        for label in COLUMNS:
-            self.add_column(label)
+        self.jobs_filter: JobsFilter | None = None
+        self.full_ids = False
+        self._last: tuple[Snapshot, Palette] | None = None
 
     @property
     def selected(self) -> JobRow | None:
         """The job under the cursor, if any."""
-        if not self.row_count:
-            return None
-        row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        return self.jobs.get(str(row_key.value))
+        key = self.selected_key
+        return None if key is None else self.jobs.get(key)
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Replace the rows with this snapshot's jobs, keeping the cursor on its job."""
-        selected = self.selected
+        self._last = (snapshot, palette)
+        if snapshot.jobs_filter != self.jobs_filter:
+            self.forget_order()  # another filter: its own order, from the top
+            self.jobs_filter = snapshot.jobs_filter
         self.jobs = {str(job.id): job for job in snapshot.jobs}
-        self.clear()
-        for job in snapshot.jobs:
-            error = ""
-            if job.error_class:
-                error = f"{job.error_class}: {job.error_message or ''}".strip()
-                if len(error) > _ERROR_WIDTH:
-                    error = error[: _ERROR_WIDTH - 1] + "…"
-            self.add_row(
-                Text(short_id(job.id)),
-                Text(job.actor),
-                Text(job.queue),
-                palette.status(job.status, claimed=job.is_claimed),
-                Text(f"{job.attempt}/{job.max_attempts}", justify="right"),
-                Text(f"{age(activity_at(job), snapshot.now)} ago"),
-                palette.text(error, "bad"),
-                key=str(job.id),
-            )
-        if selected is not None and str(selected.id) in self.jobs:
-            self.move_cursor(row=self.get_row_index(str(selected.id)), scroll=False)
+        full = [self._row(job, snapshot, palette, str(job.id)) for job in snapshot.jobs]
+        short = [self._row(job, snapshot, palette, short_id(job.id)) for job in snapshot.jobs]
+        width = self.available_width()
+
+        def columns_shown(rows: list[Row]) -> list[int]:
+            return [index for index, _ in fit_columns(COLUMNS, rows, width, self.cell_padding)]
+
+        # The whole id when it costs no column; else the suffix.
+        self.full_ids = columns_shown(full) == columns_shown(short)
+        self.fill(full if self.full_ids else short)
+
+    @staticmethod
+    def _row(job: JobRow, snapshot: Snapshot, palette: Palette, label: str) -> Row:
+        error = ""
+        if job.error_class:
+            error = f"{job.error_class}: {job.error_message or ''}".strip()
+            if len(error) > _ERROR_WIDTH:
+                error = error[: _ERROR_WIDTH - 1] + "…"
+        cells = [
+            Text(label),
+            Text(job.actor),
+            Text(job.queue),
+            palette.status(job.status, claimed=job.is_claimed),
+            Text(f"{job.attempt}/{job.max_attempts}", justify="right"),
+            Text(f"{age(activity_at(job), snapshot.now)} ago"),
+            palette.text(error, "bad"),
+        ]
+        return Row(str(job.id), cells)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """A new width may fit the whole ids, or no longer fit them: render again."""
+        if self._last is not None:
+            self.show(*self._last)
 
 
 class JobsPane(Vertical):

@@ -1,5 +1,8 @@
 """The queues pane: per queue, what waits, what runs, what failed lately and how fast work
-finishes, with the settings that explain a standstill (paused, max_concurrent, mode)."""
+finishes, with the settings that explain a standstill (max_concurrent, mode) and why it
+waits: "paused" for a paused queue, and for a queue whose pending work is old what holds
+it. On a narrow screen the least needed columns go (mode and the sparkline first); counts
+are never cut short."""
 
 from __future__ import annotations
 
@@ -7,89 +10,76 @@ from datetime import timedelta
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.widgets import DataTable
 
 from taskq_cli.tui.formatting import Palette, age, count, sparkline
 from taskq_cli.tui.source import Snapshot
+from taskq_cli.tui.table import Column, FittedTable, Row
+from taskq_cli.tui.why import PER_JOB, queue_blocker
 from taskq_core.backend.protocol import QueueActivity
 from taskq_core.durations import format_duration
 from taskq_core.statemachine import JobStatus
 
 
-def column_labels(window: timedelta, minutes: int) -> tuple[str, ...]:
-    """The column headers, naming the window of the failure count and of the sparkline."""
+def columns(window: timedelta, minutes: int) -> tuple[Column, ...]:
+    """The columns, naming the window of the failure count and of the sparkline; the rank
+    says which go first when the screen is narrow."""
     return (
-        "queue",
-        "pending",
-        "scheduled",
-        "running",
-        f"failed {format_duration(window)}",
-        f"finished/min ({minutes}m)",
-        "oldest pending",
-        "mode",
-        "max",
-        "paused",
+        Column("queue"),
+        Column("pending"),
+        Column("scheduled", 4),
+        Column("running"),
+        Column(f"failed {format_duration(window)}", 3),
+        Column(f"finished/min ({minutes}m)", 7),
+        Column("oldest pending"),
+        Column("why", 1, shrink_to=10),
+        Column("mode", 8),
+        Column("max", 5),
     )
 
 
-class QueuesTable(DataTable[Text]):
+class QueuesTable(FittedTable):
     """One row per queue, keyed by name; the cursor stays on its queue across refreshes.
     Enter narrows the jobs pane to the queue under the cursor."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Show its jobs")]
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(columns(timedelta(hours=1), 20), id=id)
         self.queues: dict[str, QueueActivity] = {}
-        self._labels: tuple[str, ...] = ()
-
-    def on_mount(self) -> None:
-        """Add the columns with the default windows until a snapshot names its own."""
-        self._set_columns(column_labels(timedelta(hours=1), 20))
-
-    def _set_columns(self, labels: tuple[str, ...]) -> None:
-        if labels == self._labels:
-            return
-        self.clear(columns=True)
-        for label in labels:
-            self.add_column(label)
-        self._labels = labels
 
     @property
     def selected(self) -> QueueActivity | None:
         """The queue under the cursor, if any."""
-        if not self.row_count:
-            return None
-        row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        return self.queues.get(str(row_key.value))
+        key = self.selected_key
+        return None if key is None else self.queues.get(key)
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Replace the rows with this snapshot's queues, keeping the cursor on its queue."""
-        selected = self.selected
         minutes = len(snapshot.queues[0].finished_per_minute) if snapshot.queues else 20
-        self._set_columns(column_labels(snapshot.window, minutes))
         self.queues = {q.name: q for q in snapshot.queues}
-        self.clear()
-        for queue in snapshot.queues:
-            failed = queue.finished.get(JobStatus.FAILED, 0)
-            oldest = queue.oldest_pending_at
-            self.add_row(
-                Text(queue.name),
-                Text(count(queue.pending), justify="right"),
-                Text(count(queue.scheduled), justify="right"),
-                Text(
-                    count(queue.running) + (f" +{queue.claimed}" if queue.claimed else ""),
-                    justify="right",
-                ),
-                palette.text(count(failed), "bad" if failed else "", right=True),
-                palette.text(sparkline(queue.finished_per_minute), "accent"),
-                palette.waited(
-                    None if oldest is None else snapshot.now - oldest, age(oldest, snapshot.now)
-                ),
-                Text(queue.mode),
-                Text("-" if queue.max_concurrent is None else str(queue.max_concurrent)),
-                palette.text("paused", "warn") if queue.paused else Text("no", style="dim"),
-                key=queue.name,
-            )
-        if selected is not None and selected.name in self.queues:
-            self.move_cursor(row=self.get_row_index(selected.name), scroll=False)
+        self.set_columns(columns(snapshot.window, minutes))
+        self.fill([self._row(queue, snapshot, palette) for queue in snapshot.queues])
+
+    @staticmethod
+    def _row(queue: QueueActivity, snapshot: Snapshot, palette: Palette) -> Row:
+        failed = queue.finished.get(JobStatus.FAILED, 0)
+        oldest = queue.oldest_pending_at
+        why = queue_blocker(queue, snapshot)
+        cells = [
+            Text(queue.name),
+            Text(count(queue.pending), justify="right"),
+            Text(count(queue.scheduled), justify="right"),
+            Text(
+                count(queue.running) + (f" +{queue.claimed}" if queue.claimed else ""),
+                justify="right",
+            ),
+            palette.text(count(failed), "bad" if failed else "", right=True),
+            palette.text(sparkline(queue.finished_per_minute), "accent"),
+            palette.waited(
+                None if oldest is None else snapshot.now - oldest, age(oldest, snapshot.now)
+            ),
+            palette.text(why, "muted" if why == PER_JOB else "warn"),
+            Text(queue.mode),
+            Text("-" if queue.max_concurrent is None else str(queue.max_concurrent)),
+        ]
+        return Row(queue.name, cells)

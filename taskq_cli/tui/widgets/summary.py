@@ -46,9 +46,9 @@ class SummaryHeader(Static):
         self.update(line)
 
     def _location(self) -> Text:
-        line = Text()
-        line.append("taskq top", style="bold")
-        line.append(_SEPARATOR)
+        # Lines never wrap (a wrapped line would push the next out of the three): on a
+        # narrow screen their ends are cut instead, so the most needed facts come first.
+        line = Text(no_wrap=True, overflow="ellipsis")
         line.append("database ", style="dim")
         line.append(self.database)
         line.append(_SEPARATOR)
@@ -75,7 +75,7 @@ class SummaryHeader(Static):
         first.append(snapshot.now.strftime("%H:%M:%S UTC"), style="dim")
 
         totals = snapshot.totals()
-        second = Text()
+        second = Text(no_wrap=True, overflow="ellipsis")
         for index, status in enumerate(_ACTIVE):
             if index:
                 second.append("  ")
@@ -92,7 +92,7 @@ class SummaryHeader(Static):
             second.append_text(palette.text(f" {count(value)}", meaning))
 
         per_minute = snapshot.finished_per_minute
-        third = Text()
+        third = Text(no_wrap=True, overflow="ellipsis")
         third.append("finished/min ", style="dim")
         third.append(f"{count(snapshot.finished_last_minute)}", style="bold")
         third.append(" now · ", style="dim")
@@ -108,4 +108,4 @@ class SummaryHeader(Static):
         third.append("oldest pending ", style="dim")
         waited = None if oldest is None else snapshot.now - oldest
         third.append_text(palette.waited(waited, age(oldest, snapshot.now)))
-        self.update(Text("\n").join([first, second, third]))
+        self.update(Text("\n", no_wrap=True, overflow="ellipsis").join([first, second, third]))

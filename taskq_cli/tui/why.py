@@ -1,0 +1,44 @@
+"""The queues pane's "why" column: what holds back a queue whose oldest pending job is old.
+
+Only what is true of the whole queue is said here, from the refresh's own snapshot (no extra
+read): paused, no live worker consumes it, its ``max_concurrent`` is full, every live
+consumer is at full concurrency. These are the queue-wide checks of ``jobs explain``, judged
+with the same liveness rule; when none applies the blocker is per job (actor not
+registered, actor cap, identity key, fairness turn) and ``e`` on one of its jobs says which.
+"""
+
+from __future__ import annotations
+
+from taskq_cli.tui.formatting import OLD_PENDING
+from taskq_cli.tui.source import Snapshot
+from taskq_core.backend.protocol import QueueActivity
+
+PER_JOB = "per job (e)"
+
+
+def queue_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
+    """A few words on why the queue's pending work waits; empty when nothing waits long
+    (a paused queue always says so: nothing of it will run)."""
+    if queue.paused:
+        return "paused"
+    oldest = queue.oldest_pending_at
+    if oldest is None or snapshot.now - oldest < OLD_PENDING:
+        return ""
+    consumers = [
+        view.row
+        for view in snapshot.workers
+        if view.state == "running" and queue.name in view.row.queues
+    ]
+    if not consumers:
+        stale = sum(
+            1 for v in snapshot.workers if v.state == "stale" and queue.name in v.row.queues
+        )
+        return "no live worker" + (f" ({stale} stale)" if stale else "")
+    cap = queue.max_concurrent
+    if cap is not None and queue.running + queue.claimed >= cap:
+        return f"max_concurrent {cap} full"
+    # As explain's workers_busy: a consumer is full when its running bodies fill it.
+    if all(w.running_jobs >= w.concurrency for w in consumers):
+        used = sum(w.running_jobs for w in consumers)
+        return f"workers full ({used}/{sum(w.concurrency for w in consumers)})"
+    return PER_JOB
