@@ -6,6 +6,7 @@ import typer
 
 from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_core import embedded
 from taskq_core.backend.postgres.connection import connect
 from taskq_core.backend.postgres.migrate import (
     MigrateResult,
@@ -18,7 +19,10 @@ app = typer.Typer(help="Apply and inspect schema migrations.", no_args_is_help=T
 
 
 async def _up(dsn: str, schema: str) -> MigrateResult:
-    conn = await connect(dsn)
+    # One of the two commands that may create the embedded database (`embedded start` is
+    # the other): migrating a fresh clone is how a project starts.
+    with embedded.using(embedded.EmbeddedUse.CREATE):
+        conn = await connect(dsn)
     try:
         return await migrate_up(conn, schema)
     finally:
@@ -26,7 +30,9 @@ async def _up(dsn: str, schema: str) -> MigrateResult:
 
 
 async def _status(dsn: str, schema: str) -> list[MigrationState]:
-    conn = await connect(dsn)
+    # Read-only: never creates or starts the embedded database.
+    with embedded.using(embedded.EmbeddedUse.RUNNING):
+        conn = await connect(dsn)
     try:
         return await migration_status(conn, schema)
     finally:

@@ -25,11 +25,12 @@ def root() -> Iterator[Path]:
     """A project directory; its embedded server lives in ``.taskq/pgdata``."""
     path = Path(tempfile.mkdtemp(prefix="taskq-embedded-"))
     yield path
-    subprocess.run(
-        [TASKQ_BIN, "--dsn", f"embedded:{path / '.taskq' / 'pgdata'}", "embedded", "stop"],
-        capture_output=True,
-        timeout=60,
-    )
+    for data_dir in (path / ".taskq" / "pgdata", path / "db" / "pgdata"):
+        subprocess.run(
+            [TASKQ_BIN, "--dsn", f"embedded:{data_dir}", "embedded", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -77,7 +78,7 @@ def test_created_by_start_shared_found_from_a_subdirectory_and_stop_holds(root: 
     assert stopped.stdout.strip() == f"stopped the embedded PostgreSQL in {data_dir}"
     # Operator commands do not undo the stop: they refuse, naming the directory, and it stays
     # stopped until `taskq embedded start`.
-    for command in (["jobs", "list"], ["workers", "list"], ["queues", "list"]):
+    for command in (["jobs", "list"], ["workers", "list"], ["migrate", "status"]):
         refused = _taskq(*command, dsn="embedded", cwd=sub)
         assert refused.returncode == 1
         assert refused.stderr.splitlines() == [
@@ -91,11 +92,13 @@ def test_created_by_start_shared_found_from_a_subdirectory_and_stop_holds(root: 
     assert listed.returncode == 0, listed.stderr
 
 
-def test_a_worker_starts_a_stopped_server_and_says_so(root: Path) -> None:
-    data_dir = root / ".taskq" / "pgdata"
+def test_migrate_up_creates_and_a_worker_starts_a_stopped_server_saying_so(root: Path) -> None:
+    data_dir = root / "db" / "pgdata"
     dsn = f"embedded:{data_dir}"
-    assert _taskq("embedded", "start", dsn=dsn, cwd=root).returncode == 0
-    assert _taskq("migrate", "up", dsn=dsn, cwd=root).returncode == 0
+    migrated = _taskq("migrate", "up", dsn=dsn, cwd=root)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "applied" in migrated.stdout
+    assert "embedded_postgres_created" in migrated.stderr and str(data_dir) in migrated.stderr
     assert _taskq("embedded", "stop", dsn=dsn, cwd=root).returncode == 0
 
     worker = _taskq(
