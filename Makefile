@@ -26,8 +26,17 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow"
 
 # Enqueues the example jobs, drains them with
-# `taskq workgroup start workgroup.example.toml --until-idle`, prints a summary.
-demo: $(STAMP)
+# `taskq workgroup start workgroup.example.toml --until-idle`, prints a summary and the next
+# steps. Installs TaskQ alone (no test or lint tools); `make test` adds those to the same venv.
+DEMO_STAMP := $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/python -m examples.demo --workgroup workgroup.example.toml
 
 bench: $(STAMP)

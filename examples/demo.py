@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import sys
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from examples.actors import Charge, Flaky, Report, Resize, registry
-from taskq_core import EnqueueItem, JobsClient, TaskqSettings
+from taskq_core import EnqueueItem, JobsClient, TaskqSettings, embedded
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.connection import connect
 from taskq_core.backend.postgres.migrate import migrate_up
@@ -59,8 +60,10 @@ def _items() -> list[EnqueueItem]:
 
 
 async def _prepare(settings: TaskqSettings) -> list[JobRow]:
-    """Migrate the schema and enqueue the demo's jobs."""
-    conn = await connect(settings.pg_dsn)
+    """Migrate the schema (creating the embedded database on a fresh clone, as
+    ``taskq migrate up`` does) and enqueue the demo's jobs."""
+    with embedded.using(embedded.EmbeddedUse.CREATE):
+        conn = await connect(settings.pg_dsn)
     try:
         result = await migrate_up(conn, settings.schema_name)
     finally:
@@ -86,16 +89,40 @@ async def _outcome(settings: TaskqSettings, rows: list[JobRow]) -> list[JobRow]:
         await backend.close()
 
 
-async def _run_workgroup(workgroup: Path) -> int:
+async def _run_workgroup(workgroup: Path, settings: TaskqSettings) -> int:
     """``taskq workgroup start WORKGROUP --until-idle`` as a child process; its exit code."""
+    env = {**os.environ, "TASKQ_LOG_FORMAT": "console", **CHILD_ENV}
+    log_dir = ROOT / ".taskq" / "demo-logs"
+    if embedded.is_embedded_dsn(settings.pg_dsn):
+        # The group runs from the repository root: name the data directory, not the lookup.
+        data_dir = embedded.data_dir_for(settings.pg_dsn)
+        env["TASKQ_PG_DSN"] = f"embedded:{data_dir}"
+        log_dir = data_dir.parent / "demo-logs"
     command = [
         sys.executable, "-m", "taskq_cli", "workgroup", "start", str(workgroup), "--until-idle",
-        "--log-dir", str(ROOT / ".taskq" / "demo-logs"),
+        "--log-dir", str(log_dir),
     ]  # fmt: skip
     console.print(f"[bold]$ taskq workgroup start {workgroup} --until-idle[/]")
-    env = {**os.environ, "TASKQ_LOG_FORMAT": "console", **CHILD_ENV}
     process = await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env)
     return await process.wait()
+
+
+def _next_steps(settings: TaskqSettings) -> None:
+    """What to type to look around the demo's database, and to stop it."""
+    bin_dir = Path(sys.executable).parent
+    on_path = shutil.which("taskq") == str(bin_dir / "taskq")
+    taskq = "taskq" if on_path else str(Path(os.path.relpath(bin_dir, Path.cwd())) / "taskq")
+    lines = []
+    if embedded.is_embedded_dsn(settings.pg_dsn):
+        lines.append(f"export TASKQ_PG_DSN=embedded:{embedded.data_dir_for(settings.pg_dsn)}")
+    if settings.schema_name != TaskqSettings.model_fields["schema_name"].default:
+        lines.append(f"export TASKQ_SCHEMA_NAME={settings.schema_name}")
+    lines += [f"{taskq} top", f"{taskq} jobs list --status failed"]
+    if embedded.is_embedded_dsn(settings.pg_dsn):
+        lines.append(f"{taskq} embedded stop    # when done; 'taskq embedded start' brings it back")
+    console.print("\n[bold]next steps:[/]")
+    for line in lines:
+        console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _summary(jobs: list[JobRow], elapsed: float, exit_code: int) -> None:
@@ -116,23 +143,32 @@ async def main(workgroup: Path) -> int:
     """Enqueue, drain through the workgroup, summarize; 0 when the outcome is as designed."""
     configure_logging(fmt="console", level="ERROR")
     settings = TaskqSettings.load()
-    console.print(f"[bold]TaskQ demo[/] on {settings.pg_dsn} (schema {settings.schema_name})")
+    where = (
+        embedded.describe(settings.pg_dsn)
+        if embedded.is_embedded_dsn(settings.pg_dsn)
+        else settings.pg_dsn
+    )
+    console.print(f"[bold]TaskQ demo[/] on {where} (schema {settings.schema_name})", soft_wrap=True)
     rows = await _prepare(settings)
     console.print(f"enqueued {len(rows)} jobs for {len(registry)} actors")
 
     started = time.monotonic()
-    exit_code = await _run_workgroup(workgroup)
+    exit_code = await _run_workgroup(workgroup, settings)
     elapsed = time.monotonic() - started
 
     jobs = await _outcome(settings, rows)
     _summary(jobs, elapsed, exit_code)
     statuses = Counter(job.status.value for job in jobs)
     # The charge_card jobs fail for good by design, so the group reports exit code 3.
-    if dict(statuses) != EXPECTED or exit_code != EXIT_IDLE_FAILURES:
+    expected = dict(statuses) == EXPECTED and exit_code == EXIT_IDLE_FAILURES
+    if expected:
+        console.print(
+            "[green]all jobs accounted for: 360 succeeded, 10 failed for good (as designed)"
+        )
+    else:
         console.print(f"[red]unexpected outcome: {dict(statuses)}, exit code {exit_code}")
-        return 1
-    console.print("[green]all jobs accounted for: 360 succeeded, 10 failed for good (as designed)")
-    return 0
+    _next_steps(settings)
+    return 0 if expected else 1
 
 
 if __name__ == "__main__":
