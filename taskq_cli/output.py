@@ -8,17 +8,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow
+from taskq_core.errors import ConfigError
 
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True)
@@ -53,13 +56,157 @@ def print_json(document: Any) -> None:
     sys.stdout.flush()
 
 
+ColumnKind = Literal["id", "number", "text"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column and how it may give way on a narrow terminal.
+
+    ``kind``: ``id`` and ``number`` cells are never cut or wrapped (an operator copies them);
+    ``text`` cells wrap. ``drop``: 0 keeps the column at any width; otherwise, when the
+    table does not fit, columns are dropped highest ``drop`` first (after the ones whose
+    every cell is empty or zero). A plain string column is text, or an id/number column
+    when every cell is a UUID/number.
+    """
+
+    name: str
+    kind: ColumnKind = "text"
+    drop: int = 0
+
+
+# The narrowest a wrapping text column gets before a column is dropped instead.
+_TEXT_MIN_WIDTH = 10
+OUTPUT_FORMATS = ("table", "wide", "json")
+OutputOption = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (default; fits the terminal), wide (every column, never wrapped) or json.",
+        metavar="FORMAT",
+    ),
+]
+
+
+def output_format(value: str | None, json_flag: bool = False) -> str:
+    """The format a listing prints in: ``-o``'s value (checked), ``json`` for ``--json``."""
+    if value is None:
+        return "json" if json_flag else "table"
+    if value not in OUTPUT_FORMATS:
+        raise ConfigError(f"-o/--output: unknown format {value!r} (use table, wide or json)")
+    if json_flag and value != "json":
+        raise ConfigError(f"give --json or -o {value}, not both")
+    return value
+
+
 def print_table(
-    columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None
+    columns: Sequence[str | Column],
+    rows: Iterable[Sequence[Any]],
+    *,
+    title: str | None = None,
+    wide: bool = False,
 ) -> None:
-    """A rich table on stdout; None cells render as a dim dash."""
+    """A rich table on stdout; None cells render as a dim dash.
+
+    On a terminal the table fits its width without cutting an id or a number: text cells
+    wrap, and when that is not enough whole columns are dropped (and a note on stderr says
+    which; ``wide`` shows them all, as wide as they need). Piped output is never narrowed.
+    """
+    data = [list(row) for row in rows]
+    specs = [_column_spec(column, index, data) for index, column in enumerate(columns)]
     # Piped output is read by grep and awk: plain space-separated columns, never a cell
     # wrapped to a guessed terminal width. Cells are literal text, never rich markup.
     piped = not stdout.is_terminal
+    if piped or wide:
+        width = _PIPE_WIDTH if piped else max(stdout.width, _natural_width(specs, data))
+        console = Console(soft_wrap=True, width=width, no_color=stdout.no_color)
+        table = _build_table(specs, data, range(len(specs)), title, piped=piped, wide=True)
+        if not piped:
+            console.print(table)
+            return
+        with console.capture() as captured:
+            console.print(table)
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        sys.stdout.flush()
+        return
+    shown = _fitting_columns(specs, data, stdout.width)
+    stdout.print(_build_table(specs, data, shown, title, piped=False, wide=False))
+    hidden = [specs[i].name for i in range(len(specs)) if i not in shown]
+    if hidden:
+        note(f"not shown at this width: {', '.join(hidden)} (-o wide shows every column)")
+
+
+def _column_spec(column: str | Column, index: int, data: list[list[Any]]) -> Column:
+    """A Column for a plain name, its kind inferred from the cells."""
+    if isinstance(column, Column):
+        return column
+    cells = [row[index] for row in data if row[index] is not None]
+    if cells and all(isinstance(c, UUID) for c in cells):
+        return Column(column, "id")
+    if cells and all(isinstance(c, int | float) and not isinstance(c, bool) for c in cells):
+        return Column(column, "number")
+    return Column(column)
+
+
+def _cell_width(value: Any) -> int:
+    return max((len(line) for line in _cell(value).plain.splitlines()), default=0)
+
+
+def _min_width(spec: Column, index: int, data: list[list[Any]]) -> int:
+    """The narrowest a column may be: ids and numbers whole, text down to a few characters."""
+    longest = max((_cell_width(row[index]) for row in data), default=0)
+    if spec.kind == "text":
+        return max(min(longest, _TEXT_MIN_WIDTH), min(len(spec.name), _TEXT_MIN_WIDTH), 1)
+    return max(longest, len(spec.name), 1)
+
+
+def _natural_width(specs: list[Column], data: list[list[Any]]) -> int:
+    """How wide the table is with every cell on one line."""
+    widths = [
+        max([len(spec.name)] + [_cell_width(row[i]) for row in data])
+        for i, spec in enumerate(specs)
+    ]
+    return sum(widths) + 3 * max(len(widths) - 1, 0)
+
+
+def _is_blank(value: Any) -> bool:
+    return value is None or value == 0 or (isinstance(value, str | Text) and not str(value))
+
+
+def _fitting_columns(specs: list[Column], data: list[list[Any]], width: int) -> list[int]:
+    """The columns that fit ``width`` at their narrowest, dropping the all-blank ones (an
+    all-zero count, a setting nobody set) and then the highest ``drop`` first (later columns
+    first among equals)."""
+    shown = list(range(len(specs)))
+    droppable = [i for i in reversed(shown) if data and all(_is_blank(row[i]) for row in data)]
+    ranked = sorted(
+        (i for i in shown if specs[i].drop > 0 and i not in droppable),
+        key=lambda i: (-specs[i].drop, -i),
+    )
+    order = droppable + ranked
+
+    def needed(columns: list[int]) -> int:
+        # Each column is padded by one space either side; a rule separates neighbours.
+        return sum(_min_width(specs[i], i, data) + 2 for i in columns) + len(columns) - 1
+
+    for index in order:
+        if needed(shown) <= width:
+            break
+        shown.remove(index)
+    return shown
+
+
+def _build_table(
+    specs: list[Column],
+    data: list[list[Any]],
+    shown: Iterable[int],
+    title: str | None,
+    *,
+    piped: bool,
+    wide: bool,
+) -> Table:
+    columns = list(shown)
     table = Table(
         title=title,
         header_style="bold",
@@ -67,18 +214,19 @@ def print_table(
         pad_edge=False,
         box=None if piped else box.HEAVY_HEAD,
     )
-    for column in columns:
-        table.add_column(Text(column))
-    for row in rows:
-        table.add_row(*(_cell(cell) for cell in row))
-    if not piped:
-        stdout.print(table)
-        return
-    console = Console(soft_wrap=True, width=_PIPE_WIDTH)
-    with console.capture() as captured:
-        console.print(table)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    sys.stdout.flush()
+    for index in columns:
+        spec = specs[index]
+        whole = spec.kind != "text" or wide
+        table.add_column(
+            Text(spec.name),
+            no_wrap=whole,
+            overflow="fold",
+            min_width=_min_width(spec, index, data) if spec.kind != "text" else None,
+            justify="right" if spec.kind == "number" else "left",
+        )
+    for row in data:
+        table.add_row(*(_cell(row[i]) for i in columns))
+    return table
 
 
 def _cell(value: Any) -> Text:
@@ -262,13 +410,31 @@ def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[
             status_cell(shown_status(job)),
             f"{job.attempt}/{job.max_attempts}",
             age(job.created_at, reference),
-            job.error_class,
+            error_text(job.error_class, job.error_message),
         ]
         for job in jobs
     ]
 
 
-JOB_COLUMNS = ("id", "actor", "queue", "status", "attempt", "age", "error")
+def error_text(error_class: str | None, message: str | None) -> str | None:
+    """``Class: message`` on one line (the class alone when there is no message)."""
+    if error_class is None:
+        return None
+    line = " ".join((message or "").split())
+    return f"{error_class}: {line}" if line else error_class
+
+
+# On a narrow terminal age goes first, then the attempt, then the error; id, actor, queue
+# and status always show.
+JOB_COLUMNS = (
+    Column("id", "id"),
+    Column("actor"),
+    Column("queue"),
+    Column("status"),
+    Column("attempt", "number", drop=2),
+    Column("age", "number", drop=3),
+    Column("error", drop=1),
+)
 
 
 def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:

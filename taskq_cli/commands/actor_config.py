@@ -69,23 +69,32 @@ def _unknown(name: str) -> ConfigError:
 def list_configs(
     ctx: typer.Context,
     json: JsonOption = False,
+    output_option: output.OutputOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Every registered actor with its stored capacity."""
+    shape = output.output_format(output_option, json)
 
     async def run(backend: Backend) -> list[ActorConfigRow]:
         return await backend.list_actor_configs()
 
     rows = with_backend(ctx, dsn, schema, run)
-    if json:
+    if shape == "json":
         output.print_json({"actors": [actor_config_document(row) for row in rows]})
         return
     if not rows:
         output.note("no actors registered yet: a worker registers its actors when it starts")
         return
     output.print_table(
-        ["actor", "queue", "max_concurrent", "max_pending", "result_ttl", "updated"],
+        [
+            output.Column("actor"),
+            output.Column("queue"),
+            output.Column("max_concurrent", "number"),
+            output.Column("max_pending", "number"),
+            output.Column("result_ttl", drop=1),
+            output.Column("updated", drop=2),
+        ],
         [
             (
                 row.actor,
@@ -97,6 +106,7 @@ def list_configs(
             )
             for row in rows
         ],
+        wide=shape == "wide",
     )
 
 

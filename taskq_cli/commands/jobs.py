@@ -68,10 +68,12 @@ def list_jobs(
         int, typer.Option("--limit", help=f"At most N jobs, newest first (max {MAX_LIMIT}).")
     ] = DEFAULT_LIMIT,
     json: JsonOption = False,
+    output_option: output.OutputOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """List jobs, newest first."""
+    shape = output.output_format(output_option, json)
     job_filter = JobFilter(
         status=inputs.parse_statuses(status, allowed=_STATUSES),
         queue=inputs.optional_text(queue, "--queue"),
@@ -83,13 +85,13 @@ def list_jobs(
         return await backend.list_jobs(job_filter)
 
     jobs = with_backend(ctx, dsn, schema, run)
-    if json:
+    if shape == "json":
         output.print_json({"jobs": [output.job_summary(job) for job in jobs], "count": len(jobs)})
         return
     if not jobs:
         output.note("no jobs match")
         return
-    output.print_table(output.JOB_COLUMNS, output.job_rows(jobs))
+    output.print_table(output.JOB_COLUMNS, output.job_rows(jobs), wide=shape == "wide")
     if len(jobs) == limit:
         output.note(f"showing the newest {limit}; --limit shows more")
 

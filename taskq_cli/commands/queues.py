@@ -55,23 +55,25 @@ def _describe(row: QueueRow) -> str:
 def list_queues(
     ctx: typer.Context,
     json: JsonOption = False,
+    output_option: output.OutputOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Every queue that has jobs or settings: mode, cap, paused, jobs per status."""
+    shape = output.output_format(output_option, json)
 
     async def run(backend: Backend) -> list[QueueRow]:
         return await backend.list_queues()
 
     rows = with_backend(ctx, dsn, schema, run)
-    if json:
+    if shape == "json":
         output.print_json({"queues": [queue_document(row) for row in rows]})
         return
     if not rows:
         output.note("no queues yet: a queue appears with its first job or setting")
         return
     output.print_table(
-        ["queue", "mode", "max_concurrent", "paused", *(s.value for s in JobStatus)],
+        _queue_columns(),
         [
             (
                 row.name,
@@ -82,7 +84,21 @@ def list_queues(
             )
             for row in rows
         ],
+        wide=shape == "wide",
     )
+
+
+def _queue_columns() -> list[output.Column]:
+    """Narrow terminals lose the cap, then the mode, then the rarer terminal counts (all-zero
+    counts go first of all); the name, paused and the active counts always show."""
+    rare = {JobStatus.CANCELLED, JobStatus.CRASHED, JobStatus.ABANDONED}
+    return [
+        output.Column("queue"),
+        output.Column("mode", drop=2),
+        output.Column("max_concurrent", "number", drop=3),
+        output.Column("paused"),
+        *(output.Column(s.value, "number", drop=1 if s in rare else 0) for s in JobStatus),
+    ]
 
 
 def _update(

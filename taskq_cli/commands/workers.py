@@ -19,17 +19,18 @@ from taskq_core.liveness import worker_stale_after, worker_state
 
 app = typer.Typer(help="Registered workers.", no_args_is_help=True)
 
+# Narrow terminals keep id, host, pid and state; the rest gives way, workgroup first.
 _COLUMNS = (
-    "id",
-    "label",
-    "host",
-    "pid",
-    "workgroup",
-    "state",
-    "last seen",
-    "leader",
-    "jobs",
-    "queues",
+    output.Column("id", "id"),
+    output.Column("label", drop=2),
+    output.Column("host"),
+    output.Column("pid", "number"),
+    output.Column("workgroup", drop=7),
+    output.Column("state"),
+    output.Column("last seen", drop=4),
+    output.Column("leader", drop=5),
+    output.Column("jobs", drop=3),
+    output.Column("queues", drop=6),
 )
 
 _STATE_STYLES = {"running": "green", "stale": "red", "stopped": "dim"}
@@ -62,10 +63,12 @@ def worker_document(worker: WorkerRow, state: str) -> dict[str, Any]:
 def list_workers(
     ctx: typer.Context,
     json: JsonOption = False,
+    output_option: output.OutputOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Workers, most recently seen first: id, label, host, pid, workgroup, last seen, leader."""
+    shape = output.output_format(output_option, json)
     settings = load_settings(ctx, dsn, schema)
     stale_after = worker_stale_after(settings)
 
@@ -100,4 +103,5 @@ def list_workers(
             )
             for w, state in zip(workers, states, strict=True)
         ],
+        wide=shape == "wide",
     )
