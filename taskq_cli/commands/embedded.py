@@ -16,7 +16,15 @@ from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings
 from taskq_core import embedded
 from taskq_core.errors import ConfigError
 
-app = typer.Typer(help="Manage the embedded PostgreSQL server.", no_args_is_help=True)
+app = typer.Typer(
+    help=(
+        "Manage the embedded PostgreSQL server (TASKQ_PG_DSN=embedded: the nearest "
+        ".taskq/pgdata up from here; embedded:PATH: PATH). Only 'embedded start' and "
+        "'migrate up' create one; workers start a stopped one (and log it); other commands "
+        "refuse a missing or stopped one."
+    ),
+    no_args_is_help=True,
+)
 
 
 def _target(ctx: typer.Context, dsn: str | None, schema: str | None) -> tuple[str, Path]:
