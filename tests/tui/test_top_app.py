@@ -117,7 +117,7 @@ async def test_the_workers_pane_marks_the_leader_and_colours_silent_workers(
         await settle(pilot)
         assert [row[1] for row in cells(table)] == ["emails-1", "media-1", "reports-1", "reports-0"]
         assert cells(table)[3][5] == "stopped"
-        assert app.query_one("#workers-pane").border_title.endswith("· 1 stopped")
+        assert str(app.query_one("#workers-pane").border_title).endswith("· 1 stopped")
 
 
 async def test_the_summary_names_the_database_leader_totals_and_rate(

@@ -1,4 +1,4 @@
-"""The real ``taskq top`` in a real terminal: it draws the panes and ``q`` exits 0."""
+"""The real ``taskq top`` in a real terminal: it draws the panes, and ``q`` or Ctrl-C exits 0."""
 
 from __future__ import annotations
 
@@ -35,3 +35,20 @@ async def test_taskq_top_draws_the_dashboard_and_q_exits_0(
     finally:
         child.close(force=True)
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+
+
+async def test_ctrl_c_quits_taskq_top_with_exit_code_0(
+    pg: PgTarget, seeded_pg: tuple[PostgresBackend, SeededDashboard]
+) -> None:
+    env = pg.env(TERM="xterm-256color", COLUMNS="80", LINES="24")
+    child = pexpect.spawn(
+        TASKQ_BIN, ["top", "--refresh", "0.5"], env=env, dimensions=(24, 80), timeout=30
+    )
+    try:
+        child.expect("webhooks")  # a queue row: the dashboard runs and has refreshed
+        child.send("\x03")  # Ctrl-C, as the terminal sends it in raw mode
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+    assert b"Traceback" not in (child.before or b"")
