@@ -109,6 +109,42 @@ def parse_age(value: str, flag: str, now: datetime) -> timedelta:
     return age
 
 
+def parse_time_bound(value: str, flag: str) -> datetime | timedelta:
+    """A point in time for a filter: how long ago (``2h``, ``7d``, ``PT30M``; read on the
+    database clock) or an ISO-8601 moment (``2024-05-01``, ``2024-05-01T12:00+02:00``; UTC
+    when it names no offset)."""
+    text = value.strip()
+    if text.startswith("-"):
+        raise ConfigError(f"{flag}: {value!r} is negative; give how long ago (e.g. 2h) or a time")
+    try:
+        ago = parse_duration(text)
+    except (ValueError, OverflowError):
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigError(
+                f"{flag}: cannot read {value!r}: give how long ago (30s, 5m, 2h, 7d, PT30S) "
+                "or an ISO-8601 time"
+            ) from None
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if ago > MAX_DURATION:
+        raise ConfigError(f"{flag}: {value!r} is longer than {MAX_DURATION.days} days")
+    return ago
+
+
+def parse_names(values: Sequence[str] | None, flag: str) -> tuple[str, ...] | None:
+    """A repeatable name filter (``--queue a --queue b``): None when not given, else every
+    name once, in the order given. Commas are not separators: a name may hold one."""
+    if not values:
+        return None
+    names: list[str] = []
+    for value in values:
+        check_text(value, flag)
+        if value not in names:
+            names.append(value)
+    return tuple(names)
+
+
 def _age_of_timestamp(value: str, flag: str, now: datetime) -> timedelta:
     """How long before ``now`` an ISO-8601 date or date-time (UTC when naive) was."""
     try:

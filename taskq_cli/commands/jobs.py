@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from taskq_cli import inputs, output
+from taskq_cli import inputs, job_cursor, output
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
@@ -24,9 +24,9 @@ from taskq_core.backend.protocol import (
     AttemptRow,
     Backend,
     EventRow,
-    JobFilter,
     JobRow,
 )
+from taskq_core.backend.protocol.admin import JobPage, JobQuery
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.statemachine import JobStatus
@@ -37,6 +37,8 @@ app = typer.Typer(
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
+# `jobs list` counts the matches up to this many; past it the total says "more than".
+COUNT_MAX = 100_000
 _STATUSES = frozenset(JobStatus)
 
 
@@ -62,38 +64,72 @@ JobIdArgument = Annotated[
 def list_jobs(
     ctx: typer.Context,
     status: StatusOption = None,
-    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
-    actor: Annotated[str | None, typer.Option("--actor", help="Only this actor.")] = None,
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", help="Only this queue (repeat for several).")
+    ] = None,
+    actor: Annotated[
+        list[str] | None, typer.Option("--actor", help="Only this actor (repeat for several).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Created at or after: how long ago (2h, 7d) or a time."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="Created before: how long ago (30m) or an ISO-8601 time."),
+    ] = None,
     limit: Annotated[
         int, typer.Option("--limit", help=f"At most N jobs, newest first (max {MAX_LIMIT}).")
     ] = DEFAULT_LIMIT,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", help="Continue after a page: its next_cursor (from --json)."),
+    ] = None,
     json: JsonOption = False,
     output_option: output.OutputOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; filters of different kinds narrow, repeats of one widen."""
     shape = output.output_format(output_option, json)
-    job_filter = JobFilter(
-        status=inputs.parse_statuses(status, allowed=_STATUSES),
-        queue=inputs.optional_text(queue, "--queue"),
-        actor=inputs.optional_text(actor, "--actor"),
+    statuses = inputs.parse_statuses(status, allowed=_STATUSES)
+    query = JobQuery(
+        statuses=None if statuses is None else tuple(statuses),
+        queues=inputs.parse_names(queue, "--queue"),
+        actors=inputs.parse_names(actor, "--actor"),
+        created_since=None if since is None else inputs.parse_time_bound(since, "--since"),
+        created_until=None if until is None else inputs.parse_time_bound(until, "--until"),
+        after=None if cursor is None else job_cursor.decode(cursor),
         limit=inputs.check_int(limit, "--limit", minimum=1, maximum=MAX_LIMIT),
+        count_max=COUNT_MAX,
     )
 
-    async def run(backend: Backend) -> list[JobRow]:
-        return await backend.list_jobs(job_filter)
+    async def run(backend: Backend) -> JobPage:
+        return await backend.search_jobs(query)
 
-    jobs = with_backend(ctx, dsn, schema, run)
+    page = with_backend(ctx, dsn, schema, run)
+    next_cursor = None if page.next_after is None else job_cursor.encode(page.next_after)
     if shape == "json":
-        output.print_json({"jobs": [output.job_summary(job) for job in jobs], "count": len(jobs)})
+        output.print_json(
+            {
+                "jobs": [output.job_summary(job) for job in page.jobs],
+                "count": len(page.jobs),
+                "total": page.total,
+                "total_exact": page.total_exact,
+                "next_cursor": next_cursor,
+            }
+        )
         return
-    if not jobs:
+    if not page.jobs:
         output.note("no jobs match")
         return
-    output.print_table(output.JOB_COLUMNS, output.job_rows(jobs), wide=shape == "wide")
-    if len(jobs) == limit:
-        output.note(f"showing the newest {limit}; --limit shows more")
+    output.print_table(output.JOB_COLUMNS, output.job_rows(page.jobs), wide=shape == "wide")
+    if next_cursor is not None:
+        total = f"{page.total}" if page.total_exact else f"more than {page.total}"
+        output.note(
+            f"showing {len(page.jobs)} of {total}; next page: --cursor {next_cursor} "
+            "(or a larger --limit)"
+        )
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def test_list_limit_keeps_the_newest_and_says_there_may_be_more(cli: Cli, db: Db
         str(jobs[2].id),
         str(jobs[1].id),
     ]
-    assert "showing the newest 2" in result.stderr
+    assert "showing 2 of 3; next page: --cursor " in result.stderr
 
 
 def test_an_empty_list_says_so_on_stderr_only(cli: Cli) -> None:

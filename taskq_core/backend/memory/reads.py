@@ -21,7 +21,12 @@ from taskq_core.backend.protocol import (
     check_dashboard_window,
     check_recent_limit,
 )
-from taskq_core.backend.protocol.admin import normalize_id_fragment
+from taskq_core.backend.protocol.admin import (
+    JobPage,
+    JobQuery,
+    TimeBound,
+    normalize_id_fragment,
+)
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
@@ -56,6 +61,32 @@ class ReadsPart(MemoryStore):
             if ident.hex.startswith(digits) or ident.hex.endswith(digits)
         ]
         return sorted(found)[: max(limit, 0)]
+
+    async def search_jobs(self, query: JobQuery) -> JobPage:
+        """A page of matching jobs, newest first, its total (up to count_max) and cursor."""
+        now = self._now()
+        since, until = _moment(query.created_since, now), _moment(query.created_until, now)
+        found = [
+            job
+            for job in self._jobs.values()
+            if (query.statuses is None or job.status in query.statuses)
+            and (query.queues is None or job.queue in query.queues)
+            and (query.actors is None or job.actor in query.actors)
+            and (since is None or job.created_at >= since)
+            and (until is None or job.created_at < until)
+        ]
+        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        total = len(found)
+        if query.after is not None:
+            found = [job for job in found if (job.created_at, job.id) < query.after]
+        page = [job.snapshot() for job in found[: query.limit]]
+        more = len(found) > query.limit and bool(page)
+        return JobPage(
+            jobs=page,
+            total=min(total, query.count_max),
+            total_exact=total <= query.count_max,
+            next_after=(page[-1].created_at, page[-1].id) if more else None,
+        )
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
         """Job counts per (queue, status), by queue then status in enum order."""
@@ -145,3 +176,8 @@ class ReadsPart(MemoryStore):
         found = self._matching(replace(filter, limit=None), _ANY_STATUS)
         found.sort(key=activity, reverse=True)
         return [job.snapshot() for job in found[: filter.limit]]
+
+
+def _moment(bound: TimeBound, now: datetime) -> datetime | None:
+    """A JobQuery time bound as a moment: an age counts back from the backend's now."""
+    return now - bound if isinstance(bound, timedelta) else bound

@@ -38,6 +38,9 @@ from taskq_core.backend.protocol import (
 from taskq_core.backend.protocol.admin import (
     JOB_ID_HEX_DIGITS,
     JobIdSearchTooSlowError,
+    JobPage,
+    JobQuery,
+    TimeBound,
     normalize_id_fragment,
 )
 from taskq_core.statemachine import JobStatus
@@ -48,6 +51,13 @@ from .core import BackendCore
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 # How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
 SUFFIX_SEARCH_TIMEOUT = "10s"
+
+
+def _time_bound(bound: TimeBound) -> tuple[Any, Any]:
+    """A JobQuery time bound as the ($absolute, $age) pair the search statements take."""
+    if isinstance(bound, timedelta):
+        return None, bound
+    return bound, None
 
 
 class AdminPart(BackendCore):
@@ -124,6 +134,32 @@ class AdminPart(BackendCore):
                     ) from None
             found.update(r["id"] for r in suffixed)
         return sorted(found)[:limit]
+
+    async def search_jobs(self, query: JobQuery) -> JobPage:
+        """A page of matching jobs, newest first, its total (up to count_max) and cursor."""
+        statuses = None if query.statuses is None else [s.value for s in query.statuses]
+        matching = (
+            statuses,
+            None if query.queues is None else list(query.queues),
+            None if query.actors is None else list(query.actors),
+            *_time_bound(query.created_since),
+            *_time_bound(query.created_until),
+        )
+        after_at, after_id = query.after if query.after is not None else (None, None)
+        # One row past the page says whether there is a next one.
+        records = await self._fetch_custom_plan(
+            "search_jobs", *matching, after_at, after_id, query.limit + 1
+        )
+        counted = await self._fetch_custom_plan("count_search_jobs", *matching, query.count_max + 1)
+        jobs = [rows.job(r) for r in records[: query.limit]]
+        more = len(records) > query.limit and bool(jobs)
+        total = int(counted[0]["count"])
+        return JobPage(
+            jobs=jobs,
+            total=min(total, query.count_max),
+            total_exact=total <= query.count_max,
+            next_after=(jobs[-1].created_at, jobs[-1].id) if more else None,
+        )
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
         """The job's place in its queue's dispatch order, on the database clock."""

@@ -39,6 +39,47 @@ def normalize_id_fragment(fragment: str) -> str:
     return digits
 
 
+# A time bound of a job search: an absolute moment, or an age on the backend's clock.
+TimeBound = datetime | timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs ``search_jobs`` lists, one page at a time, newest first.
+
+    Each of ``statuses``, ``queues`` and ``actors`` is None (any) or the values a job may
+    have (an empty tuple matches nothing). ``created_since``/``created_until`` bound
+    ``created_at`` (since inclusive, until exclusive): a datetime, or a timedelta meaning that
+    long before the backend's now. ``after`` is the ``next_after`` of the previous page.
+    ``count_max`` bounds how many matches ``total`` counts.
+    """
+
+    statuses: tuple[JobStatus, ...] | None = None
+    queues: tuple[str, ...] | None = None
+    actors: tuple[str, ...] | None = None
+    created_since: TimeBound = None
+    created_until: TimeBound = None
+    after: tuple[datetime, UUID] | None = None
+    limit: int = 100
+    count_max: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.limit < 0 or self.count_max < 0:
+            raise ValueError("JobQuery: limit and count_max must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of ``search_jobs``: the jobs, how many match the query in all (without
+    ``after``; at most ``count_max``, ``total_exact`` False when it stopped there), and the
+    ``after`` of the next page (None on the last page)."""
+
+    jobs: list[JobRow]
+    total: int
+    total_exact: bool
+    next_after: tuple[datetime, UUID] | None
+
+
 @dataclass(frozen=True, slots=True)
 class BulkCancelResult:
     """Outcome of ``cancel_where``: cancelled at once vs. flagged for their running worker."""
@@ -218,6 +259,16 @@ class AdminBackend(Protocol):
         ``jobs_archive`` (stopping at ``limit`` matches), so on a table of millions of rows
         it reads all of them when nothing matches; it is bounded by a statement timeout and
         raises JobIdSearchTooSlowError past it.
+        """
+
+    async def search_jobs(self, query: JobQuery) -> JobPage:
+        """A page of the jobs the query matches, newest first (``created_at DESC, id
+        DESC``), with their total and the cursor of the next page (see JobQuery, JobPage).
+        Time bounds given as ages are read on the backend's clock.
+
+        PG: the page walks ``jobs_created_idx`` (or a filter's own index) and stops at the
+        limit; the total counts the matches up to ``count_max``, which on a large table reads
+        that many index entries or rows.
         """
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:

@@ -497,3 +497,41 @@ LIMIT $3::bigint;
 -- name: set_local_statement_timeout
 -- Bound the rest of this transaction's statements ($1: a duration PostgreSQL reads, '5s').
 SELECT set_config('statement_timeout', $1::text, true);
+
+-- name: search_jobs
+-- A page of `jobs list`: $1 statuses, $2 queues, $3 actors (NULL: any), created_at from
+-- $4 (a moment) or $5 (an age on the database clock) and before $6 / $7, after the cursor
+-- ($8 created_at, $9 id) of the previous page, newest first, $10 rows. The bounds are
+-- computed once (statement_timestamp), so the created_at index can serve them.
+WITH bounds AS (
+    SELECT COALESCE($4::timestamptz, statement_timestamp() - $5::interval) AS since,
+           COALESCE($6::timestamptz, statement_timestamp() - $7::interval) AS until
+)
+SELECT j.*
+FROM {schema}.jobs j, bounds b
+WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+  AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
+  AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
+  AND (b.since IS NULL OR j.created_at >= b.since)
+  AND (b.until IS NULL OR j.created_at < b.until)
+  AND ($8::timestamptz IS NULL OR (j.created_at, j.id) < ($8::timestamptz, $9::uuid))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT $10::bigint;
+
+-- name: count_search_jobs
+-- How many jobs `search_jobs` matches without a cursor ($1..$7 as there), at most $8.
+WITH bounds AS (
+    SELECT COALESCE($4::timestamptz, statement_timestamp() - $5::interval) AS since,
+           COALESCE($6::timestamptz, statement_timestamp() - $7::interval) AS until
+)
+SELECT count(*) AS count
+FROM (
+    SELECT 1
+    FROM {schema}.jobs j, bounds b
+    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+      AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
+      AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
+      AND (b.since IS NULL OR j.created_at >= b.since)
+      AND (b.until IS NULL OR j.created_at < b.until)
+    LIMIT $8::bigint
+) matched;

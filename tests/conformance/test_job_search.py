@@ -1,0 +1,100 @@
+"""Searching jobs a page at a time: several queues or actors at once, created-at bounds
+(moments or ages on the backend's clock), a total, and a cursor that walks every match once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol.admin import JobQuery
+from taskq_core.statemachine import JobStatus
+from tests.conformance.conftest import Harness
+from tests.conformance.states import args, new_queue
+
+
+async def three_ages(harness: Harness, queue: str) -> tuple[UUID, UUID, UUID]:
+    """Jobs created 300 s, 200 s and 100 s ago (oldest first), actors a, b, c."""
+    made = []
+    for actor in ("a", "b", "c"):
+        made.append((await harness.backend.enqueue(args(actor, queue=queue))).id)
+        await harness.travel(100)
+    return made[0], made[1], made[2]
+
+
+async def test_repeated_queues_and_actors_combine(harness: Harness) -> None:
+    backend = harness.backend
+    first, second = new_queue(), new_queue()
+    one = await backend.enqueue(args("a", queue=first))
+    two = await backend.enqueue(args("b", queue=second))
+    await backend.enqueue(args("a", queue=new_queue()))
+    page = await backend.search_jobs(JobQuery(queues=(first, second)))
+    assert {j.id for j in page.jobs} == {one.id, two.id}
+    assert (page.total, page.total_exact, page.next_after) == (2, True, None)
+    page = await backend.search_jobs(JobQuery(queues=(first, second), actors=("b", "z")))
+    assert [j.id for j in page.jobs] == [two.id]
+    assert (await backend.search_jobs(JobQuery(queues=()))).total == 0
+    done = await backend.search_jobs(
+        JobQuery(queues=(first, second), statuses=(JobStatus.SUCCEEDED,))
+    )
+    assert done.jobs == [] and done.total == 0
+
+
+async def test_ages_bound_created_at_on_the_backend_clock(harness: Harness) -> None:
+    queue = new_queue()
+    oldest, middle, newest = await three_ages(harness, queue)
+    search = harness.backend.search_jobs
+    recent = await search(JobQuery(queues=(queue,), created_since=timedelta(seconds=250)))
+    assert [j.id for j in recent.jobs] == [newest, middle]
+    older = await search(JobQuery(queues=(queue,), created_until=timedelta(seconds=150)))
+    assert [j.id for j in older.jobs] == [middle, oldest]
+    window = await search(
+        JobQuery(
+            queues=(queue,),
+            created_since=timedelta(seconds=250),
+            created_until=timedelta(seconds=150),
+        )
+    )
+    assert [j.id for j in window.jobs] == [middle]
+
+
+async def test_moments_bound_created_at_since_inclusive_until_exclusive(harness: Harness) -> None:
+    queue = new_queue()
+    oldest, middle, newest = await three_ages(harness, queue)
+    created = (await harness.backend.get(middle)).created_at  # type: ignore[union-attr]
+    search = harness.backend.search_jobs
+    since = await search(JobQuery(queues=(queue,), created_since=created))
+    assert [j.id for j in since.jobs] == [newest, middle]
+    until = await search(JobQuery(queues=(queue,), created_until=created))
+    assert [j.id for j in until.jobs] == [oldest]
+
+
+async def test_the_cursor_walks_every_match_once_newest_first(harness: Harness) -> None:
+    queue = new_queue()
+    made = [(await harness.backend.enqueue(args(queue=queue))).id for _ in range(7)]
+    made += [j.id for j in await harness.backend.enqueue_batch([args(queue=queue)] * 3)]
+    listed = []
+    after = None
+    pages = 0
+    while True:
+        page = await harness.backend.search_jobs(JobQuery(queues=(queue,), limit=3, after=after))
+        assert (page.total, page.total_exact) == (10, True)
+        listed += [j.id for j in page.jobs]
+        pages += 1
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert pages == 4
+    assert sorted(listed) == sorted(made) and len(set(listed)) == 10
+    rows = [await harness.backend.get(i) for i in listed]
+    keys = [(r.created_at, r.id) for r in rows if r is not None]
+    assert keys == sorted(keys, reverse=True)
+
+
+async def test_an_exact_last_page_has_no_next_and_the_total_stops_at_count_max(
+    harness: Harness,
+) -> None:
+    queue = new_queue()
+    await harness.backend.enqueue_batch([args(queue=queue)] * 4)
+    page = await harness.backend.search_jobs(JobQuery(queues=(queue,), limit=4, count_max=2))
+    assert len(page.jobs) == 4 and page.next_after is None
+    assert (page.total, page.total_exact) == (2, False)
