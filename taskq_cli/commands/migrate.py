@@ -1,6 +1,12 @@
-"""``taskq migrate up|status``: apply and inspect the forward-only schema migrations."""
+"""``taskq migrate up|status``: apply and inspect the forward-only schema migrations.
+
+``status --check`` is the gate for CI and deploy scripts: it exits 1 while any migration is
+pending (or an applied file drifted), after printing the same listing.
+"""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
@@ -14,6 +20,7 @@ from taskq_core.backend.postgres.migrate import (
     migrate_up,
     migration_status,
 )
+from taskq_core.errors import MigrationError
 
 app = typer.Typer(help="Apply and inspect schema migrations.", no_args_is_help=True)
 
@@ -61,16 +68,44 @@ def up(ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None) -
 
 @app.command("status")
 def status(
-    ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None, json: JsonOption = False
+    ctx: typer.Context,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    json: JsonOption = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Exit 1 when a migration is pending or drifted (for CI and deploys)."
+        ),
+    ] = False,
 ) -> None:
     """List applied and pending migrations; warn when an applied file has changed."""
     settings = load_settings(ctx, dsn, schema)
     states = run_async(_status(settings.pg_dsn, settings.schema_name))
     _warn_drift([f"{s.version}_{s.name}" for s in states if s.status == "drift"])
+    _print_status(settings.schema_name, states, json)
+    if check:
+        _check(settings.schema_name, states)
+
+
+def _check(schema: str, states: list[MigrationState]) -> None:
+    """Fail (exit 1, one line) unless every migration is applied unchanged."""
+    pending = [f"{s.version}_{s.name}" for s in states if s.status == "pending"]
+    drifted = [f"{s.version}_{s.name}" for s in states if s.status == "drift"]
+    problems = []
+    if pending:
+        problems.append(f"{len(pending)} pending ({', '.join(pending)}; run 'taskq migrate up')")
+    if drifted:
+        problems.append(f"{len(drifted)} changed after being applied ({', '.join(drifted)})")
+    if problems:
+        raise MigrationError(f"schema {schema} is not current: " + "; ".join(problems))
+
+
+def _print_status(schema: str, states: list[MigrationState], json: bool) -> None:
     if json:
         output.print_json(
             {
-                "schema": settings.schema_name,
+                "schema": schema,
                 "migrations": [
                     {
                         "version": s.version,
@@ -95,5 +130,5 @@ def status(
             )
             for s in states
         ],
-        title=f"schema {settings.schema_name}",
+        title=f"schema {schema}",
     )

@@ -9,7 +9,7 @@ import typer
 from taskq_cli.options import DsnOption, SchemaOption, load_settings
 from taskq_core.actors import load_registry
 from taskq_core.durations import parse_duration
-from taskq_core.errors import ConfigError
+from taskq_core.errors import ConfigError, SchemaNotMigratedError
 from taskq_core.obs.logs import configure_logging
 from taskq_core.worker.runtime import run_worker
 
@@ -75,5 +75,14 @@ def worker(
         health_socket_path=health_socket,
     )
     configure_logging(fmt=settings.log_format, level=settings.log_level)
-    code = run_worker(settings, registry, until_idle=until_idle)
+    try:
+        code = run_worker(settings, registry, until_idle=until_idle)
+    except SchemaNotMigratedError as exc:
+        # Said as every other command says it: which schema, on which server.
+        from taskq_core.backend.postgres.connection import describe_dsn
+
+        raise SchemaNotMigratedError(
+            f"schema {settings.schema_name!r} on {describe_dsn(settings.direct_dsn)} is not "
+            "migrated; run 'taskq migrate up'"
+        ) from exc
     raise typer.Exit(code)

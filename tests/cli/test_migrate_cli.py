@@ -117,3 +117,55 @@ def test_version_prints_and_exits_0(taskq_cli: Any) -> None:
     result = taskq_cli("--version")
     assert result.exit_code == 0
     assert result.stdout.startswith("taskq ")
+
+
+def test_status_check_fails_while_a_migration_is_pending(
+    taskq_cli: Any, empty_schema: PgTarget
+) -> None:
+    env = empty_schema.env()
+    pending = taskq_cli("migrate", "status", "--check", env=env)
+    assert pending.exit_code == 1
+    assert "pending" in pending.stdout  # the listing is still printed
+    [line] = pending.stderr.splitlines()
+    assert line.startswith(f"error: schema {empty_schema.schema} is not current: ")
+    assert "pending (0001_initial, " in line and "run 'taskq migrate up'" in line
+    assert taskq_cli("migrate", "up", env=env).exit_code == 0
+    current = taskq_cli("migrate", "status", "--check", "--json", env=env)
+    assert current.exit_code == 0, current.stderr
+    assert json.loads(current.stdout)["pending"] == 0
+
+
+def test_status_check_fails_on_drift(taskq_cli: Any, pg: PgTarget) -> None:
+    async def tamper() -> None:
+        conn = await asyncpg.connect(pg.dsn)
+        try:
+            await conn.execute(
+                f"UPDATE {pg.schema}.schema_migrations SET checksum = 'x' WHERE version = '0001'"
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(tamper())
+    result = taskq_cli("migrate", "status", "--check", env=pg.env())
+    assert result.exit_code == 1
+    assert "1 changed after being applied (0001_initial)" in result.stderr.splitlines()[-1]
+
+
+def test_a_worker_on_an_unmigrated_schema_says_so_in_one_line(pg: PgTarget) -> None:
+    import subprocess
+
+    from tests.conftest import TASKQ_BIN
+
+    result = subprocess.run(
+        [TASKQ_BIN, "worker", "--actors", "tests.e2e.e2e_actors:registry", "--until-idle"],
+        env=pg.env(TASKQ_SCHEMA_NAME="nope_not_migrated"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: schema 'nope_not_migrated' on "
+        f"{pg.dsn.split('@')[1]} is not migrated; run 'taskq migrate up'"
+    )
+    assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
