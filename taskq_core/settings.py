@@ -83,8 +83,9 @@ class TaskqSettings(BaseSettings):
 
     # Connection and identity
     pg_dsn: str = DEFAULT_DSN
-    """PostgreSQL to use: a ``postgresql://`` URL, ``embedded`` (a server under
-    ``.taskq/pgdata``, started on first use) or ``embedded:PATH``."""
+    """PostgreSQL to use: a ``postgresql://`` URL, ``embedded`` (the server whose data is in
+    the nearest ``.taskq/pgdata`` of this directory or its parents) or ``embedded:PATH``.
+    ``taskq embedded start`` and ``taskq migrate up`` create it; other commands never do."""
     pg_dsn_direct: str | None = None
     """DSN for the worker's session-scoped work (LISTEN, advisory locks, dispatch), bypassing
     PgBouncer; unset, TASKQ_PG_DSN."""

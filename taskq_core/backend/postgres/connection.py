@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from taskq_core.embedded import is_embedded_dsn, resolve_dsn
+from taskq_core.embedded import data_dir_for, is_embedded_dsn, resolve_dsn
 from taskq_core.errors import ConfigError, DatabaseUnavailableError
 from taskq_core.settings import validate_dsn
 
@@ -37,7 +37,7 @@ _ZERO_SETUP_HINT = (
 def describe_dsn(dsn: str) -> str:
     """Where a DSN points, without credentials: ``host:port/db`` or the embedded directory."""
     if is_embedded_dsn(dsn):
-        return dsn
+        return f"embedded:{data_dir_for(dsn)}"  # the directory it resolves to, absolute
     parts = urlsplit(dsn)
     host = parts.hostname or re.sub(r".*host=([^&]+).*", r"\1", parts.query) or "localhost"
     port = f":{parts.port}" if parts.port else ""
