@@ -89,6 +89,12 @@ OutputOption = Annotated[
 ]
 
 
+# A mutating command's --json: what it changed, as one document (see ``changes``).
+ChangesJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print what changed as one JSON document on stdout.")
+]
+
+
 def output_format(value: str | None, json_flag: bool = False) -> str:
     """The format a listing prints in: ``-o``'s value (checked), ``json`` for ``--json``."""
     if value is None:
@@ -443,6 +449,17 @@ def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
     width = max((len(name) for name, _ in items), default=0)
     for name, value in items:
         info(f"{name.ljust(width)}  {'-' if value is None else value}")
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What a mutating command changed, for its ``--json``: ``{field: {"from", "to"}}`` for
+    every field of ``after`` whose value differs from ``before`` (JSON-compared)."""
+    old, new = to_jsonable(before), to_jsonable(after)
+    return {
+        name: {"from": old.get(name), "to": value}
+        for name, value in new.items()
+        if old.get(name) != value
+    }
 
 
 def compact_json(value: Any) -> str:

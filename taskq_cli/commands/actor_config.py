@@ -181,6 +181,7 @@ def set_config(
     clear_result_ttl: Annotated[
         bool, typer.Option("--clear-result-ttl", help="NULL: back to the @actor literal.")
     ] = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
@@ -202,13 +203,32 @@ def set_config(
             "--clear-* flag"
         )
 
-    async def run(backend: Backend) -> ActorConfigRow | None:
-        return await backend.update_actor_config(name, **changes)
+    async def run(backend: Backend) -> tuple[ActorConfigRow | None, ActorConfigRow | None]:
+        before = await backend.get_actor_config(name)
+        return before, await backend.update_actor_config(name, **changes)
 
-    row = with_backend(ctx, dsn, schema, run)
-    if row is None:
+    before, row = with_backend(ctx, dsn, schema, run)
+    if row is None or before is None:
         raise _unknown(name)
+    if json:
+        output.print_json(
+            {
+                "actor": row.actor,
+                "changed": output.changes(_capacity(before), _capacity(row)),
+                "config": actor_config_document(row),
+            }
+        )
+        return
     _render(row)
+
+
+def _capacity(row: ActorConfigRow) -> dict[str, Any]:
+    """The operator-owned fields ``set`` can change (the TTL in seconds, as documents say)."""
+    return {
+        "max_concurrent": row.max_concurrent,
+        "max_pending": row.max_pending,
+        "result_ttl_seconds": output.seconds(row.result_ttl),
+    }
 
 
 def _shown(value: Any) -> str:

@@ -8,7 +8,7 @@ rows it changed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import typer
@@ -17,7 +17,13 @@ from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, SchemaOption, YesOption
-from taskq_core.backend.protocol import Backend, BulkCancelResult, CancelOutcome, JobFilter
+from taskq_core.backend.protocol import (
+    Backend,
+    BulkCancelResult,
+    CancelOutcome,
+    JobFilter,
+    JobRow,
+)
 from taskq_core.errors import ConfigError, InvalidTransitionError, JobNotFoundError
 from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStatus
 
@@ -40,6 +46,16 @@ def _cancellable() -> list[str]:
 
 def _retryable() -> list[str]:
     return [s.value for s in JobStatus if s in RETRYABLE_STATUSES]
+
+
+def _filter_document(job_filter: JobFilter) -> dict[str, Any]:
+    """The filter a bulk change matched, for its ``--json``."""
+    statuses = job_filter.statuses()
+    return {
+        "statuses": None if statuses is None else [s.value for s in JobStatus if s in statuses],
+        "queue": job_filter.queue,
+        "actor": job_filter.actor,
+    }
 
 
 def _describe(job_filter: JobFilter) -> str:
@@ -107,6 +123,7 @@ def cancel(
         ),
     ] = None,
     yes: YesOption = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
@@ -115,7 +132,7 @@ def cancel(
     if job_id is not None:
         if queue is not None or actor is not None or status:
             raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
-        _cancel_one(ctx, dsn, schema, check_job_ref(job_id), reason)
+        _cancel_one(ctx, dsn, schema, check_job_ref(job_id), reason, json)
         return
     if queue is None and actor is None:
         raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to cancel many")
@@ -132,6 +149,15 @@ def cancel(
         return await backend.cancel_where(job_filter, reason)
 
     result = _bulk(ctx, dsn, schema, "cancel", job_filter, yes, apply)
+    if json:
+        output.print_json(
+            {
+                "filter": _filter_document(job_filter),
+                "cancelled": result.cancelled,
+                "requested": result.requested,
+            }
+        )
+        return
     output.info(
         f"cancelled {result.cancelled} waiting job(s); asked {result.requested} running "
         f"job(s) to stop ({_describe(job_filter)})"
@@ -139,17 +165,35 @@ def cancel(
 
 
 def _cancel_one(
-    ctx: typer.Context, dsn: str | None, schema: str | None, job_ref: str, reason: str | None
+    ctx: typer.Context,
+    dsn: str | None,
+    schema: str | None,
+    job_ref: str,
+    reason: str | None,
+    json: bool,
 ) -> None:
-    async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobStatus | None]:
+    async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobRow, JobRow]:
         ident = await resolve_job_id(backend, job_ref)
+        before = await backend.get(ident)
         outcome = await backend.write_cancel_request(ident, reason)
-        if outcome == "not_found":
+        after = await backend.get(ident)
+        if outcome == "not_found" or before is None or after is None:
             raise JobNotFoundError(f"no job with id {ident}")
-        job = await backend.get(ident) if outcome == "terminal" else None
-        return ident, outcome, None if job is None else job.status
+        return ident, outcome, before, after
 
-    ident, outcome, status = with_backend(ctx, dsn, schema, run)
+    ident, outcome, before, after = with_backend(ctx, dsn, schema, run)
+    status = after.status
+    if json and (outcome != "terminal" or status is JobStatus.CANCELLED):
+        output.print_json(
+            {
+                "job_id": ident,
+                "outcome": outcome,
+                "changed": output.changes(_cancel_fields(before), _cancel_fields(after)),
+                "status": status,
+                "cancel_reason": after.cancel_reason,
+            }
+        )
+        return
     if outcome == "cancelled":
         output.info(f"cancelled {ident}")
     elif outcome == "requested":
@@ -159,8 +203,11 @@ def _cancel_one(
     elif status is JobStatus.CANCELLED:
         output.info(f"{ident} was already cancelled")
     else:
-        state = status.value if status is not None else "finished"
-        raise InvalidTransitionError(f"job {ident} is {state}: there is nothing to cancel")
+        raise InvalidTransitionError(f"job {ident} is {status.value}: there is nothing to cancel")
+
+
+def _cancel_fields(job: JobRow) -> dict[str, Any]:
+    return {"status": job.status, "cancel_phase": job.cancel_phase}
 
 
 def retry(
@@ -177,6 +224,7 @@ def retry(
     queue: QueueOption = None,
     actor: ActorOption = None,
     yes: YesOption = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
@@ -184,7 +232,7 @@ def retry(
     if job_id is not None:
         if queue is not None or actor is not None or status:
             raise ConfigError("give a job id or --status/--queue/--actor filters, not both")
-        _retry_one(ctx, dsn, schema, job_id)
+        _retry_one(ctx, dsn, schema, job_id, json)
         return
     statuses = inputs.parse_statuses(status, allowed=RETRYABLE_STATUSES)
     if statuses is None:
@@ -202,26 +250,40 @@ def retry(
         return await backend.retry_where(job_filter)
 
     retried = _bulk(ctx, dsn, schema, "retry", job_filter, yes, apply)
+    if json:
+        output.print_json({"filter": _filter_document(job_filter), "retried": retried})
+        return
     output.info(f"re-pended {retried} job(s) ({_describe(job_filter)})")
 
 
-def _retry_one(ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str) -> None:
+def _retry_one(
+    ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str, json: bool
+) -> None:
     job_ref = check_job_ref(job_id)
 
-    async def run(backend: Backend) -> tuple[UUID, JobStatus | None]:
+    async def run(backend: Backend) -> tuple[UUID, JobStatus, JobStatus | None]:
         ident = await resolve_job_id(backend, job_ref)
         job = await backend.get(ident)
         if job is None:
             raise JobNotFoundError(f"no job with id {ident}")
         if await backend.retry_job(ident):
-            return ident, None
+            return ident, job.status, None
         after = await backend.get(ident)
-        return ident, job.status if after is None else after.status
+        return ident, job.status, job.status if after is None else after.status
 
-    ident, blocked_by = with_backend(ctx, dsn, schema, run)
+    ident, before, blocked_by = with_backend(ctx, dsn, schema, run)
     if blocked_by is not None:
         allowed = ", ".join(s.value for s in JobStatus if s in RETRYABLE_STATUSES)
         raise InvalidTransitionError(
             f"job {ident} is {blocked_by.value}: only {allowed} jobs can be retried"
         )
+    if json:
+        output.print_json(
+            {
+                "job_id": ident,
+                "changed": {"status": {"from": before.value, "to": JobStatus.PENDING.value}},
+                "status": JobStatus.PENDING,
+            }
+        )
+        return
     output.info(f"re-pended {ident}")

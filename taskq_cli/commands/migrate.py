@@ -52,11 +52,21 @@ def _warn_drift(names: list[str]) -> None:
 
 
 @app.command("up")
-def up(ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None) -> None:
+def up(
+    ctx: typer.Context,
+    json: output.ChangesJsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
     """Apply every pending migration (safe to run concurrently: an advisory lock serializes it)."""
     settings = load_settings(ctx, dsn, schema)
     result = run_async(_up(settings.pg_dsn, settings.schema_name))
     _warn_drift(result.drift)
+    if json:
+        output.print_json(
+            {"schema": settings.schema_name, "applied": result.applied, "drift": result.drift}
+        )
+        return
     if result.applied:
         output.info(
             f"applied {len(result.applied)} migration(s) to schema {settings.schema_name}: "

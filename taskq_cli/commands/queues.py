@@ -101,31 +101,51 @@ def _queue_columns() -> list[output.Column]:
     ]
 
 
+def _settings(row: QueueRow | None) -> dict[str, Any]:
+    """The settings a queue change can touch (defaults for a queue without a row)."""
+    if row is None:
+        return {"mode": "strict_fifo", "max_concurrent": None, "paused": False}
+    return {"mode": row.mode, "max_concurrent": row.max_concurrent, "paused": row.paused}
+
+
 def _update(
     ctx: typer.Context,
     dsn: str | None,
     schema: str | None,
     name: str,
     create: bool,
+    json: bool,
     **changes: Any,
 ) -> QueueRow:
-    """Apply ``changes`` to a known queue (or a new one with ``--create``) and report it."""
+    """Apply ``changes`` to a known queue (or a new one with ``--create``) and report it:
+    in words, or with ``json`` as the fields that changed and the queue after."""
     inputs.check_text(name, "QUEUE")
     if create:
         inputs.check_name(name, "QUEUE")
 
-    async def run(backend: Backend) -> QueueRow:
-        if not create and await backend.get_queue(name) is None:
+    async def run(backend: Backend) -> tuple[QueueRow | None, QueueRow]:
+        before = await backend.get_queue(name)
+        if not create and before is None:
             known = [row.name for row in await backend.list_queues()]
             shown = ", ".join(repr(n) for n in known[:10]) or "none yet"
             raise ConfigError(
                 f"unknown queue {name!r} (known: {shown}); pass --create to configure a queue "
                 "before it has jobs"
             )
-        return await backend.update_queue(name, **changes)
+        return before, await backend.update_queue(name, **changes)
 
-    row = with_backend(ctx, dsn, schema, run)
-    output.info(_describe(row))
+    before, row = with_backend(ctx, dsn, schema, run)
+    if json:
+        output.print_json(
+            {
+                "queue": row.name,
+                "created": before is None or not before.has_row,
+                "changed": output.changes(_settings(before), _settings(row)),
+                "settings": queue_document(row),
+            }
+        )
+    else:
+        output.info(_describe(row))
     return row
 
 
@@ -142,12 +162,13 @@ def set_mode(
         ),
     ],
     create: CreateOption = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Set how dispatch orders a queue's jobs."""
     chosen: QueueMode = inputs.parse_mode(mode)
-    _update(ctx, dsn, schema, queue, create, mode=chosen)
+    _update(ctx, dsn, schema, queue, create, json, mode=chosen)
 
 
 @app.command("set-max-concurrent")
@@ -159,6 +180,7 @@ def set_max_concurrent(
     ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Remove the cap (unlimited).")] = False,
     create: CreateOption = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
@@ -167,7 +189,7 @@ def set_max_concurrent(
         raise ConfigError("give either N or --clear")
     if limit is not None:
         inputs.check_int(limit, "N", minimum=0)
-    _update(ctx, dsn, schema, queue, create, max_concurrent=None if clear else limit)
+    _update(ctx, dsn, schema, queue, create, json, max_concurrent=None if clear else limit)
 
 
 @app.command("pause")
@@ -175,19 +197,21 @@ def pause(
     ctx: typer.Context,
     queue: QueueArgument,
     create: CreateOption = False,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Stop dispatching the queue's jobs (running jobs finish; enqueues still land)."""
-    _update(ctx, dsn, schema, queue, create, paused=True)
+    _update(ctx, dsn, schema, queue, create, json, paused=True)
 
 
 @app.command("resume")
 def resume(
     ctx: typer.Context,
     queue: QueueArgument,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Dispatch the queue's jobs again."""
-    _update(ctx, dsn, schema, queue, False, paused=False)
+    _update(ctx, dsn, schema, queue, False, json, paused=False)
