@@ -39,6 +39,9 @@ def queue_document(row: QueueRow) -> dict[str, Any]:
         "mode": row.mode,
         "max_concurrent": row.max_concurrent,
         "paused": row.paused,
+        "paused_at": None if row.pause is None else row.pause.paused_at,
+        "paused_by": None if row.pause is None else row.pause.paused_by,
+        "pause_reason": None if row.pause is None else row.pause.reason,
         "has_row": row.has_row,
         "counts": counts,
         "total": sum(counts.values()),
@@ -47,8 +50,44 @@ def queue_document(row: QueueRow) -> dict[str, Any]:
 
 def _describe(row: QueueRow) -> str:
     cap = "unlimited" if row.max_concurrent is None else str(row.max_concurrent)
-    state = "paused" if row.paused else "active"
+    if row.max_concurrent == 0:
+        cap = "0 (none of its jobs start until the cap is raised or cleared)"
+    state = (
+        f"paused ({_pause_note(row)})"
+        if row.paused and row.pause
+        else ("paused" if row.paused else "active")
+    )
     return f"queue {row.name!r}: {state}, mode {row.mode}, max_concurrent {cap}"
+
+
+def _pause_note(row: QueueRow) -> str:
+    """``5m ago by alice@ops-1: db maintenance`` (the parts known)."""
+    pause = row.pause
+    if pause is None:
+        return ""
+    note = f"{output.age(pause.paused_at)} ago"
+    if pause.paused_by:
+        note += f" by {pause.paused_by}"
+    return f"{note}: {pause.reason}" if pause.reason else note
+
+
+def _paused_cell(row: QueueRow) -> Any:
+    if not row.paused:
+        return "no"
+    note = _pause_note(row)
+    return output.styled(f"yes, {note}" if note else "yes", "yellow")
+
+
+def _operator() -> str:
+    """Who is acting: ``user@host`` of this shell, recorded with a pause."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (some containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 @app.command("list")
@@ -79,7 +118,7 @@ def list_queues(
                 row.name,
                 row.mode,
                 row.max_concurrent,
-                output.styled("yes", "yellow") if row.paused else "no",
+                _paused_cell(row),
                 *(row.counts.get(status, 0) for status in JobStatus),
             )
             for row in rows
@@ -103,9 +142,14 @@ def _queue_columns() -> list[output.Column]:
 
 def _settings(row: QueueRow | None) -> dict[str, Any]:
     """The settings a queue change can touch (defaults for a queue without a row)."""
-    if row is None:
-        return {"mode": "strict_fifo", "max_concurrent": None, "paused": False}
-    return {"mode": row.mode, "max_concurrent": row.max_concurrent, "paused": row.paused}
+    pause = None if row is None else row.pause
+    return {
+        "mode": "strict_fifo" if row is None else row.mode,
+        "max_concurrent": None if row is None else row.max_concurrent,
+        "paused": False if row is None else row.paused,
+        "paused_by": None if pause is None else pause.paused_by,
+        "pause_reason": None if pause is None else pause.reason,
+    }
 
 
 def _update(
@@ -171,12 +215,18 @@ def set_mode(
     _update(ctx, dsn, schema, queue, create, json, mode=chosen)
 
 
-@app.command("set-max-concurrent")
+# A negative N ("-1") must reach the argument, and fail as out of range, instead of being
+# taken for an unknown option.
+@app.command("set-max-concurrent", context_settings={"ignore_unknown_options": True})
 def set_max_concurrent(
     ctx: typer.Context,
     queue: QueueArgument,
     limit: Annotated[
-        int | None, typer.Argument(help="Most jobs of the queue running at once.", metavar="N")
+        int | None,
+        typer.Argument(
+            help="Most jobs of the queue running at once (0: none start; --clear: no cap).",
+            metavar="N",
+        ),
     ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Remove the cap (unlimited).")] = False,
     create: CreateOption = False,
@@ -196,13 +246,29 @@ def set_max_concurrent(
 def pause(
     ctx: typer.Context,
     queue: QueueArgument,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why (shown in queues list and top).")
+    ] = None,
     create: CreateOption = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Stop dispatching the queue's jobs (running jobs finish; enqueues still land)."""
-    _update(ctx, dsn, schema, queue, create, json, paused=True)
+    """Stop dispatching the queue's jobs (running jobs finish; enqueues still land).
+
+    Records who paused it (user@host), when, and ``--reason``.
+    """
+    _update(
+        ctx,
+        dsn,
+        schema,
+        queue,
+        create,
+        json,
+        paused=True,
+        paused_by=_operator(),
+        pause_reason=inputs.optional_text(reason, "--reason"),
+    )
 
 
 @app.command("resume")

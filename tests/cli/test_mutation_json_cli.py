@@ -72,7 +72,11 @@ def test_queue_settings_json_says_what_changed(cli: Cli, db: Db) -> None:
     db.enqueue(queue="media")
     paused = parse_json(cli("queues", "pause", "media", "--json"))
     assert paused["queue"] == "media" and paused["created"] is True
-    assert paused["changed"] == {"paused": {"from": False, "to": True}}
+    assert paused["changed"] == {
+        "paused": {"from": False, "to": True},
+        "paused_by": {"from": None, "to": paused["settings"]["paused_by"]},
+    }
+    assert "@" in paused["settings"]["paused_by"]
     assert paused["settings"]["paused"] is True and paused["settings"]["counts"]["pending"] == 1
     capped = parse_json(cli("queues", "set-max-concurrent", "media", "4", "--json"))
     assert (capped["created"], capped["changed"]) == (
@@ -82,7 +86,10 @@ def test_queue_settings_json_says_what_changed(cli: Cli, db: Db) -> None:
     mode = parse_json(cli("queues", "set-mode", "media", "round_robin", "--json"))
     assert mode["changed"] == {"mode": {"from": "strict_fifo", "to": "round_robin"}}
     resumed = parse_json(cli("queues", "resume", "media", "--json"))
-    assert resumed["changed"] == {"paused": {"from": True, "to": False}}
+    assert resumed["changed"] == {
+        "paused": {"from": True, "to": False},
+        "paused_by": {"from": paused["settings"]["paused_by"], "to": None},
+    }
     unchanged = parse_json(cli("queues", "resume", "media", "--json"))
     assert unchanged["changed"] == {}
     row = db.call(lambda b: b.get_queue("media"))

@@ -25,7 +25,7 @@ def test_list_shows_queues_with_jobs_and_queues_with_only_a_row(cli: Cli, db: Db
     assert result.exit_code == 0, result.stderr
     header, idle, media = result.stdout.splitlines()
     assert header.split()[:5] == ["queue", "mode", "max_concurrent", "paused", "pending"]
-    assert idle.split()[:4] == ["idle", "strict_fifo", "3", "yes"]
+    assert idle.split()[:4] == ["idle", "strict_fifo", "3", "yes,"]  # then when it was paused
     assert media.split() == ["media", "strict_fifo", "-", "no", "2", "0", "0", "0", "1"] + ["0"] * 3
 
 
@@ -37,6 +37,9 @@ def test_list_json_has_settings_and_a_count_for_every_status(cli: Cli, db: Db) -
         "mode": "strict_fifo",
         "max_concurrent": None,
         "paused": False,
+        "paused_at": None,
+        "paused_by": None,
+        "pause_reason": None,
         "has_row": False,
         "counts": {status.value: int(status is JobStatus.PENDING) for status in JobStatus},
         "total": 1,
@@ -47,9 +50,8 @@ def test_pause_stops_dispatch_and_resume_restarts_it(cli: Cli, db: Db) -> None:
     job = db.enqueue(queue="media")
     result = cli("queues", "pause", "media")
     assert result.exit_code == 0, result.stderr
-    assert (
-        result.stdout.strip() == "queue 'media': paused, mode strict_fifo, max_concurrent unlimited"
-    )
+    assert result.stdout.strip().startswith("queue 'media': paused (0s ago by ")
+    assert result.stdout.strip().endswith("), mode strict_fifo, max_concurrent unlimited")
     worker = uuid4()
     assert db.claim(worker, "media") == []
     assert cli("queues", "resume", "media").exit_code == 0
@@ -80,6 +82,7 @@ def test_set_max_concurrent_caps_dispatch_and_clear_removes_the_cap(cli: Cli, db
         (["set-max-concurrent", "media"], "give either N or --clear"),
         (["set-max-concurrent", "media", "2", "--clear"], "give either N or --clear"),
         (["set-max-concurrent", "media", str(2**31)], "out of range"),
+        (["set-max-concurrent", "media", "-1"], "N: -1 is out of range (0..2147483647)"),
         (["pause", "medai"], "unknown queue 'medai' (known: 'media')"),
         (["pause", "x\ny", "--create"], "control characters"),
     ],
@@ -98,3 +101,35 @@ def test_create_configures_a_queue_before_its_first_job(cli: Cli, db: Db) -> Non
     queue = db.call(lambda b: b.get_queue("reports"))
     assert queue is not None and queue.paused and queue.has_row
     assert cli("queues", "set-mode", "reports", "round_robin").exit_code == 0
+
+
+def test_pause_records_who_when_and_why_and_list_shows_it(cli: Cli, db: Db) -> None:
+    import getpass
+    import socket
+
+    db.enqueue(queue="media")
+    operator = f"{getpass.getuser()}@{socket.gethostname()}"
+    result = cli("queues", "pause", "media", "--reason", "db maintenance")
+    assert result.exit_code == 0, result.stderr
+    assert f"by {operator}: db maintenance" in result.stdout
+    row = db.call(lambda b: b.get_queue("media"))
+    assert row is not None and row.pause is not None
+    assert (row.pause.paused_by, row.pause.reason) == (operator, "db maintenance")
+    (queue,) = parse_json(cli("queues", "list", "--json"))["queues"]
+    assert (queue["paused_by"], queue["pause_reason"]) == (operator, "db maintenance")
+    assert "T" in queue["paused_at"]
+    listed = cli("queues", "list", "-o", "wide")
+    assert f"yes, 0s ago by {operator}: db maintenance" in listed.stdout
+    cli("queues", "resume", "media")
+    (queue,) = parse_json(cli("queues", "list", "--json"))["queues"]
+    assert (queue["paused"], queue["paused_by"], queue["pause_reason"]) == (False, None, None)
+
+
+def test_a_zero_cap_says_what_it_means(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    result = cli("queues", "set-max-concurrent", "media", "0")
+    assert result.exit_code == 0, result.stderr
+    assert "max_concurrent 0 (none of its jobs start until the cap is raised or cleared)" in (
+        result.stdout
+    )
+    assert db.claim(uuid4(), "media") == []

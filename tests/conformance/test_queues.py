@@ -49,7 +49,8 @@ async def test_counts_list_only_statuses_with_jobs_in_enum_order(harness: Harnes
 
 async def test_a_queue_row_without_jobs_is_listed(harness: Harness) -> None:
     row = await harness.backend.update_queue("idle", paused=True)
-    assert row == QueueRow("idle", "strict_fifo", None, True, True, {})
+    assert row.pause is not None  # every pause records when
+    assert row == QueueRow("idle", "strict_fifo", None, True, True, {}, pause=row.pause)
     assert await harness.backend.list_queues() == [row]
 
 
@@ -100,3 +101,28 @@ async def test_resuming_a_queue_wakes_the_subscribers(harness: Harness) -> None:
     async with harness.backend.subscribe_wake() as woken:
         await harness.backend.update_queue("q", paused=False)
         await wait_set(woken)
+
+
+async def test_a_pause_records_who_when_and_why_and_a_resume_clears_it(harness: Harness) -> None:
+    backend = harness.backend
+    before = await harness.now()
+    paused = await backend.update_queue(
+        "noted", paused=True, paused_by="alice@ops-1", pause_reason="db maintenance"
+    )
+    after = await harness.now()
+    assert paused.pause is not None
+    assert (paused.pause.paused_by, paused.pause.reason) == ("alice@ops-1", "db maintenance")
+    assert before <= paused.pause.paused_at <= after
+    assert (await backend.get_queue("noted")) == paused
+    assert [q.pause for q in await backend.list_queues() if q.name == "noted"] == [paused.pause]
+    capped = await backend.update_queue("noted", max_concurrent=3)
+    assert capped.pause == paused.pause  # other settings keep the note
+    again = await backend.update_queue("noted", paused=True, paused_by="bob@ops-2")
+    assert again.pause is not None and (again.pause.paused_by, again.pause.reason) == (
+        "bob@ops-2",
+        None,
+    )
+    resumed = await backend.update_queue("noted", paused=False, paused_by="ignored")
+    assert (resumed.paused, resumed.pause) == (False, None)
+    plain = await backend.update_queue("plain", paused=True)
+    assert plain.pause is not None and (plain.pause.paused_by, plain.pause.reason) == (None, None)

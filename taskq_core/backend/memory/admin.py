@@ -27,6 +27,7 @@ from taskq_core.backend.protocol import (
     check_capacity,
     check_queue_update,
 )
+from taskq_core.backend.protocol.admin import QueuePause
 from taskq_core.statemachine import (
     ACTIVE_STATUSES,
     RETRYABLE_STATUSES,
@@ -50,6 +51,11 @@ from .store import (
 
 class AdminPart(MemoryStore):
     """Cancel and retry requests, worker rows, actor configs and queues."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The pause note of each paused queue that has one (the queues row's paused_* columns).
+        self._queue_pauses: dict[str, QueuePause] = {}
 
     # --- cancel and retry --------------------------------------------------------------------
     def _request_cancel(self, job: JobRecord, reason: str | None) -> CancelOutcome:
@@ -261,6 +267,7 @@ class AdminPart(MemoryStore):
             paused=settings.paused,
             has_row=row is not None,
             counts=ordered,
+            pause=self._queue_pauses.get(name) if settings.paused else None,
         )
 
     async def list_queues(self) -> list[QueueRow]:
@@ -279,8 +286,11 @@ class AdminPart(MemoryStore):
         mode: QueueMode = UNSET,
         max_concurrent: int | None = UNSET,
         paused: bool = UNSET,
+        paused_by: str | None = None,
+        pause_reason: str | None = None,
     ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
+        pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
         row = self._queues.setdefault(name, QueueRecord())
         if mode is not UNSET:
@@ -289,6 +299,10 @@ class AdminPart(MemoryStore):
             row.max_concurrent = max_concurrent
         if paused is not UNSET:
             row.paused = bool(paused)
+            if row.paused:
+                self._queue_pauses[name] = QueuePause(self._now(), paused_by, pause_reason)
+            else:
+                self._queue_pauses.pop(name, None)
         self._wake()  # a resumed queue or a raised cap can make waiting jobs dispatchable
         snapshot = self._queue_snapshot(name)
         assert snapshot is not None  # the row exists now

@@ -361,8 +361,11 @@ class AdminPart(BackendCore):
         mode: QueueMode = UNSET,
         max_concurrent: int | None = UNSET,
         paused: bool = UNSET,
+        paused_by: str | None = None,
+        pause_reason: str | None = None,
     ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
+        pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
         record = await self._one(
             self._queries["update_queue"],
@@ -374,5 +377,7 @@ class AdminPart(BackendCore):
             paused is not UNSET,
             None if paused is UNSET else bool(paused),
             self._wake_channel,
+            paused_by,
+            pause_reason,
         )
         return rows.queue(record)

@@ -19,6 +19,7 @@ from taskq_core.backend.protocol import (
     WorkerRow,
     from_values,
 )
+from taskq_core.backend.protocol.admin import QueuePause
 from taskq_core.statemachine import JobStatus
 
 from . import bulk
@@ -122,7 +123,15 @@ def queue(record: asyncpg.Record) -> QueueRow:
         paused=record["paused"],
         has_row=record["has_row"],
         counts=_status_counts(record["statuses"], record["counts"]),
+        pause=_pause(record),
     )
+
+
+def _pause(record: asyncpg.Record) -> QueuePause | None:
+    """The pause note of a paused queue's record (None when it runs or has no note)."""
+    if not record["paused"] or record["paused_at"] is None:
+        return None
+    return QueuePause(record["paused_at"], record["paused_by"], record["pause_reason"])
 
 
 def worker(record: asyncpg.Record) -> WorkerRow:

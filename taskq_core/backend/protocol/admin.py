@@ -138,10 +138,21 @@ class DispatchPosition:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePause:
+    """Who paused a queue (``user@host`` as the operator's tool gave it), when (the
+    backend's clock) and why; any of who and why may be unknown."""
+
+    paused_at: datetime
+    paused_by: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRow:
     """A queue as operators see it: its settings (defaults when no row) and job counts.
 
-    ``counts`` holds only the statuses that have jobs, in JobStatus order.
+    ``counts`` holds only the statuses that have jobs, in JobStatus order. ``pause`` is the
+    note of the pause in force (None when the queue runs, or was paused without one).
     """
 
     name: str
@@ -150,6 +161,7 @@ class QueueRow:
     paused: bool
     has_row: bool
     counts: dict[JobStatus, int]
+    pause: QueuePause | None = None
 
 
 RECENT_JOBS_MAX = 200
@@ -326,5 +338,12 @@ class AdminBackend(Protocol):
         mode: QueueMode = UNSET,
         max_concurrent: int | None = UNSET,
         paused: bool = UNSET,
+        paused_by: str | None = None,
+        pause_reason: str | None = None,
     ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it."""
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it.
+
+        ``paused=True`` records a pause note (now on the backend's clock, ``paused_by``,
+        ``pause_reason``), replacing an earlier one; ``paused=False`` clears it. ``paused_by``
+        and ``pause_reason`` are ignored unless ``paused`` is True.
+        """

@@ -21,6 +21,7 @@ settings AS (
 )
 SELECT COALESCE(s.name, p.queue) AS name, COALESCE(s.mode, 'strict_fifo') AS mode,
        s.max_concurrent, COALESCE(s.paused, false) AS paused, s.name IS NOT NULL AS has_row,
+       s.paused_at, s.paused_by, s.pause_reason,
        COALESCE(p.statuses, '{}') AS statuses, COALESCE(p.counts, '{}') AS counts
 FROM settings s
 FULL JOIN per_queue p ON p.queue = s.name
@@ -28,20 +29,30 @@ ORDER BY 1;
 
 -- name: update_queue
 -- Upsert a queue row. Each field has a "set" flag ($2 mode, $4 max_concurrent, $6 paused);
--- an unset field keeps its value (or the default on insert). Wakes the workers ($8): a
--- resumed queue or a raised cap can make waiting jobs dispatchable.
+-- an unset field keeps its value (or the default on insert). A pause ($6 and $7) records
+-- its note: now, $9 who, $10 why; a resume clears it. Wakes the workers ($8): a resumed
+-- queue or a raised cap can make waiting jobs dispatchable.
 WITH upserted AS (
-    INSERT INTO {schema}.queues AS q (name, mode, max_concurrent, paused, updated_at)
+    INSERT INTO {schema}.queues AS q (
+        name, mode, max_concurrent, paused, paused_at, paused_by, pause_reason, updated_at
+    )
     VALUES ($1::text,
             CASE WHEN $2::boolean THEN $3::text ELSE 'strict_fifo' END,
             CASE WHEN $4::boolean THEN $5::integer END,
             CASE WHEN $6::boolean THEN $7::boolean ELSE false END,
+            CASE WHEN $6::boolean AND $7::boolean THEN clock_timestamp() END,
+            CASE WHEN $6::boolean AND $7::boolean THEN $9::text END,
+            CASE WHEN $6::boolean AND $7::boolean THEN $10::text END,
             clock_timestamp())
     ON CONFLICT (name) DO UPDATE
     SET mode = CASE WHEN $2::boolean THEN EXCLUDED.mode ELSE q.mode END,
         max_concurrent = CASE WHEN $4::boolean THEN EXCLUDED.max_concurrent
                               ELSE q.max_concurrent END,
         paused = CASE WHEN $6::boolean THEN EXCLUDED.paused ELSE q.paused END,
+        paused_at = CASE WHEN $6::boolean THEN EXCLUDED.paused_at ELSE q.paused_at END,
+        paused_by = CASE WHEN $6::boolean THEN EXCLUDED.paused_by ELSE q.paused_by END,
+        pause_reason = CASE WHEN $6::boolean THEN EXCLUDED.pause_reason
+                            ELSE q.pause_reason END,
         updated_at = EXCLUDED.updated_at
     RETURNING q.*
 ),
@@ -55,6 +66,7 @@ woken AS (
     SELECT pg_notify($8::text, '')
 )
 SELECT u.name, u.mode, u.max_concurrent, u.paused, true AS has_row,
+       u.paused_at, u.paused_by, u.pause_reason,
        COALESCE((SELECT array_agg(c.status::text ORDER BY c.status) FROM counts c), '{}')
            AS statuses,
        COALESCE((SELECT array_agg(c.n ORDER BY c.status) FROM counts c), '{}') AS counts,
