@@ -7,7 +7,7 @@ doing so is shown as ``stale`` once its heartbeat is older than a live worker's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -62,6 +62,10 @@ def worker_document(worker: WorkerRow, state: str) -> dict[str, Any]:
 @app.command("list")
 def list_workers(
     ctx: typer.Context,
+    alive: Annotated[
+        bool,
+        typer.Option("--alive", help="Only live workers: running and heard from recently."),
+    ] = False,
     json: JsonOption = False,
     output_option: output.OutputOption = None,
     dsn: DsnOption = None,
@@ -75,16 +79,26 @@ def list_workers(
     async def run(backend: Backend) -> list[WorkerRow]:
         return await backend.list_workers()
 
-    workers = with_backend(ctx, dsn, schema, run)
+    registered = with_backend(ctx, dsn, schema, run)
     reference = output.now()
-    states = [worker_state(w, reference, stale_after) for w in workers]
-    if json:
+    listed = [(w, worker_state(w, reference, stale_after)) for w in registered]
+    if alive:
+        listed = [(w, state) for w, state in listed if state == "running"]
+    workers = [w for w, _ in listed]
+    states = [state for _, state in listed]
+    if shape == "json":
         output.print_json(
             {"workers": [worker_document(w, s) for w, s in zip(workers, states, strict=True)]}
         )
         return
     if not workers:
-        output.note("no workers have registered yet")
+        if registered:
+            output.note(
+                f"no live workers ({len(registered)} stopped or stale; without --alive "
+                "they are listed)"
+            )
+        else:
+            output.note("no workers have registered yet")
         return
     output.print_table(
         _COLUMNS,

@@ -87,3 +87,24 @@ def test_no_workers_is_said_on_stderr(cli: Cli) -> None:
     assert (result.exit_code, result.stdout) == (0, "")
     assert "no workers" in result.stderr
     assert parse_json(cli("workers", "list", "--json")) == {"workers": []}
+
+
+def test_alive_lists_only_running_workers_heard_from_recently(cli: Cli, db: Db) -> None:
+    stale = db.register_worker(["media"], ["resize"], label="old")
+    db.sql("UPDATE {schema}.workers SET last_seen_at = last_seen_at - interval '10 minutes'")
+    stopped = db.register_worker(["mail"], ["email"], label="gone")
+    db.call(lambda b: b.mark_worker_stopped(stopped))
+    live = db.register_worker(["media"], ["resize"], label="web-1")
+    document = parse_json(cli("workers", "list", "--alive", "--json"))
+    assert [(w["id"], w["state"]) for w in document["workers"]] == [(str(live), "running")]
+    table = cli("workers", "list", "--alive")
+    assert str(live) in table.stdout
+    assert str(stale) not in table.stdout and str(stopped) not in table.stdout
+
+
+def test_alive_with_none_alive_says_how_many_are_not(cli: Cli, db: Db) -> None:
+    stopped = db.register_worker(["mail"], ["email"])
+    db.call(lambda b: b.mark_worker_stopped(stopped))
+    result = cli("workers", "list", "--alive")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "no live workers (1 stopped or stale" in result.stderr
