@@ -5,7 +5,8 @@ Enqueueing by name needs no registry: the job goes to the queue the actor regist
 a warning that it waits for one in the queue it took; ``taskq jobs explain`` names the
 mismatch if the actor later registers on another queue. ``--actors MOD:ATTR`` validates the
 payload with the actor's model first. ``--count N`` inserts N jobs in one statement: all or
-none.
+none. ``--json`` prints the jobs created (id, queue, status, ...) as one document instead of
+the ids; warnings stay on stderr.
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ def enqueue(
         str | None,
         typer.Option("--actors", help="MODULE:ATTR registry: validate the payload first."),
     ] = None,
+    json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Enqueue jobs for ACTOR and print their ids, one per line."""
+    """Enqueue jobs for ACTOR and print their ids, one per line (--json: the jobs created)."""
     inputs.check_name(actor, "ACTOR")
     document = inputs.parse_payload(payload)
     queue = inputs.optional_name(queue, "--queue")
@@ -104,8 +106,19 @@ def enqueue(
         return config, await client.enqueue_batch([item] * count)
 
     config, rows = with_backend(ctx, dsn, schema, run)
-    for row in rows:
-        output.info(str(row.id))
+    if json:
+        output.print_json(
+            {
+                "created": len(rows),
+                "actor": actor,
+                "queue": rows[0].queue,
+                "registered_queue": None if config is None else config.queue,
+                "jobs": [output.job_summary(row) for row in rows],
+            }
+        )
+    else:
+        for row in rows:
+            output.info(str(row.id))
     if config is None:
         # The job stays in this queue even if the actor registers on another one later
         # (``jobs explain`` then names the mismatch), so say which queue it took.

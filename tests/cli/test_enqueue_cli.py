@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -70,6 +71,31 @@ def test_count_enqueues_that_many_jobs_and_prints_each_id(cli: Cli, db: Db) -> N
     ids = result.stdout.split()
     assert len(ids) == 5 and len(set(ids)) == 5
     assert sorted(str(job.id) for job in db.jobs()) == sorted(ids)
+
+
+def test_json_prints_the_jobs_created_with_their_queue_and_id(cli: Cli, db: Db) -> None:
+    db.register_actor("resize", queue="media")
+    result = cli("enqueue", "resize", "--count", "2", "--priority", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["created"], document["actor"], document["queue"]) == (2, "resize", "media")
+    assert document["registered_queue"] == "media"
+    stored = {str(job.id): job for job in db.jobs()}
+    assert sorted(job["id"] for job in document["jobs"]) == sorted(stored)
+    for job in document["jobs"]:
+        row = stored[job["id"]]
+        assert (job["queue"], job["status"], job["priority"]) == ("media", "pending", 3)
+        assert job["max_attempts"] == row.max_attempts
+
+
+def test_json_of_an_unregistered_actor_keeps_the_warning_on_stderr(cli: Cli, db: Db) -> None:
+    result = cli("enqueue", "nobody_knows", "--delay", "1h", "--json")
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    assert document["registered_queue"] is None
+    assert [job["status"] for job in document["jobs"]] == ["scheduled"]
+    assert db.get(document["jobs"][0]["id"]).queue == document["queue"] == "default"
+    assert result.stderr.startswith("warning: no worker has registered actor 'nobody_knows'")
 
 
 def test_an_actor_no_worker_registered_is_enqueued_with_a_warning(cli: Cli, db: Db) -> None:
