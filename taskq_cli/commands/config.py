@@ -118,8 +118,10 @@ def config(
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Print every effective setting with its source (flag, environment, .env, default);
-    secrets masked. Reads no database."""
+    """Print every effective setting and its source, secrets masked.
+
+    Sources, highest first: flag, environment, the .env file, default. Reads no database.
+    """
     settings = load_settings(ctx, dsn, schema)
     rows = effective_settings(settings, _flags(ctx, dsn, schema))
     env_file = _env_file()
