@@ -1,4 +1,9 @@
-"""``taskq worker``: run a worker process until stopped (or until idle)."""
+"""``taskq worker``: run a worker process until stopped (or until idle).
+
+A worker is a service: an unexpected error (an actors module that raises on import, a crash
+at start) is logged as one ``worker_crashed`` event carrying its traceback, in the configured
+log format, before the process exits 1. Errors a user can fix stay one line on stderr.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import typer
 
 from taskq_cli.options import DsnOption, SchemaOption, load_settings
 from taskq_core.actors import load_registry
+from taskq_core.constants import EXIT_ERROR
 from taskq_core.durations import parse_duration
-from taskq_core.errors import ConfigError, SchemaNotMigratedError
-from taskq_core.obs.logs import configure_logging
+from taskq_core.errors import ConfigError, SchemaNotMigratedError, TaskqError
+from taskq_core.obs.logs import configure_logging, get_logger, log_crash
 from taskq_core.worker.runtime import run_worker
 
 
@@ -61,7 +67,6 @@ def worker(
     schema: SchemaOption = None,
 ) -> None:
     """Run a worker: claim jobs from the queues and execute them with the given actors."""
-    registry = load_registry(actors)
     settings = load_settings(
         ctx,
         dsn,
@@ -74,8 +79,10 @@ def worker(
         poll_interval=_seconds(poll_interval, "--poll-interval"),
         health_socket_path=health_socket,
     )
+    # Before the actors are imported: their module's own errors belong in the service's log.
     configure_logging(fmt=settings.log_format, level=settings.log_level)
     try:
+        registry = load_registry(actors)
         code = run_worker(settings, registry, until_idle=until_idle)
     except SchemaNotMigratedError as exc:
         # Said as every other command says it: which schema, on which server.
@@ -85,4 +92,9 @@ def worker(
             f"schema {settings.schema_name!r} on {describe_dsn(settings.direct_dsn)} is not "
             "migrated; run 'taskq migrate up'"
         ) from exc
+    except TaskqError:
+        raise
+    except Exception as exc:
+        log_crash(get_logger("worker"), "worker_crashed", exc, actors=actors, exit_code=EXIT_ERROR)
+        raise typer.Exit(EXIT_ERROR) from None
     raise typer.Exit(code)

@@ -1,14 +1,17 @@
-"""``taskq workgroup start|check|init``: supervise worker children described by a TOML file.
+"""``taskq workgroup``: supervise worker children described by a TOML file, and control them.
 
 ``check`` validates the file and prints the plan, ``init`` writes a commented starter file,
 ``start`` runs the group: a live table of children on a terminal, one structured log line per
-lifecycle event otherwise. The supervision itself lives in ``taskq_core.supervisor``.
+lifecycle event otherwise. ``status``, ``stop``, ``reload`` and ``restart`` talk to a running
+``start`` of the same file through the control socket in its runtime directory. The
+supervision itself lives in ``taskq_core.supervisor``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,12 +22,20 @@ from rich.table import Table
 
 from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_core.constants import EXIT_ERROR
 from taskq_core.durations import format_duration, parse_duration
-from taskq_core.errors import ConfigError
+from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.ids import uuid7
-from taskq_core.obs.logs import configure_logging
-from taskq_core.supervisor.manager import WorkgroupManager
-from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan, build_plan, check_actors
+from taskq_core.obs.logs import configure_logging, get_logger, log_crash
+from taskq_core.supervisor.control import is_answering, send_command
+from taskq_core.supervisor.manager import PlanReader, WorkgroupManager
+from taskq_core.supervisor.plan import (
+    ChildPlan,
+    WorkgroupPlan,
+    build_plan,
+    check_actors,
+    runtime_dir_of,
+)
 from taskq_core.supervisor.runtime import open_workgroup
 from taskq_core.supervisor.schema import load_workgroup, starter_toml
 from taskq_core.supervisor.status import ChildState, ChildStatus
@@ -242,10 +253,16 @@ async def _start(
     schema: str,
     output_dir: Path | None,
     live: bool,
+    read_plan: PlanReader,
 ) -> int:
     base_env = {**os.environ, "TASKQ_PG_DSN": pg_dsn, "TASKQ_SCHEMA_NAME": schema}
     async with open_workgroup(
-        plan, pg_dsn=pg_dsn, schema=schema, base_env=base_env, output_dir=output_dir
+        plan,
+        pg_dsn=pg_dsn,
+        schema=schema,
+        base_env=base_env,
+        output_dir=output_dir,
+        read_plan=read_plan,
     ) as manager:
         if live:
             return await _run_live(manager, output_dir)
@@ -297,13 +314,166 @@ def start(
     # On a terminal the children's output would tear through the table: it goes to files.
     output_dir = log_dir or (plan.runtime_dir if live else None)
     configure_logging(fmt="console" if live else settings.log_format, level=settings.log_level)
-    code = run_async(
-        _start(
-            plan,
-            pg_dsn=settings.pg_dsn,
-            schema=settings.schema_name,
-            output_dir=output_dir,
-            live=live,
+
+    def read_plan() -> WorkgroupPlan:
+        # A reload keeps the instance and the start's flags: only the file's content changes.
+        return build_plan(
+            load_workgroup(file),
+            instance=plan.instance,
+            until_idle=until_idle,
+            idle_max_runtime=max_runtime,
         )
-    )
+
+    try:
+        code = run_async(
+            _start(
+                plan,
+                pg_dsn=settings.pg_dsn,
+                schema=settings.schema_name,
+                output_dir=output_dir,
+                live=live,
+                read_plan=read_plan,
+            )
+        )
+    except TaskqError:
+        raise
+    except Exception as exc:
+        # The supervisor is a service: its log gets the traceback, in one event.
+        log_crash(get_logger("workgroup"), "workgroup_crashed", exc, file=str(file))
+        raise typer.Exit(EXIT_ERROR) from None
     raise typer.Exit(code)
+
+
+# --- status, stop, reload, restart: a running group, through its control socket -----------
+
+
+def _runtime_dir(file: Path) -> Path:
+    """The runtime directory a ``start`` of ``file`` uses (the file is read, not planned)."""
+    return runtime_dir_of(load_workgroup(file))
+
+
+@app.command("status")
+def status(
+    file: FileArgument,
+    json: JsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Show the children of the running `workgroup start FILE`: state, pid, uptime, restarts."""
+    answer = send_command(_runtime_dir(file), "status")
+    answer.pop("ok", None)
+    if json:
+        output.print_json(answer)
+        return
+    state = "stopping" if answer["stopping"] else "running"
+    _print(
+        f"workgroup {answer['file']} · {state} · supervisor pid {answer['pid']} · "
+        f"instance {answer['instance']}"
+    )
+    output.print_table(
+        [
+            output.Column("child", "id"),
+            output.Column("spec"),
+            output.Column("state"),
+            output.Column("pid", "number"),
+            output.Column("uptime", drop=2),
+            output.Column("restarts", "number", drop=1),
+            output.Column("exit", "number", drop=3),
+        ],
+        [
+            [
+                child["label"],
+                child["spec"],
+                child["state"]
+                + (f" ({child['restart_in']:.1f}s)" if child["restart_in"] is not None else ""),
+                child["pid"],
+                _seconds(child["uptime"]) if child["uptime"] is not None else None,
+                child["restarts"],
+                child["last_exit_code"],
+            ]
+            for child in answer["children"]
+        ],
+    )
+
+
+@app.command("stop")
+def stop(
+    file: FileArgument,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="Return once the stop is asked, not once done.")
+    ] = False,
+    json: output.ChangesJsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Stop the running `workgroup start FILE` as SIGTERM would, and wait until it has exited."""
+    runtime_dir = _runtime_dir(file)
+    answer = send_command(runtime_dir, "stop")
+    stopping = list(answer["asked_to_stop"])
+    stopped = False
+    if not no_wait:
+        # The supervisor answers until every child has exited (SIGKILL after its
+        # shutdown_timeout), then closes the socket: wait a little past that.
+        deadline = time.monotonic() + float(answer["shutdown_timeout"]) + 10.0
+        while is_answering(runtime_dir):
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"workgroup {file} (supervisor pid {answer['pid']}) is still stopping "
+                    f"after {_seconds(float(answer['shutdown_timeout']) + 10.0)}"
+                )
+            time.sleep(0.1)
+        stopped = True
+    if json:
+        output.print_json({"pid": answer["pid"], "children": stopping, "stopped": stopped})
+    elif stopped:
+        output.info(f"workgroup {file} stopped ({len(stopping)} children)")
+    else:
+        output.info(f"workgroup {file} is stopping ({len(stopping)} children)")
+
+
+@app.command("reload")
+def reload(
+    file: FileArgument,
+    json: output.ChangesJsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Make the running `workgroup start FILE` read FILE again and apply it (as SIGHUP does).
+
+    Changed children are restarted, new ones started, removed ones stopped; the others
+    re-read their settings. A file that does not validate changes nothing.
+    """
+    answer = send_command(_runtime_dir(file), "reload")
+    answer.pop("ok", None)
+    if json:
+        output.print_json(answer)
+        return
+    parts = [
+        f"{verb} {', '.join(answer[key])}"
+        for key, verb in (
+            ("started", "started"),
+            ("restarted", "restarted"),
+            ("stopped", "stopping"),
+            ("unchanged", "unchanged"),
+        )
+        if answer[key]
+    ]
+    output.info(f"workgroup {file} reloaded: {'; '.join(parts)}")
+
+
+@app.command("restart")
+def restart(
+    file: FileArgument,
+    child: Annotated[
+        str, typer.Argument(help="A child label (api-1) or a spec name (every child of it).")
+    ],
+    json: output.ChangesJsonOption = False,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Restart one child of the running `workgroup start FILE` gracefully (SIGTERM, new pid)."""
+    answer = send_command(_runtime_dir(file), "restart", child=child)
+    if json:
+        output.print_json({"restarted": answer["restarted"]})
+        return
+    output.info(f"restarting {', '.join(answer['restarted'])}")

@@ -54,3 +54,13 @@ def get_logger(component: str) -> Any:
     """A logger bound with the component that emits it."""
     # A lazy proxy: binding now would freeze the default (stdout) configuration.
     return structlog.get_logger(component=component)
+
+
+def log_crash(logger: Any, event: str, exc: BaseException, **fields: Any) -> None:
+    """Log an unexpected error of a service as one event that carries its traceback.
+
+    The traceback is the event's ``exception`` field (one JSON line, or the console renderer's
+    block under the line), whatever the log level or ``--debug``: a crash-looping child must
+    say where it fails in its own log.
+    """
+    logger.critical(event, error=f"{type(exc).__name__}: {exc}", exc_info=exc, **fields)

@@ -7,11 +7,18 @@ Each child slot (one per label, ``api-1`` ...) moves through these states:
     RUNNING/BACKOFF --spec past its burst limit--> GIVEN_UP            (spec_given_up)
     RUNNING --until-idle exit 0/3/4--> FINISHED
     any --group stop--> STOPPING (SIGTERM + SIGCONT to its process group) --exit--> FINISHED
+    RUNNING --operator restart--> STOPPING --exit--> RUNNING at once   (child_restarted)
+    RUNNING --removed from the file by a reload--> STOPPING --exit--> gone
 
-A given-up spec is never restarted again, but its children still running keep serving; the
-other specs are unaffected. The group stops on SIGTERM/SIGINT: every child gets SIGTERM,
-each further stop signal is forwarded again (the worker escalates on its second and third),
-and children still alive after ``shutdown_timeout`` get SIGKILL. SIGHUP is forwarded as is.
+A given-up spec is not restarted on its own again (only an operator's ``restart`` or a reload
+that changes it does), but its children still running keep serving; the other specs are
+unaffected. The group stops on SIGTERM/SIGINT: every child gets SIGTERM, each further stop
+signal is forwarded again (the worker escalates on its second and third), and children still
+alive after ``shutdown_timeout`` get SIGKILL. SIGHUP reloads: the file is read again, changed
+children are restarted, new ones started, removed ones stopped, and the unchanged ones get the
+SIGHUP (a worker re-reads its settings). An operator's restart of a child is graceful too:
+SIGTERM, SIGKILL after ``shutdown_timeout``, and a new child as soon as the old one is gone,
+without backoff and without counting towards the burst limit.
 
 Everything that touches the outside world is injected: the child constructor (``spawn``; the
 real one is ``children.PopenChild``, wired in by ``runtime.open_workgroup``), the clock, the
@@ -36,6 +43,7 @@ from typing import Any
 from taskq_core.backend.protocol import WorkerRow
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR, EXIT_OK
+from taskq_core.errors import ConfigError
 from taskq_core.supervisor.children import ChildFactory, ChildLaunch, ChildProcess
 from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
 from taskq_core.supervisor.policy import (
@@ -64,6 +72,18 @@ HEALTH_QUERY_TIMEOUT = 5.0
 MAX_IDLE_SLEEP = 1.0
 
 HealthSource = Callable[[], Awaitable[Sequence[WorkerRow]]]
+# Reads the workgroup file again into a plan of the same instance (raises ConfigError).
+PlanReader = Callable[[], WorkgroupPlan]
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOutcome:
+    """What a reload changed, by child label."""
+
+    started: tuple[str, ...]
+    restarted: tuple[str, ...]
+    stopped: tuple[str, ...]
+    unchanged: tuple[str, ...]
 
 
 @dataclass
@@ -84,6 +104,10 @@ class _Slot:
     final_code: int | None = None
     stale_killed: bool = False
     hard_killed: bool = False
+    # An operator's restart or a reload: respawn at once on exit (or, retiring, drop the slot).
+    restart_requested: bool = False
+    retiring: bool = False
+    kill_at: float | None = None  # SIGKILL if the child asked to stop is still alive then
 
 
 # --- the manager -------------------------------------------------------------------------
@@ -103,8 +127,10 @@ class WorkgroupManager:
         hostname: str | None = None,
         base_env: Mapping[str, str] | None = None,
         output_dir: Path | None = None,
+        read_plan: PlanReader | None = None,
     ) -> None:
         self.plan = plan
+        self._read_plan = read_plan
         self._spawn_child = spawn
         self._clock = clock or SystemClock()
         self._health_source = health_source
@@ -154,6 +180,9 @@ class WorkgroupManager:
             for slot in self._slots:
                 if slot.state in (ChildState.PENDING, ChildState.BACKOFF):
                     slot.state, slot.restart_at = ChildState.FINISHED, None
+            # Children already asked to stop (a restart, a removal) are not signalled twice:
+            # a worker's second SIGTERM would skip its graceful drain.
+            live = [slot for slot in live if slot.kill_at is None]
         else:
             self._emit("stop_escalated", "warning", reason=reason, children=len(live))
         for slot in live:
@@ -164,9 +193,15 @@ class WorkgroupManager:
             slot.process.signal(signal.SIGCONT)
         self.wake()
 
-    def forward_signal(self, signum: int) -> None:
-        """Send ``signum`` (SIGHUP: reload) to every live child's process group."""
-        live = [slot for slot in self._slots if slot.process is not None]
+    def forward_signal(self, signum: int, labels: Sequence[str] | None = None) -> None:
+        """Send ``signum`` to every live child's process group (or only those of ``labels``)."""
+        live = [
+            slot
+            for slot in self._slots
+            if slot.process is not None
+            and slot.state is ChildState.RUNNING
+            and (labels is None or slot.plan.label in labels)
+        ]
         for slot in live:
             assert slot.process is not None
             slot.process.signal(signum)
@@ -175,6 +210,116 @@ class WorkgroupManager:
             signal=signal.Signals(signum).name,
             children=[s.plan.label for s in live],
         )
+
+    def restart(self, target: str, *, reason: str = "operator") -> list[str]:
+        """Restart the child labelled ``target``, or every child of the spec ``target``.
+
+        A running child gets SIGTERM and is replaced as soon as it exits; one waiting in
+        backoff, given up or finished is started now. Returns the labels restarted; raises
+        ConfigError for an unknown child or a stopping group.
+        """
+        if self.stopping or not self._started:
+            raise ConfigError(f"the workgroup is {self._phase()}; nothing is restarted")
+        slots = [s for s in self._slots if not s.retiring and target in (s.plan.label, s.plan.spec)]
+        if not slots:
+            known = ", ".join(s.plan.label for s in self._slots if not s.retiring)
+            raise ConfigError(f"no child or spec {target!r} in this workgroup (children: {known})")
+        now = self._clock.monotonic()
+        for slot in slots:
+            # The operator has looked at it: a fresh burst window, and not given up any more.
+            self._given_up.discard(slot.plan.spec)
+            slot.history = RestartHistory()
+            self._emit("child_restart_requested", label=slot.plan.label, reason=reason)
+            self._begin_restart(slot, now)
+        self.wake()
+        return [slot.plan.label for slot in slots]
+
+    def reload(self) -> ReloadOutcome:
+        """Read the file again and apply it; the group is left as it was if the file is bad.
+
+        Changed children (command line, environment, health settings) are restarted, new ones
+        started, removed ones stopped; the unchanged ones get SIGHUP so each worker re-reads
+        its own settings. Restart and shutdown policies take effect at once.
+        """
+        if self._read_plan is None:
+            raise ConfigError("this workgroup was started without a file to reload")
+        if self.stopping or not self._started:
+            raise ConfigError(f"the workgroup is {self._phase()}; nothing is reloaded")
+        fresh = self._read_plan()
+        if fresh.runtime_dir != self.plan.runtime_dir:
+            raise ConfigError(
+                f"runtime_dir changed ({self.plan.runtime_dir} -> {fresh.runtime_dir}); "
+                "that takes a restart of the workgroup"
+            )
+        self.plan = fresh  # its shutdown timeout already bounds the restarts below
+        now = self._clock.monotonic()
+        current = {slot.plan.label: slot for slot in self._slots if not slot.retiring}
+        started: list[str] = []
+        restarted: list[str] = []
+        unchanged: list[str] = []
+        slots: list[_Slot] = []
+        for child in fresh.children:
+            slot = current.pop(child.label, None)
+            if slot is None:
+                slot = _Slot(plan=child)
+                self._spawn(slot, now)
+                started.append(child.label)
+            elif slot.plan != child:
+                slot.plan, slot.history = child, RestartHistory()
+                self._given_up.discard(child.spec)
+                self._begin_restart(slot, now)
+                restarted.append(child.label)
+            else:
+                unchanged.append(child.label)
+            slots.append(slot)
+        stopped = list(current)
+        for slot in current.values():
+            self._retire(slot, now)
+            if slot.process is not None:
+                slots.append(slot)  # tracked until it has exited
+        self._slots = slots + [slot for slot in self._slots if slot.retiring and slot not in slots]
+        self._given_up &= {child.spec for child in fresh.children}
+        outcome = ReloadOutcome(
+            started=tuple(started),
+            restarted=tuple(restarted),
+            stopped=tuple(stopped),
+            unchanged=tuple(unchanged),
+        )
+        self._emit(
+            "workgroup_reloaded",
+            file=str(fresh.file),
+            started=outcome.started,
+            restarted=outcome.restarted,
+            stopped=outcome.stopped,
+            unchanged=outcome.unchanged,
+        )
+        if unchanged:
+            self.forward_signal(signal.SIGHUP, unchanged)
+        self.wake()
+        return outcome
+
+    def _phase(self) -> str:
+        return "stopping" if self.stopping else "starting"
+
+    def _begin_restart(self, slot: _Slot, now: float) -> None:
+        if slot.process is None:
+            self._spawn(slot, now)
+            return
+        slot.restart_requested = True
+        self._ask_to_stop(slot, now)
+
+    def _retire(self, slot: _Slot, now: float) -> None:
+        slot.retiring, slot.restart_requested, slot.restart_at = True, False, None
+        if slot.process is None:
+            slot.state = ChildState.FINISHED
+            return
+        self._ask_to_stop(slot, now)
+
+    def _ask_to_stop(self, slot: _Slot, now: float) -> None:
+        assert slot.process is not None
+        slot.state, slot.kill_at = ChildState.STOPPING, now + self.plan.shutdown_timeout
+        slot.process.signal(signal.SIGTERM)
+        slot.process.signal(signal.SIGCONT)
 
     def snapshot(self) -> list[ChildStatus]:
         """The current state of every child, in plan order."""
@@ -226,6 +371,7 @@ class WorkgroupManager:
         if self.stopping:
             self._enforce_stop_deadline()
         else:
+            self._enforce_kill_deadlines()
             self._restart_due()
             await self._check_health()
             self._reap()
@@ -242,6 +388,8 @@ class WorkgroupManager:
                 times.append(self._stop_deadline)
             return min(times) if times else None
         for slot in self._slots:
+            if slot.kill_at is not None and slot.process is not None and not slot.hard_killed:
+                times.append(slot.kill_at)
             if slot.state is ChildState.BACKOFF and slot.restart_at is not None:
                 times.append(slot.restart_at)
             elif self._health_checked(slot):
@@ -286,7 +434,7 @@ class WorkgroupManager:
             self._emit("child_started", label=plan.label, spec=plan.spec, pid=process.pid)
 
     def _reap(self) -> None:
-        for slot in self._slots:
+        for slot in list(self._slots):
             if slot.process is None:
                 continue
             code = slot.process.poll()
@@ -309,9 +457,19 @@ class WorkgroupManager:
             "uptime": round(uptime, 3),
         }
         stale, slot.stale_killed, slot.hard_killed = slot.stale_killed, False, False
+        slot.kill_at = None
         if self.stopping:
             slot.state, slot.final_code = ChildState.FINISHED, code
             self._emit("child_exited", **common, reason="shutdown")
+            return
+        if slot.retiring:
+            self._slots.remove(slot)
+            self._emit("child_exited", **common, reason="removed")
+            return
+        if slot.restart_requested:
+            slot.restart_requested = False
+            self._emit("child_exited", **common, reason="restart_requested")
+            self._spawn(slot, now)
             return
         if is_final_exit(code, until_idle=self.plan.until_idle):
             slot.state, slot.final_code = ChildState.FINISHED, code
@@ -431,6 +589,24 @@ class WorkgroupManager:
         )
         slot.process.signal(signal.SIGKILL)
 
+    def _enforce_kill_deadlines(self) -> None:
+        """SIGKILL a child asked to stop (restart, removal) that outlived the shutdown timeout."""
+        now = self._clock.monotonic()
+        for slot in self._slots:
+            due = slot.kill_at is not None and slot.kill_at <= now
+            if due and slot.process is not None and not slot.hard_killed:
+                slot.hard_killed = True
+                self._emit(
+                    "child_killed",
+                    "warning",
+                    label=slot.plan.label,
+                    spec=slot.plan.spec,
+                    pid=slot.process.pid,
+                    reason="restart_timeout" if slot.restart_requested else "removed_timeout",
+                    timeout=self.plan.shutdown_timeout,
+                )
+                slot.process.signal(signal.SIGKILL)
+
     def _enforce_stop_deadline(self) -> None:
         assert self._stop_deadline is not None
         if self._clock.monotonic() < self._stop_deadline:
@@ -477,7 +653,7 @@ class WorkgroupManager:
     async def run(self, *, install_signal_handlers: bool = True) -> int:
         """Run until the group is done; return its exit code.
 
-        SIGTERM/SIGINT stop the group (repeat to escalate), SIGHUP is forwarded, SIGCHLD
+        SIGTERM/SIGINT stop the group (repeat to escalate), SIGHUP reloads the file, SIGCHLD
         wakes the loop. An unexpected error stops the group gracefully; anything escaping
         (cancellation included) SIGKILLs the children so none is left orphaned.
         """
@@ -486,7 +662,7 @@ class WorkgroupManager:
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._on_stop_signal, signum)
-            loop.add_signal_handler(signal.SIGHUP, self.forward_signal, signal.SIGHUP)
+            loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
             loop.add_signal_handler(signal.SIGCHLD, self.wake)
             handled = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD]
         try:
@@ -497,7 +673,8 @@ class WorkgroupManager:
                 except Exception as exc:
                     if self.stopping:
                         raise
-                    self._emit("supervisor_error", "error", error=repr(exc))
+                    # One event with the traceback: the log must say where the pass failed.
+                    self._emit("supervisor_error", "error", error=repr(exc), exc_info=exc)
                     self.request_stop("supervisor_error")
                     continue
                 if code is not None:
@@ -510,6 +687,12 @@ class WorkgroupManager:
 
     def _on_stop_signal(self, signum: int) -> None:
         self.request_stop(signal.Signals(signum).name)
+
+    def _on_reload_signal(self) -> None:
+        try:
+            self.reload()
+        except ConfigError as exc:
+            self._emit("workgroup_reload_failed", "error", reason="SIGHUP", error=str(exc))
 
     async def _sleep(self) -> None:
         deadline = self.next_deadline()

@@ -83,6 +83,11 @@ def default_runtime_dir(file: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"taskq-{os.getuid()}-{digest}"
 
 
+def runtime_dir_of(config: WorkgroupConfig) -> Path:
+    """The runtime directory of a file's supervisor: ``runtime_dir``, or the default."""
+    return config.runtime_dir or default_runtime_dir(config.path)
+
+
 def build_plan(
     config: WorkgroupConfig,
     *,
@@ -98,7 +103,15 @@ def build_plan(
     a bad setting is reported here, with its key path, instead.
     """
     shown = str(config.path)
-    runtime_dir = config.runtime_dir or default_runtime_dir(config.path)
+    runtime_dir = runtime_dir_of(config)
+    # The control socket lives beside the health sockets (``supervisor.control``).
+    if len(os.fsencode(runtime_dir / "control.sock")) > MAX_SOCKET_PATH:
+        raise WorkgroupConfigError(
+            shown,
+            "supervisor.runtime_dir",
+            f"control socket path {str(runtime_dir / 'control.sock')!r} is longer than "
+            f"{MAX_SOCKET_PATH} bytes; choose a shorter runtime_dir",
+        )
     children: list[ChildPlan] = []
     grace = 0.0
     for spec in config.specs:

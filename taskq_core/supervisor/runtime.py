@@ -2,7 +2,8 @@
 
 ``claim_runtime_dir`` locks the directory of the children's health sockets (fcntl) so two
 supervisors of one file never share it; ``open_workgroup`` claims it, brings the database up,
-opens the ``workers``-table health source and yields a manager that spawns ``PopenChild``.
+opens the ``workers``-table health source, yields a manager that spawns ``PopenChild`` and
+serves the control socket (``control``) beside the health sockets while it runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from taskq_core.errors import ConfigError
 from taskq_core.supervisor.children import PopenChild
-from taskq_core.supervisor.manager import HealthSource, WorkgroupManager
+from taskq_core.supervisor.control import serve_control
+from taskq_core.supervisor.manager import HealthSource, PlanReader, WorkgroupManager
 from taskq_core.supervisor.plan import WorkgroupPlan
 from taskq_core.supervisor.status import EventSink, log_event
 
@@ -82,12 +84,14 @@ async def open_workgroup(
     base_env: Mapping[str, str] | None = None,
     output_dir: Path | None = None,
     emit: EventSink = log_event,
+    read_plan: PlanReader | None = None,
 ) -> AsyncIterator[WorkgroupManager]:
     """A manager for ``plan`` with everything around it that ``taskq workgroup start`` needs.
 
     Claims the runtime directory, makes sure the database is up before any child starts (an
     embedded server started by a child would live in that child's process group and die with
-    it), and opens the health source when some spec has health checks enabled.
+    it), and opens the health source when some spec has health checks enabled. ``read_plan``
+    reads the file again for a reload (SIGHUP or ``taskq workgroup reload``).
     """
     from taskq_core.backend.postgres.connection import prepare_dsn
     from taskq_core.embedded import is_embedded_dsn
@@ -101,11 +105,14 @@ async def open_workgroup(
                 source = await stack.enter_async_context(postgres_health_source(pg_dsn, schema))
             elif is_embedded_dsn(pg_dsn):
                 await asyncio.to_thread(prepare_dsn, pg_dsn)
-            yield WorkgroupManager(
+            manager = WorkgroupManager(
                 plan,
                 spawn=PopenChild,
                 health_source=source,
                 base_env=base_env,
                 output_dir=output_dir,
                 emit=emit,
+                read_plan=read_plan,
             )
+            async with serve_control(manager, plan.runtime_dir):
+                yield manager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -96,7 +96,13 @@ class FakeChild:
 class Harness:
     """Drives one manager: step the clock, script exits and heartbeats, read the events."""
 
-    def __init__(self, plan: WorkgroupPlan, *, health: bool = True) -> None:
+    def __init__(
+        self,
+        plan: WorkgroupPlan,
+        *,
+        health: bool = True,
+        read_plan: Callable[[], WorkgroupPlan] | None = None,
+    ) -> None:
         self.clock = FakeClock()
         self.events: list[SupervisorEvent] = []
         self.children: list[FakeChild] = []
@@ -112,6 +118,7 @@ class Harness:
             emit=self.events.append,
             hostname=HOST,
             base_env={"BASE": "1", "TASKQ_WORKER_LABEL": "inherited"},
+            read_plan=read_plan,
         )
 
     def spawn(self, launch: ChildLaunch) -> FakeChild:
