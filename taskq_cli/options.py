@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from taskq_core.settings import TaskqSettings
+if TYPE_CHECKING:
+    # Loaded when settings are: the root command imports this module at start-up.
+    from taskq_core.settings import TaskqSettings
 
 T = TypeVar("T")
 
@@ -45,10 +46,14 @@ def load_settings(
     ctx: typer.Context, dsn: str | None, schema: str | None, **extra: Any
 ) -> TaskqSettings:
     """Settings from env/.env, with root flags, then subcommand flags, winning in that order."""
+    from taskq_core.settings import TaskqSettings
+
     root = global_options(ctx)
     return TaskqSettings.load(pg_dsn=dsn or root.dsn, schema_name=schema or root.schema, **extra)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine to completion."""
+    import asyncio
+
     return asyncio.run(coro)

@@ -26,3 +26,13 @@ def test_an_unknown_command_is_a_usage_error_of_the_root(taskq_cli: Any) -> None
     assert result.exit_code == 1
     assert result.stderr.startswith("error: No such command 'jobz'.")
     assert result.stderr.endswith("(see 'taskq --help')\n")
+
+
+def test_dash_h_is_help_on_the_root_and_on_every_command(taskq_cli: Any) -> None:
+    # `queues set-max-concurrent` takes unknown options as values (-1); -h is still help.
+    for command in ([], ["jobs"], ["jobs", "show"], ["queues", "set-max-concurrent", "q"]):
+        short = taskq_cli(*command, "-h")
+        assert short.exit_code == 0, short.stderr
+        assert short.stdout == taskq_cli(*command, "--help").stdout
+        assert "-h, --help" in short.stdout
+        assert short.stderr == ""
