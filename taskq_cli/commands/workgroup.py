@@ -425,10 +425,10 @@ def stop(
         stopped = True
     if json:
         output.print_json({"pid": answer["pid"], "children": stopping, "stopped": stopped})
-    elif stopped:
-        output.info(f"workgroup {file} stopped ({len(stopping)} children)")
     else:
-        output.info(f"workgroup {file} is stopping ({len(stopping)} children)")
+        children = f"{len(stopping)} {'child' if len(stopping) == 1 else 'children'}"
+        state = "stopped" if stopped else "is stopping"
+        output.info(f"workgroup {file} {state} ({children})")
 
 
 @app.command("reload")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from taskq_cli.commands.workgroup import children_table
@@ -161,3 +165,61 @@ async def test_the_live_table_shows_each_child(tmp_path: Path) -> None:
     for header in ("child", "pid", "uptime", "restarts", "last seen"):
         assert header in text
     assert text.count("4242") == 3 and "main-2" in text and "running" in text
+
+
+# --- status, stop, reload, restart without a running group -----------------------------------
+
+
+def test_controlling_a_group_that_is_not_running_fails_in_one_line(
+    taskq_cli: Any, tmp_path: Path
+) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="tqcli-", dir="/tmp"))
+    try:
+        write(tmp_path / "absent.toml", GROUP + f'[supervisor]\nruntime_dir = "{runtime}/none"\n')
+        # A supervisor killed with SIGKILL leaves its socket behind: nobody listens on it.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as left:
+            left.bind(str(runtime / "control.sock"))
+        write(tmp_path / "dead.toml", GROUP + f'[supervisor]\nruntime_dir = "{runtime}"\n')
+        for command in (["status"], ["stop"], ["reload"], ["restart", "main-1"]):
+            gone = taskq_cli("workgroup", command[0], "absent.toml", *command[1:])
+            assert gone.exit_code == 1 and gone.stdout == ""
+            assert gone.stderr == (
+                f"error: no workgroup is running with runtime directory {runtime}/none "
+                "(the directory does not exist)\n"
+            )
+            dead = taskq_cli("workgroup", command[0], "dead.toml", *command[1:])
+            assert dead.exit_code == 1
+            assert dead.stderr == (
+                f"error: no workgroup is running with runtime directory {runtime} "
+                f"(nothing listens on {runtime}/control.sock)\n"
+            )
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+# --- a worker's unexpected error: the traceback in its own log ------------------------------
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug"])
+def test_a_worker_whose_actors_raise_on_import_logs_one_event_with_the_traceback(
+    taskq_cli: Any, tmp_path: Path, debug: bool
+) -> None:
+    (tmp_path / "exploding_actors.py").write_text(
+        "raise RuntimeError('no config for the payment gateway')\n"
+    )
+    args = ["--debug"] if debug else []
+    result = taskq_cli(
+        *args,
+        "worker",
+        "--actors",
+        "exploding_actors:registry",
+        env={"TASKQ_LOG_FORMAT": "json", "TASKQ_PG_DSN": "postgresql://nobody@127.0.0.1:1/x"},
+    )
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()  # one event, nothing else
+    event = json.loads(line)
+    assert event["event"] == "worker_crashed" and event["component"] == "worker"
+    assert event["error"] == "RuntimeError: no config for the payment gateway"
+    assert event["actors"] == "exploding_actors:registry"
+    assert "exploding_actors.py" in event["exception"]
+    assert event["exception"].startswith("Traceback (most recent call last):")

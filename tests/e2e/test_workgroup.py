@@ -513,3 +513,123 @@ async def test_a_refused_second_supervisor_leaves_the_running_groups_sockets(
         assert await stop(first) == 0
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def workgroup_cli(pg: PgTarget, *args: str) -> subprocess.CompletedProcess[str]:
+    """`taskq workgroup ARGS` from another shell (the operator's), as a subprocess."""
+    return subprocess.run(
+        [TASKQ_BIN, "workgroup", *args],
+        cwd=ROOT, env=pg.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+async def test_a_crash_looping_childs_log_carries_each_crashs_traceback_in_one_event(
+    start_workgroup: Callable[..., Supervisor], tmp_path: Path
+) -> None:
+    (tmp_path / "broken_actors.py").write_text(
+        "def _connect() -> None:\n"
+        "    raise RuntimeError('cannot reach the payment gateway')\n\n"
+        "_connect()\n"
+        "registry = []\n"
+    )
+    logs = tmp_path / "logs"
+    supervisor = start_workgroup(
+        toml(
+            '[[workers]]\nname = "broken"\nqueues = ["default"]\n'
+            'actors = "broken_actors:registry"\n',
+            supervisor=FAST_SUPERVISOR + "burst_limit = 1\nburst_window = 60\n",
+        ),
+        "--log-dir",
+        str(logs),
+        PYTHONPATH=str(tmp_path),
+    )
+    # Every spec given up: the group ends on its own.
+    assert await asyncio.to_thread(supervisor.process.wait, 60) == 1, supervisor.tail()
+    runs = len(supervisor.named("child_exited", label="broken-1"))
+    assert runs == 2
+    records = [json.loads(line) for line in (logs / "broken-1.log").read_text().splitlines()]
+    crashes = [r for r in records if r.get("event") == "worker_crashed"]
+    assert len(crashes) == runs  # one event per crash, each a single JSON line
+    for crash in crashes:
+        assert crash["level"] == "critical" and crash["exit_code"] == 1
+        assert crash["error"] == "RuntimeError: cannot reach the payment gateway"
+        trace = crash["exception"]
+        assert trace.startswith("Traceback (most recent call last):")
+        assert "broken_actors.py" in trace and "in _connect" in trace
+        assert trace.rstrip().endswith("RuntimeError: cannot reach the payment gateway")
+    assert not [r for r in records if "unexpected RuntimeError" in json.dumps(r)]
+
+
+async def test_an_operator_controls_a_running_group_from_another_shell(
+    backend: PostgresBackend,
+    start_workgroup: Callable[..., Supervisor],
+    pg: PgTarget,
+    tmp_path: Path,
+) -> None:
+    workers = '[[workers]]\nname = "main"\nqueues = ["default"]\nprocesses = {n}\n'
+    supervisor = start_workgroup(toml(workers.format(n=1)))
+    path = tmp_path / "group0.toml"
+    first = (await registered(backend, supervisor, {"main-1"}))["main-1"].pid
+
+    status = await asyncio.to_thread(workgroup_cli, pg, "status", str(path), "--json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert document["pid"] == supervisor.process.pid
+    assert document["instance"] == supervisor.instance
+    assert [(c["label"], c["state"], c["pid"]) for c in document["children"]] == [
+        ("main-1", "running", first)
+    ]
+    table = await asyncio.to_thread(workgroup_cli, pg, "status", str(path))
+    assert "main-1" in table.stdout and str(first) in table.stdout
+
+    restart = await asyncio.to_thread(workgroup_cli, pg, "restart", str(path), "main-1")
+    assert restart.returncode == 0 and "restarting main-1" in restart.stdout, restart.stderr
+    (restarted,) = await poll_for(
+        lambda: supervisor.named("child_restarted", label="main-1"),
+        timeout=20,
+        what="main-1 restarted",
+        supervisor=supervisor,
+    )
+    assert restarted["previous_pid"] == first
+    assert supervisor.named("child_exited", label="main-1")[0]["reason"] == "restart_requested"
+    assert supervisor.named("child_exited", label="main-1")[0]["exit_code"] == 0  # graceful
+    second = (await registered(backend, supervisor, {"main-1"}))["main-1"].pid
+    assert second == restarted["pid"] != first
+
+    path.write_text(toml(workers.format(n=2)))
+    reload = await asyncio.to_thread(workgroup_cli, pg, "reload", str(path), "--json")
+    assert reload.returncode == 0, reload.stderr
+    assert json.loads(reload.stdout) == {
+        "started": ["main-2"], "restarted": [], "stopped": [], "unchanged": ["main-1"],
+    }  # fmt: skip
+    rows = await registered(backend, supervisor, {"main-1", "main-2"})
+    assert rows["main-1"].pid == second  # an unchanged child keeps running
+
+    unknown = await asyncio.to_thread(workgroup_cli, pg, "restart", str(path), "main-9")
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.count("\n") == 1 and "no child or spec 'main-9'" in unknown.stderr
+
+    # SIGHUP is the same reload (systemd's ExecReload): main-2 leaves the file, and the group.
+    path.write_text(toml(workers.format(n=1)))
+    supervisor.process.send_signal(signal.SIGHUP)
+    (removed,) = await poll_for(
+        lambda: supervisor.named("child_exited", label="main-2", reason="removed"),
+        timeout=20,
+        what="main-2 stopped by the reload",
+        supervisor=supervisor,
+    )
+    assert removed["exit_code"] == 0
+    assert supervisor.named("workgroup_reloaded")[-1]["unchanged"] == ["main-1"]
+
+    stop_ = await asyncio.to_thread(workgroup_cli, pg, "stop", str(path))
+    assert stop_.returncode == 0, stop_.stderr
+    assert "stopped (1 child)" in stop_.stdout
+    # `stop` returned once the group was down: the supervisor exits as on SIGTERM.
+    assert await asyncio.to_thread(supervisor.process.wait, 10) == 0
+    assert supervisor.named("workgroup_stopping")[0]["reason"] == "control"
+    assert {e["reason"] for e in supervisor.named("child_exited")} >= {"shutdown"}
+    assert not [pid for pid in supervisor.pids() if alive(pid)]
+
+    gone = await asyncio.to_thread(workgroup_cli, pg, "status", str(path))
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1
+    assert gone.stderr.startswith("error: no workgroup is running with runtime directory")
