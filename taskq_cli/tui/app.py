@@ -9,11 +9,12 @@ refresh fails the panes keep the last snapshot and the banner says so; the next 
 clears it.
 
 Actions (cancel or retry the selected job, pause or resume a queue) always go through a
-ConfirmScreen, then run in a worker, notify their outcome and trigger a refresh. ``p`` acts
-on the queue of what is selected in the focused pane: the queue row in the queues pane, the
-job's queue in the jobs pane. ``e`` opens the ``jobs explain`` answer of the selected job,
-``y`` copies its whole id. Ctrl-C quits like ``q`` (or copies the text selected with the
-mouse, when there is some).
+ConfirmScreen (a pause through a ReasonScreen, which records why with who and when), then
+run in a worker, notify their outcome and trigger a refresh. ``p`` acts on the queue of what
+is selected in the focused pane: the queue row in the queues pane, the job's queue in the
+jobs pane; resuming shows who paused it and why. ``e`` opens the ``jobs explain`` answer of
+the selected job, ``y`` copies its whole id. Ctrl-C quits like ``q`` (or copies the text
+selected with the mouse, when there is some).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from taskq_cli.tui.messages import (
     SnapshotLoaded,
 )
 from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot, describe_failure
+from taskq_cli.tui.why import pause_text
 from taskq_cli.tui.widgets.banner import ConnectionBanner
-from taskq_cli.tui.widgets.confirm import ConfirmScreen
+from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.jobs_pane import JobsPane
@@ -341,23 +343,40 @@ class TopApp(App[None]):
             self.notify("select a queue or a job first", severity="warning")
             return
         if not paused:
-            question = f"Pause queue {name!r}{whose}?"
-            detail = "Workers stop claiming its jobs; jobs already running finish."
-        else:
-            question = f"Resume queue {name!r}{whose}?"
-            detail = "Workers start claiming its jobs again."
+            self.push_screen(
+                ReasonScreen(
+                    f"Pause queue {name!r}{whose}?",
+                    "Workers stop claiming its jobs; jobs already running finish. Why "
+                    "(recorded with your user@host; Enter to pause, Esc to back out):",
+                    placeholder="reason (optional)",
+                ),
+                callback=partial(self._pause_confirmed, name),
+            )
+            return
+        note = ""
+        if self.snapshot is not None:
+            pause = self.snapshot.pauses.get(name)
+            note = pause_text(pause, self.snapshot.now).capitalize() + ". "
         self.push_screen(
-            ConfirmScreen(question, detail),
-            callback=partial(self._pause_confirmed, name, not paused),
+            ConfirmScreen(
+                f"Resume queue {name!r}{whose}?", f"{note}Workers start claiming its jobs again."
+            ),
+            callback=partial(self._resume_confirmed, name),
         )
 
-    def _pause_confirmed(self, queue: str, pause: bool, confirmed: bool | None) -> None:
-        if confirmed:
-            self.run_worker(self._set_paused(queue, pause), group="action")
+    def _pause_confirmed(self, queue: str, reason: str | None) -> None:
+        if reason is not None:
+            self.run_worker(self._set_paused(queue, True, reason or None), group="action")
 
-    async def _set_paused(self, queue: str, pause: bool) -> None:
+    def _resume_confirmed(self, queue: str, confirmed: bool | None) -> None:
+        if confirmed:
+            self.run_worker(self._set_paused(queue, False), group="action")
+
+    async def _set_paused(self, queue: str, pause: bool, reason: str | None = None) -> None:
         try:
-            await asyncio.wait_for(self.source.set_queue_paused(queue, pause), self.query_timeout)
+            await asyncio.wait_for(
+                self.source.set_queue_paused(queue, pause, reason), self.query_timeout
+            )
         except Exception as exc:
             self._notify_failure(f"cannot {'pause' if pause else 'resume'} {queue!r}", exc)
             return

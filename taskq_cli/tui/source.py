@@ -4,11 +4,18 @@ TopApp never touches a Backend: it asks a ``DashboardSource`` for a ``Snapshot``
 refresh), a ``JobDetail`` (the detail screen) and the three operator actions. ``BackendSource``
 implements the protocol over any Backend with the protocol's index-backed dashboard reads, so
 one refresh stays cheap on a large ``jobs`` table. Nothing here imports Textual.
+
+Who paused a queue and why is not part of the dashboard read: ``BackendSource`` reads the
+note of a paused queue (``get_queue``) when it sees the queue paused, and again only after
+``DashboardSettings.pause_note_max_age`` (``get_queue`` counts the queue's jobs, too dear
+for every refresh), so a refresh with paused queues costs no more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +34,7 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerRow,
 )
+from taskq_core.backend.protocol.admin import QueuePause  # not re-exported by the package
 from taskq_core.errors import TRANSIENT_ERRORS
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.liveness import WorkerState, worker_state
@@ -133,6 +141,8 @@ class Snapshot:
     jobs: list[JobRow]
     jobs_filter: JobsFilter
     stale_after: timedelta
+    # Who paused each paused queue, when and why (a queue paused without a note is absent).
+    pauses: dict[str, QueuePause] = field(default_factory=dict)
 
     @property
     def leader(self) -> WorkerView | None:
@@ -200,8 +210,11 @@ class DashboardSource(Protocol):
     async def retry_job(self, job_id: UUID) -> bool:
         """Re-pend a failed, crashed or cancelled job; False when it is none of those."""
 
-    async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
-        """Pause or resume a queue (workers stop or resume claiming its jobs)."""
+    async def set_queue_paused(
+        self, queue: str, paused: bool, reason: str | None = None
+    ) -> QueueRow:
+        """Pause (with the operator's reason, recorded with who and when) or resume a queue
+        (workers stop or resume claiming its jobs)."""
 
     async def explain(self, job_id: UUID) -> Explanation:
         """The ``taskq jobs explain`` answer for one job (JobNotFoundError when gone)."""
@@ -210,13 +223,16 @@ class DashboardSource(Protocol):
 @dataclass(frozen=True)
 class DashboardSettings:
     """What a refresh reads: the window of the failure counts, sparkline minutes, how many
-    jobs the pane lists, how long stopped workers stay listed, and how ``jobs explain``
-    judges (its ``worker_stale_after`` is also when a silent worker counts as stale)."""
+    jobs the pane lists, how long stopped workers stay listed, how old a paused queue's
+    note may get before it is read again (another operator may pause it anew), and how
+    ``jobs explain`` judges (its ``worker_stale_after`` is also when a silent worker
+    counts as stale)."""
 
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
     jobs_limit: int = 100
     stopped_visible_for: timedelta = timedelta(hours=1)
+    pause_note_max_age: timedelta = timedelta(minutes=5)
     cancel_reason: str = "cancelled from taskq top"
     explain: ExplainSettings = field(default_factory=ExplainSettings)
 
@@ -234,9 +250,14 @@ class BackendSource:
     database: str
     schema: str
     settings: DashboardSettings = field(default_factory=DashboardSettings)
+    # Paused queue -> (its pause note, when it was read on the backend's clock).
+    _pause_notes: dict[str, tuple[QueuePause | None, datetime]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     async def snapshot(self, jobs: JobsFilter) -> Snapshot:
-        """Queue activity, workers and the jobs pane, read concurrently."""
+        """Queue activity, workers and the jobs pane, read concurrently; then the notes of
+        paused queues not read lately."""
         settings = self.settings
         stats, workers, rows = await asyncio.gather(
             self.backend.dashboard_stats(settings.window, settings.minutes),
@@ -251,7 +272,27 @@ class BackendSource:
             jobs=rows,
             jobs_filter=jobs,
             stale_after=settings.stale_after,
+            pauses=await self._pauses(stats.queues, stats.now),
         )
+
+    async def _pauses(
+        self, queues: Sequence[QueueActivity], now: datetime
+    ) -> dict[str, QueuePause]:
+        """The pause note of every paused queue: cached, read again when a queue was not
+        paused at the last refresh or its note is older than ``pause_note_max_age``."""
+        paused = {queue.name for queue in queues if queue.paused}
+        for name in set(self._pause_notes) - paused:
+            del self._pause_notes[name]
+        max_age = self.settings.pause_note_max_age
+        due = sorted(
+            name
+            for name in paused
+            if name not in self._pause_notes or now - self._pause_notes[name][1] >= max_age
+        )
+        rows = await asyncio.gather(*(self.backend.get_queue(name) for name in due))
+        for name, row in zip(due, rows, strict=True):
+            self._pause_notes[name] = (None if row is None else row.pause, now)
+        return {name: note for name, (note, _) in self._pause_notes.items() if note is not None}
 
     def _worker_views(self, workers: Sequence[WorkerRow], now: datetime) -> list[WorkerView]:
         """Live and stale workers, then recently stopped ones; stable order across refreshes."""
@@ -295,13 +336,30 @@ class BackendSource:
         """Operator retry (a fresh attempt budget)."""
         return await self.backend.retry_job(job_id)
 
-    async def set_queue_paused(self, queue: str, paused: bool) -> QueueRow:
-        """Upsert the queue row's ``paused`` flag."""
-        return await self.backend.update_queue(queue, paused=paused)
+    async def set_queue_paused(
+        self, queue: str, paused: bool, reason: str | None = None
+    ) -> QueueRow:
+        """Upsert the queue row's ``paused`` flag; a pause records ``user@host`` and the
+        reason, as ``taskq queues pause`` does."""
+        self._pause_notes.pop(queue, None)  # read the new note at the next refresh
+        if not paused:
+            return await self.backend.update_queue(queue, paused=False)
+        return await self.backend.update_queue(
+            queue, paused=True, paused_by=operator(), pause_reason=reason or None
+        )
 
     async def explain(self, job_id: UUID) -> Explanation:
         """``explain_job`` with the workers' liveness and reclaim settings."""
         return await explain_job(self.backend, job_id, self.settings.explain)
+
+
+def operator() -> str:
+    """Who is acting: ``user@host`` of this terminal, recorded with a pause."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (some containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:

@@ -1,17 +1,21 @@
 """The queues pane's "why" column: what holds back a queue whose oldest pending job is old.
 
 Only what is true of the whole queue is said here, from the refresh's own snapshot (no extra
-read): paused, no live worker consumes it, its ``max_concurrent`` is full, every live
-consumer is at full concurrency. These are the queue-wide checks of ``jobs explain``, judged
-with the same liveness rule; when none applies the blocker is per job (actor not
-registered, actor cap, identity key, fairness turn) and ``e`` on one of its jobs says which.
+read): paused (how long ago, by whom and why, when the pause left a note), no live worker
+consumes it, its ``max_concurrent`` is full, every live consumer is at full concurrency.
+These are the queue-wide checks of ``jobs explain``, judged with the same liveness rule;
+when none applies the blocker is per job (actor not registered, actor cap, identity key,
+fairness turn) and ``e`` on one of its jobs says which.
 """
 
 from __future__ import annotations
 
-from taskq_cli.tui.formatting import OLD_PENDING
+from datetime import datetime
+
+from taskq_cli.tui.formatting import OLD_PENDING, age
 from taskq_cli.tui.source import Snapshot
 from taskq_core.backend.protocol import QueueActivity
+from taskq_core.backend.protocol.admin import QueuePause
 
 PER_JOB = "per job (e)"
 
@@ -20,7 +24,7 @@ def queue_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
     """A few words on why the queue's pending work waits; empty when nothing waits long
     (a paused queue always says so: nothing of it will run)."""
     if queue.paused:
-        return "paused"
+        return pause_text(snapshot.pauses.get(queue.name), snapshot.now)
     oldest = queue.oldest_pending_at
     if oldest is None or snapshot.now - oldest < OLD_PENDING:
         return ""
@@ -42,3 +46,13 @@ def queue_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
         used = sum(w.running_jobs for w in consumers)
         return f"workers full ({used}/{sum(w.concurrency for w in consumers)})"
     return PER_JOB
+
+
+def pause_text(pause: QueuePause | None, now: datetime) -> str:
+    """``paused 5m by ops@host-1: deploy``: how long ago, who and why, as far as known."""
+    if pause is None:
+        return "paused"
+    text = f"paused {age(pause.paused_at, now)}"
+    if pause.paused_by:
+        text += f" by {pause.paused_by}"
+    return text + (f": {pause.reason}" if pause.reason else "")

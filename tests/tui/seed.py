@@ -204,7 +204,9 @@ async def seed_dashboard(
             for n in range(4)
         ]
     )
-    await backend.update_queue("reports", paused=True)
+    await backend.update_queue(
+        "reports", paused=True, paused_by="ops@node-a", pause_reason="month-end freeze"
+    )
     tick(20)
     for n in range(4):
         job = await run("deliver", "webhooks", leader, payload={"hook": 100 + n})

@@ -14,6 +14,7 @@ from taskq_cli.tui.source import (
     DashboardSettings,
     JobsFilter,
     describe_failure,
+    operator,
 )
 from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError
@@ -129,6 +130,29 @@ async def test_stale_after_comes_from_the_settings(dashboard: Dashboard) -> None
     )
     snapshot = await dashboard.source.snapshot(JobsFilter())
     assert [w.state for w in snapshot.workers].count("stale") == 0
+
+
+async def test_pause_notes_are_read_when_a_queue_is_paused_and_again_when_old(
+    dashboard: Dashboard,
+) -> None:
+    source, backend, clock = dashboard.source, dashboard.backend, dashboard.clock
+    first = await source.snapshot(JobsFilter())
+    note = first.pauses["reports"]
+    assert (note.paused_by, note.reason) == ("ops@node-a", "month-end freeze")
+    assert set(first.pauses) == {"reports"}
+    # Another operator pauses it anew: the note is not read on every refresh...
+    await backend.update_queue("reports", paused=True, paused_by="bob@b", pause_reason="audit")
+    clock.advance(timedelta(seconds=10))
+    assert (await source.snapshot(JobsFilter())).pauses["reports"].reason == "month-end freeze"
+    # ...but once it is older than pause_note_max_age.
+    clock.advance(DashboardSettings().pause_note_max_age)
+    assert (await source.snapshot(JobsFilter())).pauses["reports"].paused_by == "bob@b"
+    # A pause from the dashboard itself shows at the next refresh, with who and why.
+    await source.set_queue_paused("media", True, "deploy")
+    later = await source.snapshot(JobsFilter())
+    assert (later.pauses["media"].paused_by, later.pauses["media"].reason) == (operator(), "deploy")
+    await source.set_queue_paused("reports", False)
+    assert set((await source.snapshot(JobsFilter())).pauses) == {"media"}
 
 
 async def test_job_detail_has_attempts_and_events(dashboard: Dashboard) -> None:

@@ -13,8 +13,8 @@ from rich.terminal_theme import SVG_EXPORT_THEME
 from textual.widgets import DataTable, Input
 
 from taskq_cli.tui.app import TopApp
-from taskq_cli.tui.source import BackendSource, JobsFilter, Snapshot
-from taskq_cli.tui.widgets.confirm import ConfirmScreen
+from taskq_cli.tui.source import BackendSource, JobsFilter, Snapshot, operator
+from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.workers_table import LEADER_MARK
 from taskq_core.backend.protocol import PrunePolicy
@@ -38,6 +38,11 @@ def column(table: DataTable[Any], name: str) -> list[str]:
 def by_first_column(table: DataTable[Any]) -> dict[str, list[str]]:
     """Rows keyed by their first cell."""
     return {row[0]: row for row in cells(table)}
+
+
+def why(table: DataTable[Any], queue: str) -> str:
+    """The queues pane's why cell of one queue (whatever columns the width left)."""
+    return dict(zip(column(table, "queue"), column(table, "why"), strict=True))[queue]
 
 
 def field(text: str, name: str) -> str:
@@ -80,7 +85,9 @@ async def test_the_queues_pane_shows_every_queue_with_its_counts_and_settings(
         assert rows["emails"][1:4] == ["6", "0", "0"]
         assert rows["emails"][6] == "21m20s"  # the oldest email waits since the seed began
         assert rows["reports"][2] == "4" and rows["reports"][4] == "1"
-        assert rows["reports"][7] == "paused" and rows["media"][7] == ""
+        # Who paused it, how long ago and why (the pause note, read beside the stats).
+        assert rows["reports"][7] == "paused 20s by ops@node-a: month-end freeze"
+        assert rows["media"][7] == ""
         # Old pending work with a live, free consumer: the blocker is per job.
         assert rows["emails"][7] == "per job (e)"
         assert rows["webhooks"][8:10] == ["round_robin", "8"]
@@ -434,22 +441,51 @@ async def test_pause_and_resume_the_selected_queue(dashboard: Dashboard) -> None
         await select_row(app.queues_table, "media")
         await pilot.press("p")
         await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
+        assert isinstance(app.screen, ReasonScreen)
         assert app.screen.question == "Pause queue 'media'?"
-        await pilot.press("y")
+        # y and n are letters of the reason here, not answers.
+        await pilot.press(*"deploy yn", "enter")
         await settle(pilot)
         queue = await dashboard.backend.get_queue("media")
         assert queue is not None and queue.paused
-        assert by_first_column(app.queues_table)["media"][7] == "paused"
+        assert queue.pause is not None and queue.pause.reason == "deploy yn"
+        assert queue.pause.paused_by == operator()
+        dashboard.clock.advance(timedelta(minutes=3))
+        app.action_refresh_now()
+        await settle(pilot)
+        note = f"paused 3m by {operator()}: deploy yn"
+        assert why(app.queues_table, "media") == note
 
         await pilot.press("p")
         await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen)
         assert app.screen.question == "Resume queue 'media'?"
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.detail.startswith(f"Paused 3m by {operator()}: deploy yn. Workers")
         await pilot.press("y")
         await settle(pilot)
         queue = await dashboard.backend.get_queue("media")
+        assert queue is not None and not queue.paused and queue.pause is None
+        # (Three minutes on, its workers are silent: that is what holds it now.)
+        assert why(app.queues_table, "media") == "no live worker (2 stale)"
+
+
+async def test_a_pause_without_a_reason_and_a_pause_backed_out(dashboard: Dashboard) -> None:
+    app = top_app(dashboard.source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.queues_table.focus()
+        await select_row(app.queues_table, "media")
+        await pilot.press("p", "x", "escape")
+        await settle(pilot)
+        queue = await dashboard.backend.get_queue("media")
         assert queue is not None and not queue.paused
+        await pilot.press("p", "enter")
+        await settle(pilot)
+        queue = await dashboard.backend.get_queue("media")
+        assert queue is not None and queue.paused
+        assert queue.pause is not None and queue.pause.reason is None
+        assert why(app.queues_table, "media") == f"paused 0s by {operator()}"
 
 
 async def test_retry_from_the_detail_screen_updates_it(dashboard: Dashboard) -> None:

@@ -4,12 +4,13 @@ pause the queue of the job they are looking at, ask why a job waits, copy its id
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 
-from taskq_cli.tui.source import BackendSource
-from taskq_cli.tui.widgets.confirm import ConfirmScreen
+from taskq_cli.tui.source import BackendSource, operator
+from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_core.backend.postgres.backend import PostgresBackend
@@ -17,7 +18,7 @@ from taskq_core.backend.protocol import Start
 from tests.conftest import PgTarget
 from tests.tui.conftest import SIZE, screen_text, settle, top_app
 from tests.tui.seed import LEASE, SeededDashboard
-from tests.tui.test_top_app import _filter, by_first_column, cells, select_row
+from tests.tui.test_top_app import _filter, by_first_column, cells, select_row, why
 
 pytestmark = pytest.mark.postgres
 
@@ -39,14 +40,18 @@ async def test_p_in_the_jobs_pane_pauses_the_selected_jobs_queue_then_e_says_so(
 
         await pilot.press("p")
         await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
+        assert isinstance(app.screen, ReasonScreen)
         assert app.screen.question.startswith("Pause queue 'emails' (the queue of job ")
-        await pilot.press("y")
+        await pilot.press(*"smtp down", "enter")
         await settle(pilot)
         emails, webhooks = await backend.get_queue("emails"), await backend.get_queue("webhooks")
         assert emails is not None and emails.paused
         assert webhooks is not None and not webhooks.paused
-        assert by_first_column(app.queues_table)["emails"][7] == "paused"
+        # Recorded with who (this terminal's user@host) and why, and shown in the why column.
+        assert emails.pause is not None and emails.pause.reason == "smtp down"
+        assert emails.pause.paused_by == operator()
+        note = why(app.queues_table, "emails")
+        assert re.fullmatch(rf"paused \d+s by {re.escape(operator())}: smtp down", note), note
 
         await pilot.press("e")
         await settle(pilot)
@@ -70,7 +75,7 @@ async def test_the_workers_pane_p_pauses_nothing(pg: PgTarget, seeded_pg: Seeded
         app.workers_table.focus()
         await pilot.press("p")
         await settle(pilot)
-        assert not isinstance(app.screen, ConfirmScreen)
+        assert not isinstance(app.screen, ConfirmScreen | ReasonScreen)
         assert any("select a queue or a job" in n.message for n in app._notifications)
         assert not any(q.paused for q in app.queues_table.queues.values() if q.name != "reports")
 
@@ -118,7 +123,9 @@ async def test_80x24_shows_every_queue_and_worker_with_whole_numbers_and_usable_
         labels = app.queues_table.labels
         media = [rows["media"][labels.index(name)] for name in ("pending", "running")]
         assert media == ["42", "3"]  # whole numbers, on screen
-        assert "…" not in "".join(lines[queues : queues + 6])
+        # Only free text is cut: the pause note in the why column (resuming shows it whole).
+        cut = [line for line in lines[queues : queues + 6] if "…" in line]
+        assert all(" paused " in line and line.count("…") == 1 for line in cut), cut
         # No horizontal scrolling: every shown column fits.
         for table in (app.queues_table, app.workers_table, app.jobs_pane.table):
             assert table.virtual_size.width <= table.size.width, table.id

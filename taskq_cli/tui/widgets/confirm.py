@@ -1,4 +1,9 @@
-"""The confirmation dialog every dashboard action goes through: y confirms, n or Esc backs out."""
+"""The confirmation dialogs every dashboard action goes through.
+
+ConfirmScreen: y confirms, n or Esc backs out. ReasonScreen (a pause): the operator types
+why (or nothing) and Enter confirms, Esc backs out; letters go to the reason, so it has no
+y/n keys.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -46,3 +51,50 @@ class ConfirmScreen(ModalScreen[bool]):
     def _pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.dismiss(event.button.id == "confirm-yes")
+
+
+class ReasonScreen(ModalScreen[str | None]):
+    """Ask one question with a free-text reason; dismiss with the reason (empty when none
+    was typed) to confirm, or None to back out."""
+
+    BINDINGS = [Binding("escape", "back_out", "Cancel")]
+
+    def __init__(self, question: str, detail: str = "", placeholder: str = "reason") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+        self.placeholder = placeholder
+
+    def compose(self) -> ComposeResult:
+        """The question, what it will do, the reason line (focused) and the two buttons."""
+        with Vertical(id="confirm-dialog"):
+            yield Static(self.question, id="confirm-question", markup=False)
+            if self.detail:
+                yield Static(self.detail, id="confirm-detail", markup=False)
+            yield Input(placeholder=self.placeholder, id="confirm-reason")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("OK (Enter)", variant="error", id="confirm-yes")
+                yield Button("Cancel (Esc)", variant="primary", id="confirm-no")
+
+    def on_mount(self) -> None:
+        """Typing goes to the reason at once."""
+        self.query_one("#confirm-reason", Input).focus()
+
+    @property
+    def reason(self) -> str:
+        """The reason typed so far, trimmed."""
+        return self.query_one("#confirm-reason", Input).value.strip()
+
+    def action_back_out(self) -> None:
+        """Close the dialog without doing anything."""
+        self.dismiss(None)
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(self.reason)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(self.reason if event.button.id == "confirm-yes" else None)
