@@ -2,7 +2,8 @@
 
 One job by id, or many by filter. A bulk operation never runs without ``--yes``: without it
 the command counts what it would change, says so, and exits 1. With it, it reports how many
-rows it changed.
+rows it changed. Every change records who did it (user@host) and why (``--reason``) in the
+events of the jobs it changed (``taskq jobs show``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
+from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, SchemaOption, YesOption
 from taskq_core.backend.protocol import (
     Backend,
@@ -24,6 +26,7 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
 )
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.errors import ConfigError, InvalidTransitionError, JobNotFoundError
 from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStatus
 
@@ -35,6 +38,10 @@ IdArgument = Annotated[
         help="Job id (the UUID or a unique prefix or suffix of it); omit it to act on a filter.",
         metavar="ID",
     ),
+]
+CancelReasonOption = Annotated[
+    str | None,
+    typer.Option("--reason", help="Why (stored on the job and in its event, with who)."),
 ]
 QueueOption = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
 ActorOption = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
@@ -48,7 +55,7 @@ def _retryable() -> list[str]:
     return [s.value for s in JobStatus if s in RETRYABLE_STATUSES]
 
 
-def _filter_document(job_filter: JobFilter) -> dict[str, Any]:
+def filter_document(job_filter: JobFilter) -> dict[str, Any]:
     """The filter a bulk change matched, for its ``--json``."""
     statuses = job_filter.statuses()
     return {
@@ -58,7 +65,7 @@ def _filter_document(job_filter: JobFilter) -> dict[str, Any]:
     }
 
 
-def _describe(job_filter: JobFilter) -> str:
+def describe(job_filter: JobFilter) -> str:
     parts = []
     statuses = job_filter.statuses()
     if statuses is not None:
@@ -70,7 +77,7 @@ def _describe(job_filter: JobFilter) -> str:
     return ", ".join(parts)
 
 
-async def _check_known(backend: Backend, job_filter: JobFilter) -> None:
+async def check_known(backend: Backend, job_filter: JobFilter) -> None:
     """A filter naming a queue or actor that does not exist is a typo, not 'zero matches'."""
     if job_filter.queue is not None and await backend.get_queue(job_filter.queue) is None:
         known = ", ".join(repr(q.name) for q in (await backend.list_queues())[:10]) or "none"
@@ -84,7 +91,7 @@ async def _check_known(backend: Backend, job_filter: JobFilter) -> None:
         raise ConfigError(f"unknown actor {actor!r}: no worker registered it and no job has it")
 
 
-def _bulk(
+def bulk(
     ctx: typer.Context,
     dsn: str | None,
     schema: str | None,
@@ -96,11 +103,11 @@ def _bulk(
     """Apply a bulk change with --yes; without it, count the matches, say so, and fail."""
 
     async def run(backend: Backend) -> T:
-        await _check_known(backend, job_filter)
+        await check_known(backend, job_filter)
         if not yes:
             matched = await backend.count_jobs(job_filter)
             raise ConfigError(
-                f"{verb} would affect {matched} job(s) ({_describe(job_filter)}); "
+                f"{verb} would affect {matched} job(s) ({describe(job_filter)}); "
                 "re-run with --yes to do it"
             )
         return await apply(backend)
@@ -111,7 +118,7 @@ def _bulk(
 def cancel(
     ctx: typer.Context,
     job_id: IdArgument = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="Why (stored on the job).")] = None,
+    reason: CancelReasonOption = None,
     queue: QueueOption = None,
     actor: ActorOption = None,
     status: Annotated[
@@ -128,11 +135,11 @@ def cancel(
     schema: SchemaOption = None,
 ) -> None:
     """Cancel a job (at once when waiting, cooperatively when running), or all that match."""
-    inputs.optional_text(reason, "--reason")
+    who = audit(reason)
     if job_id is not None:
         if queue is not None or actor is not None or status:
             raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
-        _cancel_one(ctx, dsn, schema, check_job_ref(job_id), reason, json)
+        _cancel_one(ctx, dsn, schema, check_job_ref(job_id), who, json)
         return
     if queue is None and actor is None:
         raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to cancel many")
@@ -146,13 +153,13 @@ def cancel(
     )
 
     async def apply(backend: Backend) -> BulkCancelResult:
-        return await backend.cancel_where(job_filter, reason)
+        return await backend.cancel_where(job_filter, who.reason, audit=who)
 
-    result = _bulk(ctx, dsn, schema, "cancel", job_filter, yes, apply)
+    result = bulk(ctx, dsn, schema, "cancel", job_filter, yes, apply)
     if json:
         output.print_json(
             {
-                "filter": _filter_document(job_filter),
+                "filter": filter_document(job_filter),
                 "cancelled": result.cancelled,
                 "requested": result.requested,
             }
@@ -160,7 +167,7 @@ def cancel(
         return
     output.info(
         f"cancelled {result.cancelled} waiting job(s); asked {result.requested} running "
-        f"job(s) to stop ({_describe(job_filter)})"
+        f"job(s) to stop ({describe(job_filter)})"
     )
 
 
@@ -169,17 +176,22 @@ def _cancel_one(
     dsn: str | None,
     schema: str | None,
     job_ref: str,
-    reason: str | None,
+    who: Audit,
     json: bool,
 ) -> None:
     async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobRow, JobRow]:
         ident = await resolve_job_id(backend, job_ref)
         before = await backend.get(ident)
-        outcome = await backend.write_cancel_request(ident, reason)
-        after = await backend.get(ident)
-        if outcome == "not_found" or before is None or after is None:
+        if before is None:
             raise JobNotFoundError(f"no job with id {ident}")
-        return ident, outcome, before, after
+        # One job through the bulk write: it records who and why in the job's event.
+        result = await backend.cancel_where(
+            JobFilter(ids=[ident], limit=None), who.reason, audit=who
+        )
+        after = await backend.get(ident)
+        if after is None:
+            raise JobNotFoundError(f"no job with id {ident}")
+        return ident, _cancel_outcome(result, after), before, after
 
     ident, outcome, before, after = with_backend(ctx, dsn, schema, run)
     status = after.status
@@ -206,6 +218,15 @@ def _cancel_one(
         raise InvalidTransitionError(f"job {ident} is {status.value}: there is nothing to cancel")
 
 
+def _cancel_outcome(result: BulkCancelResult, after: JobRow) -> CancelOutcome:
+    """What a cancel of one job did, as ``write_cancel_request`` names it."""
+    if result.cancelled:
+        return "cancelled"
+    if result.requested:
+        return "requested"
+    return "already_requested" if after.status is JobStatus.RUNNING else "terminal"
+
+
 def _cancel_fields(job: JobRow) -> dict[str, Any]:
     return {"status": job.status, "cancel_phase": job.cancel_phase}
 
@@ -223,16 +244,18 @@ def retry(
     ] = None,
     queue: QueueOption = None,
     actor: ActorOption = None,
+    reason: ReasonOption = None,
     yes: YesOption = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Re-pend a failed, crashed or cancelled job with a fresh attempt budget, or all that match."""
+    who = audit(reason)
     if job_id is not None:
         if queue is not None or actor is not None or status:
             raise ConfigError("give a job id or --status/--queue/--actor filters, not both")
-        _retry_one(ctx, dsn, schema, job_id, json)
+        _retry_one(ctx, dsn, schema, job_id, who, json)
         return
     statuses = inputs.parse_statuses(status, allowed=RETRYABLE_STATUSES)
     if statuses is None:
@@ -247,17 +270,17 @@ def retry(
     )
 
     async def apply(backend: Backend) -> int:
-        return await backend.retry_where(job_filter)
+        return await backend.retry_where(job_filter, audit=who)
 
-    retried = _bulk(ctx, dsn, schema, "retry", job_filter, yes, apply)
+    retried = bulk(ctx, dsn, schema, "retry", job_filter, yes, apply)
     if json:
-        output.print_json({"filter": _filter_document(job_filter), "retried": retried})
+        output.print_json({"filter": filter_document(job_filter), "retried": retried})
         return
-    output.info(f"re-pended {retried} job(s) ({_describe(job_filter)})")
+    output.info(f"re-pended {retried} job(s) ({describe(job_filter)})")
 
 
 def _retry_one(
-    ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str, json: bool
+    ctx: typer.Context, dsn: str | None, schema: str | None, job_id: str, who: Audit, json: bool
 ) -> None:
     job_ref = check_job_ref(job_id)
 
@@ -266,7 +289,7 @@ def _retry_one(
         job = await backend.get(ident)
         if job is None:
             raise JobNotFoundError(f"no job with id {ident}")
-        if await backend.retry_job(ident):
+        if await backend.retry_where(JobFilter(ids=[ident], limit=None), audit=who):
             return ident, job.status, None
         after = await backend.get(ident)
         return ident, job.status, job.status if after is None else after.status

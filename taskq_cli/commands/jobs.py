@@ -16,6 +16,7 @@ import typer
 from rich.text import Text
 
 from taskq_cli import inputs, job_cursor, output
+from taskq_cli.commands import job_fixes
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
@@ -34,6 +35,11 @@ from taskq_core.statemachine import JobStatus
 app = typer.Typer(
     help="Inspect jobs: list, show one, explain why one is not running.", no_args_is_help=True
 )
+# Fixing stuck work (requeue, fail, move, purge) lives in its own module.
+app.command("requeue")(job_fixes.requeue)
+app.command("fail")(job_fixes.fail)
+app.command("move")(job_fixes.move)
+app.command("purge")(job_fixes.purge)
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
@@ -251,7 +257,7 @@ def _render_history(history: _JobHistory) -> None:
     output.info("")
     if history.events:
         output.print_table(
-            ["time", "kind", "transition", "worker", "detail"],
+            ["time", "kind", "transition", "worker", "by", "detail"],
             [
                 (
                     when(e.occurred_at),
@@ -259,7 +265,8 @@ def _render_history(history: _JobHistory) -> None:
                     f"{e.from_status.value if e.from_status else '-'} -> "
                     f"{e.to_status.value if e.to_status else '-'}",
                     e.worker_id,
-                    output.compact_json(e.detail) if e.detail else None,
+                    _operator_note(e),
+                    _event_detail(e),
                 )
                 for e in history.events
             ],
@@ -273,6 +280,24 @@ def _render_history(history: _JobHistory) -> None:
         output.info("")
         output.info("last traceback:")
         output.info(job.error_traceback.rstrip())
+
+
+# Keys of an event's detail that name the operator who made it (see Audit.detail).
+_OPERATOR_KEYS = ("by", "why")
+
+
+def _operator_note(event: EventRow) -> str | None:
+    """``alice@ops-1: why`` for an event an operator caused (None for the rest)."""
+    by, why = (event.detail.get(key) for key in _OPERATOR_KEYS)
+    if by is None:
+        return None
+    return f"{by}: {why}" if why else str(by)
+
+
+def _event_detail(event: EventRow) -> str | None:
+    """The rest of the event's detail, as one line of JSON."""
+    rest = {k: v for k, v in event.detail.items() if k not in _OPERATOR_KEYS}
+    return output.compact_json(rest) if rest else None
 
 
 def _status_line(job: JobRow, archived: ArchivedJob | None) -> str:

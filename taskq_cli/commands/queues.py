@@ -14,6 +14,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.operator import operator_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, QueueMode, QueueRow
 from taskq_core.errors import ConfigError
@@ -76,18 +77,6 @@ def _paused_cell(row: QueueRow) -> Any:
         return "no"
     note = _pause_note(row)
     return output.styled(f"yes, {note}" if note else "yes", "yellow")
-
-
-def _operator() -> str:
-    """Who is acting: ``user@host`` of this shell, recorded with a pause."""
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (some containers)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 @app.command("list")
@@ -266,7 +255,7 @@ def pause(
         create,
         json,
         paused=True,
-        paused_by=_operator(),
+        paused_by=operator_id(),
         pause_reason=inputs.optional_text(reason, "--reason"),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from datetime import timedelta
 from uuid import uuid4
@@ -128,7 +129,9 @@ def test_retrying_a_failed_job_re_pends_it_with_a_fresh_budget(cli: Cli, db: Db)
     assert result.stdout.strip() == f"re-pended {job.id}"
     row = db.get(job.id)
     assert (row.status, row.attempt, row.error_class) == (JobStatus.PENDING, 0, None)
-    assert db.call(lambda b: b.get_events(job.id))[-1].detail == {"reason": "operator_retry"}
+    detail = db.call(lambda b: b.get_events(job.id))[-1].detail
+    assert detail["reason"] == "operator_retry"
+    assert detail["by"].endswith(f"@{socket.gethostname()}")  # who retried it
 
 
 def test_retrying_a_job_that_is_not_finished_is_one_line(cli: Cli, db: Db) -> None:

@@ -1,14 +1,17 @@
-"""Operator writes and settings: cancel requests and operator retries (one job or many), the
-worker rows, actor configs (code-declared vs operator-owned capacity) and queue settings.
+"""Operator writes and settings: cancel requests and operator retries (one job or many), an
+operator's requeue, fail, move and purge, the worker rows, actor configs (code-declared vs
+operator-owned capacity), queue settings, and who did each (audit stamps, the operator log).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
@@ -27,7 +30,21 @@ from taskq_core.backend.protocol import (
     check_capacity,
     check_queue_update,
 )
-from taskq_core.backend.protocol.admin import QueuePause
+from taskq_core.backend.protocol.admin import (
+    MOVABLE_STATUSES,
+    PURGEABLE_STATUSES,
+    Audit,
+    ForcedEnd,
+    ForcedEndResult,
+    OperatorLogEntry,
+    PurgeResult,
+    QueuePause,
+    capacity_changes,
+    filter_document,
+    forced_end_error,
+)
+from taskq_core.backend.protocol.values import ErrorInfo, Lease
+from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import (
     ACTIVE_STATUSES,
     RETRYABLE_STATUSES,
@@ -36,6 +53,7 @@ from taskq_core.statemachine import (
     assert_valid_transition,
 )
 
+from .settle import Ending, SettlePart
 from .store import (
     PENDING,
     RUNNING,
@@ -56,6 +74,42 @@ class AdminPart(MemoryStore):
         super().__init__(**kwargs)
         # The pause note of each paused queue that has one (the queues row's paused_* columns).
         self._queue_pauses: dict[str, QueuePause] = {}
+        self._operator_log: list[OperatorLogEntry] = []
+        self._operator_log_ids = itertools.count(1)
+
+    # --- audit -------------------------------------------------------------------------------
+    @contextmanager
+    def _audited(self, audit: Audit | None, **detail: Any) -> Iterator[None]:
+        """The events written inside the block gain ``audit`` (and ``detail``) in their
+        detail, as the Postgres backend stamps the events of an audited transaction."""
+        since = len(self._events)
+        yield
+        stamp = {**detail, **(audit.detail() if audit is not None else {})}
+        if stamp:
+            for index in range(since, len(self._events)):
+                event = self._events[index]
+                self._events[index] = replace(event, detail={**event.detail, **stamp})
+
+    def _log_operator(
+        self, action: str, target: str | None, audit: Audit, detail: dict[str, Any]
+    ) -> None:
+        entry = OperatorLogEntry(
+            id=next(self._operator_log_ids),
+            occurred_at=self._now(),
+            action=action,
+            target=target,
+            by=audit.by,
+            reason=audit.reason,
+            detail=as_json(detail),
+        )
+        self._operator_log.append(entry)
+
+    async def list_operator_log(
+        self, *, target: str | None = None, limit: int = 100
+    ) -> list[OperatorLogEntry]:
+        """Operator log entries, newest first (only ``target``'s when given)."""
+        found = [e for e in reversed(self._operator_log) if target is None or e.target == target]
+        return found[:limit]
 
     # --- cancel and retry --------------------------------------------------------------------
     def _request_cancel(self, job: JobRecord, reason: str | None) -> CancelOutcome:
@@ -88,11 +142,15 @@ class AdminPart(MemoryStore):
         job = self._jobs.get(job_id)
         return "not_found" if job is None else self._request_cancel(job, reason)
 
-    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
-        """Cancel every non-terminal job the filter matches (its limit applies)."""
-        outcomes = Counter(
-            self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
-        )
+    async def cancel_where(
+        self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
+    ) -> BulkCancelResult:
+        """Cancel every non-terminal job the filter matches (its limit applies); the events
+        carry ``audit``."""
+        with self._audited(audit):
+            outcomes = Counter(
+                self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
+            )
         return BulkCancelResult(cancelled=outcomes["cancelled"], requested=outcomes["requested"])
 
     def _retry(self, job: JobRecord) -> bool:
@@ -119,12 +177,88 @@ class AdminPart(MemoryStore):
             self._wake()
         return retried
 
-    async def retry_where(self, filter: JobFilter) -> int:
-        """Retry every retryable job the filter matches (its limit applies)."""
-        count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
+    async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
+        """Retry every retryable job the filter matches (its limit applies); the events carry
+        ``audit``."""
+        with self._audited(audit):
+            count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
         if count:
             self._wake()
         return count
+
+    # --- stuck work --------------------------------------------------------------------------
+    async def end_running_job(self, job_id: UUID, end: ForcedEnd, audit: Audit) -> ForcedEndResult:
+        """Requeue (a reclaim, now) or fail a running job by the settle rules, fenced by its
+        lease; the worker that held it loses the lease either way."""
+        job = self._jobs.get(job_id)
+        if job is None or job.status is not RUNNING or job.locked_by_worker is None:
+            return ForcedEndResult(None if job is None else job.snapshot(), settled=False)
+        error = ErrorInfo(*forced_end_error(end, audit))
+        # The backend is all its parts; the settle part holds the one settle path.
+        settle_part = cast(SettlePart, self)
+        worker_id = job.locked_by_worker
+        if end == "fail":
+            with self._audited(audit, reason="operator_fail"):
+                lease = Lease(job.id, worker_id, job.attempt)
+                settled = await settle_part.mark_failed_or_retry(lease, error, None) is not None
+            return ForcedEndResult(job.snapshot(), settled)
+        # A reclaim, as the sweep makes it (SettlePart._reclaim) with the operator's error.
+        unstarted_before = sum(
+            1
+            for event in self._events
+            if event.job_id == job.id
+            and event.kind == "reclaim"
+            and event.detail.get("started") is False
+        )
+        started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        ending = Ending("crashed", error, self._now(), started=started, retry_as=PENDING)
+        plan = settle_part._decide(job, ending)
+        detail = {
+            "from_state": RUNNING.value,
+            "to_state": plan.status.value,
+            "reason": "operator_requeue",
+            "worker_id": str(worker_id),
+            "started": started,
+        }
+        with self._audited(audit):
+            settle_part._write(job, worker_id, plan, kind="reclaim", detail=detail)
+        self._wake()
+        return ForcedEndResult(job.snapshot(), settled=True)
+
+    async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
+        """Move the matching waiting jobs to ``to_queue`` (place in time kept), one
+        ``queue_move`` event each; wake the workers when a pending one moved."""
+        moved = [job for job in self._matching(filter, MOVABLE_STATUSES) if job.queue != to_queue]
+        now = self._now()
+        with self._audited(audit):
+            for job in moved:
+                detail = {"from_queue": job.queue, "to_queue": to_queue}
+                job.queue, job.updated_at = to_queue, now
+                self._record_event(job, "queue_move", job.status, job.status, None, detail)
+        if any(job.status is PENDING for job in moved):
+            self._wake()
+        return len(moved)
+
+    async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
+        """Delete the matching jobs but running ones, with their attempts and events; one
+        operator log entry."""
+        matched = self._matching(filter, frozenset(JobStatus))
+        doomed = [job for job in matched if job.status in PURGEABLE_STATUSES]
+        counts = Counter(job.status for job in doomed)
+        for job in doomed:
+            del self._jobs[job.id]
+            self._attempts.pop(job.id, None)
+        gone = {job.id for job in doomed}
+        self._events = [event for event in self._events if event.job_id not in gone]
+        deleted = {status: counts[status] for status in JobStatus if counts[status]}
+        skipped = len(matched) - len(doomed)
+        detail = {
+            "filter": filter_document(filter),
+            "deleted": {status.value: n for status, n in deleted.items()},
+            "running_skipped": skipped,
+        }
+        self._log_operator("purge", None, audit, detail)
+        return PurgeResult(deleted=deleted, running_skipped=skipped)
 
     # --- workers -----------------------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:
@@ -235,12 +369,15 @@ class AdminPart(MemoryStore):
         max_concurrent: int | None = UNSET,
         max_pending: int | None = UNSET,
         result_ttl: timedelta | None = UNSET,
+        audit: Audit | None = None,
     ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
+        With ``audit``, an operator log entry records what changed."""
         check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
         row = self._actor_configs.get(actor)
         if row is None:
             return None
+        before = row.snapshot()
         if max_concurrent is not UNSET:
             row.max_concurrent = max_concurrent
         if max_pending is not UNSET:
@@ -249,7 +386,11 @@ class AdminPart(MemoryStore):
             row.result_ttl = result_ttl
         row.updated_at = self._now()
         self._wake()  # a raised cap can make waiting jobs dispatchable
-        return row.snapshot()
+        after = row.snapshot()
+        if audit is not None:
+            changed = capacity_changes(before, after)
+            self._log_operator("actor_config_set", actor, audit, {"changed": changed})
+        return after
 
     # --- queues ------------------------------------------------------------------------------
     def _queue_snapshot(self, name: str) -> QueueRow | None:

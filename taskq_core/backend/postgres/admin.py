@@ -1,12 +1,14 @@
 """Reads and operator writes: jobs and their history, the dashboard, workers, actor config,
-queues, cancel and retry requests."""
+queues, cancel and retry requests, an operator's requeue, fail, move and purge, and who did
+each (the audit stamp on job events, the operator log)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import asyncpg
@@ -37,16 +39,25 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.backend.protocol.admin import (
     JOB_ID_HEX_DIGITS,
+    Audit,
+    ForcedEnd,
+    ForcedEndResult,
     JobIdSearchTooSlowError,
     JobPage,
     JobQuery,
+    OperatorLogEntry,
+    PurgeResult,
     TimeBound,
+    capacity_changes,
+    filter_document,
+    forced_end_error,
     normalize_id_fragment,
 )
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .core import BackendCore
+from .settle import Settlement, SettlePart
 
 _CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 # How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
@@ -58,6 +69,14 @@ def _time_bound(bound: TimeBound) -> tuple[Any, Any]:
     if isinstance(bound, timedelta):
         return None, bound
     return bound, None
+
+
+async def _one_on(conn: Any, query: str, *args: Any) -> asyncpg.Record:
+    """The single row an aggregate statement always returns, read on ``conn``."""
+    record = await conn.fetchrow(query, *args)
+    if record is None:
+        raise RuntimeError("a statement that always returns one row returned none")
+    return cast(asyncpg.Record, record)
 
 
 class AdminPart(BackendCore):
@@ -204,6 +223,26 @@ class AdminPart(BackendCore):
         """Every event of a job, oldest first."""
         return [rows.event(r) for r in await self._pool.fetch(self._queries["get_events"], job_id)]
 
+    # --- audit -------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _audited(self, audit: Audit | None, **detail: Any) -> AsyncIterator[Any]:
+        """A transaction whose job events gain ``audit`` (and ``detail``) before it commits:
+        the statements run on the yielded connection write their events by their own rules,
+        and ``stamp_operator_events`` merges who and why into each of them."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            stamp = {**detail, **(audit.detail() if audit is not None else {})}
+            since = await conn.fetchval(self._queries["last_event_id"]) if stamp else None
+            yield conn
+            if stamp:
+                await conn.execute(self._queries["stamp_operator_events"], since, bulk.dumps(stamp))
+
+    async def list_operator_log(
+        self, *, target: str | None = None, limit: int = 100
+    ) -> list[OperatorLogEntry]:
+        """Operator log entries, newest first (only ``target``'s when given)."""
+        records = await self._pool.fetch(self._queries["list_operator_log"], target, limit)
+        return [rows.operator_log_entry(r) for r in records]
+
     # --- cancel ------------------------------------------------------------------------------
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
         """Cancel at once when waiting; flag (phase 1) and NOTIFY when running."""
@@ -220,11 +259,19 @@ class AdminPart(BackendCore):
             return "not_found"
         return "already_requested" if job.status is JobStatus.RUNNING else "terminal"
 
-    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
-        """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs."""
-        record = await self._one(
-            self._queries["cancel_where"], *rows.filter_args(filter), reason, self._events_channel
-        )
+    async def cancel_where(
+        self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
+    ) -> BulkCancelResult:
+        """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs;
+        its events carry ``audit``."""
+        async with self._audited(audit) as conn:
+            record = await _one_on(
+                conn,
+                self._queries["cancel_where"],
+                *rows.filter_args(filter),
+                reason,
+                self._events_channel,
+            )
         return BulkCancelResult(cancelled=record["cancelled"], requested=record["requested"])
 
     # --- admin -------------------------------------------------------------------------------
@@ -235,12 +282,60 @@ class AdminPart(BackendCore):
         )
         return bool(record["retried"])
 
-    async def retry_where(self, filter: JobFilter) -> int:
-        """``retry_job`` for the newest ``filter.limit`` matching retryable jobs."""
-        record = await self._one(
-            self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
-        )
+    async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
+        """``retry_job`` for the newest ``filter.limit`` matching retryable jobs; its events
+        carry ``audit``."""
+        async with self._audited(audit) as conn:
+            record = await _one_on(
+                conn, self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
+            )
         return int(record["retried"])
+
+    # --- stuck work --------------------------------------------------------------------------
+    async def end_running_job(self, job_id: UUID, end: ForcedEnd, audit: Audit) -> ForcedEndResult:
+        """Requeue (a reclaim, now) or fail a running job through ``settle``, fenced by the
+        lease read with the row: a worker that settled it first wins, and the worker that
+        held it loses its lease either way."""
+        job = await self.get(job_id)
+        if job is None or job.status is not JobStatus.RUNNING or job.locked_by_worker is None:
+            return ForcedEndResult(job, settled=False)
+        error_class, message = forced_end_error(end, audit)
+        settlement = Settlement.of(
+            job.lease(),
+            "reclaimed" if end == "requeue" else "failed",
+            error_class=error_class,
+            error_message=message,
+        )
+        reason = "operator_requeue" if end == "requeue" else "operator_fail"
+        # The backend is all its parts; the settle part holds the one settle statement.
+        settle_part = cast(SettlePart, self)
+        async with self._audited(audit, reason=reason) as conn:
+            settled = await settle_part._settle(conn, [settlement])
+        return ForcedEndResult(await self.get(job_id), settled=bool(settled))
+
+    async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
+        """Move the newest ``filter.limit`` matching waiting jobs to ``to_queue``."""
+        async with self._audited(audit) as conn:
+            record = await _one_on(
+                conn,
+                self._queries["move_jobs"],
+                *rows.filter_args(filter),
+                to_queue,
+                self._wake_channel,
+            )
+        return int(record["moved"])
+
+    async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
+        """Delete the newest ``filter.limit`` matching jobs but running ones, logged."""
+        record = await self._one(
+            self._queries["purge_jobs"],
+            *rows.filter_args(filter),
+            audit.by,
+            audit.reason,
+            bulk.dumps(filter_document(filter)),
+        )
+        deleted = rows.status_counts(record["statuses"], record["counts"])
+        return PurgeResult(deleted=deleted, running_skipped=int(record["running_skipped"]))
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:
@@ -328,21 +423,39 @@ class AdminPart(BackendCore):
         max_concurrent: int | None = UNSET,
         max_pending: int | None = UNSET,
         result_ttl: timedelta | None = UNSET,
+        audit: Audit | None = None,
     ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
+        With ``audit``, the change and its operator log entry commit together."""
         check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
-        record = await self._pool.fetchrow(
-            self._queries["update_actor_config"],
-            actor,
-            max_concurrent is not UNSET,
-            None if max_concurrent is UNSET else max_concurrent,
-            max_pending is not UNSET,
-            None if max_pending is UNSET else max_pending,
-            result_ttl is not UNSET,
-            None if result_ttl is UNSET else result_ttl,
-            self._wake_channel,
-        )
-        return None if record is None else rows.actor_config(record)
+        async with self._pool.acquire() as conn, conn.transaction():
+            before = await conn.fetchrow(self._queries["lock_actor_config"], actor)
+            if before is None:
+                return None
+            record = await _one_on(
+                conn,
+                self._queries["update_actor_config"],
+                actor,
+                max_concurrent is not UNSET,
+                None if max_concurrent is UNSET else max_concurrent,
+                max_pending is not UNSET,
+                None if max_pending is UNSET else max_pending,
+                result_ttl is not UNSET,
+                None if result_ttl is UNSET else result_ttl,
+                self._wake_channel,
+            )
+            after = rows.actor_config(record)
+            if audit is not None:
+                changed = capacity_changes(rows.actor_config(before), after)
+                await conn.execute(
+                    self._queries["insert_operator_log"],
+                    "actor_config_set",
+                    actor,
+                    audit.by,
+                    audit.reason,
+                    bulk.dumps({"changed": changed}),
+                )
+        return after
 
     # --- queues ------------------------------------------------------------------------------
     async def list_queues(self) -> list[QueueRow]:

@@ -19,7 +19,7 @@ from taskq_core.backend.protocol import (
     WorkerRow,
     from_values,
 )
-from taskq_core.backend.protocol.admin import QueuePause
+from taskq_core.backend.protocol.admin import OperatorLogEntry, QueuePause
 from taskq_core.statemachine import JobStatus
 
 from . import bulk
@@ -112,6 +112,25 @@ def actor_config(record: asyncpg.Record) -> ActorConfigRow:
 def _status_counts(statuses: list[str], counts: list[int]) -> dict[JobStatus, int]:
     """Parallel arrays of status names and counts as a dict by status."""
     return {JobStatus(status): count for status, count in zip(statuses, counts, strict=True)}
+
+
+def status_counts(statuses: list[str], counts: list[int]) -> dict[JobStatus, int]:
+    """Parallel arrays of status names and counts as a dict in JobStatus order."""
+    found = _status_counts(statuses, counts)
+    return {status: found[status] for status in JobStatus if status in found}
+
+
+def operator_log_entry(record: asyncpg.Record) -> OperatorLogEntry:
+    """A ``list_operator_log`` record as an OperatorLogEntry."""
+    return OperatorLogEntry(
+        id=record["id"],
+        occurred_at=record["occurred_at"],
+        action=record["action"],
+        target=record["target"],
+        by=record["by_operator"],
+        reason=record["reason"],
+        detail=record["detail"],
+    )
 
 
 def queue(record: asyncpg.Record) -> QueueRow:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
 from taskq_core.backend.protocol.values import (
@@ -78,6 +78,117 @@ class JobPage:
     total: int
     total_exact: bool
     next_after: tuple[datetime, UUID] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """Who made an operator write (``user@host`` as the operator's tool gives it) and why.
+
+    Every job event the write produces carries it in its detail (``by``, and ``why`` when
+    given); a write that leaves no job behind (a purge) or touches no job (an actor-config
+    change) records it in the operator log (``list_operator_log``).
+    """
+
+    by: str | None
+    reason: str | None = None
+
+    def detail(self) -> dict[str, str]:
+        """The keys an event's detail gains: ``by`` and ``why``, the ones known."""
+        found = {"by": self.by, "why": self.reason}
+        return {key: value for key, value in found.items() if value is not None}
+
+
+# What an operator's settle of a running job does: ``requeue`` takes the attempt from its
+# worker now, as the reclaim sweep does when a lease expires; ``fail`` ends the job failed.
+ForcedEnd = Literal["requeue", "fail"]
+
+# The error a job ends its attempt with when an operator requeues or fails it.
+OPERATOR_REQUEUED = "OperatorRequeued"
+OPERATOR_FAILED = "OperatorFailed"
+
+
+def forced_end_error(end: ForcedEnd, audit: Audit) -> tuple[str, str]:
+    """(error class, message) of an operator's requeue or fail: ``requeued by alice@ops-1:
+    the worker hangs``, the same on every backend."""
+    verb = "requeued" if end == "requeue" else "failed"
+    message = f"{verb} by {audit.by or 'an operator'}"
+    if audit.reason:
+        message += f": {audit.reason}"
+    return (OPERATOR_REQUEUED if end == "requeue" else OPERATOR_FAILED), message
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedEndResult:
+    """Outcome of ``end_running_job``: ``job`` as it is after the call (None: no such job),
+    and whether this call settled it (False: it was not running, or its worker settled it
+    first)."""
+
+    job: JobRow | None
+    settled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """Outcome of ``purge_where``: jobs deleted per status (only statuses with jobs), and
+    how many running jobs the filter matched and were left alone."""
+
+    deleted: dict[JobStatus, int]
+    running_skipped: int
+
+    @property
+    def total(self) -> int:
+        """How many jobs were deleted."""
+        return sum(self.deleted.values())
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorLogEntry:
+    """One row of the operator log: an operator write that no job event records (a purge,
+    an actor-config change), with who, why and what (``detail``)."""
+
+    id: int
+    occurred_at: datetime
+    action: str  # purge | actor_config_set
+    target: str | None  # the actor of an actor-config change; None for a purge
+    by: str | None
+    reason: str | None
+    detail: dict[str, Any]
+
+
+def filter_document(filter: JobFilter) -> dict[str, Any]:
+    """A bulk write's filter as its operator log entry records it."""
+    statuses = filter.statuses()
+    return {
+        "statuses": None if statuses is None else [s.value for s in JobStatus if s in statuses],
+        "queue": filter.queue,
+        "actor": filter.actor,
+        "ids": None if filter.ids is None else [str(i) for i in filter.ids],
+        "limit": filter.limit,
+    }
+
+
+_CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+
+
+def capacity_changes(before: ActorConfigRow, after: ActorConfigRow) -> dict[str, Any]:
+    """``{field: {"from", "to"}}`` of the capacity fields an actor-config change changed
+    (result_ttl in seconds), as its operator log entry records them."""
+
+    def shown(value: Any) -> Any:
+        return value.total_seconds() if isinstance(value, timedelta) else value
+
+    return {
+        name: {"from": shown(getattr(before, name)), "to": shown(getattr(after, name))}
+        for name in _CAPACITY_FIELDS
+        if getattr(before, name) != getattr(after, name)
+    }
+
+
+# The statuses ``move_where`` moves: waiting jobs, which no worker holds yet.
+MOVABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.SCHEDULED})
+# The statuses ``purge_where`` deletes: every one but running (a worker holds the job; cancel
+# or requeue it first).
+PURGEABLE_STATUSES = frozenset(JobStatus) - {JobStatus.RUNNING}
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +357,46 @@ def check_capacity(**limits: int | None) -> None:
 class AdminBackend(Protocol):
     """Operator reads and writes over many jobs, queues, workers and actor configs."""
 
-    async def cancel_where(self, filter: JobFilter, reason: str | None) -> BulkCancelResult:
+    async def cancel_where(
+        self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
+    ) -> BulkCancelResult:
         """``write_cancel_request`` for every non-terminal job the filter matches (newest
-        ``filter.limit`` of them); running jobs already asked to cancel are not counted."""
+        ``filter.limit`` of them); running jobs already asked to cancel are not counted.
+        With ``audit``, every event written carries it (see Audit)."""
 
-    async def retry_where(self, filter: JobFilter) -> int:
-        """``retry_job`` for every retryable job the filter matches; returns the count."""
+    async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
+        """``retry_job`` for every retryable job the filter matches; returns the count.
+        With ``audit``, every event written carries it."""
+
+    async def end_running_job(self, job_id: UUID, end: ForcedEnd, audit: Audit) -> ForcedEndResult:
+        """An operator settles a running job now, by the rules of every settle, fenced like
+        a worker's write (the lease read with the row must still be the row's):
+
+        ``requeue`` does what the reclaim sweep does to an expired lease: a started attempt
+        ends ``crashed`` (error OPERATOR_REQUEUED) and the job is pending at once while it
+        has retries left, else crashed; a claimed, unstarted job gets its attempt back; a
+        requested cancel ends it cancelled. The event is a ``reclaim`` (detail reason
+        ``operator_requeue``). ``fail`` ends it ``failed`` (error OPERATOR_FAILED) with a
+        failed attempt. Either way the worker that held it loses its lease: its later
+        writes change nothing and its heartbeat sees the job gone. The event carries
+        ``audit``. A job that is not running is left as it is (``settled`` False).
+        """
+
+    async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
+        """Move the waiting jobs (MOVABLE_STATUSES) the filter matches (its limit applies)
+        to ``to_queue``, keeping their place in time (scheduled_at) and priority; one
+        ``queue_move`` event each (detail from_queue, to_queue and ``audit``) and a wake.
+        Returns how many moved; jobs in other statuses are not touched."""
+
+    async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
+        """Delete the jobs the filter matches (its limit applies) in PURGEABLE_STATUSES,
+        with their attempts and events; running ones are counted and left. One operator
+        log entry (action ``purge``) records who, why, the filter and the counts."""
+
+    async def list_operator_log(
+        self, *, target: str | None = None, limit: int = 100
+    ) -> list[OperatorLogEntry]:
+        """Operator log entries, newest first (only ``target``'s when given)."""
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
         """Job counts per (queue, status), by queue then status in JobStatus order."""
@@ -322,8 +467,11 @@ class AdminBackend(Protocol):
         max_concurrent: int | None = UNSET,
         max_pending: int | None = UNSET,
         result_ttl: timedelta | None = UNSET,
+        audit: Audit | None = None,
     ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row."""
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
+        With ``audit``, an operator log entry (action ``actor_config_set``, target the actor,
+        detail ``{field: {from, to}}`` of what changed) is written with the change."""
 
     async def list_queues(self) -> list[QueueRow]:
         """Every queue that has jobs or a row in ``queues``, by name."""

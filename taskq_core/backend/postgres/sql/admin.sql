@@ -547,3 +547,130 @@ FROM (
       AND (b.until IS NULL OR j.created_at < b.until)
     LIMIT $8::bigint
 ) matched;
+
+-- name: last_event_id
+-- The newest job_events id visible now: an audited operator write reads it first, so the
+-- events its own statements write afterwards are the ones above it (ids come from one
+-- sequence, drawn later).
+SELECT COALESCE(max(e.id), 0) AS id FROM {schema}.job_events e;
+
+-- name: stamp_operator_events
+-- Who and why ($2, JSON object text) merged into the detail of every job event this
+-- transaction wrote after event $1 (last_event_id). The id range walks the primary key from
+-- $1; xmin keeps a concurrent writer's events out. The statements that write the events
+-- (cancel, retry, settle) stay the one home of their rules, and the stamp commits with them.
+UPDATE {schema}.job_events e
+SET detail = e.detail || $2::text::jsonb
+WHERE e.id > $1::bigint AND e.xmin = pg_current_xact_id()::xid;
+
+-- name: move_jobs
+-- Move the newest $5 waiting jobs matching the filter ($1 statuses or NULL, $2 queue,
+-- $3 actor, $4 ids) to queue $6, locked in id order (as every bulk writer locks), keeping
+-- scheduled_at and priority: a job keeps its place in time in the new queue. One
+-- queue_move event each (the status does not change), and a wake ($7) when a pending job
+-- moved: a worker of the new queue may be idle.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+matched AS (
+    SELECT j.id
+    FROM {schema}.jobs j
+    WHERE j.status IN ('pending', 'scheduled')
+      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::text IS NULL OR j.actor = $3::text)
+      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+      AND j.queue <> $6::text
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT $5::bigint
+),
+target AS (
+    SELECT j.id, j.queue
+    FROM {schema}.jobs j
+    JOIN matched m ON m.id = j.id
+    WHERE j.status IN ('pending', 'scheduled')
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET queue = $6::text, updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id
+    RETURNING j.id, j.status, t.queue AS from_queue
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT m.id, 'queue_move', m.status, m.status,
+           jsonb_build_object('from_queue', m.from_queue, 'to_queue', $6::text)
+    FROM moved m
+    ORDER BY m.id
+),
+woken AS (
+    SELECT pg_notify($7::text, '') WHERE EXISTS (SELECT 1 FROM moved m WHERE m.status = 'pending')
+)
+SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken;
+
+-- name: purge_jobs
+-- Delete the newest $5 jobs matching the filter ($1 statuses or NULL, $2 queue, $3 actor,
+-- $4 ids) that no worker holds (every status but running), locked in id order; their
+-- attempts and events go with them (ON DELETE CASCADE). Running matches are counted and
+-- left. One operator_log row records who ($6), why ($7), the filter ($8, JSON text) and
+-- the counts, in the same statement: the purge and its record commit together.
+WITH matched AS (
+    SELECT j.id, j.status
+    FROM {schema}.jobs j
+    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::text IS NULL OR j.actor = $3::text)
+      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT $5::bigint
+),
+target AS (
+    SELECT j.id
+    FROM {schema}.jobs j
+    JOIN matched m ON m.id = j.id
+    WHERE j.status <> 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+deleted AS (
+    DELETE FROM {schema}.jobs j
+    USING target t
+    WHERE j.id = t.id
+    RETURNING j.status
+),
+counts AS (
+    SELECT d.status::text AS status, count(*) AS n FROM deleted d GROUP BY d.status
+),
+logged AS (
+    INSERT INTO {schema}.operator_log (action, by_operator, reason, detail)
+    SELECT 'purge', $6::text, $7::text,
+           jsonb_build_object(
+               'filter', $8::text::jsonb,
+               'deleted', COALESCE((SELECT jsonb_object_agg(c.status, c.n) FROM counts c),
+                                   '{}'::jsonb),
+               'running_skipped',
+               (SELECT count(*) FROM matched m WHERE m.status = 'running'))
+)
+SELECT COALESCE((SELECT array_agg(c.status ORDER BY c.status) FROM counts c), '{}') AS statuses,
+       COALESCE((SELECT array_agg(c.n ORDER BY c.status) FROM counts c), '{}') AS counts,
+       (SELECT count(*) FROM matched m WHERE m.status = 'running') AS running_skipped;
+
+-- name: insert_operator_log
+-- One operator_log row: $1 action, $2 target, $3 who, $4 why, $5 detail (JSON text).
+INSERT INTO {schema}.operator_log (action, target, by_operator, reason, detail)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::text::jsonb);
+
+-- name: list_operator_log
+-- Operator log entries, newest first: every one, or only target $1's; at most $2.
+SELECT o.id, o.occurred_at, o.action, o.target, o.by_operator, o.reason, o.detail
+FROM {schema}.operator_log o
+WHERE $1::text IS NULL OR o.target = $1::text
+ORDER BY o.id DESC
+LIMIT $2::bigint;
+
+-- name: lock_actor_config
+-- One actor_config row, locked for an audited change (its old values go to the log).
+SELECT * FROM {schema}.actor_config WHERE actor = $1::text FOR UPDATE;
