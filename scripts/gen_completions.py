@@ -2,7 +2,8 @@
 
 Each script is what ``taskq --show-completion SHELL`` prints. Like kubectl's and gh's, the
 scripts call back into ``taskq`` when the user presses TAB, so they offer every command,
-option and value list (statuses, queue modes) of the installed CLI. ``--check`` regenerates
+option and value list (statuses, queue modes) of the installed CLI, and the queue and actor
+names of the database the command would reach (taskq_cli/completion.py). ``--check`` regenerates
 them in memory and exits 1 when a committed script has drifted; tests/cli/test_completions.py
 runs the same comparison.
 """

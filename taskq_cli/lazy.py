@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from difflib import get_close_matches
 from importlib import import_module
 from typing import Any, ClassVar
 
@@ -72,6 +73,20 @@ class LazyGroup(TyperGroup):
                 finish(entry.name, command)
             self.commands[cmd_name] = command
         return self.commands[cmd_name]
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException as exc:
+            # typer suggests close names among the commands loaded so far: offer them all.
+            message = getattr(exc, "message", None)
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            suggested = isinstance(message, str) and "Did you mean" in message
+            if self.suggest_commands and matches and isinstance(message, str) and not suggested:
+                names = ", ".join(repr(match) for match in matches)
+                text = f"{message.rstrip('.')}. Did you mean {names}?"
+                exc.message = text  # type: ignore[attr-defined]
+            raise
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         with self._summaries():

@@ -93,7 +93,7 @@ def test_bash_completion_offers_the_operator_commands() -> None:
     top = _bash_complete("")
     for command in ("enqueue", "jobs", "cancel", "retry", "queues", "actor-config", "workers"):
         assert command in top
-    assert _bash_complete("jobs", "") == ["list", "show", "explain"]
+    assert {"list", "show", "explain"} <= set(_bash_complete("jobs", ""))
     assert "set-max-concurrent" in _bash_complete("queues", "")
     assert _bash_complete("queues", "set-mode", "media", "") == ["strict_fifo", "round_robin"]
     assert "failed" in _bash_complete("jobs", "list", "--status", "")

@@ -36,3 +36,14 @@ def test_dash_h_is_help_on_the_root_and_on_every_command(taskq_cli: Any) -> None
         assert short.stdout == taskq_cli(*command, "--help").stdout
         assert "-h, --help" in short.stdout
         assert short.stderr == ""
+
+
+def test_a_mistyped_command_suggests_the_close_names_of_commands_not_loaded_yet(
+    taskq_cli: Any,
+) -> None:
+    result = taskq_cli("jbos", "list")
+    assert result.exit_code == 1
+    assert (
+        result.stderr
+        == "error: No such command 'jbos'. Did you mean 'jobs'? (see 'taskq --help')\n"
+    )
