@@ -128,6 +128,7 @@ def test_queue_arguments_and_options_complete_the_queues_of_the_database(
         "reports"
     ]
     assert _bash_complete("cancel", "--queue", "ex", env=env) == ["exports"]
+    assert _bash_complete("jobs", "move", "--queue", "media", "--to", "", env=env) == queues
 
 
 @needs_bash
