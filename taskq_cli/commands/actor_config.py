@@ -17,10 +17,12 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.actor_config import diff_against_code
 from taskq_core.actors import load_registry
 from taskq_core.backend.protocol import UNSET, ActorConfigRow, Backend
+from taskq_core.backend.protocol.admin import OperatorLogEntry
 from taskq_core.durations import format_duration
 from taskq_core.errors import ActorConfigDriftError, ConfigError
 
@@ -136,16 +138,63 @@ def get(
     """One actor's stored configuration."""
     inputs.check_text(name, "NAME")
 
-    async def run(backend: Backend) -> ActorConfigRow | None:
-        return await backend.get_actor_config(name)
+    async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[OperatorLogEntry]]:
+        row = await backend.get_actor_config(name)
+        if row is None:
+            return None, []
+        return row, await backend.list_operator_log(
+            action="actor_config_set", target=name, limit=_CHANGES_SHOWN
+        )
 
-    row = with_backend(ctx, dsn, schema, run)
+    row, changes = with_backend(ctx, dsn, schema, run)
     if row is None:
         raise _unknown(name)
     if json:
-        output.print_json(actor_config_document(row))
+        document = actor_config_document(row)
+        document["changes"] = [_change_document(entry) for entry in changes]
+        output.print_json(document)
         return
     _render(row)
+    if changes:
+        output.info("")
+        output.print_table(
+            ["when", "by", "why", "changed"],
+            [
+                (
+                    f"{output.timestamp(e.occurred_at)} ({output.age(e.occurred_at)} ago)",
+                    e.by,
+                    e.reason,
+                    _changed_text(e.detail.get("changed", {})),
+                )
+                for e in changes
+            ],
+            title="operator changes, newest first",
+        )
+
+
+# How many of an actor's latest operator changes ``get`` shows.
+_CHANGES_SHOWN = 10
+
+
+def _change_document(entry: OperatorLogEntry) -> dict[str, Any]:
+    return {
+        "at": entry.occurred_at,
+        "by": entry.by,
+        "reason": entry.reason,
+        "changed": entry.detail.get("changed", {}),
+    }
+
+
+def _changed_text(changed: dict[str, Any]) -> str:
+    """``max_concurrent 4 -> 2, result_ttl - -> 300s``."""
+
+    def shown(field: str, value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:g}s" if field == "result_ttl" else str(value)
+
+    parts = [f"{f} {shown(f, c['from'])} -> {shown(f, c['to'])}" for f, c in changed.items()]
+    return ", ".join(parts) or "nothing"
 
 
 def _pick(value: Any, clear: bool, flag: str) -> Any:
@@ -181,12 +230,17 @@ def set_config(
     clear_result_ttl: Annotated[
         bool, typer.Option("--clear-result-ttl", help="NULL: back to the @actor literal.")
     ] = False,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Change an actor's capacity; live at once, no worker restart."""
+    """Change an actor's capacity; live at once, no worker restart.
+
+    Who (user@host), why (--reason) and what changed go to the operator log (shown by get).
+    """
     inputs.check_text(name, "NAME")
+    who = audit(reason)
     if max_concurrent is not None:
         inputs.check_int(max_concurrent, "--max-concurrent", minimum=0)
     if max_pending is not None:
@@ -205,7 +259,7 @@ def set_config(
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, ActorConfigRow | None]:
         before = await backend.get_actor_config(name)
-        return before, await backend.update_actor_config(name, **changes)
+        return before, await backend.update_actor_config(name, **changes, audit=who)
 
     before, row = with_backend(ctx, dsn, schema, run)
     if row is None or before is None:

@@ -14,7 +14,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
-from taskq_cli.operator import operator_id
+from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, QueueMode, QueueRow
 from taskq_core.errors import ConfigError
@@ -148,6 +148,7 @@ def _update(
     name: str,
     create: bool,
     json: bool,
+    reason: str | None = None,
     **changes: Any,
 ) -> QueueRow:
     """Apply ``changes`` to a known queue (or a new one with ``--create``) and report it:
@@ -155,6 +156,7 @@ def _update(
     inputs.check_text(name, "QUEUE")
     if create:
         inputs.check_name(name, "QUEUE")
+    who = audit(reason)  # every change goes to the operator log with who and why
 
     async def run(backend: Backend) -> tuple[QueueRow | None, QueueRow]:
         before = await backend.get_queue(name)
@@ -165,7 +167,7 @@ def _update(
                 f"unknown queue {name!r} (known: {shown}); pass --create to configure a queue "
                 "before it has jobs"
             )
-        return before, await backend.update_queue(name, **changes)
+        return before, await backend.update_queue(name, **changes, audit=who)
 
     before, row = with_backend(ctx, dsn, schema, run)
     if json:
@@ -254,8 +256,9 @@ def pause(
         queue,
         create,
         json,
+        reason,
         paused=True,
-        paused_by=operator_id(),
+        paused_by=audit(reason).by,
         pause_reason=inputs.optional_text(reason, "--reason"),
     )
 
@@ -264,9 +267,10 @@ def pause(
 def resume(
     ctx: typer.Context,
     queue: QueueArgument,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Dispatch the queue's jobs again."""
-    _update(ctx, dsn, schema, queue, False, json, paused=False)
+    """Dispatch the queue's jobs again (who and --reason go to the operator log)."""
+    _update(ctx, dsn, schema, queue, False, json, reason, paused=False)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -47,7 +49,31 @@ def test_list_and_get_json_have_the_documented_fields(cli: Cli, db: Db) -> None:
     (row,) = parse_json(cli("actor-config", "list", "--json"))["actors"]
     assert set(row) == CONFIG_FIELDS
     assert (row["actor"], row["max_concurrent"], row["max_pending"]) == ("resize", 4, None)
-    assert parse_json(cli("actor-config", "get", "resize", "--json")) == row
+    # get adds the operator's changes of the actor, newest first (none yet).
+    assert parse_json(cli("actor-config", "get", "resize", "--json")) == {**row, "changes": []}
+
+
+def test_set_records_who_why_and_what_and_get_shows_it(cli: Cli, db: Db) -> None:
+    db.register_actor("resize", queue="media", max_concurrent=4)
+    result = cli(
+        "actor-config", "set", "resize", "--max-concurrent", "2", "--reason", "db is struggling"
+    )
+    assert result.exit_code == 0, result.stderr
+    cli("actor-config", "set", "resize", "--result-ttl", "5m")
+    me = f"{getpass.getuser()}@{socket.gethostname()}"
+    newest, oldest = parse_json(cli("actor-config", "get", "resize", "--json"))["changes"]
+    assert (oldest["by"], oldest["reason"], oldest["changed"]) == (
+        me,
+        "db is struggling",
+        {"max_concurrent": {"from": 4, "to": 2}},
+    )
+    assert newest["changed"] == {"result_ttl": {"from": None, "to": 300.0}}
+    assert newest["reason"] is None
+    shown = cli("actor-config", "get", "resize", env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.stderr
+    assert "operator changes, newest first" in shown.stdout
+    assert "max_concurrent 4 -> 2" in shown.stdout and "db is struggling" in shown.stdout
+    assert "result_ttl - -> 300s" in shown.stdout
 
 
 def test_get_shows_one_actor(cli: Cli, db: Db) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import socket
 from collections.abc import Callable
 from uuid import uuid4
 
@@ -133,3 +135,26 @@ def test_a_zero_cap_says_what_it_means(cli: Cli, db: Db) -> None:
         result.stdout
     )
     assert db.claim(uuid4(), "media") == []
+
+
+def test_pause_and_resume_go_to_the_operator_log_with_who_and_why(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    assert cli("queues", "pause", "media", "--reason", "db maintenance").exit_code == 0
+    resumed = cli("queues", "resume", "media", "--reason", "maintenance done")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert cli("queues", "set-max-concurrent", "media", "3").exit_code == 0
+    logged = db.call(lambda b: b.list_operator_log(action="queue_update", target="media"))
+    capped, resume, pause = logged
+    me = f"{getpass.getuser()}@{socket.gethostname()}"
+    assert (pause.by, pause.reason, pause.detail) == (
+        me,
+        "db maintenance",
+        {"changed": {"paused": {"from": False, "to": True}}},
+    )
+    assert (resume.by, resume.reason, resume.detail) == (
+        me,
+        "maintenance done",
+        {"changed": {"paused": {"from": True, "to": False}}},
+    )
+    assert capped.detail == {"changed": {"max_concurrent": {"from": None, "to": 3}}}
+    assert capped.reason is None

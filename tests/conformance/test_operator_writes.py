@@ -347,3 +347,26 @@ async def test_actor_config_changes_are_logged_with_who_why_and_what(harness: Ha
     }
     assert await backend.list_operator_log(target="nobody") == []
     assert await backend.update_actor_config("nobody", max_concurrent=1, audit=AUDIT) is None
+
+
+async def test_queue_changes_are_logged_with_who_why_and_what(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    await backend.update_queue(queue, paused=True, audit=Audit("frank@ops-5", "maintenance"))
+    await backend.update_queue(queue, paused=False, max_concurrent=2, audit=Audit("frank@ops-5"))
+    await backend.update_queue(queue, mode="round_robin")  # no audit: not logged
+
+    resumed, paused = await backend.list_operator_log(action="queue_update", target=queue)
+    assert (paused.by, paused.reason, paused.detail) == (
+        "frank@ops-5",
+        "maintenance",
+        {"changed": {"paused": {"from": False, "to": True}}},
+    )
+    assert resumed.reason is None
+    assert resumed.detail == {
+        "changed": {
+            "max_concurrent": {"from": None, "to": 2},
+            "paused": {"from": True, "to": False},
+        }
+    }
+    assert await backend.list_operator_log(action="actor_config_set", target=queue) == []

@@ -42,6 +42,7 @@ from taskq_core.backend.protocol.admin import (
     capacity_changes,
     filter_document,
     forced_end_error,
+    queue_changes,
 )
 from taskq_core.backend.protocol.values import ErrorInfo, Lease
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
@@ -105,10 +106,15 @@ class AdminPart(MemoryStore):
         self._operator_log.append(entry)
 
     async def list_operator_log(
-        self, *, target: str | None = None, limit: int = 100
+        self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
-        """Operator log entries, newest first (only ``target``'s when given)."""
-        found = [e for e in reversed(self._operator_log) if target is None or e.target == target]
+        """Operator log entries, newest first (of ``action`` and ``target`` when given)."""
+        found = [
+            entry
+            for entry in reversed(self._operator_log)
+            if (target is None or entry.target == target)
+            and (action is None or entry.action == action)
+        ]
         return found[:limit]
 
     # --- cancel and retry --------------------------------------------------------------------
@@ -429,10 +435,12 @@ class AdminPart(MemoryStore):
         paused: bool = UNSET,
         paused_by: str | None = None,
         pause_reason: str | None = None,
+        audit: Audit | None = None,
     ) -> QueueRow:
         """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
         pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
+        before = self._queue_snapshot(name)
         row = self._queues.setdefault(name, QueueRecord())
         if mode is not UNSET:
             row.mode = mode
@@ -447,4 +455,7 @@ class AdminPart(MemoryStore):
         self._wake()  # a resumed queue or a raised cap can make waiting jobs dispatchable
         snapshot = self._queue_snapshot(name)
         assert snapshot is not None  # the row exists now
+        if audit is not None:
+            changed = queue_changes(before, snapshot)
+            self._log_operator("queue_update", name, audit, {"changed": changed})
         return snapshot

@@ -52,6 +52,7 @@ from taskq_core.backend.protocol.admin import (
     filter_document,
     forced_end_error,
     normalize_id_fragment,
+    queue_changes,
 )
 from taskq_core.statemachine import JobStatus
 
@@ -237,10 +238,10 @@ class AdminPart(BackendCore):
                 await conn.execute(self._queries["stamp_operator_events"], since, bulk.dumps(stamp))
 
     async def list_operator_log(
-        self, *, target: str | None = None, limit: int = 100
+        self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
-        """Operator log entries, newest first (only ``target``'s when given)."""
-        records = await self._pool.fetch(self._queries["list_operator_log"], target, limit)
+        """Operator log entries, newest first (of ``action`` and ``target`` when given)."""
+        records = await self._pool.fetch(self._queries["list_operator_log"], target, limit, action)
         return [rows.operator_log_entry(r) for r in records]
 
     # --- cancel ------------------------------------------------------------------------------
@@ -476,21 +477,38 @@ class AdminPart(BackendCore):
         paused: bool = UNSET,
         paused_by: str | None = None,
         pause_reason: str | None = None,
+        audit: Audit | None = None,
     ) -> QueueRow:
         """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
         pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
-        record = await self._one(
-            self._queries["update_queue"],
-            name,
-            mode is not UNSET,
-            None if mode is UNSET else mode,
-            max_concurrent is not UNSET,
-            None if max_concurrent is UNSET else max_concurrent,
-            paused is not UNSET,
-            None if paused is UNSET else bool(paused),
-            self._wake_channel,
-            paused_by,
-            pause_reason,
-        )
+        async with self._pool.acquire() as conn, conn.transaction():
+            before = None
+            if audit is not None:
+                found = await conn.fetchrow(self._queries["list_queues"], name)
+                before = None if found is None else rows.queue(found)
+            record = await _one_on(
+                conn,
+                self._queries["update_queue"],
+                name,
+                mode is not UNSET,
+                None if mode is UNSET else mode,
+                max_concurrent is not UNSET,
+                None if max_concurrent is UNSET else max_concurrent,
+                paused is not UNSET,
+                None if paused is UNSET else bool(paused),
+                self._wake_channel,
+                paused_by,
+                pause_reason,
+            )
+            if audit is not None:
+                changed = queue_changes(before, rows.queue(record))
+                await conn.execute(
+                    self._queries["insert_operator_log"],
+                    "queue_update",
+                    name,
+                    audit.by,
+                    audit.reason,
+                    bulk.dumps({"changed": changed}),
+                )
         return rows.queue(record)

@@ -148,8 +148,8 @@ class OperatorLogEntry:
 
     id: int
     occurred_at: datetime
-    action: str  # purge | actor_config_set
-    target: str | None  # the actor of an actor-config change; None for a purge
+    action: str  # purge | actor_config_set | queue_update
+    target: str | None  # the actor or queue changed; None for a purge
     by: str | None
     reason: str | None
     detail: dict[str, Any]
@@ -182,6 +182,19 @@ def capacity_changes(before: ActorConfigRow, after: ActorConfigRow) -> dict[str,
         for name in _CAPACITY_FIELDS
         if getattr(before, name) != getattr(after, name)
     }
+
+
+def queue_changes(before: QueueRow | None, after: QueueRow) -> dict[str, Any]:
+    """``{field: {"from", "to"}}`` of the settings a queue update changed (a queue without a
+    row has the defaults), as its operator log entry records them."""
+
+    def settings(row: QueueRow | None) -> dict[str, Any]:
+        if row is None:
+            return {"mode": "strict_fifo", "max_concurrent": None, "paused": False}
+        return {"mode": row.mode, "max_concurrent": row.max_concurrent, "paused": row.paused}
+
+    old, new = settings(before), settings(after)
+    return {k: {"from": old[k], "to": v} for k, v in new.items() if old[k] != v}
 
 
 # The statuses ``move_where`` moves: waiting jobs, which no worker holds yet.
@@ -394,9 +407,10 @@ class AdminBackend(Protocol):
         log entry (action ``purge``) records who, why, the filter and the counts."""
 
     async def list_operator_log(
-        self, *, target: str | None = None, limit: int = 100
+        self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
-        """Operator log entries, newest first (only ``target``'s when given)."""
+        """Operator log entries, newest first (only those of ``action`` and ``target`` when
+        given)."""
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
         """Job counts per (queue, status), by queue then status in JobStatus order."""
@@ -488,8 +502,11 @@ class AdminBackend(Protocol):
         paused: bool = UNSET,
         paused_by: str | None = None,
         pause_reason: str | None = None,
+        audit: Audit | None = None,
     ) -> QueueRow:
         """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it.
+        With ``audit``, an operator log entry (action ``queue_update``, target the queue,
+        detail ``{"changed": {field: {from, to}}}``) commits with the change.
 
         ``paused=True`` records a pause note (now on the backend's clock, ``paused_by``,
         ``pause_reason``), replacing an earlier one; ``paused=False`` clears it. ``paused_by``

@@ -664,10 +664,11 @@ INSERT INTO {schema}.operator_log (action, target, by_operator, reason, detail)
 VALUES ($1::text, $2::text, $3::text, $4::text, $5::text::jsonb);
 
 -- name: list_operator_log
--- Operator log entries, newest first: every one, or only target $1's; at most $2.
+-- Operator log entries, newest first: every one, or only target $1's and action $3's; at
+-- most $2.
 SELECT o.id, o.occurred_at, o.action, o.target, o.by_operator, o.reason, o.detail
 FROM {schema}.operator_log o
-WHERE $1::text IS NULL OR o.target = $1::text
+WHERE ($1::text IS NULL OR o.target = $1::text) AND ($3::text IS NULL OR o.action = $3::text)
 ORDER BY o.id DESC
 LIMIT $2::bigint;
 
