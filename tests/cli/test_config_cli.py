@@ -16,6 +16,7 @@ from taskq_cli.commands import config
 from taskq_cli.options import GlobalOptions
 from taskq_core.errors import ConfigError
 from taskq_core.settings import TaskqSettings
+from tests.cli.conftest import one_error_line
 
 app = typer.Typer()
 app.command("config")(config.config)
@@ -133,3 +134,12 @@ def test_an_invalid_setting_is_the_usual_one_line_error(
     result = invoke("config")
     assert isinstance(result.exception, ConfigError)
     assert "TASKQ_MAX_CONCURRENCY" in str(result.exception)
+
+
+def test_through_the_taskq_command(taskq_cli: Any) -> None:
+    result = taskq_cli("--dsn", "postgresql://app:hunter2@db/jobs", "config", "--json")
+    assert result.exit_code == 0, result.stderr
+    settings = json.loads(result.stdout)["settings"]
+    assert settings["TASKQ_PG_DSN"] == {"value": "postgresql://app:***@db/jobs", "source": "flag"}
+    broken = taskq_cli("config", env={"TASKQ_MAX_CONCURRENCY": "many"})
+    assert one_error_line(broken).startswith("error: invalid setting TASKQ_MAX_CONCURRENCY")
