@@ -1,21 +1,52 @@
 """taskq_core: the TaskQ library (backends, state machine, worker runtime, supervisor logic).
 
-The public API is what ``__all__`` lists; everything else is internal.
+The public API is what ``__all__`` lists; everything else is internal. The names load on first
+use (PEP 562), so importing one small module of the package (the CLI's start-up, its shell
+completion) does not pay for the client, the settings and pydantic.
 """
 
-from taskq_core.actors import ActorRef, JobContext, actor
-from taskq_core.client import EnqueueItem, JobsClient
-from taskq_core.di import ProviderRegistry, Scope
-from taskq_core.errors import (
-    ConfigError,
-    JobNotFoundError,
-    MaxPendingExceededError,
-    PayloadValidationError,
-    TaskqError,
-)
-from taskq_core.retry import RetryAfter, RetryPolicy, Snooze
-from taskq_core.settings import TaskqSettings
-from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskq_core.actors import ActorRef, JobContext, actor
+    from taskq_core.client import EnqueueItem, JobsClient
+    from taskq_core.di import ProviderRegistry, Scope
+    from taskq_core.errors import (
+        ConfigError,
+        JobNotFoundError,
+        MaxPendingExceededError,
+        PayloadValidationError,
+        TaskqError,
+    )
+    from taskq_core.retry import RetryAfter, RetryPolicy, Snooze
+    from taskq_core.settings import TaskqSettings
+    from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "ACTIVE_STATUSES": "statemachine",
+    "TERMINAL_STATUSES": "statemachine",
+    "JobStatus": "statemachine",
+    "ActorRef": "actors",
+    "JobContext": "actors",
+    "actor": "actors",
+    "EnqueueItem": "client",
+    "JobsClient": "client",
+    "ProviderRegistry": "di",
+    "Scope": "di",
+    "ConfigError": "errors",
+    "JobNotFoundError": "errors",
+    "MaxPendingExceededError": "errors",
+    "PayloadValidationError": "errors",
+    "TaskqError": "errors",
+    "RetryAfter": "retry",
+    "RetryPolicy": "retry",
+    "Snooze": "retry",
+    "TaskqSettings": "settings",
+}
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -38,3 +69,16 @@ __all__ = [
     "TaskqSettings",
     "actor",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'taskq_core' has no attribute {name!r}")
+    value = getattr(import_module(f"taskq_core.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

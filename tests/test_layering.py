@@ -33,3 +33,15 @@ def test_no_taskq_core_module_imports_the_cli_stack() -> None:
                 names = [node.module]
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
     assert offenders == []
+
+
+def test_the_public_names_load_on_first_use_and_all_resolve() -> None:
+    code = (
+        "import sys, taskq_core.statemachine;"
+        "early = [m for m in ('taskq_core.client', 'pydantic_settings') if m in sys.modules];"
+        "import taskq_core;"
+        "missing = [n for n in taskq_core.__all__ if getattr(taskq_core, n, None) is None];"
+        "print(','.join(early) + '|' + ','.join(missing))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "|"
