@@ -14,14 +14,13 @@ for every refresh), so a refresh with paused queues costs no more.
 from __future__ import annotations
 
 import asyncio
-import getpass
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
+from taskq_cli.operator import operator_id
 from taskq_core.backend.protocol import (
     ArchivedJob,
     AttemptRow,
@@ -345,21 +344,12 @@ class BackendSource:
         if not paused:
             return await self.backend.update_queue(queue, paused=False)
         return await self.backend.update_queue(
-            queue, paused=True, paused_by=operator(), pause_reason=reason or None
+            queue, paused=True, paused_by=operator_id(), pause_reason=reason or None
         )
 
     async def explain(self, job_id: UUID) -> Explanation:
         """``explain_job`` with the workers' liveness and reclaim settings."""
         return await explain_job(self.backend, job_id, self.settings.explain)
-
-
-def operator() -> str:
-    """Who is acting: ``user@host`` of this terminal, recorded with a pause."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (some containers)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:

@@ -8,13 +8,13 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from taskq_cli.operator import operator_id as operator
 from taskq_cli.tui.formatting import Palette, short_id, sparkline
 from taskq_cli.tui.source import (
     DEFAULT_JOB_STATUSES,
     DashboardSettings,
     JobsFilter,
     describe_failure,
-    operator,
 )
 from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pexpect
 import pytest
 
-from taskq_cli.tui.source import operator
+from taskq_cli.operator import operator_id as operator
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conftest import TASKQ_BIN, PgTarget
 from tests.tui.seed import SeededDashboard
