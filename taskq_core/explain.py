@@ -376,9 +376,16 @@ def _due(c: _Context) -> Check:
 def _paused(c: _Context) -> Check:
     paused = c.queue is not None and c.queue.paused
     message = f"queue {c.job.queue!r} is {'paused' if paused else 'not paused'}"
+    facts: dict[str, Any] = {"paused": paused}
+    pause = c.queue.pause if c.queue is not None and paused else None
+    if pause is not None:
+        message += f", {_ago(c.now, pause.paused_at)}"
+        message += f" by {pause.paused_by}" if pause.paused_by else ""
+        message += f": {pause.reason}" if pause.reason else ""
+        facts |= {"paused_at": pause.paused_at, "by": pause.paused_by, "why": pause.reason}
     if paused:
         message += f" (taskq queues resume {c.job.queue} lets it run)"
-    return Check("queue_paused", paused, message, {"paused": paused})
+    return Check("queue_paused", paused, message, facts)
 
 
 def _other_queue(c: _Context) -> Check:

@@ -120,6 +120,18 @@ async def test_a_paused_queue_blocks_before_workers_are_considered(
     assert applying(explanation)[:2] == ["queue_paused", "no_live_worker"]
 
 
+async def test_a_paused_queue_says_who_paused_it_when_and_why(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    job = await backend.enqueue(EnqueueArgs("work", queue="q"))
+    await backend.update_queue("q", paused=True, paused_by="ops@box", pause_reason="smtp down")
+    clock.advance(180)
+    verdict = (await explain(backend, job.id)).verdict
+    assert verdict.code == "queue_paused"
+    assert "paused, 3m ago by ops@box: smtp down" in verdict.message
+    assert (verdict.facts["by"], verdict.facts["why"]) == ("ops@box", "smtp down")
+
+
 async def test_a_queue_no_live_worker_consumes_names_the_stale_ones(
     backend: InMemoryBackend, clock: FakeClock
 ) -> None:
