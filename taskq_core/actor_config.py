@@ -3,7 +3,9 @@
 At worker start every registered actor is written to ``actor_config``: missing rows are
 created from the ``@actor`` literals; stored capacity (max_concurrent, max_pending,
 result_ttl) always wins and a differing literal is only logged; structural fields (queue,
-metadata) that differ are drift, which refuses the start unless forced.
+metadata) that differ are drift, which refuses the start unless forced. The retry policy and
+priority are the code's and written every time, so a by-name enqueue from a process without
+the actor's code gets them (``stored_retry``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from taskq_core.backend.protocol import (
     Backend,
 )
 from taskq_core.errors import ActorConfigDriftError
+from taskq_core.retry import RetryPolicy
 
 
 def declaration(ref: ActorRef) -> ActorDeclaration:
@@ -31,6 +34,23 @@ def declaration(ref: ActorRef) -> ActorDeclaration:
         max_concurrent=ref.max_concurrent,
         max_pending=ref.max_pending,
         result_ttl=ref.result_ttl,
+        retry_kind=ref.retry.kind,
+        max_attempts=ref.retry.max_attempts,
+        retry_time_budget=ref.retry.time_budget,
+        priority=ref.priority,
+    )
+
+
+def stored_retry(row: ActorConfigRow) -> RetryPolicy | None:
+    """The retry policy a worker wrote for the actor, or None when none has yet.
+
+    Only what a job row carries (kind, attempts, time budget); backoff is applied by the
+    worker that runs the job, from its own code.
+    """
+    if row.retry_kind is None or row.max_attempts is None:
+        return None
+    return RetryPolicy(
+        kind=row.retry_kind, max_attempts=row.max_attempts, time_budget=row.retry_time_budget
     )
 
 

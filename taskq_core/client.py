@@ -20,8 +20,10 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from taskq_core.actor_config import stored_retry
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import (
+    ActorConfigRow,
     Backend,
     CancelOutcome,
     EnqueueArgs,
@@ -71,7 +73,7 @@ class _ActorPlan:
 
     name: str
     ref: ActorRef | None
-    queue: str | None  # None: a by-name actor's stored queue, looked up when first needed
+    queue: str
     retry: RetryPolicy
     priority: int
     result_ttl: timedelta | None
@@ -137,7 +139,7 @@ class _Batch(Sequence[EnqueueArgs]):
         item, _ = _parse(self._items[0])
         if item is not None and item.queue is not None:
             return item.queue
-        return self._plans[0].queue or DEFAULT_QUEUE
+        return self._plans[0].queue
 
     @overload
     def __getitem__(self, index: int) -> EnqueueArgs: ...
@@ -184,7 +186,7 @@ class _Batch(Sequence[EnqueueArgs]):
         return EnqueueArgs(
             actor=plan.name,
             payload=plan.dump(item.payload),
-            queue=item.queue if item.queue is not None else plan.queue or DEFAULT_QUEUE,
+            queue=plan.queue if item.queue is None else item.queue,
             priority=plan.priority if item.priority is None else item.priority,
             delay=_delta(item.delay),
             identity_key=item.identity_key,
@@ -203,7 +205,9 @@ class JobsClient:
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the
-    in-memory one). ``registry`` lets by-name enqueues validate payloads and use actor options.
+    in-memory one). ``registry`` lets by-name enqueues validate payloads and use actor options;
+    a by-name actor outside it takes the queue, retry policy and priority its workers stored.
+    Stored actor settings are re-read at most every ``capacity_ttl`` seconds.
     ``enqueue_retry_timeout`` (seconds or a timedelta, default 30 s, 0 turns it off) bounds how
     long ``enqueue`` retries while the database is away or asks for a retry; an enqueue into
     the caller's transaction (``connection=``) is never retried: the transaction is theirs.
@@ -230,7 +234,8 @@ class JobsClient:
         self._registry = {ref.name: ref for ref in registry or ()}
         self._capacity_ttl = capacity_ttl
         self._capacity: CapacityCache | None = None
-        self._queues_by_actor: dict[str, str] = {}
+        # A by-name actor's stored row (None: not registered), and when it was read.
+        self._stored: dict[str, tuple[float, ActorConfigRow | None]] = {}
 
     async def __aenter__(self) -> JobsClient:
         await self.open()
@@ -346,40 +351,51 @@ class JobsClient:
         """Resolve what the batch's actors share; the items themselves are built when read.
 
         Everything that may await happens here, once per distinct actor (a by-name actor's
-        stored queue); building an item (payload validation, its EnqueueArgs) awaits nothing.
+        stored row); building an item (payload validation, its EnqueueArgs) awaits nothing.
         """
         plans: dict[str | int, _ActorPlan] = {}
         item_plans: list[_ActorPlan] = []
         counts: dict[str, int] = {}
         for raw in items:
-            item, actor = _parse(raw)
+            _, actor = _parse(raw)
             # Refs key by identity: an ActorRef holds dicts, so it is not hashable.
             key = actor if isinstance(actor, str) else id(actor)
             plan = plans.get(key)
             if plan is None:
-                plan = plans[key] = self._plan(actor)
-            if plan.queue is None and (item is None or item.queue is None):
-                plan.queue = await self._stored_queue(plan.name)  # looked up once per actor
+                plan = plans[key] = await self._plan(actor)  # once per distinct actor
             item_plans.append(plan)
             counts[plan.name] = counts.get(plan.name, 0) + 1
         return _Batch(items, item_plans, counts)
 
-    def _plan(self, actor: ActorRef | str) -> _ActorPlan:
-        """What every job of ``actor`` shares: its ref (if known), queue, retry policy."""
+    async def _plan(self, actor: ActorRef | str) -> _ActorPlan:
+        """What every job of ``actor`` shares: its ref (if known), queue, retry policy.
+
+        An actor this process does not know takes what its workers stored: their queue,
+        retry policy and priority (the defaults while no worker has registered it).
+        """
         ref = actor if isinstance(actor, ActorRef) else self._registry.get(actor)
         name = actor.name if isinstance(actor, ActorRef) else actor
         if not name:
             raise ConfigError("actor name must not be empty")
-        if ref is None:
-            return _ActorPlan(name, None, None, DEFAULT_RETRY_POLICY, 0, None)
-        return _ActorPlan(name, ref, ref.queue, ref.retry, ref.priority, ref.result_ttl)
+        if ref is not None:
+            return _ActorPlan(name, ref, ref.queue, ref.retry, ref.priority, ref.result_ttl)
+        row = await self._stored_config(name)
+        if row is None:
+            return _ActorPlan(name, None, DEFAULT_QUEUE, DEFAULT_RETRY_POLICY, 0, None)
+        retry = stored_retry(row) or DEFAULT_RETRY_POLICY
+        # result_ttl stays None: the stored one applies when the job ends, whoever enqueued.
+        return _ActorPlan(name, None, row.queue, retry, row.priority or 0, None)
 
-    async def _stored_queue(self, actor: str) -> str:
-        """A by-name enqueue goes to the queue the actor registered, else the default queue."""
-        if actor not in self._queues_by_actor:
-            row = await self.backend.get_actor_config(actor)
-            self._queues_by_actor[actor] = row.queue if row else DEFAULT_QUEUE
-        return self._queues_by_actor[actor]
+    async def _stored_config(self, actor: str) -> ActorConfigRow | None:
+        """The actor's stored row, read at most once per ``capacity_ttl`` seconds, so a
+        long-lived client follows a deploy that registers or changes the actor."""
+        now = time.monotonic()
+        cached = self._stored.get(actor)
+        if cached is not None and now - cached[0] < self._capacity_ttl:
+            return cached[1]
+        row = await self.backend.get_actor_config(actor)
+        self._stored[actor] = (now, row)
+        return row
 
     async def _check_capacity(self, wanted: dict[str, int]) -> None:
         """Refuse the enqueue when an actor's pending jobs plus ``wanted`` pass max_pending."""

@@ -6,6 +6,8 @@ Clearing writes NULL, which means different things per field: ``max_concurrent``
 unlimited (dispatch cannot see the code literal once a row exists), while ``max_pending``
 and ``result_ttl`` NULL fall back to the ``@actor`` literal. ``diff`` compares the rows with
 a registry and exits 1 on structural drift (queue, metadata), the kind that stops a worker.
+The retry policy and priority shown by ``get`` (and ``--json``) are the code's, rewritten at
+every worker start; a by-name ``taskq enqueue`` uses them.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ app = typer.Typer(
 NameArgument = Annotated[str, typer.Argument(help="Actor name.", metavar="NAME")]
 _CODE_DEFAULT = "(@actor literal)"
 _STRUCTURAL = frozenset({"queue", "metadata"})
+# Retry policy and priority: the code's, written at every worker start (not operator-owned).
+_NOT_STORED = "(not stored: written at the next worker start)"
 
 
 def actor_config_document(row: ActorConfigRow) -> dict[str, Any]:
-    """One row for ``--json``; NULL capacity stays null (see the module docstring)."""
+    """One row for ``--json``; NULL capacity stays null (see the module docstring), and so do
+    the retry policy and priority until a worker that declares them has started."""
     return {
         "actor": row.actor,
         "queue": row.queue,
@@ -45,9 +50,28 @@ def actor_config_document(row: ActorConfigRow) -> dict[str, Any]:
         "max_concurrent": row.max_concurrent,
         "max_pending": row.max_pending,
         "result_ttl_seconds": output.seconds(row.result_ttl),
+        "retry": None
+        if row.retry_kind is None
+        else {
+            "kind": row.retry_kind,
+            "max_attempts": row.max_attempts,
+            "time_budget_seconds": output.seconds(row.retry_time_budget),
+        },
+        "priority": row.priority,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }
+
+
+def _retry(row: ActorConfigRow) -> str:
+    """``transient, 2 attempts`` / ``indefinite, within 1h`` / ``non_retryable``."""
+    if row.retry_kind is None:
+        return _NOT_STORED
+    if row.retry_kind == "transient":
+        return f"transient, {row.max_attempts} attempt{'' if row.max_attempts == 1 else 's'}"
+    if row.retry_kind == "indefinite" and row.retry_time_budget is not None:
+        return f"indefinite, within {format_duration(row.retry_time_budget)}"
+    return row.retry_kind
 
 
 def _max_concurrent(value: int | None) -> str:
@@ -121,6 +145,8 @@ def _render(row: ActorConfigRow) -> None:
             ("max_concurrent", _max_concurrent(row.max_concurrent)),
             ("max_pending", _or_literal(row.max_pending)),
             ("result_ttl", _or_literal(row.result_ttl)),
+            ("retry", _retry(row)),
+            ("priority", _NOT_STORED if row.priority is None else str(row.priority)),
             ("created", output.timestamp(row.created_at)),
             ("updated", f"{output.timestamp(row.updated_at)} ({output.age(row.updated_at)} ago)"),
         ]

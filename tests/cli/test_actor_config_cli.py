@@ -27,6 +27,8 @@ CONFIG_FIELDS = {
     "max_concurrent",
     "max_pending",
     "result_ttl_seconds",
+    "retry",
+    "priority",
     "created_at",
     "updated_at",
 }

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from taskq_core.backend.protocol import ActorConfigDrift, ActorDeclaration
+from taskq_core.backend.protocol import (
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorDeclaration,
+    RetryKind,
+)
 from tests.conformance.conftest import Harness
 
 
@@ -128,3 +134,72 @@ async def test_max_pending_is_read_per_actor_with_a_row(harness: Harness) -> Non
     assert await backend.get_actor_max_pending() == {"a": 5, "b": None}
     await backend.update_actor_config("b", max_pending=9)
     assert await backend.get_actor_max_pending() == {"a": 5, "b": 9}
+
+
+def with_policy(
+    decl: ActorDeclaration,
+    kind: RetryKind = "transient",
+    max_attempts: int = 2,
+    budget: timedelta | None = None,
+    priority: int = 5,
+) -> ActorDeclaration:
+    return replace(
+        decl,
+        retry_kind=kind,
+        max_attempts=max_attempts,
+        retry_time_budget=budget,
+        priority=priority,
+    )
+
+
+def policy_of(row: ActorConfigRow | None) -> tuple[object, ...]:
+    assert row is not None
+    return (row.retry_kind, row.max_attempts, row.retry_time_budget, row.priority)
+
+
+async def test_sync_stores_the_code_retry_policy_and_priority(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.sync_actor_configs([with_policy(declare())], force=False)
+    assert policy_of(await backend.get_actor_config("resize")) == ("transient", 2, None, 5)
+    (listed,) = await backend.list_actor_configs()
+    assert policy_of(listed) == ("transient", 2, None, 5)
+
+
+async def test_a_later_sync_updates_the_policy_without_calling_it_drift(harness: Harness) -> None:
+    """A rolling deploy that changes the retry policy just writes it: the code owns it."""
+    backend = harness.backend
+    await backend.sync_actor_configs([with_policy(declare())], force=False)
+    before = await backend.get_actor_config("resize")
+    changed = with_policy(declare(), "indefinite", 1, timedelta(hours=2), priority=-1)
+    result = await backend.sync_actor_configs([changed], force=False)
+    assert (result.created, result.capacity_overrides, result.drift) == ([], [], [])
+    assert not result.overwritten
+    row = await backend.get_actor_config("resize")
+    assert policy_of(row) == ("indefinite", 1, timedelta(hours=2), -1)
+    assert row is not None and before is not None and row.updated_at >= before.updated_at
+    # Capacity stays the operator's.
+    assert (row.max_concurrent, row.max_pending) == (before.max_concurrent, before.max_pending)
+
+
+async def test_a_row_without_a_policy_gets_one_at_the_next_sync(harness: Harness) -> None:
+    """Rows from before the policy was stored (or from a declaration without one) are None
+    until a worker that declares a policy starts."""
+    backend = harness.backend
+    await backend.sync_actor_configs([declare()], force=False)
+    assert policy_of(await backend.get_actor_config("resize")) == (None, None, None, None)
+    await backend.sync_actor_configs([with_policy(declare(), max_attempts=4)], force=False)
+    assert policy_of(await backend.get_actor_config("resize")) == ("transient", 4, None, 5)
+
+
+async def test_drift_that_refuses_the_start_leaves_the_stored_policy(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.sync_actor_configs([with_policy(declare())], force=False)
+    moved = with_policy(declare(queue="other"), max_attempts=9)
+    result = await backend.sync_actor_configs([moved], force=False)
+    assert [d.field for d in result.drift] == ["queue"]
+    assert policy_of(await backend.get_actor_config("resize")) == ("transient", 2, None, 5)
+    # A forced start writes both the structural fields and the policy.
+    await backend.sync_actor_configs([moved], force=True)
+    row = await backend.get_actor_config("resize")
+    assert policy_of(row) == ("transient", 9, None, 5)
+    assert row is not None and row.queue == "other"

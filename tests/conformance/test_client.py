@@ -79,6 +79,62 @@ async def test_batch_and_fast_paths_insert_every_item(harness: Harness) -> None:
     assert len(await harness.backend.list_jobs(JobFilter(limit=None))) == 7
 
 
+async def test_enqueue_by_name_takes_the_stored_retry_policy_and_priority(
+    harness: Harness,
+) -> None:
+    """A process without the actor's code (the CLI, another service) gets its workers' policy."""
+    flaky = ActorDeclaration(
+        "flaky", "media", {}, None, None, None, "transient", 2, None, priority=4
+    )
+    patient_row = ActorDeclaration(
+        "patient", "default", {}, None, None, None, "indefinite", 3, timedelta(hours=2), 0
+    )
+    await harness.backend.sync_actor_configs([flaky, patient_row], force=False)
+    before = await harness.now()
+    async with JobsClient(backend=harness.backend) as client:
+        job = await client.enqueue("flaky", {})
+        explicit = await client.enqueue("flaky", {}, queue="other", priority=9)
+        (batched,) = await client.enqueue_batch([("flaky", {})])
+        (deadline,) = await client.enqueue_batch([EnqueueItem("patient", {})])
+        unknown = await client.enqueue("brand_new", {})
+    assert (job.queue, job.retry_kind, job.max_attempts, job.priority) == (
+        "media",
+        "transient",
+        2,
+        4,
+    )
+    # Explicit options win; the policy is still the actor's.
+    assert (explicit.queue, explicit.priority, explicit.max_attempts) == ("other", 9, 2)
+    assert (batched.queue, batched.max_attempts, batched.priority) == ("media", 2, 4)
+    assert deadline.retry_kind == "indefinite" and deadline.schedule_to_close is not None
+    assert deadline.schedule_to_close - before >= timedelta(hours=2) - timedelta(seconds=1)
+    assert (unknown.retry_kind, unknown.max_attempts, unknown.priority) == ("transient", 3, 0)
+
+
+async def test_an_actor_registered_in_process_keeps_its_code_policy(harness: Harness) -> None:
+    stored = ActorDeclaration("resize", "media", {}, None, None, None, "transient", 2, None, 0)
+    await harness.backend.sync_actor_configs([stored], force=False)
+    async with JobsClient(backend=harness.backend, registry=[resize]) as client:
+        by_name = await client.enqueue("resize", {"url": "u", "width": 1})
+        by_ref = await client.enqueue(resize, {"url": "u", "width": 1})
+    assert (by_name.max_attempts, by_name.priority) == (5, 3)
+    assert (by_ref.max_attempts, by_ref.priority) == (5, 3)
+
+
+async def test_a_long_lived_client_follows_a_deploy_that_changes_the_policy(
+    harness: Harness,
+) -> None:
+    async with JobsClient(backend=harness.backend, capacity_ttl=0) as client:
+        before = await client.enqueue("flaky", {})
+        await harness.backend.sync_actor_configs(
+            [ActorDeclaration("flaky", "media", {}, None, None, None, "transient", 2, None, 0)],
+            force=False,
+        )
+        after = await client.enqueue("flaky", {})
+    assert (before.queue, before.max_attempts) == ("default", 3)
+    assert (after.queue, after.max_attempts) == ("media", 2)
+
+
 async def test_indefinite_time_budget_becomes_a_deadline(harness: Harness) -> None:
     before = await harness.now()
     async with JobsClient(backend=harness.backend) as client:

@@ -68,6 +68,16 @@ from .store import (
 )
 
 
+def _policy(decl: ActorDeclaration) -> dict[str, Any]:
+    """The code-owned columns of a declaration: its retry policy and priority."""
+    return {
+        "retry_kind": decl.retry_kind,
+        "max_attempts": decl.max_attempts,
+        "retry_time_budget": decl.retry_time_budget,
+        "priority": decl.priority,
+    }
+
+
 class AdminPart(MemoryStore):
     """Cancel and retry requests, worker rows, actor configs and queues."""
 
@@ -314,12 +324,14 @@ class AdminPart(MemoryStore):
         self, declared: Sequence[ActorDeclaration], *, force: bool
     ) -> ActorConfigSyncResult:
         """Create missing rows; report (never write) capacity differences; report structural
-        drift and overwrite it only with ``force``. All or nothing, like one transaction."""
+        drift and overwrite it only with ``force``; write the code's retry policy and priority
+        unless unforced drift refuses the start. All or nothing, like one transaction."""
         now = self._now()
         created: list[str] = []
         overrides: list[tuple[str, str, Any, Any]] = []
         drift: list[ActorConfigDrift] = []
         additions: dict[str, ActorConfigRecord] = {}
+        existing: list[tuple[ActorDeclaration, ActorConfigRecord]] = []
         for decl in declared:
             metadata = as_json(decl.metadata)  # validate before anything is stored
             row = self._actor_configs.get(decl.actor) or additions.get(decl.actor)
@@ -333,9 +345,12 @@ class AdminPart(MemoryStore):
                     decl.result_ttl,
                     created_at=now,
                     updated_at=now,
+                    **_policy(decl),
                 )
                 created.append(decl.actor)
                 continue
+            if decl.actor not in additions:  # a row made by this sync already has its policy
+                existing.append((decl, row))
             # Capacity is operator-owned: a difference is reported, never written.
             for name in ("max_concurrent", "max_pending", "result_ttl"):
                 stored, wanted = getattr(row, name), getattr(decl, name)
@@ -353,6 +368,13 @@ class AdminPart(MemoryStore):
                 row = self._actor_configs[item.actor]
                 setattr(row, item.field, as_json(item.declared))
                 row.updated_at = now
+        if force or not drift:  # the code owns the policy, unless drift refuses this start
+            for decl, row in existing:
+                policy = _policy(decl)
+                if any(getattr(row, name) != value for name, value in policy.items()):
+                    for name, value in policy.items():
+                        setattr(row, name, value)
+                    row.updated_at = now
         return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
 
     async def list_actor_configs(self) -> list[ActorConfigRow]:

@@ -163,6 +163,10 @@ class ActorConfigRecord:
     result_ttl: timedelta | None
     created_at: datetime
     updated_at: datetime
+    retry_kind: RetryKind | None = None
+    max_attempts: int | None = None
+    retry_time_budget: timedelta | None = None
+    priority: int | None = None
 
     def snapshot(self) -> ActorConfigRow:
         """A frozen copy."""

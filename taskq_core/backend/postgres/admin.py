@@ -367,7 +367,8 @@ class AdminPart(BackendCore):
         self, declared: Sequence[ActorDeclaration], *, force: bool
     ) -> ActorConfigSyncResult:
         """Create missing rows; report capacity overrides and structural drift; overwrite the
-        drift only with ``force``. One statement, so one transaction."""
+        drift only with ``force``; write the code's retry policy and priority unless drift
+        refuses the start. One statement, so one transaction."""
         if not declared:
             return ActorConfigSyncResult([], [], [], overwritten=False)
         metadata = [json.loads(bulk.dumps(d.metadata)) for d in declared]  # jsonb-normalized
@@ -380,6 +381,10 @@ class AdminPart(BackendCore):
             [d.max_pending for d in declared],
             [d.result_ttl for d in declared],
             force,
+            [d.retry_kind for d in declared],
+            [d.max_attempts for d in declared],
+            [d.retry_time_budget for d in declared],
+            [d.priority for d in declared],
         )
         created: list[str] = []
         overrides: list[tuple[str, str, Any, Any]] = []

@@ -259,7 +259,11 @@ class JobFilter:
 
 @dataclass(frozen=True, slots=True)
 class ActorConfigRow:
-    """An ``actor_config`` row (capacity fields are operator-owned)."""
+    """An ``actor_config`` row (capacity fields are operator-owned).
+
+    The retry policy and priority are the code's, written at every worker start; None until
+    a worker that knows them has started.
+    """
 
     actor: str
     queue: str
@@ -269,3 +273,7 @@ class ActorConfigRow:
     result_ttl: timedelta | None
     created_at: datetime
     updated_at: datetime
+    retry_kind: RetryKind | None = None
+    max_attempts: int | None = None
+    retry_time_budget: timedelta | None = None
+    priority: int | None = None

@@ -17,6 +17,7 @@ from taskq_core.backend.protocol.values import (
     JobRow,
     Lease,
     RetryAfterOutcome,
+    RetryKind,
     SnoozeOutcome,
 )
 
@@ -96,7 +97,11 @@ class WorkerInfo:
 
 @dataclass(frozen=True, slots=True)
 class ActorDeclaration:
-    """An actor as the code declares it, for ActorConfig sync."""
+    """An actor as the code declares it, for ActorConfig sync.
+
+    The retry policy and priority are what a by-name enqueue from a process without the actor
+    needs; every sync writes them (the code owns them: never drift). None leaves them unset.
+    """
 
     actor: str
     queue: str
@@ -104,6 +109,10 @@ class ActorDeclaration:
     max_concurrent: int | None
     max_pending: int | None
     result_ttl: timedelta | None
+    retry_kind: RetryKind | None = None
+    max_attempts: int | None = None
+    retry_time_budget: timedelta | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +309,9 @@ class WorkerBackend(Protocol):
         self, declared: Sequence[ActorDeclaration], *, force: bool
     ) -> ActorConfigSyncResult:
         """Create missing rows from the code; never overwrite capacity; report structural
-        drift (queue, metadata), overwriting it only with ``force``. One transaction."""
+        drift (queue, metadata), overwriting it only with ``force``. The retry policy and
+        priority are written to every declared row (not drift), except when unforced drift
+        refuses the start (existing rows then keep theirs). One transaction."""
 
     async def has_active_jobs(self, queues: Sequence[str]) -> bool:
         """Whether any pending, scheduled or running job is in these queues (cheap on any

@@ -74,18 +74,21 @@ SELECT u.name, u.mode, u.max_concurrent, u.paused, true AS has_row,
 FROM upserted u;
 
 -- name: sync_actor_configs
--- Worker start-up: create the missing actor_config rows from the code ($1..$6, one array per
--- column, JSON metadata as text) and return every declared actor with its stored row as it
--- was before this statement, locked, so the caller can report capacity overrides and
--- structural drift. With $7 (force) drifted queue/metadata are overwritten. Capacity is
--- never written back: it is operator-owned once the row exists.
+-- Worker start-up: create the missing actor_config rows from the code ($1..$6 and $8..$11,
+-- one array per column, JSON metadata as text) and return every declared actor with its
+-- stored row as it was before this statement, locked, so the caller can report capacity
+-- overrides and structural drift. With $7 (force) drifted queue/metadata are overwritten.
+-- Capacity is never written back: it is operator-owned once the row exists. The retry
+-- policy and priority ($8..$11) are the code's: written to every existing row, unless
+-- structural drift refuses this start (no $7 and some declared actor drifted), so a refused
+-- worker leaves the running fleet's policy as it was.
 WITH declared AS (
     SELECT d.actor, d.queue, d.metadata::jsonb AS metadata, d.max_concurrent, d.max_pending,
-           d.result_ttl, d.ord
+           d.result_ttl, d.retry_kind, d.max_attempts, d.retry_time_budget, d.priority, d.ord
     FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[],
-                $6::interval[])
+                $6::interval[], $8::text[], $9::integer[], $10::interval[], $11::integer[])
          WITH ORDINALITY AS d(actor, queue, metadata, max_concurrent, max_pending, result_ttl,
-                              ord)
+                              retry_kind, max_attempts, retry_time_budget, priority, ord)
 ),
 stored AS (
     SELECT ac.*
@@ -94,30 +97,49 @@ stored AS (
     ORDER BY ac.actor
     FOR UPDATE
 ),
+drifted AS (
+    SELECT EXISTS (
+        SELECT 1 FROM declared d JOIN stored s ON s.actor = d.actor
+        WHERE s.queue <> d.queue OR s.metadata <> d.metadata
+    ) AS found
+),
 created AS (
     INSERT INTO {schema}.actor_config (
-        actor, queue, metadata, max_concurrent, max_pending, result_ttl
+        actor, queue, metadata, max_concurrent, max_pending, result_ttl,
+        retry_kind, max_attempts, retry_time_budget, priority
     )
-    SELECT d.actor, d.queue, d.metadata, d.max_concurrent, d.max_pending, d.result_ttl
+    SELECT d.actor, d.queue, d.metadata, d.max_concurrent, d.max_pending, d.result_ttl,
+           d.retry_kind, d.max_attempts, d.retry_time_budget, d.priority
     FROM declared d
     WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.actor = d.actor)
     ORDER BY d.ord
     ON CONFLICT (actor) DO NOTHING
     RETURNING actor
 ),
-overwritten AS (
+updated AS (
     UPDATE {schema}.actor_config ac
-    SET queue = d.queue, metadata = d.metadata, updated_at = clock_timestamp()
+    SET queue = CASE WHEN $7::boolean THEN d.queue ELSE ac.queue END,
+        metadata = CASE WHEN $7::boolean THEN d.metadata ELSE ac.metadata END,
+        retry_kind = d.retry_kind, max_attempts = d.max_attempts,
+        retry_time_budget = d.retry_time_budget, priority = d.priority,
+        updated_at = clock_timestamp()
     FROM declared d
-    WHERE $7::boolean AND ac.actor = d.actor
-      AND (ac.queue <> d.queue OR ac.metadata <> d.metadata)
+    WHERE ac.actor = d.actor
+      AND ($7::boolean OR NOT (SELECT found FROM drifted))
+      AND (ac.queue IS DISTINCT FROM CASE WHEN $7::boolean THEN d.queue ELSE ac.queue END
+           OR ac.metadata IS DISTINCT FROM CASE WHEN $7::boolean THEN d.metadata
+                                                ELSE ac.metadata END
+           OR ac.retry_kind IS DISTINCT FROM d.retry_kind
+           OR ac.max_attempts IS DISTINCT FROM d.max_attempts
+           OR ac.retry_time_budget IS DISTINCT FROM d.retry_time_budget
+           OR ac.priority IS DISTINCT FROM d.priority)
     RETURNING ac.actor
 )
 SELECT d.actor, c.actor IS NOT NULL AS created, s.actor IS NOT NULL AS existed,
        s.queue AS stored_queue, s.metadata AS stored_metadata,
        s.max_concurrent AS stored_max_concurrent, s.max_pending AS stored_max_pending,
        s.result_ttl AS stored_result_ttl,
-       (SELECT count(*) FROM overwritten) AS overwritten
+       (SELECT count(*) FROM updated) AS updated
 FROM declared d
 LEFT JOIN created c ON c.actor = d.actor
 LEFT JOIN stored s ON s.actor = d.actor
