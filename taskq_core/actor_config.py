@@ -24,6 +24,9 @@ from taskq_core.backend.protocol import (
 from taskq_core.errors import ActorConfigDriftError
 from taskq_core.retry import RetryPolicy
 
+# The fields every worker start rewrites from the code (never drift, never operator-owned).
+CODE_OWNED_FIELDS = frozenset({"retry_kind", "max_attempts", "retry_time_budget", "priority"})
+
 
 def declaration(ref: ActorRef) -> ActorDeclaration:
     """What the code says about one actor."""
@@ -108,6 +111,11 @@ def diff_against_code(
             "max_concurrent": (row.max_concurrent, ref.max_concurrent),
             "max_pending": (row.max_pending, ref.max_pending),
             "result_ttl": (row.result_ttl, ref.result_ttl),
+            # Code-owned: the next worker start writes these (CODE_OWNED_FIELDS).
+            "retry_kind": (row.retry_kind, ref.retry.kind),
+            "max_attempts": (row.max_attempts, ref.retry.max_attempts),
+            "retry_time_budget": (row.retry_time_budget, ref.retry.time_budget),
+            "priority": (row.priority, ref.priority),
         }
         for field, (stored_value, code_value) in pairs.items():
             if stored_value != code_value:

@@ -21,7 +21,7 @@ from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
-from taskq_core.actor_config import diff_against_code
+from taskq_core.actor_config import CODE_OWNED_FIELDS, diff_against_code
 from taskq_core.actors import load_registry
 from taskq_core.backend.protocol import UNSET, ActorConfigRow, Backend
 from taskq_core.backend.protocol.admin import OperatorLogEntry
@@ -322,6 +322,8 @@ def _shown(value: Any) -> str:
 def _kind(field: str) -> str:
     if field == "*":
         return "new"
+    if field in CODE_OWNED_FIELDS:
+        return "update"
     return "drift" if field in _STRUCTURAL else "override"
 
 
@@ -338,7 +340,8 @@ def diff(
     """Compare stored rows with the code; exit 1 on queue/metadata drift.
 
     Kinds: ``drift`` (queue or metadata differ: a worker refuses to start), ``override``
-    (an operator's capacity differs from the literal: expected), ``new`` (no row yet: the
+    (an operator's capacity differs from the literal: expected), ``update`` (retry policy
+    or priority differ: the next worker start writes the code's), ``new`` (no row yet: the
     next worker creates it).
     """
     registry = load_registry(inputs.check_registry_spec(actors))

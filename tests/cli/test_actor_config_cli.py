@@ -9,10 +9,12 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
 
+from taskq_core.backend.protocol import ActorDeclaration
 from tests.cli.conftest import Db, one_error_line, parse_json
 from tests.conftest import CliResult
 
@@ -189,12 +191,34 @@ def registry(tmp_path: Path) -> str:
     return f"{name}:registry"
 
 
+def started_with(
+    db: Db, actor: str, queue: str, max_concurrent: int | None = None, **code: Any
+) -> None:
+    """What a worker start with the registry's literals writes (the default retry policy and
+    priority unless ``code`` says otherwise)."""
+    policy: dict[str, Any] = {"retry_kind": "transient", "max_attempts": 3, "priority": 0}
+    declared = ActorDeclaration(actor, queue, {}, max_concurrent, None, None, **{**policy, **code})
+    db.call(lambda b: b.sync_actor_configs([declared], force=False))
+
+
 def test_diff_without_differences_exits_0(cli: Cli, db: Db, registry: str) -> None:
-    db.register_actor("resize", queue="media", max_concurrent=4)
-    db.register_actor("email", queue="mail")
+    started_with(db, "resize", "media", max_concurrent=4)
+    started_with(db, "email", "mail")
     result = cli("actor-config", "diff", "--actors", registry)
     assert result.exit_code == 0, result.stderr
     assert "matches the code for all 2 actor(s)" in result.stdout
+
+
+def test_a_changed_retry_policy_is_an_update_not_drift(cli: Cli, db: Db, registry: str) -> None:
+    started_with(db, "resize", "media", max_concurrent=4, max_attempts=2, priority=7)
+    started_with(db, "email", "mail")
+    result = cli("actor-config", "diff", "--actors", registry)
+    assert result.exit_code == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    assert rows == [
+        ["resize", "max_attempts", "2", "3", "update"],
+        ["resize", "priority", "7", "0", "update"],
+    ]
 
 
 def test_capacity_overrides_and_new_actors_are_not_drift(cli: Cli, db: Db, registry: str) -> None:
