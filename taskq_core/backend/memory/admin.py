@@ -45,7 +45,6 @@ from taskq_core.backend.protocol.admin import (
     queue_changes,
 )
 from taskq_core.backend.protocol.values import ErrorInfo, Lease
-from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import (
     ACTIVE_STATUSES,
     RETRYABLE_STATUSES,
@@ -219,14 +218,7 @@ class AdminPart(MemoryStore):
                 settled = await settle_part.mark_failed_or_retry(lease, error, None) is not None
             return ForcedEndResult(job.snapshot(), settled)
         # A reclaim, as the sweep makes it (SettlePart._reclaim) with the operator's error.
-        unstarted_before = sum(
-            1
-            for event in self._events
-            if event.job_id == job.id
-            and event.kind == "reclaim"
-            and event.detail.get("started") is False
-        )
-        started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        started = settle_part._counts_as_started(job)
         ending = Ending("crashed", error, self._now(), started=started, retry_as=PENDING)
         plan = settle_part._decide(job, ending)
         detail = {

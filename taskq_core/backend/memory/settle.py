@@ -180,10 +180,10 @@ class SettlePart(MemoryStore):
         """Decide ``ending`` and write it (a state_change event)."""
         return self._write(job, worker_id, self._decide(job, ending), detail=detail)
 
-    def _reclaim(self, job: JobRecord, now: datetime) -> None:
-        """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
-        after UNSTARTED_RECLAIM_LIMIT such reclaims; a retry goes back to pending at now."""
-        worker_id = job.locked_by_worker
+    def _counts_as_started(self, job: JobRecord) -> bool:
+        """Whether a reclaim of ``job`` uses its attempt: its body started, or it was already
+        reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (a job that kills its worker before
+        its start is written must not loop forever)."""
         unstarted_before = sum(
             1
             for event in self._events
@@ -191,7 +191,13 @@ class SettlePart(MemoryStore):
             and event.kind == "reclaim"
             and event.detail.get("started") is False
         )
-        started = job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        return job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+
+    def _reclaim(self, job: JobRecord, now: datetime) -> None:
+        """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
+        after UNSTARTED_RECLAIM_LIMIT such reclaims; a retry goes back to pending at now."""
+        worker_id = job.locked_by_worker
+        started = self._counts_as_started(job)
         ending = Ending("crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING)
         plan = self._decide(job, ending)
         detail = {
