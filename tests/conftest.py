@@ -17,6 +17,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+import structlog
 
 from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
@@ -39,6 +40,15 @@ class PgTarget:
         base.update(TASKQ_PG_DSN=self.dsn, TASKQ_SCHEMA_NAME=self.schema, NO_COLOR="1")
         base.update(extra)
         return base
+
+
+@pytest.fixture(autouse=True)
+def fresh_logging() -> Iterator[None]:
+    """Each test starts with structlog's defaults: an in-process CLI run configures logging
+    at WARNING, which would otherwise hide the info events a later test captures."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,11 @@ async def test_p_in_the_jobs_pane_pauses_the_selected_jobs_queue_then_e_says_so(
         assert screen.explanation.verdict.code == "queue_paused"
         text = str(screen.query_one("#explain-text").render())
         assert f"job {job.id}" in text
-        assert "blocked: queue 'emails' is paused (taskq queues resume emails lets it run)" in text
+        assert re.search(
+            rf"blocked: queue 'emails' is paused, \S+ ago by {re.escape(operator())}: smtp down "
+            r"\(taskq queues resume emails lets it run\)",
+            text,
+        )
         assert "BLOCKS queue_paused" in text and "ok     deadline" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, ExplainScreen)
