@@ -164,8 +164,10 @@ def test_a_worker_on_an_unmigrated_schema_says_so_in_one_line(pg: PgTarget) -> N
         timeout=60,
     )
     assert result.returncode == 1
+    from taskq_core.backend.postgres.connection import describe_dsn
+
     assert result.stderr.strip().splitlines()[-1] == (
         "error: schema 'nope_not_migrated' on "
-        f"{pg.dsn.split('@')[1]} is not migrated; run 'taskq migrate up'"
+        f"{describe_dsn(pg.dsn)} is not migrated; run 'taskq migrate up'"
     )
     assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
