@@ -79,7 +79,12 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Leader",
-        ("sweep_interval", "scheduled_wake_interval", "reclaim_event_visibility_delay"),
+        (
+            "sweep_interval",
+            "scheduled_wake_interval",
+            "jobs_vacuum_enabled",
+            "reclaim_event_visibility_delay",
+        ),
     ),
     ("Until-idle runs", ("idle_settle_window", "idle_poll_interval", "idle_max_runtime")),
     (

@@ -38,6 +38,13 @@ ARCHIVE_EXPIRY_LOCK: Final = "taskq:archive_expiry"
 
 # A workers row silent this long (at least; see worker/sweeps.py) is deleted by the leader.
 STALE_WORKER_RETENTION: Final = timedelta(hours=24)
+# The leader's own vacuum of the jobs table (TASKQ_JOBS_VACUUM_ENABLED): looked at every
+# JOBS_VACUUM_CHECK_INTERVAL seconds, run once this many dead row versions and this share of
+# the rows are dead (as migration 0004's autovacuum trigger), bounded by the timeout.
+JOBS_VACUUM_CHECK_INTERVAL: Final = 10.0
+JOBS_VACUUM_MIN_DEAD: Final = 10_000
+JOBS_VACUUM_DEAD_FRACTION: Final = 0.01
+JOBS_VACUUM_TIMEOUT: Final = 600.0
 
 RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 

@@ -156,6 +156,10 @@ class TaskqSettings(BaseSettings):
     results."""
     scheduled_wake_interval: Seconds = Field(default=1.0, gt=0)
     """How often the leader turns due scheduled jobs into pending ones."""
+    jobs_vacuum_enabled: bool = True
+    """The leader vacuums the jobs table itself when dead rows pile up between autovacuum's
+    visits (a busy queue: each claim leaves a dead entry every dispatch walks until a vacuum
+    removes it); off leaves the table to autovacuum alone."""
 
     # Rate limiting
     rate_limit_pg_fallback_enabled: bool = True

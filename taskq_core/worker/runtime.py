@@ -24,7 +24,7 @@ from taskq_core.actor_config import sync_actor_configs
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import EXIT_ERROR
+from taskq_core.constants import EXIT_ERROR, JOBS_VACUUM_CHECK_INTERVAL
 from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
@@ -51,6 +51,7 @@ from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
 from taskq_core.worker.sweeps import (
     ArchiveExpirySweep,
+    JobsVacuum,
     MaintenanceSweep,
     PruneSweep,
     ScheduledPromotion,
@@ -348,6 +349,11 @@ class Worker:
                 deps, "archive_expiry", expire_at, archive_expiry.run_once, recheck=s.sweep_interval
             ),
         }
+        if s.jobs_vacuum_enabled:
+            vacuum = JobsVacuum(deps)
+            siblings["jobs_vacuum"] = lambda: run_gated(
+                deps, "jobs_vacuum", JOBS_VACUUM_CHECK_INTERVAL, vacuum.run_once
+            )
         for index in range(s.max_concurrency):
             siblings[f"consumer-{index}"] = ConsumerLoop(deps, index).run
         if self.until_idle:

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from taskq_core.backend.protocol.retention import PruneResult
-from taskq_core.constants import ARCHIVE_EXPIRY_LOCK, PRUNE_LOCK, STALE_WORKER_RETENTION
+from taskq_core.constants import (
+    ARCHIVE_EXPIRY_LOCK,
+    JOBS_VACUUM_DEAD_FRACTION,
+    JOBS_VACUUM_MIN_DEAD,
+    JOBS_VACUUM_TIMEOUT,
+    PRUNE_LOCK,
+    STALE_WORKER_RETENTION,
+)
 from taskq_core.liveness import worker_is_alive
 from taskq_core.retention import prune_policy
 from taskq_core.settings import TaskqSettings
@@ -224,3 +231,24 @@ class StaleWorkerCleanup:
                 silent_for_seconds=self.older_than.total_seconds(),
             )
         return deleted
+
+
+class JobsVacuum:
+    """Vacuums the jobs table when dead rows pile up faster than autovacuum clears them
+    (TASKQ_JOBS_VACUUM_ENABLED): the dispatch index stays short, and a long drain keeps its
+    rate."""
+
+    def __init__(self, deps: WorkerDeps, *, beat: str = "jobs_vacuum") -> None:
+        self.deps = deps
+        self.beat = beat  # the liveness name of the loop that runs it
+
+    async def run_once(self) -> bool:
+        """Whether it vacuumed (logged with how long it took)."""
+        deps = self.deps
+        # A vacuum of a big table runs for a while: say so before the watchdog wonders.
+        deps.liveness.tick(self.beat, period=JOBS_VACUUM_TIMEOUT)
+        started = deps.clock.monotonic()
+        vacuumed = await deps.backend.vacuum_jobs(JOBS_VACUUM_MIN_DEAD, JOBS_VACUUM_DEAD_FRACTION)
+        if vacuumed:
+            deps.log.info("jobs_vacuumed", seconds=round(deps.clock.monotonic() - started, 3))
+        return vacuumed

@@ -125,6 +125,10 @@ class LeaderPart(SettlePart):
                 return cleared
             await asyncio.sleep(0)  # a commit point between batches
 
+    async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
+        """Dicts leave no dead row versions behind: nothing to vacuum."""
+        return False
+
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         """Delete workers silent for ``older_than`` that hold no running job, oldest first,
         ``batch_size`` per batch. Nothing else needs the row (sql/maintenance.sql)."""

@@ -15,7 +15,9 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
+    JOBS_VACUUM_TIMEOUT,
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
+    validate_identifier,
 )
 from taskq_core.obs.logs import get_logger
 
@@ -169,6 +171,20 @@ class LeaderPart(SettlePart):
         if older_than <= timedelta(0):
             raise ValueError(f"older_than must be positive, got {older_than}")
         return await self._in_batches("delete_stale_workers", batch_size, older_than)
+
+    async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
+        """VACUUM the jobs table when the statistics say dead rows piled up (see the
+        protocol); VACUUM cannot run in a transaction block, so it is a statement of its own."""
+        due = await self._pool.fetchval(
+            self._queries["jobs_vacuum_due"], f"{self.schema}.jobs", min_dead, dead_fraction
+        )
+        if not due:
+            return False
+        await self._pool.execute(
+            f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {validate_identifier(self.schema)}.jobs",
+            timeout=JOBS_VACUUM_TIMEOUT,
+        )
+        return True
 
     async def waiting_queues(self) -> list[str]:
         """Queues with pending jobs, found by a skip scan of the pending dispatch index."""

@@ -77,6 +77,15 @@ class LeaderBackend(Protocol):
         still holds a running job (it goes once Sweep 1 has reclaimed that job). Bounded:
         ``batch_size`` rows per committed batch; returns how many were deleted."""
 
+    async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
+        """Vacuum the jobs table now (index cleanup on) when it holds at least ``min_dead``
+        dead row versions and at least ``dead_fraction`` of its rows are dead, unless a
+        vacuum of it is already running; True when it vacuumed. Every claim leaves a dead
+        entry at the head of the dispatch index that each dispatch walks until a vacuum
+        removes it, and autovacuum looks only once per naptime (a minute by default). PG: a
+        role that does not own the table gets a warning from the server and nothing happens.
+        Memory: nothing piles up, never vacuums."""
+
     async def waiting_queues(self) -> list[str]:
         """Sorted names of the queues that hold at least one pending job. PG walks the
         pending dispatch index one queue at a time (a skip scan), so the cost follows the

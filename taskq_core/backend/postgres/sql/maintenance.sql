@@ -156,6 +156,16 @@ WITH RECURSIVE waiting AS (
 )
 SELECT w.queue FROM waiting w WHERE w.queue IS NOT NULL;
 
+-- name: jobs_vacuum_due
+-- Whether the jobs table ($1, schema-qualified) should be vacuumed now: at least $2 dead row
+-- versions, at least a $3 share of its rows dead, and no vacuum of it running already. The
+-- counts are the statistics collector's (flushed within seconds), not a scan.
+SELECT s.n_dead_tup >= $2::bigint
+       AND s.n_dead_tup >= $3::float8 * (s.n_live_tup + s.n_dead_tup)
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = s.relid)
+FROM pg_stat_user_tables s
+WHERE s.relid = $1::regclass;
+
 -- name: poll_reclaim_events
 -- The reclaim outbox cursor: events after $1, oldest first, only once they are older than
 -- the visibility delay $3. A transaction still holding a lower id has had at least that long
