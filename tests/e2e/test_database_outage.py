@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,38 +19,16 @@ import pytest
 
 from chaos.pgserver import PrivateServer
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.backend.protocol import EnqueueArgs
 from tests.conftest import TASKQ_BIN, PgTarget
+from tests.e2e.conftest import PRIVATE_SCHEMA
 from tests.e2e.test_resilience import BASE_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = "taskq"
+SCHEMA = PRIVATE_SCHEMA
 ENV = BASE_ENV  # the short cadences of the other failure-path tests
-
-
-@pytest.fixture
-def server() -> Iterator[PrivateServer]:
-    """A PostgreSQL server of this test's own, migrated. Its directory is not under pytest's
-    tmp_path: pytest makes that tree private to root, which the server's user cannot cross."""
-    own = PrivateServer(Path(tempfile.mkdtemp(prefix="taskq-outage-")) / "pg")
-    own.start()
-    own.tune_for_tests()
-
-    async def migrate() -> None:
-        conn = await asyncpg.connect(own.dsn)
-        try:
-            await migrate_up(conn, SCHEMA)
-        finally:
-            await conn.close()
-
-    asyncio.run(migrate())
-    try:
-        yield own
-    finally:
-        own.close()
 
 
 @pytest.fixture

@@ -9,10 +9,8 @@ and started for real, never the shared one.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -20,35 +18,13 @@ import pytest
 import structlog
 
 from chaos.pgserver import PrivateServer
-from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.client import JobsClient
 from taskq_core.errors import DatabaseUnavailableError
+from tests.e2e.conftest import PRIVATE_SCHEMA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
 
-SCHEMA = "taskq"
-
-
-@pytest.fixture
-def server() -> Iterator[PrivateServer]:
-    """A migrated PostgreSQL server of this test's own (outside pytest's tmp_path, which the
-    server's user may not be able to cross when the suite runs as root)."""
-    own = PrivateServer(Path(tempfile.mkdtemp(prefix="taskq-enqueue-outage-")) / "pg")
-    own.start()
-    own.tune_for_tests()
-
-    async def migrate() -> None:
-        conn = await asyncpg.connect(own.dsn)
-        try:
-            await migrate_up(conn, SCHEMA)
-        finally:
-            await conn.close()
-
-    asyncio.run(migrate())
-    try:
-        yield own
-    finally:
-        own.close()
+SCHEMA = PRIVATE_SCHEMA
 
 
 async def stored_jobs(dsn: str) -> list[tuple[Any, ...]]:
