@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
@@ -29,7 +33,7 @@ from taskq_core.backend.protocol import (
     PrunePolicy,
     WorkerInfo,
 )
-from tests.conftest import CliResult, PgTarget
+from tests.conftest import TASKQ_BIN, CliResult, PgTarget
 
 T = TypeVar("T")
 LEASE = timedelta(seconds=60)
@@ -181,3 +185,16 @@ def one_error_line(result: CliResult) -> str:
     assert result.stderr.startswith("error: "), result.stderr
     assert "Traceback" not in result.stderr
     return result.stderr.strip()
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """A data directory for an embedded server the test creates; stopped and removed after."""
+    root = Path(tempfile.mkdtemp(prefix="taskq-cli-embedded-"))
+    yield root / "pgdata"
+    subprocess.run(
+        [TASKQ_BIN, "--dsn", f"embedded:{root / 'pgdata'}", "embedded", "stop"],
+        capture_output=True,
+        timeout=60,
+    )
+    shutil.rmtree(root, ignore_errors=True)

@@ -7,8 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,24 +28,12 @@ def test_make_demo_installs_taskq_without_the_dev_tools() -> None:
     assert "[dev]" not in plan
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="taskq-demo-"))
-    yield root / "pgdata"
-    subprocess.run(
-        [TASKQ_BIN, "--dsn", f"embedded:{root / 'pgdata'}", "embedded", "stop"],
-        capture_output=True,
-        timeout=60,
-    )
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_demo_creates_its_database_and_ends_with_the_next_steps(data_dir: Path) -> None:
+def test_the_demo_creates_its_database_and_ends_with_the_next_steps(embedded_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
-    env.update(TASKQ_PG_DSN=f"embedded:{data_dir}", NO_COLOR="1", COLUMNS="200")
+    env.update(TASKQ_PG_DSN=f"embedded:{embedded_dir}", NO_COLOR="1", COLUMNS="200")
     done = subprocess.run(
         [sys.executable, "-m", "examples.demo", "--workgroup", "workgroup.example.toml"],
         cwd=REPO,
@@ -61,7 +47,7 @@ def test_the_demo_creates_its_database_and_ends_with_the_next_steps(data_dir: Pa
     taskq = next(line for line in lines if line.strip().endswith(" top")).split()[0]
     assert lines[-5:] == [
         "next steps:",
-        f"  export TASKQ_PG_DSN=embedded:{data_dir}",
+        f"  export TASKQ_PG_DSN=embedded:{embedded_dir}",
         f"  {taskq} top",
         f"  {taskq} jobs list --status failed",
         f"  {taskq} embedded stop    # when done; 'taskq embedded start' brings it back",

@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -293,18 +291,6 @@ def test_a_piped_prune_prints_no_progress_bar(pg: PgTarget, db: Db, jobs: Jobs) 
 
 
 # --- the embedded database, as on a fresh clone ---------------------------------------------
-
-
-@pytest.fixture
-def embedded_dir() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="taskq-prune-embedded-"))
-    yield root / "pgdata"
-    subprocess.run(
-        [TASKQ_BIN, "--dsn", f"embedded:{root / 'pgdata'}", "embedded", "stop"],
-        capture_output=True,
-        timeout=60,
-    )
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.e2e
