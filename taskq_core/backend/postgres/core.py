@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Self
 from uuid import UUID
@@ -182,6 +182,27 @@ class BackendCore:
         """Every distinct pool this backend owns."""
         pools = (self._pool, self._dispatch_pool, self._heartbeat_pool)
         return list({id(pool): pool for pool in pools}.values())
+
+    async def _in_batches(
+        self,
+        query: str,
+        batch_size: int,
+        *args: object,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Run a bounded sweep statement (its last parameter the batch size) until a batch
+        touches fewer rows than that; each statement outside a transaction block commits on
+        its own. Returns the rows touched in all."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        total = 0
+        while True:
+            count = int(await self._pool.fetchval(self._queries[query], *args, batch_size))
+            total += count
+            if on_batch is not None:
+                on_batch(count)
+            if count < batch_size:
+                return total
 
     async def _one(self, query: str, *args: Any) -> asyncpg.Record:
         """The single row an aggregate statement always returns."""

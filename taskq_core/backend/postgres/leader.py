@@ -191,27 +191,6 @@ class LeaderPart(SettlePart):
         records = await self._pool.fetch(self._queries["waiting_queues"])
         return sorted(record["queue"] for record in records)  # Python's order, not a collation
 
-    async def _in_batches(
-        self,
-        query: str,
-        batch_size: int,
-        *args: object,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> int:
-        """Run a bounded sweep statement (its last parameter the batch size) until a batch
-        touches fewer rows than that; each statement outside a transaction block commits on
-        its own. Returns the rows touched in all."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        total = 0
-        while True:
-            count = int(await self._pool.fetchval(self._queries[query], *args, batch_size))
-            total += count
-            if on_batch is not None:
-                on_batch(count)
-            if count < batch_size:
-                return total
-
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
     ) -> list[EventRow]:

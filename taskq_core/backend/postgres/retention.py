@@ -107,18 +107,7 @@ class RetentionPart(BackendCore):
     ) -> int:
         """Delete archived jobs past ``expire_at`` (their attempts cascade), ``batch_size``
         per committed batch; returns how many were deleted."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        deleted = 0
-        while True:
-            count: int = await self._pool.fetchval(
-                self._queries["expire_archive_batch"], batch_size
-            )
-            deleted += count
-            if on_batch is not None:
-                on_batch(count)
-            if count < batch_size:
-                return deleted
+        return await self._in_batches("expire_archive_batch", batch_size, on_batch=on_batch)
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
         """The session advisory lock ``name`` (per schema) on one pool connection kept for
