@@ -6,6 +6,7 @@ Every predicate runs on the database clock inside the backend; these classes onl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -33,6 +34,17 @@ def progress_period(settings: TaskqSettings) -> float:
     one batch is one statement, which the pool's command timeout
     (TASKQ_DISPATCHER_COMMAND_TIMEOUT) bounds; never less than the leader's sweep cadence."""
     return max(settings.sweep_interval, settings.dispatcher_command_timeout)
+
+
+def batch_beat(deps: WorkerDeps, beat: str) -> Callable[[int], None]:
+    """An ``on_batch`` callback that ticks loop ``beat``: a sweep of millions of rows runs for
+    minutes, and each committed batch is progress, so the stale-loop watchdog never takes it
+    for a hung loop."""
+
+    def committed(rows: int) -> None:
+        deps.liveness.tick(beat, period=progress_period(deps.settings))
+
+    return committed
 
 
 def stale_worker_threshold(settings: TaskqSettings) -> timedelta:
@@ -88,10 +100,6 @@ class MaintenanceSweep:
         self.deps = deps
         self.beat = beat  # the liveness name of the loop that runs it
 
-    def _batch_committed(self, cleared: int) -> None:
-        # A first run over a large backlog of expired results takes many batches.
-        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
-
     def reclaim_allowed(self) -> bool:
         """Whether expired leases may be taken from their workers now."""
         deps = self.deps
@@ -108,7 +116,7 @@ class MaintenanceSweep:
                 timedelta(seconds=settings.cleanup_grace_period),
             )
         failed = await backend.deadline_sweep()
-        expired = await backend.expire_results(on_batch=self._batch_committed)
+        expired = await backend.expire_results(on_batch=batch_beat(self.deps, self.beat))
         result = SweepResult(reclaimed, failed, expired)
         if reclaimed or failed or expired:
             self.deps.log.info(
@@ -163,7 +171,7 @@ class PruneSweep:
             if not got:
                 deps.log.info("prune_skipped", lock=PRUNE_LOCK, reason="another prune is running")
                 return None
-            result = await deps.backend.prune_jobs(policy, on_batch=self._batch_committed)
+            result = await deps.backend.prune_jobs(policy, on_batch=batch_beat(deps, self.beat))
         deps.log.info(
             "prune_ran",
             moved=_by_status_and_queue(result),
@@ -173,11 +181,6 @@ class PruneSweep:
             seconds=round(deps.clock.monotonic() - started, 3),
         )
         return result
-
-    def _batch_committed(self, moved: int) -> None:
-        # A prune of millions of rows runs for minutes: each batch is progress, so the
-        # stale-loop watchdog never takes it for a hung loop.
-        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
 
 
 class ArchiveExpirySweep:
@@ -201,7 +204,7 @@ class ArchiveExpirySweep:
                 )
                 return None
             deleted = await deps.backend.expire_archive(
-                deps.settings.prune_batch_size, on_batch=self._batch_committed
+                deps.settings.prune_batch_size, on_batch=batch_beat(deps, self.beat)
             )
         deps.log.info(
             "archive_expiry_ran",
@@ -209,9 +212,6 @@ class ArchiveExpirySweep:
             seconds=round(deps.clock.monotonic() - started, 3),
         )
         return deleted
-
-    def _batch_committed(self, deleted: int) -> None:
-        self.deps.liveness.tick(self.beat, period=progress_period(self.deps.settings))
 
 
 class StaleWorkerCleanup:
