@@ -53,6 +53,15 @@ async def test_batch_success_skips_rows_the_worker_does_not_own(harness: Harness
     assert await backend.mark_succeeded_many(worker, []) == set()
 
 
+async def test_a_job_listed_twice_is_settled_by_its_first_entry(harness: Harness) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend)
+    listed_twice = [Success(job.id, 1, '"first"'), Success(job.id, 1, '"second"')]
+    assert await backend.mark_succeeded_many(worker, listed_twice) == {job.id}
+    assert (await reload(backend, job.id)).result == "first"
+    assert [a.outcome for a in await backend.get_attempts(job.id)] == ["succeeded"]
+
+
 async def test_has_active_jobs_tracks_waiting_and_running_work(harness: Harness) -> None:
     backend = harness.backend
     job, worker = await running_job(backend)

@@ -24,6 +24,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    first_success_per_job,
 )
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.retry import retries_left
@@ -265,6 +266,7 @@ class SettlePart(MemoryStore):
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """mark_succeeded for each; the ids whose leases were still this worker's. Every
         result is read first, so one that cannot be stored writes nothing (one statement)."""
+        successes = first_success_per_job(successes)
         results = [json_text(s.result_json) for s in successes]
         return {
             s.job_id

@@ -24,6 +24,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    first_success_per_job,
 )
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 
@@ -149,7 +150,9 @@ class SettlePart(BackendCore):
         """Many completions in one statement; the ids whose leases this worker still held."""
         if not successes:
             return set()
-        records = await self._settle_successes(self._pool, worker_id, successes)
+        records = await self._settle_successes(
+            self._pool, worker_id, first_success_per_job(successes)
+        )
         return {record["id"] for record in records}
 
     async def mark_succeeded_with_conn(

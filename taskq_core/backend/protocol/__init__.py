@@ -75,6 +75,7 @@ from taskq_core.backend.protocol.worker import (
     Success,
     WorkerBackend,
     WorkerInfo,
+    first_success_per_job,
 )
 
 BACKEND_PROTOCOL_VERSION = 2
@@ -146,5 +147,6 @@ __all__ = [
     "check_protocol_version",
     "check_queue_update",
     "check_recent_limit",
+    "first_success_per_job",
     "from_values",
 ]

@@ -47,6 +47,15 @@ class Success:
     ran_for: float = 0.0
 
 
+def first_success_per_job(successes: Sequence[Success]) -> list[Success]:
+    """``successes`` with a job listed twice kept at its first entry only: which of two
+    rows an UPDATE joins is undefined in Postgres, so both backends settle the first."""
+    seen: dict[UUID, Success] = {}
+    for success in successes:
+        seen.setdefault(success.job_id, success)
+    return list(seen.values())
+
+
 @dataclass(frozen=True, slots=True)
 class CancelFlag:
     """A running job of this worker whose cancel was requested."""
@@ -224,7 +233,8 @@ class WorkerBackend(Protocol):
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """``mark_succeeded`` for many jobs in one statement (attempts and events included);
-        returns the ids actually written (leases this worker lost are skipped). Result text
+        returns the ids actually written (leases this worker lost are skipped; a job listed
+        twice is settled by its first entry, see ``first_success_per_job``). Result text
         that cannot be stored (not JSON, NaN, Infinity, a NUL) raises UnstorableValueError
         and writes nothing."""
 
