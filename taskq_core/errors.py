@@ -49,6 +49,19 @@ class MaxPendingExceededError(TaskqError):
     """Enqueue refused: the actor already has max_pending jobs waiting."""
 
 
+class SingletonCollisionError(TaskqError):
+    """Enqueue refused: a job holding the same unique key exists (``existing_job_id``).
+    ``retry_after`` (a timedelta, or None while the holder is still waiting or running) is
+    when its window ends: advisory, to steer the caller's next try."""
+
+    def __init__(self, unique_key: str, existing_job_id: object, retry_after: object) -> None:
+        hint = f"; free again in {retry_after}" if retry_after is not None else ""
+        super().__init__(f"a job with unique key {unique_key!r} exists: {existing_job_id}{hint}")
+        self.unique_key = unique_key
+        self.existing_job_id = existing_job_id
+        self.retry_after = retry_after
+
+
 class WorkerOwnershipMismatchError(TaskqError):
     """A terminal write targeted a job this worker does not own."""
 

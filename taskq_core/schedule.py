@@ -8,8 +8,9 @@ that say what is wrong, for the settings and the CLI to prefix with the variable
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -56,8 +57,13 @@ def parse_daily_time(text: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A cron expression and the timezone its fields are read in (DST as Debian cron: a
-    fire time skipped by a jump forward runs once after it, a repeated hour fires once)."""
+    """A cron expression and the timezone its fields are read in.
+
+    Daylight saving time: a local time that does not exist (02:30 on the night clocks jump
+    from 02:00 to 03:00) is skipped, not run late; a local time that happens twice (01:30
+    when clocks fall back) fires once for a fixed-time expression, while an expression whose
+    hour field is ``*`` keeps firing in real time through the repeated hour (as cron does).
+    """
 
     expression: str
     timezone: str = "UTC"
@@ -75,11 +81,28 @@ class Schedule:
 
     def next_fire(self, after: datetime) -> datetime:
         """The first fire time strictly after ``after`` (an aware datetime), in UTC."""
-        if after.tzinfo is None:
-            raise ValueError("next_fire needs an aware datetime")
-        local = after.astimezone(_zone(self.timezone))
-        fire: datetime = next(CronSim(self.expression, local))
-        return fire.astimezone(UTC)
+        return next(self._fires(after, reverse=False))
+
+    def next_fires(self, after: datetime, count: int) -> list[datetime]:
+        """The first ``count`` fire times strictly after ``after``, in UTC."""
+        fires = self._fires(after, reverse=False)
+        return [next(fires) for _ in range(count)]
+
+    def latest_fire(self, at_or_before: datetime) -> datetime:
+        """The last fire time at or before ``at_or_before``, in UTC (a catch-up fires it)."""
+        # cronsim steps strictly before its start; a microsecond later includes the instant.
+        return next(self._fires(at_or_before + timedelta(microseconds=1), reverse=True))
+
+    def _fires(self, start: datetime, *, reverse: bool) -> Iterator[datetime]:
+        """Fire times from ``start`` on (or back), in UTC, without DST substitutes."""
+        if start.tzinfo is None:
+            raise ValueError("a schedule needs an aware datetime")
+        sim = CronSim(self.expression, start.astimezone(_zone(self.timezone)), reverse=reverse)
+        for fire in sim:
+            # cronsim runs a local time skipped by a jump forward at the jump (03:00 for a
+            # 02:30 expression); such a stand-in matches neither field, and is skipped.
+            if fire.minute in sim.minutes and fire.hour in sim.hours:
+                yield fire.astimezone(UTC)
 
     def __str__(self) -> str:
         return f"{self.expression} ({self.timezone})"

@@ -48,6 +48,16 @@ from taskq_core.backend.protocol.retention import (
     PruneResult,
     RetentionBackend,
 )
+from taskq_core.backend.protocol.schedules import (
+    FiredSchedule,
+    ScheduleBackend,
+    ScheduleExistsError,
+    ScheduleRecord,
+    ScheduleSpec,
+    ScheduleSyncResult,
+    ScheduleUpdate,
+    schedule_job_key,
+)
 from taskq_core.backend.protocol.values import (
     UNSET,
     ActorConfigRow,
@@ -121,6 +131,7 @@ __all__ = [
     "EnqueueArgs",
     "ErrorInfo",
     "EventRow",
+    "FiredSchedule",
     "HeartbeatResult",
     "JobFilter",
     "JobRow",
@@ -136,6 +147,12 @@ __all__ = [
     "RetentionBackend",
     "RetryAfterOutcome",
     "RetryKind",
+    "ScheduleBackend",
+    "ScheduleExistsError",
+    "ScheduleRecord",
+    "ScheduleSpec",
+    "ScheduleSyncResult",
+    "ScheduleUpdate",
     "SnoozeOutcome",
     "Start",
     "Success",
@@ -149,4 +166,5 @@ __all__ = [
     "check_recent_limit",
     "first_success_per_job",
     "from_values",
+    "schedule_job_key",
 ]

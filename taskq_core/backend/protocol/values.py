@@ -55,6 +55,11 @@ class EnqueueArgs:
     ``delay`` > 0 makes the job ``scheduled`` with ``scheduled_at = now() + delay``; otherwise it
     is ``pending`` with ``scheduled_at = now()``. ``schedule_to_close`` is a relative deadline
     from enqueue time (``jobs.schedule_to_close = now() + schedule_to_close``).
+
+    ``unique_key`` without ``unique_for``: no second job with that key while one is waiting
+    or running. With ``unique_for``: at most one job with that key per window of that length
+    (windows aligned on the Unix epoch, on the backend's clock), whatever its state. A
+    duplicate raises SingletonCollisionError and inserts nothing.
     """
 
     actor: str
@@ -72,6 +77,8 @@ class EnqueueArgs:
     trace_id: str | None = None
     span_id: str | None = None
     job_id: UUID | None = None  # None: the backend assigns a UUIDv7
+    unique_key: str | None = None
+    unique_for: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
