@@ -42,6 +42,7 @@ _TIME_COLUMNS = {
     "workers": ["started_at", "last_seen_at", "stopped_at"],
     "maintenance_leader": ["elected_at", "last_seen_at"],
     "reservation_slots": ["lease_expires_at"],
+    "schedules": ["next_fire_at", "last_fired_at", "created_at", "updated_at"],
 }
 
 

@@ -9,9 +9,10 @@ The class is its parts, one module per concern over ``store.MemoryStore`` (the t
 writes they share), mirroring ``backend/postgres``: ``enqueue``, ``dispatch`` (claims, leases,
 start marks, the dispatch order), ``settle`` (every outcome of a claimed attempt, one path),
 ``leader`` (election and sweeps), ``reads`` (jobs, history, dashboard), ``admin`` (operator
-writes, workers, actor configs, queues), ``notify`` (wake-ups) and ``retention`` (prune,
-archive expiry, archived reads). A new subsystem gets a module and a part of its own here:
-``cron`` (schedules), ``ratelimit`` (rate limits, reservations), ``batches``.
+writes, workers, actor configs, queues), ``notify`` (wake-ups), ``retention`` (prune,
+archive expiry, archived reads) and ``schedules`` (cron schedules and the leader's fire). A
+new subsystem gets a module and a part of its own here: ``ratelimit`` (rate limits,
+reservations), ``batches``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .leader import LeaderPart
 from .notify import NotifyPart
 from .reads import ReadsPart
 from .retention import RetentionPart
+from .schedules import SchedulePart
 from .settle import SettlePart
 from .store import MemoryTransaction
 
@@ -46,6 +48,7 @@ class InMemoryBackend(
     AdminPart,
     NotifyPart,
     RetentionPart,
+    SchedulePart,
 ):
     """The Backend protocol held in Python dicts, with an injectable clock (tests only).
 

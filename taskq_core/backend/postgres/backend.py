@@ -3,8 +3,9 @@
 The class is its parts, one module per concern over ``core.BackendCore`` (pools, queries,
 schema, notifier): ``enqueue`` (statement and COPY), ``dispatch`` (claims, leases, start
 marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election and sweeps),
-``admin`` (reads and operator writes) and ``retention`` (the prune to the archive, archive
-expiry, archived reads). Records become protocol rows in ``rows``.
+``admin`` (reads and operator writes), ``retention`` (the prune to the archive, archive
+expiry, archived reads) and ``schedules`` (cron schedules and the leader's fire). Records
+become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .enqueue import EnqueuePart
 from .errors import translate_errors
 from .leader import LeaderPart
 from .retention import RetentionPart
+from .schedules import SchedulePart
 from .settle import SettlePart
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 @translate_errors
-class PostgresBackend(EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart, RetentionPart):
+class PostgresBackend(
+    EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart, RetentionPart, SchedulePart
+):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
 
     Every public coroutine raises TaskQ's errors for database trouble, never asyncpg's

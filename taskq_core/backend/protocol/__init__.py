@@ -93,7 +93,13 @@ BACKEND_PROTOCOL_VERSION = 2
 
 @runtime_checkable
 class Backend(
-    ClientBackend, WorkerBackend, LeaderBackend, AdminBackend, RetentionBackend, Protocol
+    ClientBackend,
+    WorkerBackend,
+    LeaderBackend,
+    AdminBackend,
+    RetentionBackend,
+    ScheduleBackend,
+    Protocol,
 ):
     """Everything TaskQ needs of its storage: the parts together."""
 

@@ -10,13 +10,15 @@ when two leaders overlap. After downtime a schedule fires once, for its latest m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from taskq_core.backend.protocol.values import UNSET
+from taskq_core.ids import uuid7
+from taskq_core.schedule import Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,145 @@ class ScheduleExistsError(ValueError):
 def schedule_job_key(name: str, fire_at: datetime) -> str:
     """The ``unique_key`` of the job a schedule makes for one fire time."""
     return f"schedule:{name}@{fire_at.isoformat()}"
+
+
+# --- the rules both backends apply (each backend only reads its clock and writes rows) ------
+# The fields a schedule's owner writes (the operator's update, the code's upsert).
+_WRITABLE = ("actor", "cron", "timezone", "payload", "queue", "enabled")
+# The fields the code owns on a declared_in_code schedule (``enabled`` stays the operator's).
+_CODE_OWNED = ("actor", "cron", "timezone", "payload", "queue")
+
+
+def _checked(name: str, value: Any) -> Any:
+    """``value`` for field ``name`` of a schedule, or ValueError naming the field."""
+    if name in ("name", "actor") and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"{name} must be a non-empty string")
+    if name == "queue" and value is not None and (not isinstance(value, str) or not value):
+        raise ValueError("queue must be a non-empty string or None")
+    if name == "payload" and not isinstance(value, dict):
+        raise ValueError("payload must be a JSON object")
+    if name == "enabled" and not isinstance(value, bool):
+        raise ValueError("enabled must be true or false")
+    return value
+
+
+def new_schedule(spec: ScheduleSpec, now: datetime, *, declared_in_code: bool) -> ScheduleRecord:
+    """The row ``spec`` creates at ``now`` (the backend's clock): enabled, its first fire
+    time strictly after now. ValueError names a bad field (cron and timezone included)."""
+    for name in ("name", "actor", "payload", "queue"):
+        _checked(name, getattr(spec, name))
+    schedule = Schedule(spec.cron, spec.timezone)
+    return ScheduleRecord(
+        id=uuid7(),
+        name=spec.name,
+        actor=spec.actor,
+        queue=spec.queue,
+        cron=schedule.expression,
+        timezone=spec.timezone,
+        payload=spec.payload,
+        enabled=True,
+        next_fire_at=schedule.next_fire(now),
+        last_fired_at=None,
+        last_job_id=None,
+        declared_in_code=declared_in_code,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _retimed(current: ScheduleRecord, changes: Mapping[str, Any], now: datetime) -> ScheduleRecord:
+    """``current`` with ``changes`` applied at ``now``. A new expression or zone, or a
+    disabled schedule enabled again, plans the next fire after now (no catch-up for the time
+    before); a disabled schedule has no next fire."""
+    row = replace(current, **changes, updated_at=now)
+    schedule = Schedule(row.cron, row.timezone)  # ValueError for a bad expression or zone
+    row = replace(row, cron=schedule.expression)
+    if not row.enabled:
+        return replace(row, next_fire_at=None)
+    moved = (row.cron, row.timezone) != (current.cron, current.timezone)
+    if moved or not current.enabled or row.next_fire_at is None:
+        return replace(row, next_fire_at=schedule.next_fire(now))
+    return row
+
+
+def updated_schedule(
+    current: ScheduleRecord, update: ScheduleUpdate, now: datetime
+) -> ScheduleRecord:
+    """The row after ``update`` at ``now`` (see ScheduleUpdate); ValueError names a bad field."""
+    changes = {
+        name: _checked(name, getattr(update, name))
+        for name in _WRITABLE
+        if getattr(update, name) is not UNSET
+    }
+    return _retimed(current, changes, now)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeSchedulesPlan:
+    """What a worker start's upsert writes: ``writes`` are whole rows (new ones with
+    ``declared_in_code`` and fresh ids), ``result`` is what it reports."""
+
+    writes: list[ScheduleRecord]
+    result: ScheduleSyncResult
+
+
+def plan_code_schedules(
+    specs: Sequence[ScheduleSpec], stored: Iterable[ScheduleRecord], now: datetime
+) -> CodeSchedulesPlan:
+    """The upsert of the schedules a registry declares, given the stored rows of those names
+    and every stored ``declared_in_code`` row (``stored``, read under lock). A schedule made
+    by an operator under a declared name passes to the code."""
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        doubled = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"schedule names declared twice: {', '.join(doubled)}")
+    by_name = {row.name: row for row in stored}
+    writes: list[ScheduleRecord] = []
+    created: list[str] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    for spec in specs:
+        fresh = new_schedule(spec, now, declared_in_code=True)
+        current = by_name.get(spec.name)
+        if current is None:
+            writes.append(fresh)
+            created.append(spec.name)
+            continue
+        code = {name: getattr(fresh, name) for name in _CODE_OWNED}
+        if current.declared_in_code and all(getattr(current, k) == v for k, v in code.items()):
+            unchanged.append(spec.name)
+            continue
+        writes.append(_retimed(current, {**code, "declared_in_code": True}, now))
+        updated.append(spec.name)
+    orphaned = sorted(
+        row.name for row in by_name.values() if row.declared_in_code and row.name not in names
+    )
+    return CodeSchedulesPlan(writes, ScheduleSyncResult(created, updated, unchanged, orphaned))
+
+
+@dataclass(frozen=True, slots=True)
+class DueFire:
+    """One due schedule's fire, planned at ``now``: see ``due_fire``."""
+
+    fire_at: datetime
+    missed_since: datetime | None
+    next_fire_at: datetime
+
+
+def due_fire(cron: str, timezone: str, next_fire_at: datetime, now: datetime) -> DueFire:
+    """The fire of a schedule due at ``now`` (``next_fire_at <= now``): its job stands for
+    the latest fire time at or before now (one catch-up job however many were missed, never
+    earlier than the planned one), ``missed_since`` is the planned time when a later one
+    fires, and the next fire time is the first after now."""
+    schedule = Schedule(cron, timezone)
+    fire_at = max(schedule.latest_fire(now), next_fire_at)
+    missed_since = next_fire_at if fire_at > next_fire_at else None
+    return DueFire(fire_at, missed_since, schedule.next_fire(now))
+
+
+def schedule_job_metadata(name: str, fire_at: datetime) -> dict[str, Any]:
+    """The ``metadata`` of the job a schedule makes for one fire time."""
+    return {"schedule": name, "fire_time": fire_at.isoformat()}
 
 
 @runtime_checkable

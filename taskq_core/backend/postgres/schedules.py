@@ -1,0 +1,137 @@
+"""Cron schedules on PostgreSQL: the operator's and the code's writes (sql/schedules.sql).
+
+Fire times are computed in Python from the database clock read in the writing transaction
+(the rules live in ``protocol.schedules``: ``new_schedule``, ``updated_schedule``,
+``plan_code_schedules``), so every backend plans them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from taskq_core.backend.protocol.schedules import (
+    FiredSchedule,
+    ScheduleExistsError,
+    ScheduleRecord,
+    ScheduleSpec,
+    ScheduleSyncResult,
+    ScheduleUpdate,
+    new_schedule,
+    plan_code_schedules,
+    updated_schedule,
+)
+
+from . import bulk
+from .core import BackendCore
+
+_FIELDS = tuple(f.name for f in fields(ScheduleRecord))
+
+
+def _record(record: asyncpg.Record) -> ScheduleRecord:
+    """A ``schedules`` record as a ScheduleRecord (payload decoded by the pool codec)."""
+    return ScheduleRecord(**{name: record[name] for name in _FIELDS})
+
+
+class SchedulePart(BackendCore):
+    """create, get, list, update and delete schedules; the code's upsert at worker start."""
+
+    async def create_schedule(self, spec: ScheduleSpec) -> ScheduleRecord:
+        """Insert an enabled schedule, its first fire time after the database's now."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            now: datetime = await conn.fetchval(self._queries["schedule_clock"])
+            row = new_schedule(spec, now, declared_in_code=False)
+            record = await conn.fetchrow(
+                self._queries["insert_schedule"],
+                row.id,
+                row.name,
+                row.actor,
+                row.queue,
+                row.cron,
+                row.timezone,
+                row.payload,
+                row.enabled,
+                row.next_fire_at,
+                row.declared_in_code,
+                now,
+            )
+        if record is None:
+            raise ScheduleExistsError(spec.name)
+        return _record(record)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """One schedule by name, or None."""
+        record = await self._pool.fetchrow(self._queries["get_schedule"], name)
+        return None if record is None else _record(record)
+
+    async def list_schedules(
+        self, *, actor: str | None = None, enabled: bool | None = None
+    ) -> list[ScheduleRecord]:
+        """Schedules by name, optionally of one actor or one enabled state."""
+        records = await self._pool.fetch(self._queries["list_schedules"], actor, enabled)
+        return [_record(r) for r in records]
+
+    async def update_schedule(self, name: str, update: ScheduleUpdate) -> ScheduleRecord | None:
+        """Apply ``update`` to the locked row, timed on the database's clock."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            locked = await conn.fetchrow(self._queries["lock_schedule"], name)
+            if locked is None:
+                return None
+            now: datetime = await conn.fetchval(self._queries["schedule_clock"])
+            row = updated_schedule(_record(locked), update, now)
+            record = await conn.fetchrow(self._queries["write_schedule"], *_written(row))
+        return None if record is None else _record(record)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete the schedule (its jobs stay); False when there was none."""
+        return await self._pool.fetchval(self._queries["delete_schedule"], name) is not None
+
+    async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
+        """Upsert the declared schedules in one transaction (see the protocol)."""
+        names = [spec.name for spec in specs]
+        async with self._pool.acquire() as conn, conn.transaction():
+            stored = await conn.fetch(self._queries["lock_code_schedules"], names)
+            now: datetime = await conn.fetchval(self._queries["schedule_clock"])
+            plan = plan_code_schedules(specs, [_record(r) for r in stored], now)
+            if plan.writes:
+                columns = list(zip(*(_upserted(row) for row in plan.writes), strict=True))
+                await conn.execute(self._queries["upsert_code_schedules"], *map(list, columns), now)
+        return plan.result
+
+    async def fire_due_schedules(self, limit: int) -> list[FiredSchedule]:
+        """The leader's tick (next commit)."""
+        raise NotImplementedError("fire_due_schedules is not implemented yet")
+
+
+def _written(row: ScheduleRecord) -> tuple[Any, ...]:
+    """write_schedule's parameters for ``row``."""
+    return (
+        row.id,
+        row.actor,
+        row.queue,
+        row.cron,
+        row.timezone,
+        row.payload,
+        row.enabled,
+        row.next_fire_at,
+        row.updated_at,
+    )
+
+
+def _upserted(row: ScheduleRecord) -> tuple[Any, ...]:
+    """One row of upsert_code_schedules' arrays (JSON as text, as arrays carry it)."""
+    return (
+        row.id,
+        row.name,
+        row.actor,
+        row.queue,
+        row.cron,
+        row.timezone,
+        bulk.dumps(row.payload),
+        row.enabled,
+        row.next_fire_at,
+    )

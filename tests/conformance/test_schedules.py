@@ -1,0 +1,236 @@
+"""Cron schedules: the operator's writes, the code's upsert at worker start, and the leader's
+fire (one job per fire time, one catch-up job after downtime).
+
+Fire times are checked against ``Schedule`` on the times the backend stamped (created_at,
+updated_at), so no test depends on when it runs. Time travel (``harness.travel``) moves
+every stored timestamp back on Postgres, which is the same as time passing for a cron grid
+as long as the step is a whole number of the expression's periods; tests step in whole
+periods. The daylight-saving tests need the clock at a chosen date, which only the memory
+backend's FakeClock can do: on Postgres they are skipped, and the same fire rules
+(``protocol.schedules.due_fire``, shared by both backends) are covered at those dates by
+tests/unit/test_schedule_fire.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from taskq_core.backend.protocol import (
+    ScheduleExistsError,
+    ScheduleSpec,
+    ScheduleUpdate,
+)
+from taskq_core.schedule import Schedule
+from tests.conformance.conftest import Harness
+
+HOURLY = "0 * * * *"
+
+
+def spec(name: str = "nightly", cron: str = HOURLY, **fields: object) -> ScheduleSpec:
+    fields.setdefault("actor", "build_report")
+    return ScheduleSpec(name=name, cron=cron, **fields)  # type: ignore[arg-type]
+
+
+# --- the operator's writes -----------------------------------------------------------------
+async def test_a_new_schedule_is_enabled_and_fires_next_after_its_creation(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    row = await backend.create_schedule(
+        spec(cron="0  3 * * *", timezone="Europe/Berlin", payload={"full": True}, queue="rep")
+    )
+    assert (row.name, row.actor, row.queue, row.payload) == (
+        "nightly",
+        "build_report",
+        "rep",
+        {"full": True},
+    )
+    assert (row.cron, row.timezone, row.enabled) == ("0 3 * * *", "Europe/Berlin", True)
+    assert not row.declared_in_code
+    assert (row.last_fired_at, row.last_job_id) == (None, None)
+    assert row.next_fire_at == Schedule("0 3 * * *", "Europe/Berlin").next_fire(row.created_at)
+    assert row.updated_at == row.created_at
+    assert await backend.get_schedule("nightly") == row
+
+
+async def test_a_taken_name_is_refused_and_the_first_schedule_stays(harness: Harness) -> None:
+    backend = harness.backend
+    first = await backend.create_schedule(spec())
+    with pytest.raises(ScheduleExistsError, match="nightly"):
+        await backend.create_schedule(spec(actor="other", cron="*/5 * * * *"))
+    assert await backend.list_schedules() == [first]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"cron": "61 * * * *"}, "cron expression"),
+        ({"cron": "* * * *"}, "5-field"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"actor": ""}, "actor"),
+        ({"name": " "}, "name"),
+        ({"payload": [1]}, "payload"),
+    ],
+)
+async def test_a_bad_schedule_is_refused_by_field(
+    harness: Harness, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        await harness.backend.create_schedule(spec(**fields))  # type: ignore[arg-type]
+    assert await harness.backend.list_schedules() == []
+
+
+async def test_list_is_by_name_and_filters_by_actor_and_enabled(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec("b", actor="x"))
+    await backend.create_schedule(spec("a", actor="y"))
+    await backend.create_schedule(spec("c", actor="x"))
+    await backend.update_schedule("c", ScheduleUpdate(enabled=False))
+    assert [r.name for r in await backend.list_schedules()] == ["a", "b", "c"]
+    assert [r.name for r in await backend.list_schedules(actor="x")] == ["b", "c"]
+    assert [r.name for r in await backend.list_schedules(enabled=True)] == ["a", "b"]
+    assert [r.name for r in await backend.list_schedules(actor="x", enabled=False)] == ["c"]
+    assert await backend.get_schedule("nope") is None
+
+
+async def test_an_update_of_payload_queue_or_actor_keeps_the_next_fire_time(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    before = await backend.create_schedule(spec())
+    await harness.travel(60)
+    after = await backend.update_schedule(
+        "nightly", ScheduleUpdate(payload={"v": 2}, queue="q2", actor="other")
+    )
+    assert after is not None
+    assert (after.payload, after.queue, after.actor) == ({"v": 2}, "q2", "other")
+    assert after.updated_at > after.created_at
+    cleared = await backend.update_schedule("nightly", ScheduleUpdate(queue=None))
+    assert cleared is not None and cleared.queue is None
+    if harness.kind == "memory":  # Postgres' travel moved the stored time itself back
+        assert after.next_fire_at == before.next_fire_at
+    assert cleared.next_fire_at == after.next_fire_at
+
+
+async def test_a_new_expression_or_zone_plans_the_next_fire_from_now(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec())
+    row = await backend.update_schedule("nightly", ScheduleUpdate(cron="*/5 * * * *"))
+    assert row is not None and row.cron == "*/5 * * * *"
+    assert row.next_fire_at == Schedule("*/5 * * * *").next_fire(row.updated_at)
+    row = await backend.update_schedule(
+        "nightly", ScheduleUpdate(cron="30 2 * * *", timezone="Asia/Tokyo")
+    )
+    assert row is not None
+    assert row.next_fire_at == Schedule("30 2 * * *", "Asia/Tokyo").next_fire(row.updated_at)
+
+
+async def test_a_bad_update_is_refused_and_writes_nothing(harness: Harness) -> None:
+    backend = harness.backend
+    before = await backend.create_schedule(spec())
+    for update, message in [
+        (ScheduleUpdate(cron="every day"), "5-field"),
+        (ScheduleUpdate(timezone="Nowhere/Else"), "timezone"),
+        (ScheduleUpdate(actor=""), "actor"),
+        (ScheduleUpdate(enabled="yes"), "enabled"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            await backend.update_schedule("nightly", update)
+    assert await backend.get_schedule("nightly") == before
+    assert await backend.update_schedule("nope", ScheduleUpdate(enabled=False)) is None
+
+
+async def test_disable_keeps_the_row_and_enable_plans_from_now(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec())
+    off = await backend.update_schedule("nightly", ScheduleUpdate(enabled=False))
+    assert off is not None and not off.enabled and off.next_fire_at is None
+    assert await backend.get_schedule("nightly") == off
+    await harness.travel(3 * 3600)
+    on = await backend.update_schedule("nightly", ScheduleUpdate(enabled=True))
+    assert on is not None and on.enabled
+    assert on.next_fire_at == Schedule(HOURLY).next_fire(on.updated_at)
+
+
+async def test_delete_removes_the_schedule(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec())
+    assert await backend.delete_schedule("nightly") is True
+    assert await backend.get_schedule("nightly") is None
+    assert await backend.delete_schedule("nightly") is False
+    await backend.create_schedule(spec())  # the name is free again
+
+
+# --- the code's upsert ---------------------------------------------------------------------
+async def test_code_schedules_are_created_then_unchanged(harness: Harness) -> None:
+    backend = harness.backend
+    declared = [spec("refresh", "*/15 * * * *", payload={"full": False}), spec("nightly")]
+    result = await backend.sync_code_schedules(declared)
+    assert (result.created, result.updated, result.unchanged, result.orphaned) == (
+        ["refresh", "nightly"],
+        [],
+        [],
+        [],
+    )
+    rows = await backend.list_schedules()
+    assert [(r.name, r.declared_in_code, r.enabled) for r in rows] == [
+        ("nightly", True, True),
+        ("refresh", True, True),
+    ]
+    assert rows[1].next_fire_at == Schedule("*/15 * * * *").next_fire(rows[1].created_at)
+    again = await backend.sync_code_schedules(declared)
+    assert (again.created, again.updated, again.unchanged) == ([], [], ["refresh", "nightly"])
+    assert await backend.list_schedules() == rows
+
+
+async def test_the_code_updates_its_fields_and_keeps_the_operators_disable(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    await backend.sync_code_schedules([spec("refresh", "*/15 * * * *")])
+    await backend.update_schedule("refresh", ScheduleUpdate(enabled=False))
+    result = await backend.sync_code_schedules(
+        [spec("refresh", "*/5 * * * *", payload={"v": 2}, queue="fast", timezone="UTC")]
+    )
+    assert result.updated == ["refresh"]
+    row = await backend.get_schedule("refresh")
+    assert row is not None
+    assert (row.cron, row.payload, row.queue, row.enabled) == (
+        "*/5 * * * *",
+        {"v": 2},
+        "fast",
+        False,
+    )
+    assert row.next_fire_at is None  # still disabled: no fire planned
+    await backend.update_schedule("refresh", ScheduleUpdate(enabled=True))
+    result = await backend.sync_code_schedules([spec("refresh", "0 * * * *", queue="fast")])
+    assert result.updated == ["refresh"]
+    row = await backend.get_schedule("refresh")
+    assert row is not None and row.enabled
+    assert row.next_fire_at == Schedule(HOURLY).next_fire(row.updated_at)
+
+
+async def test_schedules_no_longer_declared_are_reported_not_deleted(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.sync_code_schedules([spec("old"), spec("kept")])
+    await backend.create_schedule(spec("manual"))
+    result = await backend.sync_code_schedules([spec("kept")])
+    assert (result.unchanged, result.orphaned) == (["kept"], ["old"])
+    assert [r.name for r in await backend.list_schedules()] == ["kept", "manual", "old"]
+
+
+async def test_an_operators_schedule_under_a_declared_name_passes_to_the_code(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec("nightly", payload={"by": "operator"}))
+    result = await backend.sync_code_schedules([spec("nightly", payload={"by": "code"})])
+    assert result.updated == ["nightly"]
+    row = await backend.get_schedule("nightly")
+    assert row is not None and row.declared_in_code and row.payload == {"by": "code"}
+
+
+async def test_a_name_declared_twice_is_refused(harness: Harness) -> None:
+    with pytest.raises(ValueError, match="declared twice: a"):
+        await harness.backend.sync_code_schedules([spec("a"), spec("a", cron="*/5 * * * *")])
+    assert await harness.backend.list_schedules() == []
