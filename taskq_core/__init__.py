@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from taskq_core.actors import ActorRef, JobContext, actor
     from taskq_core.client import EnqueueItem, JobsClient
+    from taskq_core.cron import cron
     from taskq_core.di import ProviderRegistry, Scope
     from taskq_core.errors import (
         ConfigError,
         JobNotFoundError,
         MaxPendingExceededError,
         PayloadValidationError,
+        ScheduleNotFoundError,
         TaskqError,
     )
     from taskq_core.retry import RetryAfter, RetryPolicy, Snooze
@@ -35,12 +37,14 @@ _HOMES = {
     "actor": "actors",
     "EnqueueItem": "client",
     "JobsClient": "client",
+    "cron": "cron",
     "ProviderRegistry": "di",
     "Scope": "di",
     "ConfigError": "errors",
     "JobNotFoundError": "errors",
     "MaxPendingExceededError": "errors",
     "PayloadValidationError": "errors",
+    "ScheduleNotFoundError": "errors",
     "TaskqError": "errors",
     "RetryAfter": "retry",
     "RetryPolicy": "retry",
@@ -63,11 +67,13 @@ __all__ = [
     "ProviderRegistry",
     "RetryAfter",
     "RetryPolicy",
+    "ScheduleNotFoundError",
     "Scope",
     "Snooze",
     "TaskqError",
     "TaskqSettings",
     "actor",
+    "cron",
 ]
 
 

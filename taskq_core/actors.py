@@ -16,7 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +24,9 @@ from pydantic import BaseModel, ValidationError
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import ConfigError, PayloadValidationError
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+
+if TYPE_CHECKING:  # the protocol package is not needed to declare an actor
+    from taskq_core.backend.protocol.schedules import ScheduleSpec
 
 P = TypeVar("P")
 
@@ -105,6 +108,8 @@ class ActorRef:
     context_param: str | None = None
     dependency_params: dict[str, Any] = field(default_factory=dict)
     is_async: bool = True
+    # The ``@cron`` schedules stacked on this actor (taskq_core.cron), in declaration order.
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests)."""

@@ -32,6 +32,7 @@ from taskq_core.backend.protocol import (
     from_values,
 )
 from taskq_core.capacity import CapacityCache
+from taskq_core.client_schedules import ScheduleMethods
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.enqueue_retry import TransientRetry
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
@@ -201,7 +202,7 @@ class _Batch(Sequence[EnqueueArgs]):
         )
 
 
-class JobsClient:
+class JobsClient(ScheduleMethods):
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the

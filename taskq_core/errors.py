@@ -37,6 +37,10 @@ class JobNotFoundError(TaskqError):
     """No job has the given id."""
 
 
+class ScheduleNotFoundError(TaskqError):
+    """No cron schedule has the given name."""
+
+
 class InvalidTransitionError(TaskqError):
     """A state change the state machine does not allow."""
 

@@ -111,6 +111,11 @@ class Explanation:
     checks: list[Check]
 
     @property
+    def origin(self) -> str | None:
+        """Where the job came from, when a cron schedule made it (see ``job_origin``)."""
+        return job_origin(self.job)
+
+    @property
     def verdict(self) -> Check:
         """The first check that applies; a ``runnable`` finding when none does."""
         for check in self.checks:
@@ -122,6 +127,19 @@ class Explanation:
             "nothing blocks it: the next dispatch of a worker consuming "
             f"{self.job.queue!r} should claim it",
         )
+
+
+def job_origin(job: JobRow) -> str | None:
+    """``from schedule NAME (fire time T)``, or ``(run by hand)`` for ``taskq schedules run``,
+    read from the metadata a schedule's job carries (``schedule``, ``fire_time``,
+    ``manual``); None for a job no schedule made."""
+    name = job.metadata.get("schedule")
+    if not isinstance(name, str):
+        return None
+    if job.metadata.get("manual"):
+        return f"from schedule {name} (run by hand)"
+    fire_time = job.metadata.get("fire_time")
+    return f"from schedule {name}" + (f" (fire time {fire_time})" if fire_time else "")
 
 
 def _ago(now: datetime, then: datetime) -> str:

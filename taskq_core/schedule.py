@@ -25,6 +25,12 @@ def _zone(name: str) -> ZoneInfo:
         raise ValueError(f"unknown timezone {name!r}") from None
 
 
+def check_timezone(name: str) -> str:
+    """``name`` when it is an IANA time zone this system knows; else ValueError."""
+    _zone(name)
+    return name
+
+
 def check_cron_expression(expression: str, timezone: str = "UTC") -> str:
     """``expression`` with its whitespace normalized, when it is a 5-field cron expression
     that fires at least once; else ValueError naming the problem."""

@@ -29,7 +29,7 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.backend.protocol.admin import JobPage, JobQuery
 from taskq_core.errors import JobNotFoundError
-from taskq_core.explain import ExplainSettings, Explanation, explain_job
+from taskq_core.explain import ExplainSettings, Explanation, explain_job, job_origin
 from taskq_core.statemachine import JobStatus
 
 app = typer.Typer(
@@ -216,6 +216,7 @@ def _render_history(history: _JobHistory) -> None:
             ("status", _status_line(job, archived)),
             ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
             ("priority", job.priority),
+            ("origin", job_origin(job)),
             ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
             ("scheduled", when(job.scheduled_at)),
             ("claimed", when(job.claimed_at)),
@@ -355,6 +356,7 @@ def _explanation_document(explanation: Explanation) -> dict[str, Any]:
         "situation": explanation.situation,
         "archived": explanation.situation == "archived",
         "now": explanation.now,
+        "origin": explanation.origin,
         "verdict": _check_document(verdict.code, True, verdict.message, verdict.facts),
         "checks": [
             _check_document(c.code, c.applies, c.message, c.facts) for c in explanation.checks
@@ -371,6 +373,8 @@ def _render_explanation(explanation: Explanation) -> None:
     verdict = explanation.verdict
     status = job.status.value + (" (archived)" if explanation.situation == "archived" else "")
     output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {status}")
+    if explanation.origin is not None:
+        output.info(explanation.origin)
     label = {"terminal": "finished", "archived": "archived", "running": "running"}.get(
         explanation.situation, "blocked"
     )

@@ -36,7 +36,10 @@ def render_explanation(explanation: Explanation) -> Text:
     status = job.status.value + (" (archived)" if explanation.situation == "archived" else "")
     text = Text()
     text.append(f"job {job.id}", style="bold")
-    text.append(f" (actor {job.actor!r}, queue {job.queue!r}) is {status}\n\n")
+    text.append(f" (actor {job.actor!r}, queue {job.queue!r}) is {status}\n")
+    if explanation.origin is not None:
+        text.append(explanation.origin + "\n")
+    text.append("\n")
     text.append(f"{verdict_label(explanation)}: ", style="bold")
     text.append(explanation.verdict.message)
     if explanation.situation == "waiting":

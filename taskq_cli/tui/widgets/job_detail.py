@@ -26,6 +26,7 @@ from taskq_cli.output import to_jsonable
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
+from taskq_core.explain import job_origin
 
 
 def _when(value: datetime | None) -> str:
@@ -52,6 +53,7 @@ def _fields(job: JobRow) -> Text:
         ("worker", "-" if job.locked_by_worker is None else str(job.locked_by_worker)),
     ]
     optional = [
+        ("origin", job_origin(job)),
         ("identity key", job.identity_key),
         ("fairness key", job.fairness_key),
         ("deadline", _when(job.schedule_to_close) if job.schedule_to_close else None),
