@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from taskq_core.actors import ActorRef, JobContext, actor
     from taskq_core.client import EnqueueItem, JobsClient
-    from taskq_core.cron import cron
+    from taskq_core.cron_schedules import cron
     from taskq_core.di import ProviderRegistry, Scope
     from taskq_core.errors import (
         ConfigError,
@@ -37,7 +37,7 @@ _HOMES = {
     "actor": "actors",
     "EnqueueItem": "client",
     "JobsClient": "client",
-    "cron": "cron",
+    "cron": "cron_schedules",
     "ProviderRegistry": "di",
     "Scope": "di",
     "ConfigError": "errors",

@@ -108,7 +108,7 @@ class ActorRef:
     context_param: str | None = None
     dependency_params: dict[str, Any] = field(default_factory=dict)
     is_async: bool = True
-    # The ``@cron`` schedules stacked on this actor (taskq_core.cron), in declaration order.
+    # The ``@cron`` schedules stacked on this actor (taskq_core.cron_schedules), in order.
     schedules: tuple[ScheduleSpec, ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

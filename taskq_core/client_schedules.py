@@ -1,10 +1,11 @@
 """JobsClient's cron schedule methods: create, read, change, delete and fire one by hand.
 
 A schedule made here lives only in the database (``@cron`` declares the code's; see
-``taskq_core.cron``). Input is checked before anything is written: the expression and time
-zone by ``Schedule``, the payload by the actor's model when the actor is known to the client
-(an ActorRef, or a name in its registry). ``run_schedule`` enqueues through the client's own
-``enqueue``, so max_pending and the actor's stored queue and retry policy apply as to any job.
+``taskq_core.cron_schedules``). Input is checked before anything is written: the expression
+and time zone by ``Schedule``, the payload by the actor's model when the actor is known to
+the client (an ActorRef, or a name in its registry). ``run_schedule`` enqueues through the
+client's own ``enqueue``, so max_pending and the actor's stored queue and retry policy apply
+as to any job.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from taskq_core.backend.protocol import (
     ScheduleSpec,
     ScheduleUpdate,
 )
-from taskq_core.cron import check_schedule
+from taskq_core.cron_schedules import check_schedule
 from taskq_core.errors import ConfigError, ScheduleNotFoundError
 
 Payload = BaseModel | dict[str, Any] | None

@@ -25,6 +25,7 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR, JOBS_VACUUM_CHECK_INTERVAL
+from taskq_core.cron_schedules import sync_cron_schedules
 from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
@@ -149,6 +150,9 @@ class Worker:
                 self.registry.values(),
                 force=self.settings.force_update_actor_config,
                 log=self.log,
+            )
+            await sync_cron_schedules(
+                backend, self.registry.values(), until_idle=self.until_idle, log=self.log
             )
             deps = self._build_deps(backend)
             # Before the worker row exists: a socket another live worker serves refuses the

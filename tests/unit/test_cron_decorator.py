@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from taskq_core import actor, cron
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import ScheduleSpec
-from taskq_core.cron import declared_schedules
+from taskq_core.cron_schedules import declared_schedules
 from taskq_core.errors import ConfigError
 
 
