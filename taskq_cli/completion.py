@@ -1,10 +1,11 @@
-"""Dynamic TAB completion of the names an operator types: queues and actors, from the database.
+"""Dynamic TAB completion of the names an operator types: queues, actors and schedules, from
+the database.
 
 As kubectl and gh complete resource names, ``taskq queues pause <TAB>`` offers the queues the
-database knows and ``taskq enqueue <TAB>`` the registered actors. The database is asked with
-the same flags, environment and ``.env`` a command would use, never starts an embedded
-server, and gets ``completion_names.BUDGET_SECONDS`` in all: a slow, absent or unmigrated
-database offers nothing rather than holding up the shell.
+database knows, ``taskq enqueue <TAB>`` the registered actors and ``taskq schedules run <TAB>``
+the schedules. The database is asked with the same flags, environment and ``.env`` a command
+would use, never starts an embedded server, and gets ``completion_names.BUDGET_SECONDS`` in
+all: a slow, absent or unmigrated database offers nothing rather than holding up the shell.
 
 ``PARAMETERS`` says which parameter of which command completes which names; ``attach`` hooks
 them into a command when the root loads it (tests/cli/test_completions.py checks each
@@ -23,6 +24,7 @@ class Names(Enum):
 
     QUEUE = "queue"
     ACTOR = "actor"
+    SCHEDULE = "schedule"
 
 
 # (command path below ``taskq``, parameter name) -> the names it completes.
@@ -48,6 +50,14 @@ PARAMETERS: dict[tuple[str, str], Names] = {
     ("queues resume", "queue"): Names.QUEUE,
     ("actor-config get", "name"): Names.ACTOR,
     ("actor-config set", "name"): Names.ACTOR,
+    ("schedules list", "actor"): Names.ACTOR,
+    ("schedules show", "name"): Names.SCHEDULE,
+    ("schedules add", "actor"): Names.ACTOR,
+    ("schedules add", "queue"): Names.QUEUE,
+    ("schedules enable", "name"): Names.SCHEDULE,
+    ("schedules disable", "name"): Names.SCHEDULE,
+    ("schedules delete", "name"): Names.SCHEDULE,
+    ("schedules run", "name"): Names.SCHEDULE,
 }
 
 

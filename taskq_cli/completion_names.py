@@ -73,6 +73,9 @@ async def _query(settings: TaskqSettings, names: Names, found: list[str]) -> Non
 
     deadline = asyncio.get_running_loop().time() + QUERY_SECONDS
     async with asyncio.timeout_at(deadline), open_backend(settings) as backend:
+        if names is Names.SCHEDULE:
+            found.extend([schedule.name for schedule in await backend.list_schedules()])
+            return
         configs = await backend.list_actor_configs()
         if names is Names.ACTOR:
             found.extend([config.actor for config in configs])

@@ -89,6 +89,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "taskq_cli.commands.actor_config:app",
         "Operator-owned actor capacity: max_concurrent, max_pending, result_ttl.",
     ),
+    LazyCommand(
+        "schedules",
+        "taskq_cli.commands.schedules:app",
+        "Cron schedules: list them, show their next fire times, add, enable, disable, delete, "
+        "or run one now.",
+    ),
     LazyCommand("workers", "taskq_cli.commands.workers:app", "Registered workers."),
     LazyCommand(
         "workgroup",

@@ -25,6 +25,13 @@ OPERATOR_COMMANDS = [
     ["actor-config", "diff"],
     ["workers", "list"],
     ["prune"],
+    ["schedules", "list"],
+    ["schedules", "show"],
+    ["schedules", "add"],
+    ["schedules", "enable"],
+    ["schedules", "disable"],
+    ["schedules", "delete"],
+    ["schedules", "run"],
 ]
 LISTING_AND_SHOWING = [
     ["jobs", "list"],
@@ -36,6 +43,8 @@ LISTING_AND_SHOWING = [
     ["actor-config", "diff"],
     ["workers", "list"],
     ["prune"],
+    ["schedules", "list"],
+    ["schedules", "show"],
 ]
 
 
@@ -53,7 +62,7 @@ def test_every_listing_and_showing_command_takes_json(taskq_cli: Any, command: l
     assert "--json" in taskq_cli(*command, "--help").stdout
 
 
-@pytest.mark.parametrize("group", ["jobs", "queues", "actor-config", "workers"])
+@pytest.mark.parametrize("group", ["jobs", "queues", "actor-config", "workers", "schedules"])
 def test_a_group_without_a_subcommand_prints_its_help(taskq_cli: Any, group: str) -> None:
     result = taskq_cli(group)
     assert result.exit_code == 0
