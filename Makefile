@@ -42,6 +42,7 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/cron_tick.py
 
 # Drain rate with 1,000,000 jobs waiting vs 10,000 and the worker's memory, then the steady
 # state: enqueue and drain for 6 minutes while the worker's leader prunes jobs finished more

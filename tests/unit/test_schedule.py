@@ -37,8 +37,9 @@ def test_a_cron_expression_is_read_in_its_timezone_across_dst() -> None:
     berlin = Schedule("30 2 * * *", timezone="Europe/Berlin")
     assert berlin.next_fire(at("2026-01-10T12:00")) == at("2026-01-11T01:30")  # CET = UTC+1
     assert berlin.next_fire(at("2026-07-10T12:00")) == at("2026-07-11T00:30")  # CEST = UTC+2
-    # 02:30 does not exist on 2026-03-29 (02:00 -> 03:00): that day fires once, just after.
-    assert berlin.next_fire(at("2026-03-28T12:00")) == at("2026-03-29T01:00")
+    # 02:30 does not exist on 2026-03-29 (02:00 -> 03:00): that day is skipped, not run late.
+    assert berlin.next_fire(at("2026-03-28T12:00")) == at("2026-03-30T00:30")
+    assert berlin.latest_fire(at("2026-03-29T23:00")) == at("2026-03-28T01:30")
     # 02:30 happens twice on 2026-10-25: it fires once.
     first = berlin.next_fire(at("2026-10-24T12:00"))
     assert first == at("2026-10-25T00:30")

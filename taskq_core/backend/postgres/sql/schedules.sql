@@ -73,3 +73,83 @@ SET actor = EXCLUDED.actor, queue = EXCLUDED.queue, cron = EXCLUDED.cron,
     timezone = EXCLUDED.timezone, payload = EXCLUDED.payload, enabled = EXCLUDED.enabled,
     next_fire_at = EXCLUDED.next_fire_at, declared_in_code = true,
     updated_at = EXCLUDED.updated_at;
+
+-- name: fire_due_pick
+-- The leader's tick, first statement of its transaction: the clock, read once (always one
+-- row, with NULL columns when nothing is due), and up to $1 due schedules, earliest first,
+-- locked. Rows another tick holds are skipped: that tick fires them. The clock reaches the
+-- scan as the lateral's parameter, so the pick walks schedules_due_idx (next_fire_at,
+-- enabled only) up to now and reads the due rows only, however many schedules exist.
+WITH k AS MATERIALIZED (
+    SELECT clock_timestamp() AS now
+)
+SELECT k.now, d.id, d.name, d.cron, d.timezone, d.next_fire_at
+FROM k
+LEFT JOIN LATERAL (
+    SELECT s.id, s.name, s.cron, s.timezone, s.next_fire_at
+    FROM {schema}.schedules s
+    WHERE s.enabled AND s.next_fire_at <= k.now
+    ORDER BY s.next_fire_at
+    LIMIT $1::integer
+    FOR UPDATE SKIP LOCKED
+) d ON true;
+
+-- name: fire_schedules
+-- The tick's second statement: one job per picked schedule and the schedules moved on.
+-- Arrays, one entry per schedule: $1 schedule ids, $2 new job ids, $3 fire times, $4 next
+-- fire times, $5 the jobs' unique keys, $6 their metadata (JSON text); $7 the tick's clock.
+-- A job takes the schedule's actor and payload, the schedule's queue or else the actor's
+-- stored one, and the actor's stored retry policy and priority (an indefinite policy's
+-- budget is its deadline); an actor no worker has registered gets $8 queue, $9 retry kind
+-- and $10 attempts (the client's defaults for a by-name enqueue). unique_until is the fire
+-- time: the key is held in every state, so a fire time whose job exists (another leader's
+-- tick) inserts nothing (ON CONFLICT on jobs_unique_key_idx) and its schedule records no
+-- job. $11: the wake channel, notified when a job was inserted.
+WITH fired AS (
+    SELECT f.schedule_id, f.job_id, f.fire_at, f.next_fire_at, f.unique_key, f.metadata
+    FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::timestamptz[], $5::text[],
+                $6::text[])
+         AS f(schedule_id, job_id, fire_at, next_fire_at, unique_key, metadata)
+),
+source AS (
+    SELECT f.job_id, f.fire_at, f.unique_key, f.metadata, s.actor, s.payload,
+           COALESCE(s.queue, ac.queue, $8::text) AS queue,
+           COALESCE(ac.priority, 0) AS priority,
+           -- A stored policy needs both columns, as actor_config.stored_retry reads it.
+           (ac.retry_kind IS NOT NULL AND ac.max_attempts IS NOT NULL) AS has_policy,
+           ac.retry_kind, ac.max_attempts, ac.retry_time_budget
+    FROM fired f
+    JOIN {schema}.schedules s ON s.id = f.schedule_id
+    LEFT JOIN {schema}.actor_config ac ON ac.actor = s.actor
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (
+        id, actor, queue, payload, status, priority, scheduled_at, created_at, updated_at,
+        schedule_to_close, retry_kind, max_attempts, metadata, unique_key, unique_until
+    )
+    SELECT c.job_id, c.actor, c.queue, c.payload, 'pending'::{schema}.job_status,
+           c.priority, $7::timestamptz, $7::timestamptz, $7::timestamptz,
+           CASE WHEN c.has_policy AND c.retry_kind = 'indefinite'
+                THEN $7::timestamptz + c.retry_time_budget END,
+           CASE WHEN c.has_policy THEN c.retry_kind ELSE $9::text END,
+           CASE WHEN c.has_policy THEN c.max_attempts ELSE $10::integer END,
+           c.metadata::jsonb, c.unique_key, c.fire_at
+    FROM source c
+    ORDER BY c.job_id
+    ON CONFLICT DO NOTHING
+    RETURNING id
+),
+moved AS (
+    UPDATE {schema}.schedules s
+    SET next_fire_at = f.next_fire_at, last_fired_at = f.fire_at, last_job_id = i.id,
+        updated_at = $7::timestamptz
+    FROM fired f
+    LEFT JOIN inserted i ON i.id = f.job_id
+    WHERE s.id = f.schedule_id
+),
+woken AS (
+    SELECT pg_notify($11::text, '') WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT f.schedule_id, i.id AS job_id, (SELECT count(*) FROM woken) AS woken
+FROM fired f
+LEFT JOIN inserted i ON i.id = f.job_id;
