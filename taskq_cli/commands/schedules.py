@@ -127,7 +127,7 @@ def list_schedules(
                 r.actor,
                 r.cron,
                 _enabled_cell(r.enabled),
-                output.age(r.next_fire_at),
+                _next_fire_cell(r),
                 None if r.last_fired_at is None else f"{output.age(r.last_fired_at)} ago",
                 r.timezone,
                 _source(r),
@@ -136,6 +136,14 @@ def list_schedules(
         ],
         wide=shape == "wide",
     )
+
+
+def _next_fire_cell(record: ScheduleRecord) -> str | None:
+    """``in 3m``, or ``due 2m ago`` while the leader has not fired it yet (no leader)."""
+    age = output.age(record.next_fire_at)
+    if age is None or age.startswith("in "):
+        return age
+    return f"due {age} ago"
 
 
 def _enabled_cell(enabled: bool) -> Any:

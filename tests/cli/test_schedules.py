@@ -241,3 +241,11 @@ def test_schedule_names_complete(cli: Cli, db: Db, pg: PgTarget) -> None:
     env = {"TASKQ_PG_DSN": pg.dsn, "TASKQ_SCHEMA_NAME": pg.schema}
     assert _bash_complete("schedules", "run", "", env=env) == ["hourly", "nightly", "tick"]
     assert _bash_complete("schedules", "disable", "n", env=env) == ["nightly"]
+
+
+def test_list_says_when_a_fire_is_overdue(cli: Cli, db: Db) -> None:
+    db.call(lambda b: b.create_schedule(ScheduleSpec("late", "work", "0 * * * *")))
+    db.sql("UPDATE {schema}.schedules SET next_fire_at = clock_timestamp() - interval '5 minutes'")
+    result = cli("schedules", "list")
+    assert result.exit_code == 0, result.stderr
+    assert " due 5m" in result.stdout.splitlines()[1]  # no leader has fired it yet
