@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     JobRow,
     from_values,
 )
+from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.capacity import CapacityCache
 from taskq_core.client_schedules import ScheduleMethods
 from taskq_core.constants import DEFAULT_QUEUE
@@ -60,6 +61,19 @@ class EnqueueItem:
     fairness_key: str | None = None
     schedule_to_close: timedelta | float | None = None
     metadata: dict[str, Any] | None = None
+    unique_key: str | None = None
+    unique_for: timedelta | float | None = None
+
+    def __post_init__(self) -> None:
+        _check_unique(self.unique_key, self.unique_for)
+
+
+def _check_unique(key: str | None, window: timedelta | float | None) -> None:
+    """The unique options' rules (unique.check_unique) as a ConfigError, before any insert."""
+    try:
+        check_unique(key, _delta(window))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _delta(value: timedelta | float | None) -> timedelta | None:
@@ -181,6 +195,8 @@ class _Batch(Sequence[EnqueueArgs]):
                     trace_id,
                     span_id,
                     None,  # job_id
+                    None,  # unique_key
+                    None,  # unique_for
                 ),
             )
         deadline = _delta(item.schedule_to_close)
@@ -199,6 +215,8 @@ class _Batch(Sequence[EnqueueArgs]):
             metadata=dict(item.metadata or {}),
             trace_id=trace_id,
             span_id=span_id,
+            unique_key=item.unique_key,
+            unique_for=_delta(item.unique_for),
         )
 
 
@@ -289,15 +307,23 @@ class JobsClient(ScheduleMethods):
         schedule_to_close: timedelta | float | None = None,
         metadata: dict[str, Any] | None = None,
         connection: Any = None,
+        unique_key: str | None = None,
+        unique_for: timedelta | float | None = None,
     ) -> JobRow:
         """Insert one job; returns its row. Raises PayloadValidationError before any insert.
+
+        ``unique_key``: no second job with that key while this one waits or runs; with
+        ``unique_for`` (seconds or a timedelta): at most one job with that key per window of
+        that length (windows aligned on the Unix epoch, on the database's clock), whatever
+        its state. A duplicate raises SingletonCollisionError (``existing_job_id``,
+        ``retry_after``) and inserts nothing.
 
         Without ``connection``, database trouble (``TRANSIENT_ERRORS``) is retried for up to
         ``enqueue_retry_timeout``; then the last error is raised.
         """
         item = EnqueueItem(
             actor, payload, delay, queue, priority, identity_key, fairness_key,
-            schedule_to_close, metadata,
+            schedule_to_close, metadata, unique_key, unique_for,
         )  # fmt: skip
         # The caller's transaction is not ours to repeat: one attempt, whatever fails.
         retry = TransientRetry(0.0 if connection is not None else self._enqueue_retry_timeout)

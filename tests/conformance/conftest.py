@@ -32,6 +32,7 @@ _JOB_TIMES = [
     "schedule_to_close",
     "result_expires_at",
     "updated_at",
+    "unique_until",
 ]
 _TIME_COLUMNS = {
     "jobs": _JOB_TIMES,

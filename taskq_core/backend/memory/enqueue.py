@@ -12,6 +12,7 @@ from uuid import UUID
 
 from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.backend.protocol.unique import check_unique, collision, holds_key, stored_unique
 from taskq_core.ids import uuid7
 
 from .store import PENDING, SCHEDULED, JobRecord, MemoryStore, MemoryTransaction, as_json
@@ -25,6 +26,8 @@ def _new_job(args: EnqueueArgs, now: datetime) -> JobRecord:
         raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
     if args.retry_kind not in _RETRY_KINDS:
         raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+    check_unique(args.unique_key, args.unique_for)
+    unique_key, unique_until = stored_unique(args, now)
     delay = args.delay if args.delay is not None and args.delay > timedelta(0) else None
     deadline = args.schedule_to_close
     return JobRecord(
@@ -46,6 +49,8 @@ def _new_job(args: EnqueueArgs, now: datetime) -> JobRecord:
         metadata=as_json(args.metadata),
         trace_id=args.trace_id,
         span_id=args.span_id,
+        unique_key=unique_key,
+        unique_until=unique_until,
     )
 
 
@@ -56,7 +61,8 @@ class EnqueuePart(MemoryStore):
         """Build all rows first (so a bad item inserts nothing), then store or buffer them."""
         handle = None if connection is None else self._transaction_handle(connection)
         now = self._now()
-        jobs = [_new_job(args, now) for args in args_list]
+        items = list(args_list)  # a client's batch builds each item as it is read: once
+        jobs = [_new_job(args, now) for args in items]
         taken = set(self._jobs)
         if handle is not None:
             taken.update(job.id for job in handle.buffered)
@@ -64,11 +70,38 @@ class EnqueuePart(MemoryStore):
             if job.id in taken:
                 raise ValueError(f"a job with id {job.id} already exists")
             taken.add(job.id)
+        self._check_keys(items, jobs, handle)
         if handle is not None:
             handle.buffered.extend(jobs)
         else:
             self._commit(jobs)
         return jobs
+
+    def _check_keys(
+        self,
+        args_list: Sequence[EnqueueArgs],
+        jobs: list[JobRecord],
+        handle: MemoryTransaction | None,
+    ) -> None:
+        """Refuse the insert when a job holds one of its unique keys: a stored one, one
+        buffered in the same transaction, or an earlier item of the same batch."""
+        keyed = [
+            (args.unique_key, job.unique_key, job)
+            for args, job in zip(args_list, jobs, strict=True)
+            if args.unique_key is not None and job.unique_key is not None
+        ]
+        if not keyed:
+            return
+        held = self._held_keys()
+        if handle is not None:
+            held.update(_holders(handle.buffered))
+        for given, stored, job in keyed:
+            holder = held.get(stored)
+            if holder is not None:
+                raise collision(given, holder.id, holder.unique_until, self._now())
+            held[stored] = job
+        if handle is not None:
+            handle.given_keys.update((stored, given) for given, stored, _ in keyed)
 
     def _commit(self, jobs: Iterable[JobRecord]) -> None:
         """Store the records; one wake when any of them is pending."""
@@ -134,6 +167,21 @@ class EnqueuePart(MemoryStore):
         clashes = [job.id for job in handle.buffered if job.id in self._jobs]
         if clashes:
             raise ValueError(f"a job with id {clashes[0]} already exists")
+        held = self._held_keys()  # and so may unique keys
+        for key in _holders(handle.buffered):
+            holder = held.get(key)
+            if holder is not None:
+                given = handle.given_keys[key]
+                raise collision(given, holder.id, holder.unique_until, self._now())
         self._commit(handle.buffered)
         for write in handle.on_commit:
             write()
+
+
+def _holders(jobs: Iterable[JobRecord]) -> dict[str, JobRecord]:
+    """The unique keys these (new) jobs hold, and which holds each."""
+    return {
+        job.unique_key: job
+        for job in jobs
+        if job.unique_key is not None and holds_key(job.status, job.unique_until)
+    }

@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     RetryKind,
     WorkerInfo,
 )
+from taskq_core.backend.protocol.unique import holds_key
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
 
@@ -110,6 +111,8 @@ class JobRecord:
     error_traceback: str | None = None
     progress_seq: int = 0
     progress_state: dict[str, Any] | None = None
+    unique_key: str | None = None
+    unique_until: datetime | None = None
 
     def snapshot(self) -> JobRow:
         """A frozen copy that shares nothing mutable with this record."""
@@ -207,6 +210,8 @@ class MemoryTransaction:
         # Jobs whose success this transaction will write: Postgres holds their rows locked
         # until it ends, so the sweeps that skip locked rows leave them alone meanwhile.
         self.settling: set[UUID] = set()
+        # The unique keys of buffered jobs (as stored) and as their callers gave them.
+        self.given_keys: dict[str, str] = {}
 
 
 # --- the shared state ------------------------------------------------------------------------
@@ -351,6 +356,24 @@ class MemoryStore:
         ]
         found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
         return found if filter.limit is None else found[: filter.limit]
+
+    def unique_holder(self, key: str) -> JobRecord | None:
+        """The stored job that holds unique key ``key`` (as stored, a windowed key with its
+        window's start) now, or None: the unique index's rule, a key with ``unique_until``
+        in every state, one without while its job waits or runs. An insert of a job with
+        that key must not happen while this answers a job."""
+        for job in self._jobs.values():
+            if job.unique_key == key and holds_key(job.status, job.unique_until):
+                return job
+        return None
+
+    def _held_keys(self) -> dict[str, JobRecord]:
+        """Every unique key held now and its holder (one pass, for a batch)."""
+        return {
+            job.unique_key: job
+            for job in self._jobs.values()
+            if job.unique_key is not None and holds_key(job.status, job.unique_until)
+        }
 
     def _transaction_handle(self, connection: Any) -> MemoryTransaction:
         """``connection`` as an open handle of this backend's ``transaction()``, or raise."""

@@ -25,6 +25,7 @@ from uuid import UUID
 
 from taskq_core import jsontext
 from taskq_core.backend.protocol import EnqueueArgs, JobRow, from_values
+from taskq_core.backend.protocol.unique import stored_unique
 from taskq_core.statemachine import JobStatus
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
@@ -135,6 +136,8 @@ SHARED_COLUMNS = (
     Column("result_ttl", lambda a, now: a.result_ttl, _optional(_interval)),
     Column("trace_id", lambda a, now: a.trace_id, _optional(_text)),
     Column("span_id", lambda a, now: a.span_id, _optional(_text)),
+    Column("unique_key", lambda a, now: stored_unique(a, now)[0], _optional(_text)),
+    Column("unique_until", lambda a, now: stored_unique(a, now)[1], _optional(_timestamp)),
 )
 COLUMNS = OWN_COLUMNS + tuple(column.name for column in SHARED_COLUMNS)
 _FIELD_COUNT = struct.pack(">h", len(COLUMNS))
@@ -152,6 +155,7 @@ _DEFAULTS = {"attempt": 0, "cancel_phase": 0, "progress_seq": 0}
 _ROW_TEMPLATE = [_DEFAULTS.get(name) for name in _JOB_FIELDS]
 _SHARED_INDEXES = tuple(_JOB_FIELDS.index(column.name) for column in SHARED_COLUMNS)
 _ID, _PAYLOAD, _METADATA = (_JOB_FIELDS.index(name) for name in OWN_COLUMNS)
+_UNIQUE_KEY, _UNIQUE_UNTIL = (_JOB_FIELDS.index(name) for name in ("unique_key", "unique_until"))
 
 
 class RowEncoder:
@@ -165,14 +169,14 @@ class RowEncoder:
     """
 
     def __init__(self, now: datetime) -> None:
-        self._now = now
+        self.now = now
         self._shared: dict[tuple[Any, ...], tuple[bytes, list[Any]]] = {}
 
     def _shared_part(self, args: EnqueueArgs) -> tuple[bytes, list[Any]]:
         key = _options(args)
         shared = self._shared.get(key)
         if shared is None:
-            values = [column.value(args, self._now) for column in SHARED_COLUMNS]
+            values = [column.value(args, self.now) for column in SHARED_COLUMNS]
             encoded = b"".join(
                 column.encode(value) for column, value in zip(SHARED_COLUMNS, values, strict=True)
             )
@@ -186,6 +190,11 @@ class RowEncoder:
         """One COPY row (``job_id``: the UUID as an int; ``payload``, ``metadata``: fields)."""
         encoded, _ = self._shared_part(args)
         return b"".join((_ROW_HEAD, job_id.to_bytes(16, "big"), payload, metadata, encoded))
+
+    def unique(self, args: EnqueueArgs) -> tuple[str | None, datetime | None]:
+        """(unique_key, unique_until) as the item's row stores them."""
+        _, template = self._shared_part(args)
+        return template[_UNIQUE_KEY], template[_UNIQUE_UNTIL]
 
     def job_row(self, args: EnqueueArgs, job_id: UUID, payload: bytes, metadata: bytes) -> JobRow:
         """The row the item became: the table's values, the row's own, the defaults (the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -16,12 +16,20 @@ from taskq_core.backend.protocol import (
     JobRow,
 )
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.backend.protocol.unique import check_unique, collision
+from taskq_core.errors import SingletonCollisionError, TransientDatabaseError
 from taskq_core.ids import uuid7, uuid7_batch_ints
 
 from . import bulk, rows
 from .core import BackendCore
 
 _RETRY_KINDS = frozenset({"transient", "indefinite", "non_retryable"})
+# The index that refuses a second holder of a unique key (migration 0008): a unique violation
+# on it is a SingletonCollisionError, any other (the primary key) a duplicate id.
+UNIQUE_KEY_INDEX = "jobs_unique_key_idx"
+# How often ``enqueue`` runs its statement when a conflicting insert committed while it
+# waited: each run takes a fresh snapshot, so the second sees the row; more only under churn.
+_ENQUEUE_RUNS = 3
 
 
 def _validate(args: EnqueueArgs) -> None:
@@ -30,6 +38,7 @@ def _validate(args: EnqueueArgs) -> None:
         raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
     if args.retry_kind not in _RETRY_KINDS:
         raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
+    check_unique(args.unique_key, args.unique_for)
 
 
 def _check(args: EnqueueArgs) -> UUID:
@@ -60,6 +69,8 @@ class _CopyBatch:
     rows: list[JobRow] | None
     error: Exception | None = None
     wake: bool = False  # some job of the batch is dispatchable now
+    # The unique keys sent, as stored: the key the caller gave and the item's id.
+    keys: dict[str, tuple[str, UUID]] = field(default_factory=dict)
 
     async def stream(self, now: datetime) -> AsyncIterator[bytes]:
         encoder = bulk.RowEncoder(now)
@@ -91,11 +102,24 @@ class _CopyBatch:
             payload = bulk.jsonb_field(args.payload)
             metadata = bulk.jsonb_field(args.metadata)
             parts.append(encoder.row(args, job_id, payload, metadata))
+            if args.unique_key is not None:
+                self._hold(encoder, args, UUID(int=job_id))
             if not self.wake and not bulk.is_delayed(args):
                 self.wake = True
             if built is not None:
                 built.append(encoder.job_row(args, UUID(int=job_id), payload, metadata))
         return b"".join(parts)
+
+    def _hold(self, encoder: bulk.RowEncoder, args: EnqueueArgs, job_id: UUID) -> None:
+        """Note the item's stored key; a key an earlier item of the batch holds refuses the
+        batch here, before the row is sent (the unique index would refuse it anyway)."""
+        assert args.unique_key is not None
+        stored, until = encoder.unique(args)
+        assert stored is not None
+        earlier = self.keys.get(stored)
+        if earlier is not None:
+            raise collision(args.unique_key, earlier[1], until, encoder.now)
+        self.keys[stored] = (args.unique_key, job_id)
 
 
 class EnqueuePart(BackendCore):
@@ -119,6 +143,8 @@ class EnqueuePart(BackendCore):
             args.trace_id,
             args.span_id,
             self._wake_channel,
+            args.unique_key,
+            args.unique_for,
         )
 
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
@@ -131,17 +157,24 @@ class EnqueuePart(BackendCore):
         """
         params = self._enqueue_params(args)
         executor: Any = self._pool if connection is None else connection
-        record = await executor.fetchrow(self._queries["enqueue"], *params)
-        if record is None:
-            # The id's other insert committed while this one waited on it: its row was not in
-            # this statement's snapshot; the next statement's snapshot has it.
+        for _ in range(_ENQUEUE_RUNS):
             record = await executor.fetchrow(self._queries["enqueue"], *params)
-        if record is None:  # inserted and gone again (cancelled and pruned) in between
-            raise duplicate_id_error(params[0])
-        job = rows.job_from_text_json(record)
-        if not record["created"] and not is_same_job(job, args):
-            raise duplicate_id_error(job.id)
-        return job
+            if record["id"] is not None:  # inserted, or the job already under this id
+                job = rows.job_from_text_json(record)
+                if not record["created"] and not is_same_job(job, args):
+                    raise duplicate_id_error(job.id)
+                return job
+            if record["holder_id"] is not None:
+                assert args.unique_key is not None
+                raise collision(
+                    args.unique_key, record["holder_id"], record["holder_until"], record["now"]
+                )
+            # The id's or the key's other insert committed while this one waited on it: its
+            # row was not in this statement's snapshot; the next statement's has it (or, when
+            # it has ended meanwhile, the insert goes through).
+        raise TransientDatabaseError(
+            f"enqueue of job {params[0]} kept conflicting with concurrent inserts; retry"
+        )
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
@@ -184,19 +217,35 @@ class EnqueuePart(BackendCore):
             await self._copy_in(connection, batch)
 
     async def _copy_in(self, conn: Any, batch: _CopyBatch) -> None:
+        try:
+            await self._copy_in_transaction(conn, batch)
+        except asyncpg.UniqueViolationError as exc:
+            # Rolled back by now: find who holds which key, or report the id.
+            if exc.constraint_name == UNIQUE_KEY_INDEX:
+                raise await self._batch_collision(conn, batch) from exc
+            raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+
+    async def _batch_collision(self, conn: Any, batch: _CopyBatch) -> SingletonCollisionError:
+        """The error for a batch the unique index refused: a stored job holds one of its keys
+        (or, when that job ended since, no holder is known any more)."""
+        record = await conn.fetchrow(self._queries["unique_holder"], list(batch.keys))
+        if record is None:
+            given = next(iter(batch.keys.values()))[0]
+            return SingletonCollisionError(given, None, None)
+        given = batch.keys[record["unique_key"]][0]
+        return collision(given, record["id"], record["unique_until"], record["now"])
+
+    async def _copy_in_transaction(self, conn: Any, batch: _CopyBatch) -> None:
         async with conn.transaction():
             # Delays and deadlines resolve on the database clock (the arbiter's time).
             now: datetime = await conn.fetchval(self._queries["copy_clock"])
-            try:
-                await conn.copy_to_table(
-                    "jobs",
-                    source=batch.stream(now),
-                    columns=bulk.COLUMNS,
-                    schema_name=self.schema,
-                    format="binary",
-                )
-            except asyncpg.UniqueViolationError as exc:
-                raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+            await conn.copy_to_table(
+                "jobs",
+                source=batch.stream(now),
+                columns=bulk.COLUMNS,
+                schema_name=self.schema,
+                format="binary",
+            )
             if batch.error is not None:
                 raise batch.error  # an invalid item: the transaction rolls back
             if batch.wake:  # COPY cannot notify; delivered only if this transaction commits

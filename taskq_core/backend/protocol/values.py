@@ -126,6 +126,8 @@ class JobRow:
     progress_seq: int
     progress_state: dict[str, Any] | None
     updated_at: datetime
+    unique_key: str | None  # as stored: a windowed key carries its window's start
+    unique_until: datetime | None  # set: the key is held in every state (its window's end)
 
     @property
     def is_terminal(self) -> bool:

@@ -8,23 +8,28 @@
 -- Time always comes from clock_timestamp() here, never from the application.
 
 -- name: enqueue
--- One job. JSON travels as text and comes back as text ($4 payload, $13 metadata), so the
--- statement works on any asyncpg connection whatever jsonb codec it has. $6 delay, $9
--- schedule_to_close and $12 result_ttl are intervals; $16 is the wake channel, notified only
--- when the job is dispatchable now (the NOTIFY is delivered when the transaction commits).
--- Idempotent on the id ($1): when a job with that id exists (a retried enqueue whose first
--- attempt committed but whose answer was lost) nothing is inserted or notified and that job
--- comes back with created = false. The existing row is read in the statement's snapshot, so
--- a conflicting insert that committed while this one waited on it returns no row at all; the
--- caller runs the statement again to read it.
+-- One job, one row back; notes under the insert (kept short above it, so pg_stat_activity's
+-- 1 kB of the statement shows the INSERT).
 WITH clock AS (
     SELECT clock_timestamp() AS now
+),
+unique_key AS (
+    SELECT CASE WHEN $18::interval IS NULL THEN $17::text
+                ELSE $17::text || '@' || to_char(to_timestamp(w.e) AT TIME ZONE 'UTC',
+                    CASE WHEN w.e = floor(w.e) THEN 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"'
+                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"' END)
+           END AS key,
+           to_timestamp(w.e) + $18::interval AS until
+    FROM clock k, LATERAL (
+        SELECT floor(extract(epoch FROM k.now) / extract(epoch FROM $18::interval))
+               * extract(epoch FROM $18::interval) AS e
+    ) w
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (
         id, actor, queue, payload, status, priority, scheduled_at, created_at, updated_at,
         identity_key, fairness_key, schedule_to_close, retry_kind, max_attempts, result_ttl,
-        metadata, trace_id, span_id
+        metadata, trace_id, span_id, unique_key, unique_until
     )
     SELECT $1::uuid, $2::text, $3::text, $4::text::jsonb,
            (CASE WHEN $6::interval > interval '0' THEN 'scheduled' ELSE 'pending' END)
@@ -32,19 +37,43 @@ inserted AS (
            $5::integer,
            CASE WHEN $6::interval > interval '0' THEN k.now + $6::interval ELSE k.now END,
            k.now, k.now, $7::text, $8::text, k.now + $9::interval, $10::text, $11::integer,
-           $12::interval, $13::text::jsonb, $14::text, $15::text
-    FROM clock k
-    ON CONFLICT (id) DO NOTHING
+           $12::interval, $13::text::jsonb, $14::text, $15::text, u.key, u.until
+    FROM clock k CROSS JOIN unique_key u
+    ON CONFLICT DO NOTHING
     RETURNING *
 ),
+-- JSON travels as text both ways ($4 payload, $13 metadata): any asyncpg connection works,
+-- whatever its jsonb codec. $6 delay, $9 schedule_to_close, $12 result_ttl, $18 unique_for:
+-- intervals. $16 is the wake channel, notified only when the job is dispatchable now (the
+-- NOTIFY is delivered when the transaction commits). $17 unique_key: stored as given
+-- without $18 (held while the job waits or runs); with $18, as unique.windowed_key writes
+-- it with the start of the window of now ($18 long, aligned on the Unix epoch), held until
+-- the window's end (`until`) whatever the job's state. A conformance test holds the two
+-- texts together.
 woken AS (
     SELECT pg_notify($16::text, '') FROM inserted WHERE status = 'pending'
 ),
+-- Idempotent on the id ($1): when a job with that id exists (a retried enqueue whose first
+-- attempt committed but whose answer was lost) nothing is inserted or notified and that job
+-- comes back with created = false. Otherwise a job holding the unique key refuses the insert
+-- (ON CONFLICT: the unique index decides, no read-then-insert race) and comes back as
+-- holder_id / holder_until, with the clock's now for the caller's retry hint. Both are read
+-- in the statement's snapshot, so a conflicting insert that committed while this one waited
+-- on it shows neither (the job's columns are NULL): the caller runs the statement again.
 found AS (
     SELECT inserted.*, true AS created FROM inserted
     UNION ALL
     SELECT j.*, false AS created FROM {schema}.jobs j
     WHERE j.id = $1::uuid AND NOT EXISTS (SELECT 1 FROM inserted)
+),
+holder AS (
+    -- The unique index's predicate: who holds the key now.
+    SELECT j.id, j.unique_until
+    FROM {schema}.jobs j
+    JOIN unique_key u ON j.unique_key = u.key
+    WHERE (j.unique_until IS NOT NULL OR j.status IN ('pending', 'scheduled', 'running'))
+      AND NOT EXISTS (SELECT 1 FROM inserted)
+    LIMIT 1
 )
 SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
        i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
@@ -53,9 +82,12 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
        i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
        i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
        i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
-       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at,
-       i.created, (SELECT count(*) FROM woken) AS woken
-FROM found i;
+       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at, i.unique_key,
+       i.unique_until, i.created, (SELECT count(*) FROM woken) AS woken,
+       h.id AS holder_id, h.unique_until AS holder_until, k.now
+FROM clock k
+LEFT JOIN found i ON true
+LEFT JOIN holder h ON true;
 
 -- name: copy_clock
 -- Opens a bulk enqueue (enqueue_batch, enqueue_batch_fast: one COPY in one transaction): the
@@ -66,6 +98,15 @@ SELECT clock_timestamp() AS now;
 -- Closes a bulk enqueue with a job dispatchable now: the one wake NOTIFY on channel $1 (COPY
 -- cannot notify by itself), delivered only if the COPY's transaction commits.
 SELECT pg_notify($1::text, '');
+
+-- name: unique_holder
+-- Which job holds one of the unique keys $1 (as stored) now, with the clock for the retry
+-- hint: read after a bulk enqueue the unique index refused, to name the holder.
+SELECT j.unique_key, j.id, j.unique_until, clock_timestamp() AS now
+FROM {schema}.jobs j
+WHERE j.unique_key = ANY ($1::text[])
+  AND (j.unique_until IS NOT NULL OR j.status IN ('pending', 'scheduled', 'running'))
+LIMIT 1;
 
 -- name: cancel_where
 -- Cancel the newest $5 non-terminal jobs matching the filter ($1 statuses or NULL, $2 queue,
