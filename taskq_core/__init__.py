@@ -23,6 +23,14 @@ if TYPE_CHECKING:
         ScheduleNotFoundError,
         TaskqError,
     )
+    from taskq_core.ratelimit.primitives import (
+        ConcurrencyReservation,
+        KeyedRateLimitRef,
+        KeyedReservationRef,
+        SlidingWindow,
+        TokenBucket,
+    )
+    from taskq_core.ratelimit.registry import RateLimitRegistry
     from taskq_core.retry import RetryAfter, RetryPolicy, Snooze
     from taskq_core.settings import TaskqSettings
     from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
@@ -46,6 +54,12 @@ _HOMES = {
     "PayloadValidationError": "errors",
     "ScheduleNotFoundError": "errors",
     "TaskqError": "errors",
+    "ConcurrencyReservation": "ratelimit.primitives",
+    "KeyedRateLimitRef": "ratelimit.primitives",
+    "KeyedReservationRef": "ratelimit.primitives",
+    "SlidingWindow": "ratelimit.primitives",
+    "TokenBucket": "ratelimit.primitives",
+    "RateLimitRegistry": "ratelimit.registry",
     "RetryAfter": "retry",
     "RetryPolicy": "retry",
     "Snooze": "retry",
@@ -56,22 +70,28 @@ __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
     "ActorRef",
+    "ConcurrencyReservation",
     "ConfigError",
     "EnqueueItem",
     "JobContext",
     "JobNotFoundError",
     "JobStatus",
     "JobsClient",
+    "KeyedRateLimitRef",
+    "KeyedReservationRef",
     "MaxPendingExceededError",
     "PayloadValidationError",
     "ProviderRegistry",
+    "RateLimitRegistry",
     "RetryAfter",
     "RetryPolicy",
     "ScheduleNotFoundError",
     "Scope",
+    "SlidingWindow",
     "Snooze",
     "TaskqError",
     "TaskqSettings",
+    "TokenBucket",
     "actor",
     "cron",
 ]

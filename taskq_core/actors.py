@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import ConfigError, PayloadValidationError
+from taskq_core.ratelimit.primitives import check_declarations
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 if TYPE_CHECKING:  # the protocol package is not needed to declare an actor
@@ -216,6 +217,8 @@ def actor(
         if not callable(func):
             raise TypeError("@actor decorates a function")
         payload_type, payload_param, context_param, deps = _inspect_parameters(func)
+        limits, slots = tuple(rate_limits), tuple(reservations)
+        check_declarations(name or func.__name__, limits, slots)  # a wrong kind fails here
         return ActorRef(
             name=name or func.__name__,
             fn=func,
@@ -226,8 +229,8 @@ def actor(
             max_pending=max_pending,
             result_ttl=_as_delta(result_ttl),
             timeout=_as_delta(timeout),
-            rate_limits=tuple(rate_limits),
-            reservations=tuple(reservations),
+            rate_limits=limits,
+            reservations=slots,
             metadata=dict(metadata or {}),
             payload_type=payload_type,
             payload_param=payload_param,

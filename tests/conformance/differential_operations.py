@@ -108,7 +108,13 @@ _BY_KIND = dict(
         ),
         _op("cancelled", **_leased, ran_for=_ran_for),
         _op("snooze", **_leased, ran_for=_ran_for),
-        _op("retry_after", **_leased, consume=st.booleans(), ran_for=_ran_for),
+        _op(
+            "retry_after",
+            **_leased,
+            consume=st.booleans(),
+            ran_for=_ran_for,
+            reason=st.sampled_from([None, "rate_limit:api"]),
+        ),
         _op("escalate", **_leased, reason=st.sampled_from(["requested", "shutdown"])),
         _op("abandon", **_leased),
         _op(
@@ -285,7 +291,11 @@ class Walk:
                 return await backend.mark_snoozed(held, DELAY, ran_for=op["ran_for"])
             if kind == "retry_after":
                 return await backend.mark_retry_after(
-                    held, DELAY, consume_budget=op["consume"], ran_for=op["ran_for"]
+                    held,
+                    DELAY,
+                    consume_budget=op["consume"],
+                    ran_for=op["ran_for"],
+                    reason=op["reason"],
                 )
             if kind == "escalate":
                 return await backend.write_cancel_escalation(held, reason=op["reason"])

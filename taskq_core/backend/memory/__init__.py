@@ -26,6 +26,7 @@ from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .leader import LeaderPart
 from .notify import NotifyPart
+from .ratelimit import RateLimitPart
 from .reads import ReadsPart
 from .retention import RetentionPart
 from .schedules import SchedulePart
@@ -49,6 +50,7 @@ class InMemoryBackend(
     NotifyPart,
     RetentionPart,
     SchedulePart,
+    RateLimitPart,
 ):
     """The Backend protocol held in Python dicts, with an injectable clock (tests only).
 

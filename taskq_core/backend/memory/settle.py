@@ -353,16 +353,23 @@ class SettlePart(MemoryStore):
         *,
         consume_budget: bool = True,
         ran_for: float | None = None,
+        reason: str | None = None,
     ) -> RetryAfterOutcome:
         """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
         transient job with no attempts left fails with MaxAttemptsExceeded. A requested
-        cancel ends the job cancelled instead."""
+        cancel ends the job cancelled instead. A body that never began (a rate limit held
+        the job back) writes no attempt row; ``reason`` is the event's detail."""
         job = self._leased(lease)
         if job is None:
             return "noop"
         run_at = self._now() + delay
+        never_ran = ran_for is None and job.started_at is None
         ending = Ending("retry_after", None, run_at, counts=consume_budget, ran_for=ran_for)
-        plan = self._settle(job, lease.worker_id, ending)
+        plan = self._decide(job, ending)
+        if never_ran:
+            plan = replace(plan, attempt_outcome=None)
+        detail = None if reason is None else {"reason": reason}
+        self._write(job, lease.worker_id, plan, detail=detail)
         if plan.status is SCHEDULED:
             return "scheduled"
         if plan.status is JobStatus.CANCELLED:

@@ -4,8 +4,8 @@ The class is its parts, one module per concern over ``core.BackendCore`` (pools,
 schema, notifier): ``enqueue`` (statement and COPY), ``dispatch`` (claims, leases, start
 marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election and sweeps),
 ``admin`` (reads and operator writes), ``retention`` (the prune to the archive, archive
-expiry, archived reads) and ``schedules`` (cron schedules and the leader's fire). Records
-become protocol rows in ``rows``.
+expiry, archived reads), ``schedules`` (cron schedules and the leader's fire) and ``ratelimit``
+(limiter state, reservation slots). Records become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .errors import translate_errors
 from .leader import LeaderPart
+from .ratelimit import RateLimitPart
 from .retention import RetentionPart
 from .schedules import SchedulePart
 from .settle import SettlePart
@@ -32,7 +33,14 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 @translate_errors
 class PostgresBackend(
-    EnqueuePart, DispatchPart, LeaderPart, SettlePart, AdminPart, RetentionPart, SchedulePart
+    EnqueuePart,
+    DispatchPart,
+    LeaderPart,
+    SettlePart,
+    AdminPart,
+    RetentionPart,
+    SchedulePart,
+    RateLimitPart,
 ):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
 

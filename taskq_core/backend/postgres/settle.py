@@ -234,11 +234,17 @@ class SettlePart(BackendCore):
         *,
         consume_budget: bool = True,
         ran_for: float | None = None,
+        reason: str | None = None,
     ) -> RetryAfterOutcome:
         """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
         attempt budget)."""
         settled = await self._settle_one(
-            lease, "retry_after", delay=delay, consume_budget=consume_budget, ran_for=ran_for
+            lease,
+            "retry_after",
+            delay=delay,
+            consume_budget=consume_budget,
+            ran_for=ran_for,
+            reason=reason,
         )
         return cast(RetryAfterOutcome, "noop" if settled is None else settled)
 

@@ -4,7 +4,8 @@ Worker, client, CLI and TUI talk only to this protocol. ``ClientBackend`` is wha
 needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
 ``LeaderBackend`` the leader's election and sweeps (``leader``), ``AdminBackend`` the
 operator's reads and bulk writes (``admin``), ``RetentionBackend`` the prune and archive
-(``retention``); ``values`` holds the types they all speak.
+(``retention``), ``RateLimitBackend`` limiter state and reservation slots (``ratelimit``);
+``values`` holds the types they all speak.
 ``Backend`` is all of them: PostgresBackend implements it with asyncpg (every time predicate on
 the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
 behavioural conformance suite in ``tests/conformance``. The protocol says what a caller can
@@ -41,6 +42,12 @@ from taskq_core.backend.protocol.client import (
 from taskq_core.backend.protocol.leader import (
     LeaderBackend,
     LeaderRow,
+)
+from taskq_core.backend.protocol.ratelimit import (
+    HeldSlot,
+    LimiterStore,
+    LimitGrant,
+    RateLimitBackend,
 )
 from taskq_core.backend.protocol.retention import (
     ArchivedJob,
@@ -99,6 +106,7 @@ class Backend(
     AdminBackend,
     RetentionBackend,
     ScheduleBackend,
+    RateLimitBackend,
     Protocol,
 ):
     """Everything TaskQ needs of its storage: the parts together."""
@@ -139,17 +147,21 @@ __all__ = [
     "EventRow",
     "FiredSchedule",
     "HeartbeatResult",
+    "HeldSlot",
     "JobFilter",
     "JobRow",
     "LeaderBackend",
     "LeaderRow",
     "Lease",
+    "LimitGrant",
+    "LimiterStore",
     "PrunePolicy",
     "PruneResult",
     "QueueActivity",
     "QueueMode",
     "QueueRow",
     "QueueStatusCount",
+    "RateLimitBackend",
     "RetentionBackend",
     "RetryAfterOutcome",
     "RetryKind",

@@ -300,11 +300,14 @@ class WorkerBackend(Protocol):
         *,
         consume_budget: bool = True,
         ran_for: float | None = None,
+        reason: str | None = None,
     ) -> RetryAfterOutcome:
         """Like snooze, but ``consume_budget`` counts the attempt: a transient job with no
         attempts left fails with MaxAttemptsExceeded. A requested cancel is checked first
         (-> cancelled), then the deadline. Without ``consume_budget`` the attempt is given
-        back (attempt - 1). Outcome ``retry_after``."""
+        back (attempt - 1). Outcome ``retry_after``; no attempt row when the body never began
+        (``ran_for`` None and no start recorded: a rate limit held the job back). ``reason``
+        becomes the event's detail ``{"reason": reason}``."""
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         """Running jobs of this worker with a cancel requested, oldest request first."""

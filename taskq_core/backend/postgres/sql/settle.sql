@@ -26,9 +26,10 @@
 -- (retry_after), $7 result JSON text (succeeded), $8 fallback result TTL (succeeded), $9
 -- seconds the body ran (dates started_at when its start was not recorded; NULL: never ran),
 -- $10..$12 error class, message and traceback (the actor's, or the caller's for abandoned,
--- released and reclaimed), $13 reason (event detail of abandoned and released). $14 is the
--- wake channel: notified when a job became pending, a reclaim freed what a dead worker held,
--- or a finished job freed room under a max_concurrent cap (a worker may be waiting for it).
+-- released and reclaimed), $13 reason (event detail of abandoned, released and, when given,
+-- retry_after: the limit that held a job back). $14 is the wake channel: notified when a job
+-- became pending, a reclaim freed what a dead worker held, or a finished job freed room under
+-- a max_concurrent cap (a worker may be waiting for it).
 -- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
 -- rule's error class (DeadlineExceeded, MaxAttemptsExceeded).
 WITH clock AS (
@@ -120,8 +121,12 @@ shaped AS (
            -- abandoned, or a started attempt was given back or reclaimed.
            d.outcome IN ('failed', 'retry', 'abandoned') OR d.rule_error IS NOT NULL
            OR (d.outcome IN ('released', 'reclaimed') AND d.started) AS sets_error,
-           -- An attempt row for every attempt that ran, not for an unstarted give-back.
-           d.outcome NOT IN ('released', 'reclaimed') OR d.started AS ran
+           -- An attempt row for every attempt that ran, not for an unstarted give-back nor a
+           -- retry-after of a body that never began (a rate limit held the job back).
+           CASE WHEN d.outcome IN ('released', 'reclaimed') THEN d.started
+                WHEN d.outcome = 'retry_after' THEN d.started OR d.ran_for IS NOT NULL
+                ELSE true
+           END AS ran
     FROM decided d
 ),
 moved AS (
@@ -200,6 +205,8 @@ events AS (
            CASE m.outcome
                WHEN 'released' THEN jsonb_build_object('reason', m.reason, 'started', m.started)
                WHEN 'abandoned' THEN jsonb_build_object('reason', m.reason)
+               WHEN 'retry_after' THEN CASE WHEN m.reason IS NULL THEN '{}'::jsonb
+                                            ELSE jsonb_build_object('reason', m.reason) END
                WHEN 'reclaimed' THEN jsonb_build_object(
                    'from_state', 'running', 'to_state', m.status::text,
                    'reason', 'lock_expired', 'worker_id', m.worker_id::text,

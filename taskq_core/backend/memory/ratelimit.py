@@ -1,0 +1,141 @@
+"""Rate limits and reservations in memory: token buckets, sliding windows and reservation slots
+on the injected Clock, with PostgreSQL's semantics (sql/ratelimit.sql)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol.ratelimit import HeldSlot, LimitGrant
+from taskq_core.statemachine import ACTIVE_STATUSES
+
+from .store import MemoryStore
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    updated_at: datetime
+
+
+@dataclass(slots=True)
+class _Slot:
+    job_id: UUID | None = None
+    worker_id: UUID | None = None
+    lease_expires_at: datetime | None = None
+
+    def free(self) -> None:
+        self.job_id = self.worker_id = self.lease_expires_at = None
+
+
+@dataclass(slots=True)
+class _LimitTables:
+    buckets: dict[str, _Bucket] = field(default_factory=dict)
+    windows: dict[str, list[datetime]] = field(default_factory=dict)  # uses, oldest first
+    slots: dict[tuple[str, int], _Slot] = field(default_factory=dict)
+
+
+class RateLimitPart(MemoryStore):
+    """The limiter state store and reservation slots of InMemoryBackend."""
+
+    _limit_tables: _LimitTables | None = None
+
+    def _limits(self) -> _LimitTables:
+        if self._limit_tables is None:
+            self._limit_tables = _LimitTables()
+        return self._limit_tables
+
+    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
+        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
+        now = self._now()
+        bucket = self._limits().buckets.get(key)
+        if bucket is None:
+            self._limits().buckets[key] = _Bucket(burst - 1, now)
+            return LimitGrant(True, remaining=burst - 1)
+        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+        available = min(burst, bucket.tokens + rate * elapsed)
+        if available < 1:
+            return LimitGrant(False, timedelta(seconds=(1 - available) / rate), 0.0)
+        bucket.tokens, bucket.updated_at = available - 1, now
+        return LimitGrant(True, remaining=bucket.tokens)
+
+    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
+        """One use of window ``key`` when fewer than ``limit`` fall within ``window``."""
+        now = self._now()
+        uses = [at for at in self._limits().windows.get(key, []) if at > now - window]
+        self._limits().windows[key] = uses
+        if len(uses) >= limit:
+            oldest = uses[len(uses) - limit]  # the use that must leave for one to be free
+            return LimitGrant(False, max(oldest + window - now, timedelta(0)), 0.0)
+        uses.append(now)
+        return LimitGrant(True, remaining=float(limit - len(uses)))
+
+    async def acquire_reservation(
+        self, name: str, slots: int, job_id: UUID, worker_id: UUID, lease: timedelta
+    ) -> bool:
+        """One slot of ``name`` for the job until now + ``lease``; False when all are held."""
+        now = self._now()
+        rows = [self._limits().slots.setdefault((name, n), _Slot()) for n in range(slots)]
+        mine = [row for row in rows if row.job_id == job_id]
+        free = [
+            row
+            for row in rows
+            if row.job_id is None or (row.lease_expires_at and row.lease_expires_at <= now)
+        ]
+        if not mine and not free:
+            return False
+        chosen = (mine or free)[0]
+        chosen.job_id, chosen.worker_id, chosen.lease_expires_at = job_id, worker_id, now + lease
+        return True
+
+    async def release_reservations(
+        self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
+    ) -> int:
+        """Free the slots the job holds under this worker (only ``names``' when given)."""
+        freed = 0
+        for (name, _), row in self._limits().slots.items():
+            mine = row.job_id == job_id and row.worker_id == worker_id
+            if mine and (names is None or name in names):
+                row.free()
+                freed += 1
+        return freed
+
+    async def extend_reservation_leases(
+        self, worker_id: UUID, job_ids: Sequence[UUID], lease: timedelta
+    ) -> int:
+        """Renew this worker's slots of ``job_ids``."""
+        wanted, until, renewed = set(job_ids), self._now() + lease, 0
+        for row in self._limits().slots.values():
+            if row.worker_id == worker_id and row.job_id in wanted:
+                row.lease_expires_at = until
+                renewed += 1
+        return renewed
+
+    async def sweep_leaked_reservation_slots(self) -> int:
+        """Sweep 4: slots whose lease ran out or whose job ended (or is gone) are freed."""
+        now, freed = self._now(), 0
+        for row in self._limits().slots.values():
+            if row.job_id is None:
+                continue
+            job = self._jobs.get(row.job_id)
+            expired = row.lease_expires_at is not None and row.lease_expires_at <= now
+            if expired or job is None or job.status not in ACTIVE_STATUSES:
+                row.free()
+                freed += 1
+        return freed
+
+    async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
+        """Slots held now, by name and slot."""
+        now = self._now()
+        held = [
+            HeldSlot(slot_name, slot, row.job_id, row.worker_id, row.lease_expires_at)
+            for (slot_name, slot), row in self._limits().slots.items()
+            if row.job_id is not None
+            and row.worker_id is not None
+            and row.lease_expires_at is not None
+            and row.lease_expires_at > now
+            and (name is None or slot_name == name)
+        ]
+        return sorted(held, key=lambda h: (h.name, h.slot))

@@ -1,0 +1,122 @@
+"""Rate limits and reservations on PostgreSQL (sql/ratelimit.sql): token buckets, sliding
+windows and reservation slots, each acquire one statement on the server's clock.
+
+A sliding window and a reservation are rows sized ahead of their first use (a window holds
+exactly ``limit`` entries, a reservation ``slots`` slot rows). Each is sized once per process
+and size; a window found without entries (another process removed them) is sized again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from uuid import UUID
+
+from taskq_core.backend.protocol.ratelimit import HeldSlot, LimitGrant
+
+from .core import BackendCore
+
+_ALLOWED = LimitGrant(True)
+
+
+def _seconds(value: float | None, fallback: float) -> timedelta:
+    """A retry_after from a statement's seconds (never negative; ``fallback`` when unknown)."""
+    return timedelta(seconds=max(fallback if value is None else value, 0.0))
+
+
+class RateLimitPart(BackendCore):
+    """The limiter state store and reservation slots of PostgresBackend."""
+
+    # (key, size) pairs this process has sized: windows and reservations.
+    _sized_windows: set[tuple[str, int]] | None = None
+    _sized_reservations: set[tuple[str, int]] | None = None
+
+    def _window_sizes(self) -> set[tuple[str, int]]:
+        if self._sized_windows is None:
+            self._sized_windows = set()
+        return self._sized_windows
+
+    def _reservation_sizes(self) -> set[tuple[str, int]]:
+        if self._sized_reservations is None:
+            self._sized_reservations = set()
+        return self._sized_reservations
+
+    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
+        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``), or when one
+        will be there."""
+        record = await self._one(self._queries["acquire_token"], key, rate, burst)
+        remaining = record["remaining"]
+        if remaining is not None:
+            return LimitGrant(True, remaining=float(remaining))
+        available = record["available"]
+        # Not in this statement's snapshot (created by a concurrent first acquire): a token
+        # comes within one refill interval at most.
+        missing = 1.0 if available is None else 1.0 - float(available)
+        return LimitGrant(False, _seconds(missing / rate, 1.0 / rate), remaining=0.0)
+
+    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
+        """One entry of window ``key`` (``limit`` per ``window``), or when the oldest frees."""
+        sizes = self._window_sizes()
+        if (key, limit) not in sizes:
+            await self._size_window(key, limit)
+        record = await self._one(self._queries["acquire_window_entry"], key, window)
+        if record["oldest"] is None and not record["allowed"]:
+            await self._size_window(key, limit)  # its entries were removed: size it again
+            record = await self._one(self._queries["acquire_window_entry"], key, window)
+        if record["allowed"]:
+            return _ALLOWED
+        return LimitGrant(False, _seconds(record["oldest"], window.total_seconds()), 0.0)
+
+    async def _size_window(self, key: str, limit: int) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(self._queries["lock_window_key"], key)
+            await conn.execute(self._queries["size_window_entries"], key, limit)
+        self._window_sizes().add((key, limit))
+
+    async def acquire_reservation(
+        self, name: str, slots: int, job_id: UUID, worker_id: UUID, lease: timedelta
+    ) -> bool:
+        """One slot of ``name`` for the job until now() + ``lease``; False when all are held."""
+        sizes = self._reservation_sizes()
+        if (name, slots) not in sizes:
+            await self._pool.execute(self._queries["ensure_reservation_slots"], name, slots)
+            sizes.add((name, slots))
+        slot = await self._pool.fetchval(
+            self._queries["acquire_reservation"], name, slots, job_id, worker_id, lease
+        )
+        return slot is not None
+
+    async def release_reservations(
+        self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
+    ) -> int:
+        """Free the slots the job holds under this worker (only ``names``' when given)."""
+        freed = await self._pool.fetchval(
+            self._queries["release_reservations"],
+            job_id,
+            worker_id,
+            None if names is None else list(names),
+        )
+        return int(freed)
+
+    async def extend_reservation_leases(
+        self, worker_id: UUID, job_ids: Sequence[UUID], lease: timedelta
+    ) -> int:
+        """Renew this worker's slots of ``job_ids`` (the heartbeat pool: beside the leases)."""
+        if not job_ids:
+            return 0
+        renewed = await self._heartbeat_pool.fetchval(
+            self._queries["extend_reservation_leases"], worker_id, list(job_ids), lease
+        )
+        return int(renewed)
+
+    async def sweep_leaked_reservation_slots(self) -> int:
+        """Sweep 4: slots whose lease ran out or whose job ended are freed."""
+        return int(await self._pool.fetchval(self._queries["sweep_leaked_reservation_slots"]))
+
+    async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
+        """Slots held now, by name and slot."""
+        records = await self._pool.fetch(self._queries["held_reservation_slots"], name)
+        return [
+            HeldSlot(r["name"], r["slot"], r["job_id"], r["worker_id"], r["lease_expires_at"])
+            for r in records
+        ]

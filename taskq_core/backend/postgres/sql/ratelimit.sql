@@ -1,0 +1,180 @@
+-- Rate limits and reservations: token buckets (rate_limit_buckets), sliding windows
+-- (rate_limit_window_entries) and reservation slots (reservation_slots). Every acquire is one
+-- statement on the server's clock (one clock_timestamp() reading, in `k`), so the workers'
+-- clocks never matter; concurrent acquirers serialize on row locks, never on a count taken
+-- from a stale snapshot.
+
+-- name: acquire_token
+-- Take one token from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
+-- seen is full). The upsert locks the bucket row and reads its newest version, so concurrent
+-- acquirers each see the tokens the previous one left; the DO UPDATE's WHERE leaves a bucket
+-- with less than one token untouched, and then `taken` returns no row. Returns `remaining`
+-- (tokens left; NULL: denied) and `available` (tokens now as of this statement's snapshot,
+-- read to compute a denied call's retry_after).
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+taken AS (
+    INSERT INTO {schema}.rate_limit_buckets AS b (key, tokens, updated_at)
+    SELECT $1::text, $3::float8 - 1, k.now FROM k
+    ON CONFLICT (key) DO UPDATE
+    SET tokens = LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
+            EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) - 1,
+        updated_at = (SELECT k.now FROM k)
+    WHERE LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
+            EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) >= 1
+    RETURNING b.tokens
+)
+SELECT (SELECT t.tokens FROM taken t) AS remaining,
+       (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
+                   EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0))
+        FROM {schema}.rate_limit_buckets b CROSS JOIN k
+        WHERE b.key = $1::text) AS available;
+
+-- name: acquire_window_entry
+-- Sliding window $1 of $2 (the window) holds exactly `limit` entry rows (see
+-- size_window_entries); an entry is free when its last use is older than the window. Taking
+-- the oldest free entry with FOR UPDATE SKIP LOCKED is the acquire: a concurrent acquirer
+-- skips the row being taken, and a row taken since this statement's snapshot is re-checked
+-- on its new version and no longer qualifies. Returns `allowed` and `oldest`: the seconds
+-- until the oldest entry leaves the window (a denied call's retry_after); NULL when the key
+-- has no entries at all (not sized yet).
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+free AS (
+    SELECT e.id
+    FROM {schema}.rate_limit_window_entries e
+    WHERE e.key = $1::text AND e.occurred_at <= (SELECT k.now - $2::interval FROM k)
+    ORDER BY e.occurred_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    UPDATE {schema}.rate_limit_window_entries e
+    SET occurred_at = k.now
+    FROM free f CROSS JOIN k
+    WHERE e.id = f.id
+    RETURNING e.id
+)
+SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
+       (SELECT EXTRACT(EPOCH FROM e.occurred_at + $2::interval - k.now)::float8
+        FROM {schema}.rate_limit_window_entries e CROSS JOIN k
+        WHERE e.key = $1::text
+        ORDER BY e.occurred_at
+        LIMIT 1) AS oldest;
+
+-- name: lock_window_key
+-- Serializes the sizing of window $1 (transaction-scoped advisory lock).
+SELECT pg_advisory_xact_lock(hashtext('taskq_rate_limit_window'), hashtext($1::text));
+
+-- name: size_window_entries
+-- Window $1 gets exactly $2 entry rows: missing ones are added as never used (the epoch),
+-- the oldest extra ones (the limit went down) deleted. Run after lock_window_key in the same
+-- transaction, so this statement's snapshot already sees a concurrent sizing's rows.
+WITH have AS (
+    SELECT count(*)::integer AS n FROM {schema}.rate_limit_window_entries WHERE key = $1::text
+),
+added AS (
+    INSERT INTO {schema}.rate_limit_window_entries (key, occurred_at)
+    SELECT $1::text, 'epoch'::timestamptz
+    FROM have CROSS JOIN generate_series(1, GREATEST($2::integer - have.n, 0))
+),
+extra AS (
+    DELETE FROM {schema}.rate_limit_window_entries e
+    WHERE e.id IN (SELECT x.id FROM {schema}.rate_limit_window_entries x
+                   WHERE x.key = $1::text
+                   ORDER BY x.occurred_at DESC
+                   OFFSET $2::integer)
+)
+SELECT 1;
+
+-- name: ensure_reservation_slots
+-- Reservation $1 has rows for slots 0..$2-1 (a slot row is never deleted: a smaller count
+-- only stops acquires from using the higher slots).
+INSERT INTO {schema}.reservation_slots (name, slot)
+SELECT $1::text, s FROM generate_series(0, $2::integer - 1) s
+ON CONFLICT (name, slot) DO NOTHING;
+
+-- name: acquire_reservation
+-- Hold one slot below $2 of reservation $1 for job $3 of worker $4 until now + $5: a slot the
+-- job holds already (an earlier attempt's) first, else the lowest free one (never held,
+-- released, or its lease run out). SKIP LOCKED: a slot another acquirer is taking is passed
+-- over, and one taken since this statement's snapshot no longer qualifies on its re-check.
+-- Returns the slot, no row when every slot is held.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+free AS (
+    SELECT s.name, s.slot
+    FROM {schema}.reservation_slots s
+    WHERE s.name = $1::text AND s.slot < $2::integer
+      AND (s.job_id IS NULL OR s.job_id = $3::uuid
+           OR s.lease_expires_at <= (SELECT k.now FROM k))
+    ORDER BY s.job_id IS NOT DISTINCT FROM $3::uuid DESC, s.slot
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.reservation_slots s
+SET job_id = $3::uuid, worker_id = $4::uuid, lease_expires_at = k.now + $5::interval
+FROM free f CROSS JOIN k
+WHERE s.name = f.name AND s.slot = f.slot
+RETURNING s.slot;
+
+-- name: release_reservations
+-- Free the slots job $1 holds under worker $2 (only those named in $3 when it is not NULL):
+-- a slot another attempt of the job took over on another worker is not this worker's to free.
+WITH freed AS (
+    UPDATE {schema}.reservation_slots s
+    SET job_id = NULL, worker_id = NULL, lease_expires_at = NULL
+    WHERE s.worker_id = $2::uuid AND s.job_id = $1::uuid
+      AND ($3::text[] IS NULL OR s.name = ANY ($3::text[]))
+    RETURNING 1
+)
+SELECT count(*) FROM freed;
+
+-- name: extend_reservation_leases
+-- The heartbeat's renewal: the slots worker $1 holds for the jobs $2 it still holds last
+-- until now + $3.
+WITH renewed AS (
+    UPDATE {schema}.reservation_slots s
+    SET lease_expires_at = clock_timestamp() + $3::interval
+    WHERE s.worker_id = $1::uuid AND s.job_id = ANY ($2::uuid[])
+    RETURNING 1
+)
+SELECT count(*) FROM renewed;
+
+-- name: sweep_leaked_reservation_slots
+-- Sweep 4: free slots whose lease ran out (no heartbeat renews them: the worker died or no
+-- longer holds the job) or whose job ended or is gone (a release lost with its worker). A
+-- job that is merely not running (yet) does not count: this statement's snapshot may predate
+-- the dispatch of a job that holds a slot now. Slots being taken or released are skipped.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+leaked AS (
+    SELECT s.name, s.slot
+    FROM {schema}.reservation_slots s
+    WHERE s.job_id IS NOT NULL
+      AND (s.lease_expires_at <= (SELECT k.now FROM k)
+           OR NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                          WHERE j.id = s.job_id
+                            AND j.status IN ('pending', 'scheduled', 'running')))
+    FOR UPDATE OF s SKIP LOCKED
+),
+freed AS (
+    UPDATE {schema}.reservation_slots s
+    SET job_id = NULL, worker_id = NULL, lease_expires_at = NULL
+    FROM leaked l
+    WHERE s.name = l.name AND s.slot = l.slot
+    RETURNING 1
+)
+SELECT count(*) FROM freed;
+
+-- name: held_reservation_slots
+-- Slots held now (lease not run out), only reservation $1's when it is not NULL.
+SELECT s.name, s.slot, s.job_id, s.worker_id, s.lease_expires_at
+FROM {schema}.reservation_slots s
+WHERE s.job_id IS NOT NULL AND s.lease_expires_at > clock_timestamp()
+  AND ($1::text IS NULL OR s.name = $1::text)
+ORDER BY s.name, s.slot;

@@ -1,0 +1,132 @@
+"""RedisLimiterStore: token buckets and sliding windows as Lua scripts on Redis.
+
+Each script reads Redis's own clock (``TIME``), never a time the worker sends, so every
+worker of a fleet shares one clock whatever its host's says (scripts are replicated by effect,
+Redis >= 5). A bucket is a hash (tokens, last refill); a window a sorted set of use times in
+microseconds. Keys carry a prefix (default ``taskq:<schema>:rl:``) and expire once idle long
+enough to be full (bucket) or empty (window) again, so idle keys cost nothing.
+
+Only a process that uses rate limits imports this module (and so the ``redis`` package).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from taskq_core.backend.protocol.ratelimit import LimitGrant
+
+# KEYS[1] bucket; ARGV rate (tokens/s), burst. Returns {allowed, retry_after_s, tokens_left}.
+_TOKEN_BUCKET = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1])
+local at = tonumber(state[2])
+if tokens == nil or at == nil then
+  tokens = burst
+  at = now
+end
+tokens = math.min(burst, tokens + math.max(now - at, 0) * rate)
+local allowed = 0
+local retry = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+else
+  retry = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens),
+           'at', string.format('%.6f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
+return {allowed, string.format('%.6f', retry), string.format('%.6f', tokens)}
+"""
+
+# KEYS[1] window (sorted set), KEYS[2] its use counter; ARGV limit, window (microseconds).
+# Returns {allowed, retry_after_us, free_left}.
+_SLIDING_WINDOW = """
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local used = redis.call('ZCARD', KEYS[1])
+local ttl = math.ceil(window / 1000) + 1000
+if used < limit then
+  local seq = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[1], now, string.format('%.0f', now) .. '-' .. seq)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return {1, 0, limit - used - 1}
+end
+local blocking = redis.call('ZRANGE', KEYS[1], used - limit, used - limit, 'WITHSCORES')
+return {0, string.format('%.0f', tonumber(blocking[2]) + window - now), 0}
+"""
+
+
+def client_options(timeout: float) -> dict[str, Any]:
+    """A client that fails fast: ``timeout`` seconds to connect or answer, and no retries of
+    its own (the fallback store decides what an error means; redis-py's default would retry
+    a refused connection with backoff for seconds while the job waits)."""
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+        "decode_responses": True,
+    }
+
+
+def default_prefix(schema: str) -> str:
+    """``taskq:<schema>:rl:``: two TaskQ schemas sharing one Redis never share a limit."""
+    return f"taskq:{schema}:rl:"
+
+
+class RedisLimiterStore:
+    """The LimiterStore protocol on Redis (``redis.asyncio``)."""
+
+    def __init__(self, client: Any, *, prefix: str) -> None:
+        """Wrap a ``redis.asyncio.Redis`` client; prefer ``from_url``."""
+        self.client = client
+        self.prefix = prefix
+        self._bucket = client.register_script(_TOKEN_BUCKET)
+        self._window = client.register_script(_SLIDING_WINDOW)
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str, timeout: float = 1.0) -> RedisLimiterStore:
+        """A store on the Redis at ``url``; a call that waits longer than ``timeout`` seconds
+        (to connect, or for an answer) fails, so a Redis that hangs never holds a job."""
+        client = Redis.from_url(url, **client_options(timeout))
+        return cls(client, prefix=prefix)
+
+    def retarget(self, client: Any) -> None:
+        """Use another client from now on (tests point one at a closed port)."""
+        self.client = client
+        self._bucket = client.register_script(_TOKEN_BUCKET)
+        self._window = client.register_script(_SLIDING_WINDOW)
+
+    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
+        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
+        allowed, retry, left = await self._bucket(
+            keys=[f"{self.prefix}tb:{key}"], args=[repr(rate), repr(burst)]
+        )
+        return LimitGrant(bool(int(allowed)), timedelta(seconds=float(retry)), float(left))
+
+    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
+        """One use of window ``key`` (``limit`` per ``window``)."""
+        micros = max(math.ceil(window.total_seconds() * 1_000_000), 1)
+        base = f"{self.prefix}sw:{key}"
+        allowed, retry, left = await self._window(keys=[base, f"{base}:seq"], args=[limit, micros])
+        return LimitGrant(
+            bool(int(allowed)), timedelta(microseconds=max(int(retry), 0)), float(left)
+        )
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        await self.client.aclose()

@@ -1,0 +1,134 @@
+"""Reservation slots and the rate-limit denial write, on both backends: slots are held with a
+lease, fenced by worker, renewed, released and swept; a job a limit holds back goes back to
+``scheduled`` with its attempt given back, no attempt row, and the limit named in its event."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+from taskq_core.statemachine import JobStatus
+from tests.conformance.conftest import Harness
+from tests.conformance.states import LEASE, between, job_in, reload, running_job
+
+SLOT_LEASE = timedelta(seconds=30)
+
+
+async def test_a_reservation_admits_as_many_jobs_as_it_has_slots(harness: Harness) -> None:
+    backend, worker = harness.backend, uuid4()
+    jobs = [uuid4() for _ in range(3)]
+    taken = [await backend.acquire_reservation("gpu", 2, job, worker, SLOT_LEASE) for job in jobs]
+    assert taken == [True, True, False]
+    held = await backend.held_reservation_slots("gpu")
+    assert [(h.slot, h.job_id, h.worker_id) for h in held] == [
+        (0, jobs[0], worker),
+        (1, jobs[1], worker),
+    ]
+
+
+async def test_a_released_slot_is_free_again_and_only_its_worker_frees_it(
+    harness: Harness,
+) -> None:
+    backend, worker = harness.backend, uuid4()
+    first, second = uuid4(), uuid4()
+    assert await backend.acquire_reservation("db", 1, first, worker, SLOT_LEASE)
+    assert await backend.release_reservations(first, uuid4()) == 0  # another worker's attempt
+    assert not await backend.acquire_reservation("db", 1, second, worker, SLOT_LEASE)
+    assert await backend.release_reservations(first, worker) == 1
+    assert await backend.release_reservations(first, worker) == 0
+    assert await backend.acquire_reservation("db", 1, second, worker, SLOT_LEASE)
+
+
+async def test_release_frees_only_the_named_reservations(harness: Harness) -> None:
+    backend, worker, job = harness.backend, uuid4(), uuid4()
+    assert await backend.acquire_reservation("a", 1, job, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("b", 1, job, worker, SLOT_LEASE)
+    assert await backend.release_reservations(job, worker, ["a"]) == 1
+    assert [h.name for h in await backend.held_reservation_slots()] == ["b"]
+
+
+async def test_a_job_acquiring_again_takes_over_the_slot_it_holds(harness: Harness) -> None:
+    backend, job = harness.backend, uuid4()
+    assert await backend.acquire_reservation("one", 1, job, uuid4(), SLOT_LEASE)
+    later_worker = uuid4()  # the job was reclaimed and runs again elsewhere
+    assert await backend.acquire_reservation("one", 1, job, later_worker, SLOT_LEASE)
+    [held] = await backend.held_reservation_slots("one")
+    assert (held.job_id, held.worker_id) == (job, later_worker)
+
+
+async def test_a_slot_whose_lease_ran_out_is_free_unless_renewed(harness: Harness) -> None:
+    backend, worker = harness.backend, uuid4()
+    renewed_job, lapsed_job = uuid4(), uuid4()
+    assert await backend.acquire_reservation("r", 1, renewed_job, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("l", 1, lapsed_job, worker, SLOT_LEASE)
+    await harness.travel(20)
+    assert await backend.extend_reservation_leases(worker, [renewed_job], SLOT_LEASE) == 1
+    await harness.travel(20)  # 40 s after the acquire: only the renewed lease still runs
+    assert [h.name for h in await backend.held_reservation_slots()] == ["r"]
+    assert not await backend.acquire_reservation("r", 1, uuid4(), worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("l", 1, uuid4(), worker, SLOT_LEASE)
+
+
+async def test_extend_renews_only_this_workers_slots_of_the_named_jobs(harness: Harness) -> None:
+    backend, worker = harness.backend, uuid4()
+    mine, other = uuid4(), uuid4()
+    assert await backend.acquire_reservation("x", 2, mine, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("x", 2, other, uuid4(), SLOT_LEASE)
+    assert await backend.extend_reservation_leases(worker, [mine, other], SLOT_LEASE) == 1
+    assert await backend.extend_reservation_leases(worker, [], SLOT_LEASE) == 0
+
+
+async def test_sweep_frees_lapsed_slots_and_those_of_ended_jobs(harness: Harness) -> None:
+    backend = harness.backend
+    running, worker = await running_job(backend)
+    done, _ = await job_in(harness, JobStatus.SUCCEEDED)
+    waiting, _ = await job_in(harness, JobStatus.PENDING)
+    lapsing = await running_job(backend)
+    assert await backend.acquire_reservation("s", 9, running.id, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("s", 9, done.id, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("s", 9, waiting.id, worker, SLOT_LEASE)
+    assert await backend.acquire_reservation("s", 9, uuid4(), worker, SLOT_LEASE)  # no job
+    assert await backend.acquire_reservation(
+        "s", 9, lapsing[0].id, lapsing[1], timedelta(seconds=5)
+    )
+    assert await backend.sweep_leaked_reservation_slots() == 2  # the ended and the unknown job
+    await harness.travel(10)
+    assert await backend.sweep_leaked_reservation_slots() == 1  # the lapsed lease
+    held = {h.job_id for h in await backend.held_reservation_slots("s")}
+    assert held == {running.id, waiting.id}
+    assert await backend.sweep_leaked_reservation_slots() == 0
+
+
+async def test_a_job_held_back_by_a_limit_goes_back_scheduled_without_an_attempt(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=1)
+    before = await harness.now()
+    outcome = await backend.mark_retry_after(
+        job.lease(), timedelta(seconds=3), consume_budget=False, reason="rate_limit:api"
+    )
+    after = await harness.now()
+    assert outcome == "scheduled"
+    row = await reload(backend, job.id)
+    assert (row.status, row.attempt, row.started_at) == (JobStatus.SCHEDULED, 0, None)
+    assert between(row.scheduled_at, before + timedelta(seconds=3), after + timedelta(seconds=3))
+    assert await backend.get_attempts(job.id) == []  # the body never began
+    last = (await backend.get_events(job.id))[-1]
+    assert (last.from_status, last.to_status) == (JobStatus.RUNNING, JobStatus.SCHEDULED)
+    assert last.detail == {"reason": "rate_limit:api"}
+    # It runs again later as the same first attempt.
+    await harness.travel(3)
+    assert await backend.scheduled_to_pending() >= 1
+    claimed = await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    assert [(c.id, c.attempt) for c in claimed] == [(job.id, 1)]
+
+
+async def test_a_retry_after_of_a_body_that_ran_keeps_its_attempt_row(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, started=False)
+    await harness.backend.mark_retry_after(
+        job.lease(), timedelta(seconds=1), consume_budget=False, ran_for=0.5
+    )
+    [attempt] = await harness.backend.get_attempts(job.id)
+    assert attempt.outcome == "retry_after"
+    assert (await harness.backend.get_events(job.id))[-1].detail == {}

@@ -1,0 +1,104 @@
+"""Token buckets and sliding windows behave the same on every limiter store: memory, PostgreSQL
+and Redis. Counts are bounded by the time the store's own clock saw pass, never by timing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from tests.ratelimit.conftest import LimiterTarget
+
+
+async def test_a_token_bucket_admits_its_burst_then_the_refill_only(limiter: LimiterTarget) -> None:
+    rate, burst = 2.0, 5.0
+    started = await limiter.now()
+    grants = [await limiter.store.acquire_token("api", rate, burst) for _ in range(20)]
+    elapsed = await limiter.now() - started
+    allowed = sum(grant.allowed for grant in grants)
+    assert burst <= allowed <= burst + rate * elapsed
+    denied = [grant for grant in grants if not grant.allowed]
+    assert denied, "a burst of 5 cannot admit 20 calls at once"
+    # A denied call names when one token will be there: at most one refill interval away.
+    assert all(timedelta(0) < g.retry_after <= timedelta(seconds=1 / rate) for g in denied)
+
+
+async def test_a_token_bucket_refills_at_its_rate(movable_limiter: LimiterTarget) -> None:
+    limiter = movable_limiter
+    while (await limiter.store.acquire_token("api", 1.0, 3.0)).allowed:
+        pass
+    await limiter.travel(2.0)  # two tokens' worth
+    after = [(await limiter.store.acquire_token("api", 1.0, 3.0)).allowed for _ in range(4)]
+    assert after[:2] == [True, True]
+    assert after[3] is False
+
+
+async def test_redis_bucket_refills(redis_limiter: LimiterTarget) -> None:
+    limiter = redis_limiter
+    rate = 50.0
+    while (await limiter.store.acquire_token("fast", rate, 1.0)).allowed:
+        pass
+    # Waits on the state (a token comes back), bounded by a deadline, not a fixed sleep.
+    async with asyncio.timeout(5):
+        while not (await limiter.store.acquire_token("fast", rate, 1.0)).allowed:
+            await asyncio.sleep(0.005)
+
+
+async def test_buckets_of_different_keys_are_independent(limiter: LimiterTarget) -> None:
+    assert (await limiter.store.acquire_token("tenant:a", 1.0, 1.0)).allowed
+    assert not (await limiter.store.acquire_token("tenant:a", 1.0, 1.0)).allowed
+    assert (await limiter.store.acquire_token("tenant:b", 1.0, 1.0)).allowed
+
+
+async def test_a_sliding_window_admits_its_limit_within_the_window(limiter: LimiterTarget) -> None:
+    window = timedelta(minutes=1)
+    started = await limiter.now()
+    grants = [await limiter.store.acquire_window("sms", 3, window) for _ in range(6)]
+    assert await limiter.now() - started < window.total_seconds()
+    assert [grant.allowed for grant in grants] == [True, True, True, False, False, False]
+    for grant in grants[3:]:
+        assert timedelta(0) < grant.retry_after <= window
+
+
+async def test_a_sliding_window_frees_an_entry_when_the_oldest_leaves(
+    movable_limiter: LimiterTarget,
+) -> None:
+    limiter = movable_limiter
+    window = timedelta(seconds=10)
+    assert (await limiter.store.acquire_window("sms", 2, window)).allowed
+    await limiter.travel(6)
+    assert (await limiter.store.acquire_window("sms", 2, window)).allowed
+    denied = await limiter.store.acquire_window("sms", 2, window)
+    assert not denied.allowed
+    assert timedelta(seconds=3) <= denied.retry_after <= timedelta(seconds=4.5)
+    await limiter.travel(4.5)  # the first use left the window; the second has not
+    assert (await limiter.store.acquire_window("sms", 2, window)).allowed
+    assert not (await limiter.store.acquire_window("sms", 2, window)).allowed
+
+
+async def test_redis_window_slides(redis_limiter: LimiterTarget) -> None:
+    limiter = redis_limiter
+    window = timedelta(milliseconds=100)
+    assert (await limiter.store.acquire_window("burst", 1, window)).allowed
+    denied = await limiter.store.acquire_window("burst", 1, window)
+    assert not denied.allowed and denied.retry_after <= window
+    async with asyncio.timeout(5):
+        while not (await limiter.store.acquire_window("burst", 1, window)).allowed:
+            await asyncio.sleep(0.005)
+
+
+async def test_concurrent_acquires_never_exceed_the_window(limiter: LimiterTarget) -> None:
+    window = timedelta(minutes=5)
+    grants = await asyncio.gather(
+        *(limiter.store.acquire_window("shared", 4, window) for _ in range(24))
+    )
+    assert sum(grant.allowed for grant in grants) == 4
+
+
+async def test_concurrent_acquires_never_exceed_the_bucket(limiter: LimiterTarget) -> None:
+    rate, burst = 0.5, 6.0
+    started = await limiter.now()
+    grants = await asyncio.gather(
+        *(limiter.store.acquire_token("shared", rate, burst) for _ in range(30))
+    )
+    elapsed = await limiter.now() - started
+    assert burst <= sum(grant.allowed for grant in grants) <= burst + rate * elapsed
