@@ -95,7 +95,8 @@ class TaskqSettings(BaseSettings):
     schema_name: str = DEFAULT_SCHEMA
     """PostgreSQL schema holding every TaskQ table (a plain identifier)."""
     redis_url: str | None = None
-    """Redis URL for rate limiting and live progress."""
+    """Redis holding the rate limiters' state (``redis://host:6379/0``; Lua scripts on
+    Redis's clock); unset, PostgreSQL holds it. Reservation slots are always in PostgreSQL."""
     environment: str | None = None
     """Deployment environment label (``prod``, ``staging``) on telemetry."""
     admin_host: str = "0.0.0.0"
@@ -163,7 +164,8 @@ class TaskqSettings(BaseSettings):
 
     # Rate limiting
     rate_limit_pg_fallback_enabled: bool = True
-    """Rate limits fall back to PostgreSQL while Redis errors."""
+    """While Redis errors, rate limits are kept in PostgreSQL (Redis is asked again every
+    5s); off, a job whose limit cannot be checked waits 5s and is tried again."""
 
     # Health server
     health_enabled: bool = True
@@ -396,8 +398,6 @@ NOT_YET_IN_EFFECT: dict[str, str] = {
     "admin_host": "the admin web UI",
     "admin_port": "the admin web UI",
     "admin_url": "the admin web UI",
-    "redis_url": "rate limits",
-    "rate_limit_pg_fallback_enabled": "rate limits",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
     "reclaim_event_visibility_delay": "the reclaim feed",
 }

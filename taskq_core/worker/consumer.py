@@ -1,9 +1,12 @@
 """ConsumerLoop: takes claimed jobs from the local queue and runs them to a recorded outcome.
 
 Per job: skip it if its lease was lost while it waited; look up the actor, validate the
-payload (invalid = failed, never retried), start the holding (its start mark goes to the
-completer), build the JobContext, resolve DI, run the actor in its own task (so a forced
-cancel can target it), then write exactly one outcome, fenced by the job's lease:
+payload (invalid = failed, never retried), admit it under the actor's rate limits and
+reservations (denied: back to ``scheduled`` at the limiter's retry_after, attempt given back,
+body never started; a keyed limit's key function that raises fails it), start the holding
+(its start mark goes to the completer), build the JobContext, resolve DI, run the actor in its
+own task (so a forced cancel can target it), give its reservation slots back as soon as the
+body ends, then write exactly one outcome, fenced by the job's lease:
 
 - a return value is encoded to JSON once, here; one that cannot be stored fails the job
   (UnstorableResult, not retried) instead of leaving it running;
@@ -33,6 +36,8 @@ from taskq_core.backend.protocol import ErrorInfo, Success
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.metrics import consumer_span, instruments
+from taskq_core.ratelimit.gate import STORE_UNAVAILABLE_RETRY_AFTER, Denial
+from taskq_core.ratelimit.registry import KeyFunctionError
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.actor_thread import ActorThread
@@ -127,6 +132,11 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
         await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None))
         deps.stats.failed += 1
         return "failed"
+    limited = deps.limiter is not None and deps.limiter.applies(ref.name)
+    if limited:
+        refused = await _admit(deps, ref, held, payload)
+        if refused is not None:
+            return refused
     transaction = AsyncExitStack()
     connection: list[Any] = []
 
@@ -148,7 +158,12 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
     held.in_thread = not ref.is_async
     deps.active.start(held, deps.clock.monotonic())
     deps.completer.submit_start(held)
-    outcome, value = await _invoke(deps, ref, held, payload)
+    outcome = "crashed"
+    try:
+        outcome, value = await _invoke(deps, ref, held, payload)
+    finally:
+        if limited:
+            await _release_slots(deps, held, abandoned=outcome == "abandoned")
     ran_for = held.ran_for(deps.clock.monotonic())
     if outcome == "abandoned":
         if connection and held.task is not None:  # roll back once the body lets go of it
@@ -160,6 +175,88 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await _record(deps, ref, held, outcome, value, ran_for)
+
+
+async def _admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) -> str | None:
+    """Admit the job under its actor's limits: None when admitted, else the outcome written
+    (``rate_limited``: back to scheduled at the limiter's retry_after, its attempt given back
+    and the limit named in the event; ``failed``: a keyed limit cannot name its key).
+
+    The limiter store's database trouble is retried with backoff like an outcome write, until
+    the lease is lost; any other limiter failure holds the job back for a while, logged.
+    """
+    limiter, job, lease = deps.limiter, held.job, held.lease
+    assert limiter is not None
+    backoff = Backoff()
+    while True:
+        try:
+            verdict = await limiter.admit(ref.name, payload, job.id, deps.worker_id)
+            break
+        except KeyFunctionError as exc:
+            return await _fail_unkeyed(deps, held, exc)
+        except TRANSIENT_ERRORS as exc:
+            deps.database.failed("consumer", exc)
+            if held.lost is not None:
+                deps.active.remove(held)
+                return "lost"
+            await retry_pause(deps.database, backoff.next())
+        except Exception as exc:  # a limiter fault must not run the job unlimited, nor hang it
+            deps.log.error(
+                "job_admission_failed", job_id=str(job.id), error=f"{type(exc).__name__}: {exc}"
+            )
+            verdict = Denial("limit_store_unavailable", "error", STORE_UNAVAILABLE_RETRY_AFTER)
+            break
+    if not isinstance(verdict, Denial):
+        return None
+    deps.active.settle(held)
+    state = await _settle(
+        deps,
+        held,
+        lambda: deps.backend.mark_retry_after(
+            lease, verdict.retry_after, consume_budget=False, reason=verdict.reason
+        ),
+    )
+    deps.stats.rate_limited += 1
+    deps.log.debug(
+        "job_rate_limited",
+        job_id=str(job.id),
+        limit=verdict.limit,
+        kind=verdict.kind,
+        retry_after=verdict.retry_after.total_seconds(),
+        state=state,
+    )
+    return "rate_limited"
+
+
+async def _fail_unkeyed(deps: WorkerDeps, held: ActiveJob, exc: KeyFunctionError) -> str:
+    """A keyed limit cannot name this job's key: it fails for good, saying why."""
+    error = ErrorInfo("RateLimitKeyError", str(exc))
+    deps.active.settle(held)
+    await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(held.lease, error, None))
+    deps.log.warning("job_limit_key_failed", job_id=str(held.job.id), error=error.message)
+    deps.stats.failed += 1
+    return "failed"
+
+
+async def _release_slots(deps: WorkerDeps, held: ActiveJob, *, abandoned: bool) -> None:
+    """Give back the job's reservation slots once its body ended. A body written off as
+    abandoned may still run: its slots are no longer renewed, and Sweep 4 frees them once
+    their lease runs out. A release that fails is left to the same lease."""
+    limiter = deps.limiter
+    assert limiter is not None
+    if abandoned:
+        limiter.forget([held.job.id])
+        return
+    try:
+        await asyncio.shield(limiter.release(held.job.id, deps.worker_id))
+    except Exception as exc:
+        limiter.forget([held.job.id])
+        deps.log.warning(
+            "reservation_release_failed",
+            job_id=str(held.job.id),
+            error=f"{type(exc).__name__}: {exc}",
+            note="the slots are freed once their lease runs out",
+        )
 
 
 _ROLLBACKS: set[asyncio.Future[Any]] = set()  # held until done, so none is collected early

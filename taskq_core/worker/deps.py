@@ -13,6 +13,7 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
+from taskq_core.ratelimit.gate import RateLimiter
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import ActiveJob, ActiveJobs
 from taskq_core.worker.completer import Completer
@@ -38,6 +39,7 @@ class WorkerStats:
     failed: int = 0
     retried: int = 0
     cancelled: int = 0
+    rate_limited: int = 0  # claimed jobs a rate limit or reservation sent back to wait
 
 
 @dataclass
@@ -64,6 +66,7 @@ class WorkerDeps:
     consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     is_leader: asyncio.Event = field(default_factory=asyncio.Event)
     info: WorkerInfo | None = None  # the row registered at start, written again if deleted
+    limiter: RateLimiter | None = None  # admission under rate limits (None: no actor has any)
     leader_since: float = 0.0  # monotonic time this worker last became the leader
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None

@@ -3,7 +3,8 @@
 Each tick is one backend transaction: the worker row, the leases of exactly the jobs this
 worker holds (claimed, running or being written; nothing else it owns in the database is
 renewed, so a row it no longer holds expires and is reclaimed), reservation leases, the
-leader ping, and the held jobs' cancel flags. A held lease the database refuses (reclaimed,
+leader ping, and the held jobs' cancel flags; then, while jobs hold reservation slots, one
+statement renews those slots' leases. A held lease the database refuses (reclaimed,
 or a later attempt) is lost: the job is stopped locally and nothing is written for it. Then
 the cancel controller acts and writes abandonments after the transaction. A cancel NOTIFY
 wakes the loop early for a cheap cancel-flag poll.
@@ -21,6 +22,7 @@ the worker carries on.
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, Lease
 from taskq_core.worker.active import Stage
@@ -55,6 +57,7 @@ class HeartbeatLoop:
             is_leader=deps.is_leader.is_set(),
         )
         deps.database.succeeded()
+        await self._renew_reservations(result.held)
         if not result.registered and deps.info is not None:
             # The leader's stale-worker cleanup removed our row while we were silent.
             await deps.backend.register_worker(deps.info)
@@ -75,6 +78,19 @@ class HeartbeatLoop:
         finally:
             await self.controller.run_post_tx()
         return result.leases_extended
+
+    async def _renew_reservations(self, held: frozenset[UUID]) -> None:
+        """Renew the reservation slots of the jobs the database still counts as this
+        worker's (a lost job's slots lapse, and Sweep 4 frees them). A statement of its own
+        after the beat, only while some job holds slots."""
+        limiter = self.deps.limiter
+        if limiter is None:
+            return
+        holding = [job_id for job_id in limiter.holding() if job_id in held]
+        if holding:
+            await self.deps.backend.extend_reservation_leases(
+                self.deps.worker_id, holding, self.deps.settings.lock_lease_delta
+            )
 
     async def poll_cancels(self) -> None:
         """The cheap path on a cancel NOTIFY or a due escalation."""

@@ -30,6 +30,8 @@ from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.logs import get_logger
+from taskq_core.ratelimit.bootstrap import actor_limits, build_limiter, close_limiter
+from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.schedule import sweep_schedule
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs
@@ -94,9 +96,11 @@ class Worker:
         clock: Clock | None = None,
         until_idle: bool = False,
         install_signal_handlers: bool = True,
+        rate_limits: RateLimitRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.registry = dict(registry)
+        self.rate_limits = rate_limits  # None: from DI, else the module-level default
         self._backend = backend
         self._owns_backend = backend is None
         self.providers = providers or ProviderRegistry()
@@ -143,6 +147,7 @@ class Worker:
         self.providers.validate(
             (f"actor {ref.name}", ref.dependency_params) for ref in self.registry.values()
         )
+        limits = actor_limits(self.rate_limits, self.providers, self.registry.values())
         backend = await self._open_backend()
         try:
             await sync_actor_configs(
@@ -155,6 +160,9 @@ class Worker:
                 backend, self.registry.values(), until_idle=self.until_idle, log=self.log
             )
             deps = self._build_deps(backend)
+            deps.limiter = build_limiter(
+                limits, self.settings, backend, clock=self.clock, log=self.log
+            )
             # Before the worker row exists: a socket another live worker serves refuses the
             # start (HealthSocketInUseError, exit 1) with nothing to clean up.
             health = await self._start_health(deps)
@@ -413,6 +421,7 @@ class Worker:
             self.log.warning("worker_stop_record_failed", error=repr(exc))
         try:
             await deps.scopes.close()
+            await close_limiter(deps.limiter)
         finally:
             deps.executor.shutdown(wait=False, cancel_futures=True)
         self.log.info("worker_stopped", exit_code=deps.exit_code, **vars(deps.stats))

@@ -74,6 +74,7 @@ class SweepResult:
     reclaimed: int
     deadline_failed: int
     results_expired: int
+    reservation_slots_freed: int = 0
 
 
 class ScheduledPromotion:
@@ -88,7 +89,8 @@ class ScheduledPromotion:
 
 
 class MaintenanceSweep:
-    """Sweeps 1 and 2 plus result expiry: reclaim expired locks, fail missed deadlines.
+    """Sweeps 1, 2 and 4 plus result expiry: reclaim expired locks, fail missed deadlines,
+    free leaked reservation slots (lease run out, or their job ended without a release).
 
     Reclaiming waits until this worker has led, and the database has answered it, for two
     heartbeat intervals: leases that ran out while the database was away (or while nobody
@@ -117,10 +119,15 @@ class MaintenanceSweep:
             )
         failed = await backend.deadline_sweep()
         expired = await backend.expire_results(on_batch=batch_beat(self.deps, self.beat))
-        result = SweepResult(reclaimed, failed, expired)
-        if reclaimed or failed or expired:
+        freed = await backend.sweep_leaked_reservation_slots()
+        result = SweepResult(reclaimed, failed, expired, freed)
+        if reclaimed or failed or expired or freed:
             self.deps.log.info(
-                "sweep_ran", reclaimed=reclaimed, deadline_failed=failed, results_expired=expired
+                "sweep_ran",
+                reclaimed=reclaimed,
+                deadline_failed=failed,
+                results_expired=expired,
+                reservation_slots_freed=freed,
             )
         return result
 

@@ -1,0 +1,71 @@
+"""A worker's rate limits at start: which registry, each actor's limits, and the limiter.
+
+The registry is, in order: the one given to the worker; a RateLimitRegistry the DI provider
+registry holds as a value (``providers.register_value(RateLimitRegistry, registry)``); the
+module-level ``default_registry``. Giving one both ways is refused, as is providing it from a
+factory (the worker needs it before any scope exists). Resolution errors are ConfigError lines
+naming the actor and the limit, raised before the worker touches the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from taskq_core.actors import ActorRef
+from taskq_core.backend.protocol.ratelimit import RateLimitBackend
+from taskq_core.clock import Clock
+from taskq_core.di import ProviderRegistry
+from taskq_core.errors import ConfigError
+from taskq_core.ratelimit.gate import RateLimiter
+from taskq_core.ratelimit.registry import ActorLimits, RateLimitRegistry, default_registry
+from taskq_core.ratelimit.stores import close_store, limiter_store
+from taskq_core.settings import TaskqSettings
+
+
+def choose_registry(
+    given: RateLimitRegistry | None, providers: ProviderRegistry
+) -> RateLimitRegistry:
+    """The registry a worker uses (see the module docstring for the order)."""
+    provider = providers.get(RateLimitRegistry)
+    if provider is None:
+        return given if given is not None else default_registry
+    if provider.factory is not None or not isinstance(provider.value, RateLimitRegistry):
+        raise ConfigError(
+            "RateLimitRegistry must be provided as a value (providers.register_value), "
+            "not built by a factory"
+        )
+    if given is not None and given is not provider.value:
+        raise ConfigError(
+            "a RateLimitRegistry was given to the worker and provided through DI: keep one"
+        )
+    return provider.value
+
+
+def actor_limits(
+    given: RateLimitRegistry | None, providers: ProviderRegistry, actors: Iterable[ActorRef]
+) -> dict[str, ActorLimits]:
+    """Each actor's limits, resolved against the chosen registry (ConfigError otherwise)."""
+    return choose_registry(given, providers).resolve(actors)
+
+
+def build_limiter(
+    plans: dict[str, ActorLimits],
+    settings: TaskqSettings,
+    backend: RateLimitBackend,
+    *,
+    clock: Clock,
+    log: Any,
+) -> RateLimiter | None:
+    """The worker's limiter, or None when no actor declares a limit (then no Redis client is
+    opened either)."""
+    if not any(plans.values()):
+        return None
+    store = limiter_store(settings, backend, clock=clock, log=log)
+    return RateLimiter(plans, store, backend, clock=clock, lease=settings.lock_lease_delta)
+
+
+async def close_limiter(limiter: RateLimiter | None) -> None:
+    """Close the connections the limiter's store opened (Redis)."""
+    if limiter is not None:
+        await close_store(limiter.store)
