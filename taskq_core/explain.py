@@ -12,7 +12,9 @@ A job is in one of four situations, and each has its own checks:
   will run it again, and the finding says when it was archived and when the archive lets go
   of it (its events were deleted when it was archived, by design).
 - **waiting** (pending or scheduled): every blocker the dispatch path has, checked in the
-  order dispatch meets them: deadline passed, not yet due (or due but not yet promoted by
+  order dispatch meets them: deadline passed, held back by a rate limit or a reservation (a
+  worker claimed it and the limit said no: its last event names the limit), not yet due
+  (or due but not yet promoted by
   the leader), queue paused, the actor registered on another queue than the job's (a job
   enqueued by name before its actor's first worker came), no live worker consuming the
   queue, no live consumer that registers the actor, every consumer at full concurrency, the
@@ -35,6 +37,7 @@ from uuid import UUID
 from taskq_core.backend.protocol import (
     ArchivedJob,
     Backend,
+    EventRow,
     JobFilter,
     JobRow,
     LeaderRow,
@@ -192,6 +195,7 @@ class _Context:
         self.actor_queue: str | None = None  # the queue the actor registered, if it did
         self.actor_running: list[JobRow] = []
         self.queue_running: list[JobRow] = []
+        self.events: list[EventRow] = []
 
     def is_live(self, worker: WorkerRow) -> bool:
         """Registered as running and heard from within the staleness window."""
@@ -232,6 +236,7 @@ async def explain_job(
     if job.status is JobStatus.RUNNING:
         return Explanation(job, position.now, "running", [_running(context)])
     context.queue = await backend.get_queue(job.queue)
+    context.events = await backend.get_events(job.id)
     config = await backend.get_actor_config(job.actor)
     context.actor_cap = None if config is None else config.max_concurrent
     context.actor_queue = None if config is None else config.queue
@@ -372,6 +377,56 @@ def _deadline(c: _Context) -> Check:
         )
     message = "no deadline" if deadline is None else f"deadline {_when(c.now, deadline)}"
     return Check("deadline_passed", False, message, facts)
+
+
+# What a worker's admission writes as the event's reason: "<kind>:<limit>" (ratelimit.gate).
+_LIMIT_KINDS = {
+    "rate_limit": "rate limit",
+    "reservation": "reservation",
+    "limit_store_unavailable": "the store of rate limit",
+}
+
+
+def _limit_denial(event: EventRow) -> tuple[str, str] | None:
+    """(kind, limit) when ``event`` is a worker's rate-limit denial of the job."""
+    reason = event.detail.get("reason")
+    if event.to_status is not JobStatus.SCHEDULED or not isinstance(reason, str):
+        return None
+    kind, _, limit = reason.partition(":")
+    return (kind, limit) if kind in _LIMIT_KINDS and limit else None
+
+
+def _held_by_limit(c: _Context) -> Check:
+    job = c.job
+    denials = [(e, d) for e in c.events if (d := _limit_denial(e)) is not None]
+    last = c.events[-1] if c.events else None
+    facts: dict[str, Any] = {"limit": None, "kind": None, "denials": len(denials)}
+    if not denials or last is not denials[-1][0]:
+        return Check("rate_limited", False, "no rate limit or reservation holds it", facts)
+    event, (kind, limit) = denials[-1]
+    facts |= {"limit": limit, "kind": kind, "denied_at": event.occurred_at}
+    what = f"{_LIMIT_KINDS[kind]} {limit!r}"
+    times = f" ({_plural(len(denials), 'time')} so far)" if len(denials) > 1 else ""
+    if job.status is not JobStatus.SCHEDULED or job.scheduled_at <= c.now:
+        return Check(
+            "rate_limited",
+            False,
+            f"{what} held it back {_ago(c.now, event.occurred_at)}{times}; it is due again",
+            facts,
+        )
+    why = {
+        "rate_limit": "the limit was used up",
+        "reservation": "every slot was held",
+        "limit_store_unavailable": "the limit could not be checked",
+    }[kind]
+    return Check(
+        "rate_limited",
+        True,
+        f"{what} holds it back: a worker claimed it {_ago(c.now, event.occurred_at)} and "
+        f"{why}, so it waits until {_when(c.now, job.scheduled_at)} and then runs without "
+        f"using an attempt{times}",
+        facts,
+    )
 
 
 def _due(c: _Context) -> Check:
@@ -597,6 +652,7 @@ def _turn(c: _Context) -> Check:
 
 _WAITING_CHECKS = (
     _deadline,
+    _held_by_limit,
     _due,
     _paused,
     _other_queue,

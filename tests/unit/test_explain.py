@@ -76,6 +76,7 @@ async def test_a_due_job_with_a_free_live_worker_is_runnable(backend: InMemoryBa
     assert explanation.verdict.code == "runnable"
     assert [c.code for c in explanation.checks] == [
         "deadline_passed",
+        "rate_limited",
         "scheduled",
         "queue_paused",
         "actor_on_other_queue",
