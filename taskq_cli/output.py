@@ -345,6 +345,8 @@ def job_document(job: JobRow) -> dict[str, Any]:
         "span_id": job.span_id,
         "progress_seq": job.progress_seq,
         "progress_state": job.progress_state,
+        "unique_key": job.unique_key,
+        "unique_until": job.unique_until,
     }
 
 

@@ -295,6 +295,11 @@ def _retry_one(
         return ident, job.status, job.status if after is None else after.status
 
     ident, before, blocked_by = with_backend(ctx, dsn, schema, run)
+    if blocked_by in RETRYABLE_STATUSES:  # retryable, yet left: its unique key is taken
+        raise InvalidTransitionError(
+            f"job {ident} stays {blocked_by.value}: another job holds its unique key now "
+            "(retry it once that job has ended)"
+        )
     if blocked_by is not None:
         allowed = ", ".join(s.value for s in JobStatus if s in RETRYABLE_STATUSES)
         raise InvalidTransitionError(

@@ -7,11 +7,18 @@ mismatch if the actor later registers on another queue. ``--actors MOD:ATTR`` va
 payload with the actor's model first. ``--count N`` inserts N jobs in one statement: all or
 none. ``--json`` prints the jobs created (id, queue, status, ...) as one document instead of
 the ids; warnings stay on stderr.
+
+``--unique-key K`` refuses the job while another with that key waits or runs; with
+``--unique-for D`` at most one job with that key per window of D (aligned on the Unix epoch),
+whatever its state. A refusal is one error line naming the job that holds the key and when
+it is free again.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
+from uuid import UUID
 
 import typer
 
@@ -20,8 +27,10 @@ from taskq_cli.database import with_backend
 from taskq_cli.options import DsnOption, SchemaOption
 from taskq_core.actors import ActorRef, load_registry
 from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
+from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.client import EnqueueItem, JobsClient
-from taskq_core.errors import ConfigError
+from taskq_core.durations import format_duration
+from taskq_core.errors import ConfigError, SingletonCollisionError, TaskqError
 
 MAX_COUNT = 10_000
 
@@ -35,6 +44,43 @@ def _registered(spec: str | None, actor: str) -> list[ActorRef] | None:
         known = ", ".join(sorted(registry)) or "none"
         raise ConfigError(f"--actors {spec}: has no actor {actor!r} (it has: {known})")
     return list(registry.values())
+
+
+def _unique_options(
+    key: str | None, window: str | None, count: int
+) -> tuple[str | None, timedelta | None]:
+    """--unique-key and --unique-for, checked by the backends' rules (named by their flags)."""
+    inputs.optional_text(key, "--unique-key")
+    width = None if window is None else inputs.parse_duration_option(window, "--unique-for")
+    try:
+        check_unique(key, width)
+    except ValueError as exc:
+        message = str(exc).replace("unique_for", "--unique-for")
+        raise ConfigError(message.replace("unique_key", "--unique-key")) from None
+    if key is not None and count > 1:
+        raise ConfigError(
+            f"--count: {count} jobs cannot share one --unique-key (all but the first would be "
+            "refused); enqueue them one at a time with keys of their own"
+        )
+    return key, width
+
+
+async def _refusal(backend: Backend, error: SingletonCollisionError) -> TaskqError:
+    """The one error line for an enqueue refused by a unique key: the key, the job that holds
+    it (its status, read now) and when it is free again."""
+    holder = None
+    if isinstance(error.existing_job_id, UUID):
+        holder = await backend.get(error.existing_job_id)
+    held_by = f"job {error.existing_job_id}"
+    if holder is not None:
+        held_by += f" ({holder.status.value})"
+    if isinstance(error.retry_after, timedelta):
+        hint = f"free again in {format_duration(error.retry_after)}, when its window ends"
+    elif holder is not None and holder.unique_until is None:
+        hint = "free again once that job ends"
+    else:
+        hint = f"see taskq jobs show {error.existing_job_id}"
+    return TaskqError(f"--unique-key {error.unique_key!r}: held by {held_by}; {hint}")
 
 
 def enqueue(
@@ -70,6 +116,21 @@ def enqueue(
     count: Annotated[
         int, typer.Option("--count", help=f"Enqueue N identical jobs at once (1..{MAX_COUNT}).")
     ] = 1,
+    unique_key: Annotated[
+        str | None,
+        typer.Option(
+            "--unique-key",
+            help="Refuse the job while another with this key waits or runs (see --unique-for).",
+        ),
+    ] = None,
+    unique_for: Annotated[
+        str | None,
+        typer.Option(
+            "--unique-for",
+            help="With --unique-key: one job per key per window of this length, whatever its "
+            "state (windows aligned on the Unix epoch): 30s, 5m, 2h, 7d, PT1H.",
+        ),
+    ] = None,
     actors: Annotated[
         str | None,
         typer.Option("--actors", help="MODULE:ATTR registry: validate the payload first."),
@@ -88,6 +149,7 @@ def enqueue(
     inputs.optional_text(identity_key, "--identity-key")
     inputs.optional_text(fairness_key, "--fairness-key")
     inputs.check_int(count, "--count", minimum=1, maximum=MAX_COUNT)
+    key, window = _unique_options(unique_key, unique_for, count)
     registry = _registered(actors, actor)
     item = EnqueueItem(
         actor,
@@ -97,13 +159,18 @@ def enqueue(
         priority=priority,
         identity_key=identity_key,
         fairness_key=fairness_key,
+        unique_key=key,
+        unique_for=window,
     )
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow]]:
         config = await backend.get_actor_config(actor)
         client = JobsClient(backend=backend, registry=registry)
         await client.open()
-        return config, await client.enqueue_batch([item] * count)
+        try:
+            return config, await client.enqueue_batch([item] * count)
+        except SingletonCollisionError as exc:
+            raise await _refusal(backend, exc) from exc
 
     config, rows = with_backend(ctx, dsn, schema, run)
     if json:

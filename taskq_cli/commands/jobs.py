@@ -226,6 +226,7 @@ def _render_history(history: _JobHistory) -> None:
             ("lease until", when(job.lock_expires_at)),
             ("identity key", job.identity_key),
             ("fairness key", job.fairness_key),
+            *_unique_fields(job),
             ("deadline", when(job.schedule_to_close)),
             ("cancel", cancel),
             ("error", error),
@@ -307,6 +308,16 @@ def _status_line(job: JobRow, archived: ArchivedJob | None) -> str:
     if job.is_claimed:
         return "running (claimed, its body has not started)"
     return job.status.value
+
+
+def _unique_fields(job: JobRow) -> list[tuple[str, Any]]:
+    """The job's unique key, when it has one, and how long it holds it."""
+    if job.unique_key is None:
+        return []
+    if job.unique_until is None:
+        return [("unique key", f"{job.unique_key} (held while the job waits or runs)")]
+    until = output.timestamp(job.unique_until)
+    return [("unique key", f"{job.unique_key} (held in every state; its window ends {until})")]
 
 
 def _archive_fields(archived: ArchivedJob | None) -> list[tuple[str, Any]]:

@@ -338,3 +338,46 @@ async def test_the_client_refuses_bad_unique_options_as_config_errors(
     with pytest.raises(ConfigError, match=message):
         EnqueueItem("work", {}, **options)
     assert await harness.backend.list_jobs(JobFilter(limit=None)) == []
+
+
+# --- operator retry ----------------------------------------------------------------------------
+async def test_an_operator_retry_leaves_a_job_whose_key_another_job_holds(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    failed, _ = await job_in(harness, JobStatus.FAILED, unique_key="k")
+    holder = await backend.enqueue(args(unique_key="k"))
+
+    assert await backend.retry_job(failed.id) is False
+    assert await backend.retry_where(JobFilter(status="failed", limit=None)) == 0
+
+    assert (await reload(backend, failed.id)).status is JobStatus.FAILED
+    assert await backend.write_cancel_request(holder.id, "done") == "cancelled"
+    assert await backend.retry_job(failed.id) is True  # the key is free: it takes it back
+    error = await refused(backend, args(unique_key="k"))
+    assert error.existing_job_id == failed.id
+
+
+async def test_a_bulk_retry_re_pends_only_the_newest_job_of_a_key(harness: Harness) -> None:
+    backend = harness.backend
+    older, _ = await job_in(harness, JobStatus.FAILED, unique_key="k")
+    await harness.travel(1)
+    newer, _ = await job_in(harness, JobStatus.FAILED, unique_key="k")
+    plain, _ = await job_in(harness, JobStatus.FAILED)
+
+    assert await backend.retry_where(JobFilter(status="failed", limit=None)) == 2
+
+    statuses = {job.id: (await reload(backend, job.id)).status for job in (older, newer, plain)}
+    assert statuses == {
+        older.id: JobStatus.FAILED,
+        newer.id: JobStatus.PENDING,
+        plain.id: JobStatus.PENDING,
+    }
+
+
+async def test_a_job_with_a_windowed_key_is_retried_holding_it(harness: Harness) -> None:
+    backend = harness.backend
+    failed, _ = await job_in(harness, JobStatus.FAILED, unique_key="w", unique_for=WINDOW)
+    assert await backend.retry_job(failed.id) is True
+    again = await reload(backend, failed.id)
+    assert (again.status, again.unique_key) == (JobStatus.PENDING, failed.unique_key)

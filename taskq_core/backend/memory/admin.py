@@ -170,8 +170,12 @@ class AdminPart(MemoryStore):
 
     def _retry(self, job: JobRecord) -> bool:
         """An operator retry: a failed, crashed or cancelled job back to pending as if new
-        (attempt budget, result, error, lock and cancel fields reset); False otherwise."""
+        (attempt budget, result, error, lock and cancel fields reset); False otherwise, and
+        when another job holds its unique key (one without a window) now."""
         if job.status not in RETRYABLE_STATUSES:
+            return False
+        key = job.unique_key
+        if key is not None and job.unique_until is None and self.unique_holder(key) is not None:
             return False
         # Unchecked: re-pending a terminal row is the operator's explicit override.
         self._transition(job, PENDING, checked=False, detail={"reason": "operator_retry"})

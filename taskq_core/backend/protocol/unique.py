@@ -39,7 +39,7 @@ def check_unique(key: str | None, width: timedelta | None) -> None:
     if len(key.encode()) > MAX_KEY_BYTES:
         raise ValueError(f"unique_key is longer than {MAX_KEY_BYTES} bytes")
     if width is not None and width <= _ZERO:
-        raise ValueError(f"unique_for must be a positive duration, got {width}")
+        raise ValueError(f"unique_for must be a positive duration, got {width.total_seconds():g}s")
 
 
 def window_start(now: datetime, width: timedelta) -> datetime:

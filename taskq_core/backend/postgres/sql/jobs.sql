@@ -174,11 +174,13 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 -- name: retry_jobs
 -- Operator retry of the newest $5 failed/crashed/cancelled jobs matching the filter (as in
 -- `cancel_where`): back to pending with a fresh attempt budget and a clean slate. One NOTIFY.
+-- A job whose unique key (one without a window: held while waiting or running) another job
+-- holds now stays as it is, and of matched jobs sharing such a key only the newest goes back.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 matched AS (
-    SELECT j.id, j.status
+    SELECT j.id, j.status, j.unique_key, j.unique_until, j.created_at
     FROM {schema}.jobs j
     WHERE j.status IN ('failed', 'crashed', 'cancelled')
       AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
@@ -188,6 +190,19 @@ matched AS (
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
 ),
+picked AS (
+    SELECT DISTINCT ON (w.key) w.id, w.status
+    FROM (
+        SELECT m.*, CASE WHEN m.unique_key IS NOT NULL AND m.unique_until IS NULL
+                         THEN 'key:' || m.unique_key ELSE m.id::text END AS key
+        FROM matched m
+    ) w
+    WHERE w.key = w.id::text OR NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs o
+        WHERE o.unique_key = w.unique_key AND o.status IN ('pending', 'scheduled', 'running')
+    )
+    ORDER BY w.key, w.created_at DESC, w.id DESC
+),
 moved AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', attempt = 0, scheduled_at = k.now, started_at = NULL,
@@ -195,7 +210,7 @@ moved AS (
         lock_expires_at = NULL, cancel_phase = 0, cancel_requested_at = NULL,
         cancel_reason = NULL, error_class = NULL, error_message = NULL,
         error_traceback = NULL, updated_at = k.now
-    FROM matched m CROSS JOIN clock k
+    FROM picked m CROSS JOIN clock k
     WHERE j.id = m.id AND j.status IN ('failed', 'crashed', 'cancelled')
     RETURNING j.id, m.status AS from_status
 ),
