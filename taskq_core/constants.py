@@ -46,6 +46,11 @@ JOBS_VACUUM_MIN_DEAD: Final = 10_000
 JOBS_VACUUM_DEAD_FRACTION: Final = 0.01
 JOBS_VACUUM_TIMEOUT: Final = 600.0
 
+# The leader's cron loop (worker/cron_loop.py): fires due schedules every CRON_TICK_INTERVAL
+# seconds, at most CRON_TICK_LIMIT per transaction, again at once while a tick is full.
+CRON_TICK_INTERVAL: Final = 1.0
+CRON_TICK_LIMIT: Final = 100
+
 RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 
 # How many times a claimed job may be reclaimed before its body's start was recorded and

@@ -24,7 +24,7 @@ from taskq_core.actor_config import sync_actor_configs
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import EXIT_ERROR, JOBS_VACUUM_CHECK_INTERVAL
+from taskq_core.constants import CRON_TICK_INTERVAL, EXIT_ERROR, JOBS_VACUUM_CHECK_INTERVAL
 from taskq_core.cron_schedules import sync_cron_schedules
 from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
@@ -38,6 +38,7 @@ from taskq_core.worker.active import ActiveJobs
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.completer import Completer
 from taskq_core.worker.consumer import ConsumerLoop
+from taskq_core.worker.cron_loop import CronLoop
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.drain import DrainMonitor
 from taskq_core.worker.health import HealthServer
@@ -336,6 +337,7 @@ class Worker:
         prune = PruneSweep(deps, beat="prune")
         archive_expiry = ArchiveExpirySweep(deps)
         stale_workers = StaleWorkerCleanup(deps)
+        cron = CronLoop(deps)
         prune_at = sweep_schedule(s.prune_schedule_utc, s.prune_cron_expr)
         expire_at = sweep_schedule(s.archive_expiry_schedule_utc, s.archive_expiry_cron_expr)
         siblings: dict[str, Callable[[], Awaitable[Any]]] = {
@@ -350,6 +352,7 @@ class Worker:
             "stranded_queues": lambda: run_gated(
                 deps, "stranded_queues", STRANDED_CHECK_INTERVAL, stranded.run_once
             ),
+            "cron": lambda: run_gated(deps, "cron", CRON_TICK_INTERVAL, cron.run_once),
             "stale_workers": lambda: run_gated(
                 deps, "stale_workers", STALE_WORKER_CHECK_INTERVAL, stale_workers.run_once
             ),

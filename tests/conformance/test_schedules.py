@@ -13,17 +13,27 @@ tests/unit/test_schedule_fire.py.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from taskq_core.backend.protocol import (
+    ActorDeclaration,
+    EnqueueArgs,
+    JobFilter,
+    JobRow,
     ScheduleExistsError,
     ScheduleSpec,
     ScheduleUpdate,
+    schedule_job_key,
 )
 from taskq_core.schedule import Schedule
+from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 
 HOURLY = "0 * * * *"
+DAILY = "0 3 * * *"  # the daily tests step whole days: a fire time stays one
+DAY = 86400
 
 
 def spec(name: str = "nightly", cron: str = HOURLY, **fields: object) -> ScheduleSpec:
@@ -234,3 +244,188 @@ async def test_a_name_declared_twice_is_refused(harness: Harness) -> None:
     with pytest.raises(ValueError, match="declared twice: a"):
         await harness.backend.sync_code_schedules([spec("a"), spec("a", cron="*/5 * * * *")])
     assert await harness.backend.list_schedules() == []
+
+
+# --- the leader's fire ---------------------------------------------------------------------
+async def jobs_of(harness: Harness, actor: str = "build_report") -> list[JobRow]:
+    return await harness.backend.list_jobs(JobFilter(actor=actor))
+
+
+async def test_a_schedule_fires_one_job_once_it_is_due(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec(cron=DAILY, payload={"full": True}, queue="reports"))
+    assert await backend.fire_due_schedules(10) == []  # not due yet
+    await harness.travel(DAY)
+    due = await backend.get_schedule("nightly")
+    assert due is not None and due.next_fire_at is not None
+    [fired] = await backend.fire_due_schedules(10)
+    assert (fired.name, fired.fire_at, fired.missed_since) == ("nightly", due.next_fire_at, None)
+    assert fired.job_id is not None
+    assert fired.next_fire_at == fired.fire_at + timedelta(days=1)
+    job = await backend.get(fired.job_id)
+    assert job is not None
+    assert (job.actor, job.queue, job.payload, job.status) == (
+        "build_report",
+        "reports",
+        {"full": True},
+        JobStatus.PENDING,
+    )
+    assert job.metadata == {"schedule": "nightly", "fire_time": fired.fire_at.isoformat()}
+    assert job.unique_key == schedule_job_key("nightly", fired.fire_at)
+    # No worker registered the actor: a by-name enqueue's defaults.
+    assert (job.retry_kind, job.max_attempts, job.priority) == ("transient", 3, 0)
+    row = await backend.get_schedule("nightly")
+    assert row is not None
+    assert (row.last_fired_at, row.last_job_id, row.next_fire_at) == (
+        fired.fire_at,
+        job.id,
+        fired.next_fire_at,
+    )
+    assert await backend.fire_due_schedules(10) == []  # the fire time is spent
+    assert [j.id for j in await jobs_of(harness)] == [job.id]
+
+
+async def test_missed_fire_times_make_one_catch_up_job(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec(cron=DAILY))
+    await harness.travel(3 * DAY)  # three fire times passed while nobody led
+    missed = await backend.get_schedule("nightly")
+    assert missed is not None and missed.next_fire_at is not None
+    [fired] = await backend.fire_due_schedules(10)
+    assert fired.missed_since == missed.next_fire_at
+    assert fired.fire_at == missed.next_fire_at + timedelta(days=2)  # the latest one
+    assert fired.next_fire_at == fired.fire_at + timedelta(days=1)  # after now
+    assert fired.next_fire_at > await harness.now()
+    assert len(await jobs_of(harness)) == 1
+    assert await backend.fire_due_schedules(10) == []
+
+
+async def test_the_actors_stored_queue_and_policy_apply_unless_the_schedule_names_a_queue(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    budget = timedelta(hours=2)
+    await backend.sync_actor_configs(
+        [
+            ActorDeclaration(
+                "build_report", "media", {}, None, None, None, "indefinite", 7, budget, 5
+            )
+        ],
+        force=False,
+    )
+    await backend.create_schedule(spec("stored", cron=DAILY))
+    await backend.create_schedule(spec("own", cron=DAILY, queue="reports"))
+    await harness.travel(DAY)
+    fired = {f.name: f for f in await backend.fire_due_schedules(10)}
+    jobs = {}
+    for name in ("stored", "own"):
+        job_id = fired[name].job_id
+        assert job_id is not None
+        jobs[name] = await backend.get(job_id)
+    stored, own = jobs["stored"], jobs["own"]
+    assert stored is not None and own is not None
+    assert (stored.queue, own.queue) == ("media", "reports")
+    for job in (stored, own):
+        assert (job.retry_kind, job.max_attempts, job.priority) == ("indefinite", 7, 5)
+        assert job.schedule_to_close == job.created_at + budget
+
+
+async def test_a_tick_fires_at_most_its_limit_earliest_first(harness: Harness) -> None:
+    backend = harness.backend
+    for name, cron in [("c", "0 5 * * *"), ("a", "0 3 * * *"), ("b", "0 4 * * *")]:
+        await backend.create_schedule(spec(name, cron=cron))
+    await harness.travel(DAY)
+    first = await backend.fire_due_schedules(2)
+    rest = await backend.fire_due_schedules(2)
+    order = sorted(first + rest, key=lambda f: f.fire_at)
+    assert [f.name for f in first + rest] == [f.name for f in order]
+    assert (len(first), len(rest)) == (2, 1)
+    assert await backend.fire_due_schedules(2) == []
+    with pytest.raises(ValueError, match="limit"):
+        await backend.fire_due_schedules(0)
+
+
+async def test_a_disabled_schedule_does_not_fire_nor_catch_up_when_enabled(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec(cron=DAILY))
+    await backend.update_schedule("nightly", ScheduleUpdate(enabled=False))
+    await harness.travel(3 * DAY)
+    assert await backend.fire_due_schedules(10) == []
+    on = await backend.update_schedule("nightly", ScheduleUpdate(enabled=True))
+    assert on is not None and on.next_fire_at is not None
+    assert await backend.fire_due_schedules(10) == []  # the disabled days are not made up
+    await harness.travel(DAY)
+    [fired] = await backend.fire_due_schedules(10)
+    assert fired.missed_since is None
+    assert len(await jobs_of(harness)) == 1
+
+
+async def test_a_new_expression_fires_at_its_own_times(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec(cron=DAILY))
+    row = await backend.update_schedule("nightly", ScheduleUpdate(cron="0 */6 * * *"))
+    assert row is not None and row.next_fire_at is not None
+    await harness.travel(6 * 3600)
+    [fired] = await backend.fire_due_schedules(10)
+    assert fired.fire_at == Schedule("0 */6 * * *").latest_fire(fired.fire_at)
+    assert fired.next_fire_at == fired.fire_at + timedelta(hours=6)
+
+
+async def test_a_fire_time_whose_job_exists_makes_no_second_job(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.create_schedule(spec(cron=DAILY))
+    await harness.travel(DAY)
+    due = await backend.get_schedule("nightly")
+    assert due is not None and due.next_fire_at is not None
+    key = schedule_job_key("nightly", due.next_fire_at)
+    held = await backend.enqueue(EnqueueArgs(actor="build_report", unique_key=key))
+    [fired] = await backend.fire_due_schedules(10)
+    assert (fired.fire_at, fired.job_id) == (due.next_fire_at, None)
+    row = await backend.get_schedule("nightly")
+    assert row is not None
+    assert (row.last_fired_at, row.last_job_id) == (due.next_fire_at, None)
+    assert row.next_fire_at == fired.next_fire_at > due.next_fire_at
+    assert [j.id for j in await jobs_of(harness)] == [held.id]
+
+
+# --- daylight saving time (memory: its clock can be set to the night the clocks change) ----
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+async def travel_to(harness: Harness, when: datetime) -> None:
+    if harness.clock is None:
+        pytest.skip(
+            "needs the clock at a chosen date: Postgres' clock is the server's; the same "
+            "rules (due_fire) at these dates: tests/unit/test_schedule_fire.py"
+        )
+    await harness.travel((when - await harness.now()).total_seconds())
+
+
+async def test_a_local_time_skipped_by_the_spring_jump_is_not_fired(harness: Harness) -> None:
+    backend = harness.backend
+    await travel_to(harness, utc("2026-03-28T12:00"))
+    row = await backend.create_schedule(spec(cron="30 2 * * *", timezone="Europe/Berlin"))
+    # 02:30 does not exist in Berlin on 2026-03-29 (02:00 -> 03:00): next is the 30th.
+    assert row.next_fire_at == utc("2026-03-30T00:30")
+    await travel_to(harness, utc("2026-03-29T12:00"))
+    assert await backend.fire_due_schedules(10) == []
+    await travel_to(harness, utc("2026-03-31T12:00"))  # downtime over the 30th and 31st
+    [fired] = await backend.fire_due_schedules(10)
+    assert (fired.fire_at, fired.missed_since) == (utc("2026-03-31T00:30"), utc("2026-03-30T00:30"))
+    assert fired.next_fire_at == utc("2026-04-01T00:30")
+
+
+async def test_a_local_time_repeated_by_the_autumn_fall_back_fires_once(harness: Harness) -> None:
+    backend = harness.backend
+    await travel_to(harness, utc("2026-10-24T12:00"))
+    await backend.create_schedule(spec(cron="30 2 * * *", timezone="Europe/Berlin"))
+    # 02:30 happens twice in Berlin on 2026-10-25: at 00:30 UTC (CEST) and 01:30 UTC (CET).
+    await travel_to(harness, utc("2026-10-25T00:30"))
+    [fired] = await backend.fire_due_schedules(10)
+    assert (fired.fire_at, fired.next_fire_at) == (utc("2026-10-25T00:30"), utc("2026-10-26T01:30"))
+    await travel_to(harness, utc("2026-10-25T01:45"))  # past the second 02:30
+    assert await backend.fire_due_schedules(10) == []
+    assert len(await jobs_of(harness)) == 1

@@ -11,19 +11,27 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from taskq_core.actor_config import stored_retry
 from taskq_core.backend.protocol.schedules import (
+    DueFire,
     FiredSchedule,
     ScheduleExistsError,
     ScheduleRecord,
     ScheduleSpec,
     ScheduleSyncResult,
     ScheduleUpdate,
+    due_fire,
     new_schedule,
     plan_code_schedules,
+    schedule_job_key,
+    schedule_job_metadata,
     updated_schedule,
 )
+from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.ids import uuid7
+from taskq_core.retry import DEFAULT_RETRY_POLICY
 
-from .store import MemoryStore, as_json
+from .store import PENDING, JobRecord, MemoryStore, as_json
 
 
 def _stored(row: ScheduleRecord) -> ScheduleRecord:
@@ -84,5 +92,70 @@ class SchedulePart(MemoryStore):
         return plan.result
 
     async def fire_due_schedules(self, limit: int) -> list[FiredSchedule]:
-        """The leader's tick (next commit)."""
-        raise NotImplementedError("fire_due_schedules is not implemented yet")
+        """The leader's tick at once: up to ``limit`` due schedules, earliest first, each
+        one job for its latest due fire time unless a job holds that fire time's key."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        now = self._now()
+        due = sorted(
+            (r for r in self._schedules.values() if r.enabled and r.next_fire_at is not None),
+            key=lambda r: (r.next_fire_at, r.name),
+        )
+        fired: list[FiredSchedule] = []
+        for row in due:
+            if row.next_fire_at is None or row.next_fire_at > now or len(fired) == limit:
+                break
+            try:
+                plan = due_fire(row.cron, row.timezone, row.next_fire_at, now)
+            except ValueError:  # a zone this system no longer knows: as on Postgres, left
+                continue
+            key = schedule_job_key(row.name, plan.fire_at)
+            job = None if self.unique_holder(key) is not None else self._job_of(row, plan, key)
+            if job is not None:
+                self._jobs[job.id] = job
+            self._schedules[row.name] = replace(
+                row,
+                next_fire_at=plan.next_fire_at,
+                last_fired_at=plan.fire_at,
+                last_job_id=None if job is None else job.id,
+                updated_at=now,
+            )
+            job_id = None if job is None else job.id
+            fired.append(
+                FiredSchedule(row.name, plan.fire_at, job_id, plan.next_fire_at, plan.missed_since)
+            )
+        if any(f.job_id is not None for f in fired):
+            self._wake()
+        return fired
+
+    def _job_of(self, row: ScheduleRecord, plan: DueFire, key: str) -> JobRecord:
+        """The pending job a fire makes: the schedule's actor and payload, its queue or the
+        actor's stored one, the actor's stored retry policy and priority (the defaults of a
+        by-name enqueue while no worker has registered it)."""
+        now = self._now()
+        stored = self._actor_configs.get(row.actor)
+        config = None if stored is None else stored.snapshot()
+        retry = (None if config is None else stored_retry(config)) or DEFAULT_RETRY_POLICY
+        budget = retry.time_budget if retry.kind == "indefinite" else None
+        return JobRecord(
+            id=uuid7(),
+            actor=row.actor,
+            queue=row.queue or (DEFAULT_QUEUE if config is None else config.queue),
+            payload=as_json(row.payload),
+            status=PENDING,
+            priority=(config.priority if config is not None else None) or 0,
+            scheduled_at=now,
+            created_at=now,
+            updated_at=now,
+            retry_kind=retry.kind,
+            max_attempts=retry.max_attempts,
+            identity_key=None,
+            fairness_key=None,
+            schedule_to_close=None if budget is None else now + budget,
+            result_ttl=None,
+            metadata=schedule_job_metadata(row.name, plan.fire_at),
+            trace_id=None,
+            span_id=None,
+            unique_key=key,
+            unique_until=plan.fire_at,
+        )
