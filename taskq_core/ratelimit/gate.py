@@ -9,7 +9,8 @@ appear before then, since only time refills a bucket and empties a window.
 
 Denied jobs come back in a paced line rather than all at once: each limit keeps a line end,
 and each denial takes the next place in it, one limit interval (1/rate for a bucket,
-window/limit for a window) after the previous one, never sooner than the store's retry_after.
+window/limit for a window, a slot's turnover for a reservation) after the previous one, never
+sooner than the store's retry_after.
 A backlog of thousands of jobs then returns at about the limit's rate instead of being claimed
 and denied again every second, which would cost the queue what the limit saves. The line is
 this process's own; each worker paces the jobs it denied.
@@ -29,9 +30,13 @@ from taskq_core.ratelimit.fallback import LimiterStoreUnavailableError
 from taskq_core.ratelimit.primitives import ConcurrencyReservation, SlidingWindow, TokenBucket
 from taskq_core.ratelimit.registry import ActorLimits, LimitUse
 
-# A denied reservation cannot know when a slot frees: its jobs come back after this long,
-# paced one slot's share of it apart.
-RESERVATION_RETRY_AFTER = timedelta(seconds=1)
+# A denied reservation cannot know when a slot frees. Its jobs come back after the time one
+# slot takes to turn over: how long this worker's jobs held a slot of it (a moving average),
+# shared by its slots; this hold time is assumed until one was seen, and the wait is kept
+# between these bounds.
+RESERVATION_HOLD_GUESS = 1.0
+RESERVATION_RETRY_BOUNDS = (0.05, 60.0)
+_HOLD_WEIGHT = 0.2  # of the newest hold time in the moving average
 # A limit whose store is away (Redis down, no fallback) holds its jobs back this long.
 STORE_UNAVAILABLE_RETRY_AFTER = timedelta(seconds=5)
 # Lines past their end are forgotten once this many limits have one (keyed limits).
@@ -84,7 +89,8 @@ class RateLimiter:
         self.lease = lease  # a slot's lease; the heartbeat renews it with the job's
         self._closed: dict[str, float] = {}  # limit -> monotonic time a token may be there
         self._lines: dict[str, float] = {}  # limit -> monotonic end of its line of denials
-        self._holding: dict[UUID, tuple[str, ...]] = {}  # job -> reservation slots held
+        self._holding: dict[UUID, tuple[tuple[str, ...], float]] = {}  # job -> (slots, since)
+        self._hold_times: dict[str, float] = {}  # reservation -> moving average of holds (s)
 
     def applies(self, actor: str) -> bool:
         """Whether ``actor`` declares any limit."""
@@ -115,8 +121,10 @@ class RateLimiter:
                     name, slots, job_id, worker_id, self.lease
                 ):
                     await self._give_back(job_id, worker_id, held)
-                    interval = RESERVATION_RETRY_AFTER.total_seconds() / slots
-                    return self._deny("reservation", name, RESERVATION_RETRY_AFTER, interval)
+                    low, high = RESERVATION_RETRY_BOUNDS
+                    turnover = self._hold_times.get(name, RESERVATION_HOLD_GUESS) / slots
+                    wait = min(max(turnover, low), high)
+                    return self._deny("reservation", name, timedelta(seconds=wait), wait)
                 held.append(name)
             for use, name in rate_limits:
                 denial = await self._take(use, name)
@@ -127,14 +135,22 @@ class RateLimiter:
             await self._give_back(job_id, worker_id, held)
             raise
         if held:
-            self._holding[job_id] = tuple(held)
+            self._holding[job_id] = (tuple(held), self.clock.monotonic())
         return Admission(tuple(held))
 
     async def release(self, job_id: UUID, worker_id: UUID) -> int:
         """Give back every slot ``job_id`` holds here; how many were freed."""
-        held = self._holding.pop(job_id, ())
+        held, since = self._holding.pop(job_id, ((), 0.0))
         if not held:
             return 0
+        took = self.clock.monotonic() - since
+        for name in held:
+            known = self._hold_times.get(name)
+            self._hold_times[name] = (
+                took if known is None else known + _HOLD_WEIGHT * (took - known)
+            )
+        if len(self._hold_times) > _LINES_KEPT:  # keyed reservations: forget the oldest
+            self._hold_times.pop(next(iter(self._hold_times)))
         return await self.slots.release_reservations(job_id, worker_id, list(held))
 
     def forget(self, job_ids: Iterable[UUID]) -> None:
