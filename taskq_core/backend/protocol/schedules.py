@@ -60,7 +60,8 @@ class ScheduleSpec:
 class ScheduleUpdate:
     """A partial update; UNSET fields stay as they are. A new ``cron`` or ``timezone``, or
     ``enabled=True`` on a disabled schedule, recomputes ``next_fire_at`` from now (no
-    catch-up for the time it was disabled); ``enabled=False`` stops it firing."""
+    catch-up for the time it was disabled); ``enabled=False`` stops it firing (the row stays,
+    its ``next_fire_at`` becomes None). Bad values raise ValueError naming the field."""
 
     actor: Any = UNSET
     cron: Any = UNSET
