@@ -11,11 +11,13 @@ import asyncpg
 import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter, JobRow
 from taskq_core.backend.protocol.unique import windowed_key
 from taskq_core.errors import SingletonCollisionError
 from tests.conftest import PgTarget
 from tests.postgres.test_enqueue_idempotent import waiting_on_a_lock
+from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
 pytestmark = pytest.mark.postgres
 
@@ -140,3 +142,37 @@ async def test_the_next_window_on_the_servers_clock_frees_the_key(
     assert second.unique_until >= first.unique_until + width
     assert second.unique_key == windowed_key("tick", second.unique_until - width)
     assert second.unique_key != first.unique_key
+
+
+# --- plans -------------------------------------------------------------------------------------
+@pytest.mark.slow
+async def test_the_holder_of_a_key_is_found_on_the_unique_index_of_a_big_table(
+    pg: PgTarget,
+) -> None:
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        await conn.execute(
+            f"""INSERT INTO {pg.schema}.jobs (id, actor, queue, status, unique_key)
+                SELECT gen_random_uuid(), 'work', 'default',
+                       (ARRAY['pending','succeeded'])[1 + n % 2]::{pg.schema}.job_status,
+                       CASE WHEN n % 3 = 0 THEN 'k' || n END
+                FROM generate_series(1, 60000) AS n"""
+        )
+        await conn.execute(f"ANALYZE {pg.schema}.jobs")
+        # A refused enqueue (the key of a pending job) and the batch's holder lookup.
+        enqueue = await generic_plan(
+            conn,
+            render("enqueue", pg.schema),
+            args="gen_random_uuid(), 'work', 'default', '{}', 0, NULL, NULL, NULL, NULL, "
+            "'transient', 3, NULL, '{}', NULL, NULL, 'wake', 'k6', NULL",
+            analyze=True,
+        )
+        holder = await generic_plan(
+            conn, render("unique_holder", pg.schema), args="ARRAY['k6', 'k9']", analyze=True
+        )
+    finally:
+        await conn.close()
+    for plan in (enqueue, holder):
+        names = scan_names(plan)
+        assert "Index Scan jobs_unique_key_idx" in names, names
+        assert not any(name.startswith("Seq Scan") for name in names), names
