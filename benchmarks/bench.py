@@ -33,6 +33,7 @@ from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from benchmarks.ratelimit_sections import RATE, WORKERS, LimitFigures, measure
 from benchmarks.worker_sections import Latency, drain, latency
 
 LEASE = timedelta(minutes=5)
@@ -185,12 +186,47 @@ async def latency_section(bench: Bench) -> list[Measurement]:
     return []
 
 
+LIMITS: list[LimitFigures] = []
+
+
+async def ratelimit_section(bench: Bench) -> list[Measurement]:
+    """A 100/s TokenBucket over 4 workers for a minute, and unlimited jobs beside it."""
+    figures = await measure(
+        bench.fresh_backend,
+        bench.dsn,
+        unlimited=bench.size(20_000),
+        window=10.0 if bench.quick else 60.0,
+    )
+    LIMITS.append(figures)
+    return [
+        Measurement(
+            "ratelimit",
+            f"unlimited actor alone ({WORKERS} workers)",
+            figures.unlimited_jobs,
+            figures.unlimited_alone,
+        ),
+        Measurement(
+            "ratelimit",
+            f"unlimited actor beside a {RATE:g}/s bucket's backlog",
+            figures.unlimited_jobs,
+            figures.unlimited_beside,
+        ),
+        Measurement(
+            "ratelimit",
+            f"limited actor, {RATE:g}/s bucket over {figures.window:g} s",
+            figures.limited_starts,
+            figures.window,
+        ),
+    ]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
     ("cycle", cycle_section),
     ("drain", drain_section),
     ("latency", latency_section),
+    ("ratelimit", ratelimit_section),
 ]
 
 
@@ -252,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
                 ("  commit -> start (NOTIFY, claim)", result.after_commit),
             ):
                 console.print(f"  {name:<36} " + " / ".join(f"{cut:.2f}" for cut in cuts))
+        for limit in LIMITS:
+            console.print(
+                f"rate limit: {limit.limited_rate:.1f}/s against {RATE:g}/s "
+                f"({limit.limited_rate / RATE - 1:+.1%}) over {limit.window:g} s, at most "
+                f"{limit.peak_second} starts in one second; unlimited jobs drained at "
+                f"{limit.unlimited_kept:.0%} of their rate alone"
+            )
     finally:
         if root is not None:
             embedded.stop(root / "pgdata")

@@ -57,12 +57,16 @@ def worker_env(dsn: str, schema: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def worker_process(
-    dsn: str, schema: str, *args: str, extra_env: dict[str, str] | None = None
+    dsn: str,
+    schema: str,
+    *args: str,
+    extra_env: dict[str, str] | None = None,
+    actors: str = ACTORS,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """A `taskq worker` child, stopped (SIGTERM) on exit if still running."""
     env = {**worker_env(dsn, schema), **(extra_env or {})}
     proc = await asyncio.create_subprocess_exec(
-        TASKQ, "worker", "--actors", ACTORS, *args,
+        TASKQ, "worker", "--actors", actors, *args,
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     try:

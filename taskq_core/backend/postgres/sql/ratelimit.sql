@@ -11,6 +11,9 @@
 -- with less than one token untouched, and then `taken` returns no row. Returns `remaining`
 -- (tokens left; NULL: denied) and `available` (tokens now as of this statement's snapshot,
 -- read to compute a denied call's retry_after).
+-- `k.now` is read when the statement starts, so an acquirer that waited for the row lock may
+-- find updated_at later than its own now: it gets no refill and leaves updated_at where it
+-- was (GREATEST), so no interval is ever refilled twice.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
@@ -20,7 +23,7 @@ taken AS (
     ON CONFLICT (key) DO UPDATE
     SET tokens = LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
             EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) - 1,
-        updated_at = (SELECT k.now FROM k)
+        updated_at = GREATEST(b.updated_at, (SELECT k.now FROM k))
     WHERE LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
             EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) >= 1
     RETURNING b.tokens
@@ -51,9 +54,11 @@ free AS (
     FOR UPDATE SKIP LOCKED
 ),
 taken AS (
+    -- Stamped when the row is taken (after any lock wait), not when the statement began:
+    -- the entry then leaves the window no sooner than it should.
     UPDATE {schema}.rate_limit_window_entries e
-    SET occurred_at = k.now
-    FROM free f CROSS JOIN k
+    SET occurred_at = clock_timestamp()
+    FROM free f
     WHERE e.id = f.id
     RETURNING e.id
 )
