@@ -28,9 +28,11 @@ taken AS (
             EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) >= 1
     RETURNING b.tokens
 )
+-- `available` may be negative: time the bucket already counted ahead of this reading (see
+-- above) is still to come, and a denied call waits for it too.
 SELECT (SELECT t.tokens FROM taken t) AS remaining,
-       (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
-                   EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0))
+       (SELECT LEAST($3::float8, b.tokens + $2::float8 *
+                   EXTRACT(EPOCH FROM k.now - b.updated_at)::float8)
         FROM {schema}.rate_limit_buckets b CROSS JOIN k
         WHERE b.key = $1::text) AS available;
 
