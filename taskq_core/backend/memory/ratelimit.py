@@ -54,11 +54,14 @@ class RateLimitPart(MemoryStore):
         if bucket is None:
             self._limits().buckets[key] = _Bucket(burst - 1, now)
             return LimitGrant(True, remaining=burst - 1)
-        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
-        available = min(burst, bucket.tokens + rate * elapsed)
+        # As on PostgreSQL: time the bucket already counted (a clock reading ahead of this
+        # one) is neither refilled again nor skipped by a denied call's wait.
+        elapsed = (now - bucket.updated_at).total_seconds()
+        available = min(burst, bucket.tokens + rate * max(elapsed, 0.0))
         if available < 1:
-            return LimitGrant(False, timedelta(seconds=(1 - available) / rate), 0.0)
-        bucket.tokens, bucket.updated_at = available - 1, now
+            waits_for = 1 - min(burst, bucket.tokens + rate * elapsed)
+            return LimitGrant(False, timedelta(seconds=waits_for / rate), 0.0)
+        bucket.tokens, bucket.updated_at = available - 1, max(bucket.updated_at, now)
         return LimitGrant(True, remaining=bucket.tokens)
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
