@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from taskq_core.actors import ActorRef
-from taskq_core.backend.protocol.ratelimit import RateLimitBackend
+from taskq_core.backend.protocol.ratelimit import LimitDefinition, RateLimitBackend
 from taskq_core.clock import Clock
 from taskq_core.di import ProviderRegistry
 from taskq_core.errors import ConfigError
 from taskq_core.ratelimit.gate import RateLimiter
+from taskq_core.ratelimit.primitives import ConcurrencyReservation, SlidingWindow, TokenBucket
 from taskq_core.ratelimit.registry import ActorLimits, RateLimitRegistry, default_registry
 from taskq_core.ratelimit.stores import close_store, limiter_store
 from taskq_core.settings import TaskqSettings
@@ -49,7 +50,33 @@ def actor_limits(
     return choose_registry(given, providers).resolve(actors)
 
 
-def build_limiter(
+def definitions(plans: dict[str, ActorLimits], *, redis: bool) -> list[LimitDefinition]:
+    """The distinct limits of every actor, as ``taskq top`` reads them (keyed when any actor
+    uses the limit by key; rate limits in Redis when ``redis``)."""
+    uses = [use for plan in plans.values() for use in (*plan.rate_limits, *plan.reservations)]
+    keyed = {use.name for use in uses if use.key_fn is not None}
+    found: dict[str, LimitDefinition] = {}
+    for use in uses:
+        limit = use.limit
+        per_second = span = None
+        if isinstance(limit, TokenBucket):
+            per_second = limit.per_second
+        elif isinstance(limit, SlidingWindow):
+            span = limit.window
+        in_redis = redis and not isinstance(limit, ConcurrencyReservation)
+        found[limit.name] = LimitDefinition(
+            limit.name,
+            limit.kind,
+            limit.capacity,
+            per_second,
+            span,
+            keyed=limit.name in keyed,
+            store="redis" if in_redis else "postgres",
+        )
+    return sorted(found.values(), key=lambda d: d.name)
+
+
+async def start_limiter(
     plans: dict[str, ActorLimits],
     settings: TaskqSettings,
     backend: RateLimitBackend,
@@ -57,10 +84,11 @@ def build_limiter(
     clock: Clock,
     log: Any,
 ) -> RateLimiter | None:
-    """The worker's limiter, or None when no actor declares a limit (then no Redis client is
-    opened either)."""
+    """The worker's limiter, its limits' definitions recorded for ``taskq top``; None when
+    no actor declares a limit (then nothing is written and no Redis client opened)."""
     if not any(plans.values()):
         return None
+    await backend.register_rate_limits(definitions(plans, redis=bool(settings.redis_url)))
     store = limiter_store(settings, backend, clock=clock, log=log)
     return RateLimiter(plans, store, backend, clock=clock, lease=settings.lock_lease_delta)
 

@@ -12,6 +12,7 @@ Only a process that uses rate limits imports this module (and so the ``redis`` p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from taskq_core.backend.protocol.ratelimit import LimitGrant
+from taskq_core.backend.protocol.ratelimit import LimitDefinition, LimitGrant, LimitUsage
 
 # KEYS[1] bucket; ARGV rate (tokens/s), burst. Returns {allowed, retry_after_s, tokens_left}.
 _TOKEN_BUCKET = """
@@ -121,11 +122,49 @@ class RedisLimiterStore:
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
         """One use of window ``key`` (``limit`` per ``window``)."""
         micros = max(math.ceil(window.total_seconds() * 1_000_000), 1)
-        base = f"{self.prefix}sw:{key}"
-        allowed, retry, left = await self._window(keys=[base, f"{base}:seq"], args=[limit, micros])
+        keys = [f"{self.prefix}sw:{key}", f"{self.prefix}sq:{key}"]
+        allowed, retry, left = await self._window(keys=keys, args=[limit, micros])
         return LimitGrant(
             bool(int(allowed)), timedelta(microseconds=max(int(retry), 0)), float(left)
         )
+
+    async def usage(
+        self, limits: Sequence[LimitDefinition], instances_per_limit: int = 20
+    ) -> list[LimitUsage]:
+        """The use of these limits' instances now, on Redis's clock: tokens spent of the
+        burst (refill counted), uses within the window; most used first per limit. A limit
+        with no key in Redis (never used, or idle long enough to expire) has one row, used 0.
+        """
+        seconds, micros = await self.client.time()
+        now = float(seconds) + float(micros) / 1_000_000
+        usage: list[LimitUsage] = []
+        for limit in limits:
+            kind = "tb" if limit.kind == "token_bucket" else "sw"
+            base = f"{self.prefix}{kind}:{limit.name}"
+            keys = [base] if await self.client.exists(base) else []
+            if limit.keyed:
+                async for key in self.client.scan_iter(match=f"{base}:*", count=500):
+                    keys.append(key)
+                    if len(keys) >= 10 * instances_per_limit:
+                        break  # enough to rank: a keyed limit may have thousands
+            used = {key: await self._used(limit, key, now) for key in keys}
+            ranked = sorted(used.items(), key=lambda item: (-item[1], item[0]))
+            strip = len(self.prefix) + len(kind) + 1
+            rows = [LimitUsage(limit, key[strip:], value) for key, value in ranked]
+            usage += rows[:instances_per_limit] or [LimitUsage(limit, limit.name, 0.0)]
+        return usage
+
+    async def _used(self, limit: LimitDefinition, key: str, now: float) -> float:
+        if limit.kind == "token_bucket":
+            assert limit.per_second is not None
+            tokens, at = await self.client.hmget(key, ["tokens", "at"])
+            if tokens is None or at is None:
+                return 0.0
+            refilled = float(tokens) + limit.per_second * max(now - float(at), 0.0)
+            return limit.capacity - min(limit.capacity, refilled)
+        assert limit.span is not None
+        since = (now - limit.span.total_seconds()) * 1_000_000
+        return float(await self.client.zcount(key, f"({since:.0f}", "+inf"))
 
     async def close(self) -> None:
         """Close the client's connections."""

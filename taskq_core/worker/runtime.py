@@ -30,7 +30,7 @@ from taskq_core.di import ProcessScopes, ProviderRegistry
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.logs import get_logger
-from taskq_core.ratelimit.bootstrap import actor_limits, build_limiter, close_limiter
+from taskq_core.ratelimit.bootstrap import actor_limits, close_limiter, start_limiter
 from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.schedule import sweep_schedule
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
@@ -161,7 +161,7 @@ class Worker:
                 backend, self.registry.values(), until_idle=self.until_idle, log=self.log
             )
             deps = self._build_deps(backend)
-            deps.limiter = build_limiter(
+            deps.limiter = await start_limiter(
                 limits, self.settings, backend, clock=self.clock, log=self.log
             )
             # Before the worker row exists: a socket another live worker serves refuses the

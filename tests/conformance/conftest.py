@@ -43,6 +43,8 @@ _TIME_COLUMNS = {
     "workers": ["started_at", "last_seen_at", "stopped_at"],
     "maintenance_leader": ["elected_at", "last_seen_at"],
     "reservation_slots": ["lease_expires_at"],
+    "rate_limit_buckets": ["updated_at"],
+    "rate_limit_window_entries": ["occurred_at"],
     "schedules": ["next_fire_at", "last_fired_at", "created_at", "updated_at"],
 }
 

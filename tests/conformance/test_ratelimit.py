@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
+from taskq_core.backend.protocol import LimitDefinition
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import LEASE, between, job_in, reload, running_job
@@ -132,3 +133,46 @@ async def test_a_retry_after_of_a_body_that_ran_keeps_its_attempt_row(harness: H
     [attempt] = await harness.backend.get_attempts(job.id)
     assert attempt.outcome == "retry_after"
     assert (await harness.backend.get_events(job.id))[-1].detail == {}
+
+
+async def test_usage_reads_each_registered_limit_and_its_instances(harness: Harness) -> None:
+    backend = harness.backend
+    window = timedelta(minutes=1)
+    await backend.register_rate_limits(
+        [
+            LimitDefinition("api", "token_bucket", 10.0, per_second=1.0),
+            LimitDefinition("sms", "sliding_window", 3.0, span=window, keyed=True),
+            LimitDefinition("gpu", "reservation", 2.0),
+            LimitDefinition("idle", "token_bucket", 5.0, per_second=5.0),
+            LimitDefinition("remote", "token_bucket", 5.0, per_second=5.0, store="redis"),
+        ]
+    )
+    for _ in range(4):
+        assert (await backend.acquire_token("api", 1.0, 10.0)).allowed
+    for key in ("sms:a", "sms:a", "sms:b"):
+        assert (await backend.acquire_window(key, 3, window)).allowed
+    assert await backend.acquire_reservation("gpu", 2, uuid4(), uuid4(), SLOT_LEASE)
+    usage = await backend.rate_limit_usage()
+    rows = {(u.limit.name, u.instance): u.used for u in usage}
+    api = rows.pop(("api", "api"))
+    assert api is not None and 3.5 <= api <= 4.0  # four spent, a little refill since
+    assert rows == {
+        ("gpu", "gpu"): 1.0,
+        ("idle", "idle"): 0.0,
+        ("remote", "remote"): None,  # kept in Redis: not this backend's to read
+        ("sms", "sms:a"): 2.0,
+        ("sms", "sms:b"): 1.0,
+    }
+    assert [u.instance for u in usage if u.limit.name == "sms"] == ["sms:a", "sms:b"]
+    assert [u.limit.name for u in usage] == sorted(u.limit.name for u in usage)
+    await harness.travel(61)
+    later = {u.instance: u.used for u in await backend.rate_limit_usage(instances_per_limit=1)}
+    assert later["api"] == 0.0 and later["sms:a"] == 0.0 and "sms:b" not in later
+
+
+async def test_registering_again_takes_the_new_definition(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 10.0, 1.0)])
+    await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 20.0, 2.0)])
+    [usage] = await backend.rate_limit_usage()
+    assert (usage.limit.capacity, usage.limit.per_second) == (20.0, 2.0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from taskq_core.backend.protocol import LimitDefinition
+from taskq_core.ratelimit.redis import RedisLimiterStore
 from tests.ratelimit.conftest import LimiterTarget
 
 
@@ -120,3 +122,25 @@ async def test_contended_acquires_over_time_never_refill_twice(limiter: LimiterT
             limiter.clock.advance(0.05)
     elapsed = await limiter.now() - started
     assert allowed <= burst + rate * elapsed
+
+
+async def test_redis_usage_reads_buckets_and_windows_on_its_clock(
+    redis_limiter: LimiterTarget,
+) -> None:
+    store = redis_limiter.store
+    assert isinstance(store, RedisLimiterStore)
+    window = timedelta(minutes=1)
+    api = LimitDefinition("api", "token_bucket", 10.0, per_second=0.5, store="redis")
+    sms = LimitDefinition("sms", "sliding_window", 3.0, span=window, keyed=True, store="redis")
+    idle = LimitDefinition("idle", "token_bucket", 2.0, per_second=1.0, store="redis")
+    for _ in range(4):
+        assert (await store.acquire_token("api", 0.5, 10.0)).allowed
+    for key in ("sms:a", "sms:a", "sms:b"):
+        assert (await store.acquire_window(key, 3, window)).allowed
+    started = await redis_limiter.now()
+    usage = await store.usage([api, sms, idle])
+    elapsed = await redis_limiter.now() - started
+    rows = {(u.limit.name, u.instance): u.used for u in usage}
+    used_api = rows.pop(("api", "api"))
+    assert used_api is not None and 4 - 0.5 * (elapsed + 1) <= used_api <= 4
+    assert rows == {("sms", "sms:a"): 2.0, ("sms", "sms:b"): 1.0, ("idle", "idle"): 0.0}

@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from taskq_core.backend.protocol.ratelimit import HeldSlot, LimitGrant
+from taskq_core.backend.protocol.ratelimit import (
+    HeldSlot,
+    LimitDefinition,
+    LimitGrant,
+    LimitUsage,
+)
 from taskq_core.statemachine import ACTIVE_STATUSES
 
 from .store import MemoryStore
@@ -35,6 +40,12 @@ class _LimitTables:
     buckets: dict[str, _Bucket] = field(default_factory=dict)
     windows: dict[str, list[datetime]] = field(default_factory=dict)  # uses, oldest first
     slots: dict[tuple[str, int], _Slot] = field(default_factory=dict)
+    definitions: dict[str, LimitDefinition] = field(default_factory=dict)
+
+
+def _of(limit: str, instance: str) -> bool:
+    """Whether ``instance`` is limit ``limit`` or one of its keyed instances."""
+    return instance == limit or instance.startswith(f"{limit}:")
 
 
 class RateLimitPart(MemoryStore):
@@ -142,3 +153,43 @@ class RateLimitPart(MemoryStore):
             and (name is None or slot_name == name)
         ]
         return sorted(held, key=lambda h: (h.name, h.slot))
+
+    async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
+        """Upsert the definitions a worker enforces."""
+        for definition in definitions:
+            self._limits().definitions[definition.name] = definition
+
+    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+        """Every registered limit and its instances' use now, on the injected clock."""
+        now, tables, usage = self._now(), self._limits(), []
+        for name in sorted(tables.definitions):
+            limit = tables.definitions[name]
+            if limit.store == "redis" and limit.kind != "reservation":
+                usage.append(LimitUsage(limit, name, None))
+                continue
+            used: dict[str, float] = {}
+            if limit.kind == "token_bucket":
+                assert limit.per_second is not None
+                for key, bucket in tables.buckets.items():
+                    if _of(name, key):
+                        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+                        tokens = min(limit.capacity, bucket.tokens + limit.per_second * elapsed)
+                        used[key] = limit.capacity - tokens
+            elif limit.kind == "sliding_window":
+                assert limit.span is not None
+                for key, uses in tables.windows.items():
+                    if _of(name, key):
+                        used[key] = float(sum(1 for at in uses if at > now - limit.span))
+            else:
+                for (slot_name, _), row in tables.slots.items():
+                    if _of(name, slot_name):
+                        live = row.lease_expires_at is not None and row.lease_expires_at > now
+                        used[slot_name] = used.get(slot_name, 0.0) + (
+                            row.job_id is not None and live
+                        )
+            if not used:
+                usage.append(LimitUsage(limit, name, 0.0))
+                continue
+            ranked = sorted(used.items(), key=lambda item: (-item[1], item[0]))
+            usage += [LimitUsage(limit, key, value) for key, value in ranked[:instances_per_limit]]
+        return usage

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from uuid import UUID
 
-from taskq_core.backend.protocol.ratelimit import HeldSlot, LimitGrant
+from taskq_core.backend.protocol.ratelimit import (
+    HeldSlot,
+    LimitDefinition,
+    LimitGrant,
+    LimitUsage,
+)
 
 from .core import BackendCore
 
@@ -120,3 +125,37 @@ class RateLimitPart(BackendCore):
             HeldSlot(r["name"], r["slot"], r["job_id"], r["worker_id"], r["lease_expires_at"])
             for r in records
         ]
+
+    async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
+        """Upsert the definitions a worker enforces (one statement)."""
+        if not definitions:
+            return
+        await self._pool.execute(
+            self._queries["register_rate_limits"],
+            [d.name for d in definitions],
+            [d.kind for d in definitions],
+            [d.capacity for d in definitions],
+            [d.per_second for d in definitions],
+            [d.span for d in definitions],
+            [d.keyed for d in definitions],
+            [d.store for d in definitions],
+        )
+
+    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+        """Every registered limit and its instances' use now, on the server's clock."""
+        records = await self._pool.fetch(self._queries["rate_limit_usage"], instances_per_limit)
+        usage = []
+        for r in records:
+            limit = LimitDefinition(
+                r["name"],
+                r["kind"],
+                r["capacity"],
+                r["per_second"],
+                r["span"],
+                r["keyed"],
+                r["store"],
+            )
+            in_redis = limit.store == "redis" and limit.kind != "reservation"
+            used = None if in_redis else float(r["used"] or 0.0)
+            usage.append(LimitUsage(limit, r["instance"] or limit.name, used))
+        return usage

@@ -45,8 +45,10 @@ from taskq_core.backend.protocol.leader import (
 )
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
+    LimitDefinition,
     LimiterStore,
     LimitGrant,
+    LimitUsage,
     RateLimitBackend,
 )
 from taskq_core.backend.protocol.retention import (
@@ -153,7 +155,9 @@ __all__ = [
     "LeaderBackend",
     "LeaderRow",
     "Lease",
+    "LimitDefinition",
     "LimitGrant",
+    "LimitUsage",
     "LimiterStore",
     "PrunePolicy",
     "PruneResult",

@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 from uuid import UUID
+
+LimitKind = Literal["token_bucket", "sliding_window", "reservation"]
+LimitStoreName = Literal["postgres", "redis"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,40 @@ class LimitGrant:
     allowed: bool
     retry_after: timedelta = timedelta(0)
     remaining: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitDefinition:
+    """A limit as a worker enforces it, recorded for readers without the code (``top``).
+
+    ``capacity`` is the burst, the window's limit or the slots; ``per_second`` a bucket's
+    refill; ``span`` a window's length. ``keyed``: one instance per payload key, named
+    ``<name>:<key>``. ``store``: where a rate limit's state lives (reservations: postgres).
+    """
+
+    name: str
+    kind: LimitKind
+    capacity: float
+    per_second: float | None = None
+    span: timedelta | None = None
+    keyed: bool = False
+    store: LimitStoreName = "postgres"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """One instance of a limit and its use now: tokens spent of the burst (refill counted),
+    entries within the window, slots held. ``used`` None: the state is in Redis, which the
+    backend does not read. A limit with no state yet has one row, its name, used 0."""
+
+    limit: LimitDefinition
+    instance: str
+    used: float | None
+
+    @property
+    def share(self) -> float | None:
+        """``used`` as a share of the capacity (0 to 1)."""
+        return None if self.used is None else min(self.used / self.limit.capacity, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +125,11 @@ class RateLimitBackend(LimiterStore, Protocol):
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now (lease not run out), by name and slot; only ``name``'s when given."""
+
+    async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
+        """Upsert these definitions (a worker's start: the code's limits win)."""
+
+    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+        """Every registered limit with its use now, on the backend's clock: per limit, its
+        most used instances first, at most ``instances_per_limit`` (a keyed limit may have
+        thousands); limits by name."""

@@ -185,3 +185,62 @@ FROM {schema}.reservation_slots s
 WHERE s.job_id IS NOT NULL AND s.lease_expires_at > clock_timestamp()
   AND ($1::text IS NULL OR s.name = $1::text)
 ORDER BY s.name, s.slot;
+
+-- name: register_rate_limits
+-- A worker's start: its limits' definitions, parallel arrays ($1 names, $2 kinds, $3
+-- capacities, $4 refill per second, $5 window spans, $6 keyed, $7 stores); the code wins.
+INSERT INTO {schema}.rate_limits AS r (name, kind, capacity, per_second, span, keyed, store)
+SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::interval[],
+                     $6::boolean[], $7::text[])
+ON CONFLICT (name) DO UPDATE
+SET kind = excluded.kind, capacity = excluded.capacity, per_second = excluded.per_second,
+    span = excluded.span, keyed = excluded.keyed, store = excluded.store,
+    updated_at = clock_timestamp();
+
+-- name: rate_limit_usage
+-- Every registered limit with the use of its instances now (`<name>` and, keyed,
+-- `<name>:<key>`): tokens spent of the burst with the refill counted, entries within the
+-- window, slots held (lease not run out); at most $1 instances per limit, most used first.
+-- A limit without state has one row with a NULL instance; a rate limit kept in Redis gets no
+-- state from here. For `taskq top`: it reads every state row of the registered limits.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+d AS (
+    SELECT * FROM {schema}.rate_limits
+),
+used AS (
+    SELECT d.name, b.key AS instance,
+           d.capacity - LEAST(d.capacity, b.tokens + d.per_second * GREATEST(
+               EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0)) AS used
+    FROM d
+    JOIN {schema}.rate_limit_buckets b
+        ON b.key = d.name OR left(b.key, length(d.name) + 1) = d.name || ':'
+    CROSS JOIN k
+    WHERE d.kind = 'token_bucket' AND d.store = 'postgres'
+    UNION ALL
+    SELECT d.name, e.key, (count(*) FILTER (WHERE e.occurred_at > k.now - d.span))::float8
+    FROM d
+    JOIN {schema}.rate_limit_window_entries e
+        ON e.key = d.name OR left(e.key, length(d.name) + 1) = d.name || ':'
+    CROSS JOIN k
+    WHERE d.kind = 'sliding_window' AND d.store = 'postgres'
+    GROUP BY d.name, e.key
+    UNION ALL
+    SELECT d.name, s.name,
+           (count(*) FILTER (WHERE s.job_id IS NOT NULL AND s.lease_expires_at > k.now))::float8
+    FROM d
+    JOIN {schema}.reservation_slots s
+        ON s.name = d.name OR left(s.name, length(d.name) + 1) = d.name || ':'
+    CROSS JOIN k
+    WHERE d.kind = 'reservation'
+    GROUP BY d.name, s.name
+),
+ranked AS (
+    SELECT u.*, row_number() OVER (PARTITION BY u.name ORDER BY u.used DESC, u.instance) AS rank
+    FROM used u
+)
+SELECT d.name, d.kind, d.capacity, d.per_second, d.span, d.keyed, d.store, r.instance, r.used
+FROM d
+LEFT JOIN ranked r ON r.name = d.name AND r.rank <= $1::integer
+ORDER BY d.name, r.used DESC NULLS LAST, r.instance;
