@@ -8,7 +8,7 @@ show as a banner inside the dashboard while it keeps retrying. ``q`` quits with 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,10 @@ from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_core.errors import ConfigError
 from taskq_core.explain import ExplainSettings
+
+if TYPE_CHECKING:
+    from taskq_core.ratelimit.redis import RedisLimiterStore
+    from taskq_core.settings import TaskqSettings
 
 RefreshOption = Annotated[
     float,
@@ -57,15 +61,32 @@ def top(
 
     async def run() -> None:
         async with open_backend(settings) as backend:
+            limit_store = _limit_store(settings)
             source = BackendSource(
                 backend,
                 database=describe_dsn(settings.pooled_dsn),
                 schema=settings.schema_name,
                 settings=dashboard,
+                limit_store=limit_store,
             )
-            await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot work
-            if not (sys.stdin.isatty() and sys.stdout.isatty()):
-                raise ConfigError("taskq top needs a terminal (stdin and stdout are not a TTY)")
-            await TopApp(source, refresh=refresh, timeout=timeout).run_async()
+            try:
+                await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
+                if not (sys.stdin.isatty() and sys.stdout.isatty()):
+                    raise ConfigError("taskq top needs a terminal (stdin and stdout are not a TTY)")
+                await TopApp(source, refresh=refresh, timeout=timeout).run_async()
+            finally:
+                if limit_store is not None:
+                    await limit_store.close()
 
     run_async(run())
+
+
+def _limit_store(settings: TaskqSettings) -> RedisLimiterStore | None:
+    """The Redis the workers keep rate limits in (TASKQ_REDIS_URL), to show their use."""
+    if not settings.redis_url:
+        return None
+    from taskq_core.ratelimit.redis import RedisLimiterStore, default_prefix
+
+    return RedisLimiterStore.from_url(
+        settings.redis_url, prefix=default_prefix(settings.schema_name)
+    )

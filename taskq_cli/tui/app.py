@@ -48,6 +48,7 @@ from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.jobs_pane import JobsPane
+from taskq_cli.tui.widgets.limits_table import LimitsTable, limits_title
 from taskq_cli.tui.widgets.queues_table import QueuesTable
 from taskq_cli.tui.widgets.summary import SummaryHeader
 from taskq_cli.tui.widgets.workers_table import WorkersTable, workers_title
@@ -107,10 +108,12 @@ class TopApp(App[None]):
         self.banner = ConnectionBanner(id="banner")
         self.queues_table = QueuesTable(id="queues-table")
         self.workers_table = WorkersTable(id="workers-table")
+        self.limits_table = LimitsTable(id="limits-table")
         self.jobs_pane = JobsPane(id="jobs-pane")
 
     def compose(self) -> ComposeResult:
-        """Summary, banner, then the three panes and the key footer."""
+        """Summary, banner, then the panes (limits only when some are declared) and the key
+        footer."""
         yield self.summary
         yield self.banner
         with Vertical(id="queues-pane", classes="pane") as queues:
@@ -120,6 +123,11 @@ class TopApp(App[None]):
             workers.border_title = "Workers"
             self.workers_pane = workers
             yield self.workers_table
+        # Shown only while some rate limit or reservation is declared (see top.tcss).
+        with Vertical(id="limits-pane", classes="pane") as limits:
+            limits.border_title = "Limits"
+            self.limits_pane = limits
+            yield self.limits_table
         yield self.jobs_pane
         yield Footer()
 
@@ -181,6 +189,10 @@ class TopApp(App[None]):
             self.workers_pane.border_title = workers_title(
                 snapshot, self.workers_table.show_stopped
             )
+            self.limits_pane.set_class(bool(snapshot.limits), "-visible")
+            if snapshot.limits:
+                self.limits_table.show(snapshot, palette)
+                self.limits_pane.border_title = limits_title(snapshot)
             self.jobs_pane.show(snapshot, palette)
         except NoMatches:
             return  # a refresh that lands while the app quits: its widgets are gone

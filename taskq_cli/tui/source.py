@@ -29,6 +29,8 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    LimitDefinition,
+    LimitUsage,
     QueueActivity,
     QueueRow,
     WorkerRow,
@@ -142,6 +144,8 @@ class Snapshot:
     stale_after: timedelta
     # Who paused each paused queue, when and why (a queue paused without a note is absent).
     pauses: dict[str, QueuePause] = field(default_factory=dict)
+    # Each declared rate limit and reservation, and its use now (none declared: empty).
+    limits: list[LimitUsage] = field(default_factory=list)
 
     @property
     def leader(self) -> WorkerView | None:
@@ -241,14 +245,28 @@ class DashboardSettings:
         return self.explain.worker_stale_after
 
 
+class LimitUsageReader(Protocol):
+    """Where rate limits kept outside the backend are read (RedisLimiterStore.usage)."""
+
+    async def usage(
+        self, limits: Sequence[LimitDefinition], instances_per_limit: int = 20
+    ) -> list[LimitUsage]:
+        """These limits' instances and their use now."""
+
+
 @dataclass
 class BackendSource:
-    """A DashboardSource over any Backend: three reads per refresh, run concurrently."""
+    """A DashboardSource over any Backend: four reads per refresh, run concurrently.
+
+    ``limit_store`` reads the rate limits whose state the workers keep in Redis (without it
+    their use shows as unknown); a failing read leaves it unknown for that refresh.
+    """
 
     backend: Backend
     database: str
     schema: str
     settings: DashboardSettings = field(default_factory=DashboardSettings)
+    limit_store: LimitUsageReader | None = None
     # Paused queue -> (its pause note, when it was read on the backend's clock).
     _pause_notes: dict[str, tuple[QueuePause | None, datetime]] = field(
         default_factory=dict, init=False, repr=False
@@ -258,10 +276,11 @@ class BackendSource:
         """Queue activity, workers and the jobs pane, read concurrently; then the notes of
         paused queues not read lately."""
         settings = self.settings
-        stats, workers, rows = await asyncio.gather(
+        stats, workers, rows, limits = await asyncio.gather(
             self.backend.dashboard_stats(settings.window, settings.minutes),
             self.backend.list_workers(),
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
+            self.backend.rate_limit_usage(),
         )
         return Snapshot(
             now=stats.now,
@@ -272,7 +291,28 @@ class BackendSource:
             jobs_filter=jobs,
             stale_after=settings.stale_after,
             pauses=await self._pauses(stats.queues, stats.now),
+            limits=await self._elsewhere(limits),
         )
+
+    async def _elsewhere(self, limits: list[LimitUsage]) -> list[LimitUsage]:
+        """``limits`` with the use of those kept in Redis read there (when it can be)."""
+        remote = [usage.limit for usage in limits if usage.used is None]
+        if not remote or self.limit_store is None:
+            return limits
+        try:
+            read = await self.limit_store.usage(remote)
+        except Exception:  # Redis away: the dashboard shows their use as unknown
+            return limits
+        by_name: dict[str, list[LimitUsage]] = {}
+        for usage in read:
+            by_name.setdefault(usage.limit.name, []).append(usage)
+        merged: list[LimitUsage] = []
+        for usage in limits:
+            if usage.used is None:
+                merged += by_name.get(usage.limit.name, [usage])
+            else:
+                merged.append(usage)
+        return merged
 
     async def _pauses(
         self, queues: Sequence[QueueActivity], now: datetime
