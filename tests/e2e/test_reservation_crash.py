@@ -9,6 +9,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -51,8 +52,13 @@ async def test_a_killed_workers_slot_lapses_and_the_waiting_jobs_run(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
+        # Killed once it holds the slot and its start is recorded (a job killed before its
+        # start mark runs again as the same attempt, by design).
         async with asyncio.timeout(30):
-            while not await backend.held_reservation_slots("e2e_solo"):
+            while not (
+                await backend.held_reservation_slots("e2e_solo")
+                and await _started(backend, holder.id)
+            ):
                 await asyncio.sleep(0.05)
     finally:
         victim.send_signal(signal.SIGKILL)
@@ -74,3 +80,8 @@ async def test_a_killed_workers_slot_lapses_and_the_waiting_jobs_run(
     again = await backend.get(holder.id)
     assert again is not None and (again.status, again.result) == (JobStatus.SUCCEEDED, 2)
     assert await backend.held_reservation_slots() == []
+
+
+async def _started(backend: PostgresBackend, job_id: UUID) -> bool:
+    row = await backend.get(job_id)
+    return row is not None and row.started_at is not None
