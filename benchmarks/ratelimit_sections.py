@@ -92,9 +92,18 @@ async def _warm(backend: PostgresBackend) -> None:
     await asyncio.sleep(WARM_UP)
 
 
+async def _load(backend: PostgresBackend, actor: str, count: int) -> None:
+    """``count`` jobs of ``actor`` at once (one COPY), then ANALYZE, as the other sections
+    settle a bulk load: without it the workers' statements keep plans made for the table
+    as it was before the load (empty, in the first phase) until autovacuum comes by."""
+    await backend.enqueue_batch_fast([EnqueueArgs(actor, {"n": n}) for n in range(count)])
+    async with backend.transaction() as conn:
+        await conn.execute(f"ANALYZE {backend.schema}.jobs")
+
+
 async def _unlimited_drain(backend: PostgresBackend, count: int) -> float:
-    """Enqueue ``count`` unlimited jobs at once (one COPY) and time their drain."""
-    await backend.enqueue_batch_fast([EnqueueArgs("free_call", {"n": n}) for n in range(count)])
+    """Enqueue ``count`` unlimited jobs at once and time their drain."""
+    await _load(backend, "free_call", count)
     return await _drained(backend, "free_call", count)
 
 
@@ -111,8 +120,7 @@ async def beside_the_limit(
     """(seconds to drain the unlimited jobs while the limited backlog cycles, limited starts
     within ``window`` of the first, most limited starts in one second)."""
     backlog = int(RATE * window * 1.5)  # more than the window admits: the limit binds throughout
-    limited = [EnqueueArgs("limited_call", {"n": n}) for n in range(backlog)]
-    await backend.enqueue_batch_fast(limited)
+    await _load(backend, "limited_call", backlog)
     async with fleet(dsn, backend.schema):
         await _warm(backend)  # by now the backlog is claimed, denied and coming back paced
         seconds = await _unlimited_drain(backend, unlimited)

@@ -7,13 +7,7 @@ names, without using an attempt (the consumer writes that). A rate limit denied 
 answered here without asking the store again until its retry_after has passed: no token can
 appear before then, since only time refills a bucket and empties a window.
 
-Denied jobs come back in a paced line rather than all at once: each limit keeps a line end,
-and each denial takes the next place in it, one limit interval (1/rate for a bucket,
-window/limit for a window, a slot's turnover for a reservation) after the previous one, never
-sooner than the store's retry_after.
-A backlog of thousands of jobs then returns at about the limit's rate instead of being claimed
-and denied again every second, which would cost the queue what the limit saves. The line is
-this process's own; each worker paces the jobs it denied.
+Denied jobs come back in a paced line rather than all at once (``pacing.DenialLines``).
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ from uuid import UUID
 from taskq_core.backend.protocol.ratelimit import LimiterStore, RateLimitBackend
 from taskq_core.clock import Clock
 from taskq_core.ratelimit.fallback import LimiterStoreUnavailableError
+from taskq_core.ratelimit.pacing import DenialLines
 from taskq_core.ratelimit.primitives import ConcurrencyReservation, SlidingWindow, TokenBucket
 from taskq_core.ratelimit.registry import ActorLimits, LimitUse
 
@@ -39,8 +34,8 @@ RESERVATION_RETRY_BOUNDS = (0.05, 60.0)
 _HOLD_WEIGHT = 0.2  # of the newest hold time in the moving average
 # A limit whose store is away (Redis down, no fallback) holds its jobs back this long.
 STORE_UNAVAILABLE_RETRY_AFTER = timedelta(seconds=5)
-# Lines past their end are forgotten once this many limits have one (keyed limits).
-_LINES_KEPT = 10_000
+# Hold times are forgotten, oldest first, past this many reservations (keyed ones).
+_HOLDS_KEPT = 10_000
 
 DenialKind = Literal["rate_limit", "reservation", "limit_store_unavailable"]
 
@@ -88,7 +83,8 @@ class RateLimiter:
         self.clock = clock
         self.lease = lease  # a slot's lease; the heartbeat renews it with the job's
         self._closed: dict[str, float] = {}  # limit -> monotonic time a token may be there
-        self._lines: dict[str, float] = {}  # limit -> monotonic end of its line of denials
+        self.lines = DenialLines(clock)
+        self.fleet: dict[str, int] = {}  # actor -> live workers running it (see set_fleet)
         self._holding: dict[UUID, tuple[tuple[str, ...], float]] = {}  # job -> (slots, since)
         self._hold_times: dict[str, float] = {}  # reservation -> moving average of holds (s)
 
@@ -124,10 +120,10 @@ class RateLimiter:
                     low, high = RESERVATION_RETRY_BOUNDS
                     turnover = self._hold_times.get(name, RESERVATION_HOLD_GUESS) / slots
                     wait = min(max(turnover, low), high)
-                    return self._deny("reservation", name, timedelta(seconds=wait), wait)
+                    return self._deny(actor, "reservation", name, timedelta(seconds=wait), wait)
                 held.append(name)
             for use, name in rate_limits:
-                denial = await self._take(use, name)
+                denial = await self._take(actor, use, name)
                 if denial is not None:
                     await self._give_back(job_id, worker_id, held)
                     return denial
@@ -149,7 +145,7 @@ class RateLimiter:
             self._hold_times[name] = (
                 took if known is None else known + _HOLD_WEIGHT * (took - known)
             )
-        if len(self._hold_times) > _LINES_KEPT:  # keyed reservations: forget the oldest
+        if len(self._hold_times) > _HOLDS_KEPT:  # keyed reservations: forget the oldest
             self._hold_times.pop(next(iter(self._hold_times)))
         return await self.slots.release_reservations(job_id, worker_id, list(held))
 
@@ -163,13 +159,14 @@ class RateLimiter:
             await self.slots.release_reservations(job_id, worker_id, held)
             held.clear()
 
-    async def _take(self, use: LimitUse, name: str) -> Denial | None:
+    async def _take(self, actor: str, use: LimitUse, name: str) -> Denial | None:
         limit = use.limit
         now = self.clock.monotonic()
         closed_until = self._closed.get(name)
         interval = _interval(limit)
         if closed_until is not None and now < closed_until:
-            return self._deny("rate_limit", name, timedelta(seconds=closed_until - now), interval)
+            wait = timedelta(seconds=closed_until - now)
+            return self._deny(actor, "rate_limit", name, wait, interval)
         try:
             if isinstance(limit, TokenBucket):
                 grant = await self.store.acquire_token(name, limit.per_second, limit.capacity)
@@ -178,22 +175,26 @@ class RateLimiter:
                 grant = await self.store.acquire_window(name, limit.limit, limit.window)
         except LimiterStoreUnavailableError:
             return self._deny(
-                "limit_store_unavailable", name, STORE_UNAVAILABLE_RETRY_AFTER, interval
+                actor, "limit_store_unavailable", name, STORE_UNAVAILABLE_RETRY_AFTER, interval
             )
         if grant.allowed:
             self._closed.pop(name, None)
             return None
         self._closed[name] = now + grant.retry_after.total_seconds()
-        return self._deny("rate_limit", name, grant.retry_after, interval)
+        return self._deny(actor, "rate_limit", name, grant.retry_after, interval)
 
-    def _deny(self, kind: DenialKind, name: str, retry_after: timedelta, interval: float) -> Denial:
-        """A denial at the next place of ``name``'s line (never before ``retry_after``)."""
-        now = self.clock.monotonic()
-        if len(self._lines) > _LINES_KEPT:
-            self._lines = {key: end for key, end in self._lines.items() if end > now}
-        spot = max(self._lines.get(name, now), now + retry_after.total_seconds())
-        self._lines[name] = spot + interval
-        return Denial(kind, name, timedelta(seconds=spot - now))
+    def _deny(
+        self, actor: str, kind: DenialKind, name: str, retry_after: timedelta, interval: float
+    ) -> Denial:
+        """A denial at the next place of ``name``'s line (never before ``retry_after``),
+        spaced for the workers that run ``actor``."""
+        spacing = interval * self.fleet.get(actor, 1)
+        return Denial(kind, name, self.lines.place(name, retry_after, spacing))
+
+    def set_fleet(self, workers_per_actor: dict[str, int]) -> None:
+        """How many live workers run each actor (this one included): denied jobs are spaced
+        that many intervals apart in this worker's lines."""
+        self.fleet = {actor: max(count, 1) for actor, count in workers_per_actor.items()}
 
 
 def _slots(use: LimitUse) -> int:

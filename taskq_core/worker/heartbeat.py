@@ -4,7 +4,8 @@ Each tick is one backend transaction: the worker row, the leases of exactly the 
 worker holds (claimed, running or being written; nothing else it owns in the database is
 renewed, so a row it no longer holds expires and is reclaimed), reservation leases, the
 leader ping, and the held jobs' cancel flags; then, while jobs hold reservation slots, one
-statement renews those slots' leases. A held lease the database refuses (reclaimed,
+statement renews those slots' leases, and every FLEET_RECOUNT seconds one read counts the live
+workers running each limited actor. A held lease the database refuses (reclaimed,
 or a later attempt) is lost: the job is stopped locally and nothing is written for it. Then
 the cancel controller acts and writes abandonments after the transaction. A cancel NOTIFY
 wakes the loop early for a cheap cancel-flag poll.
@@ -25,6 +26,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, Lease
+from taskq_core.liveness import worker_is_alive, worker_stale_after
 from taskq_core.worker.active import Stage
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
@@ -32,6 +34,8 @@ from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
 ISOLATION_RETRY_DELAY = timedelta(seconds=5)
+# How often a worker with rate limits counts the live workers running its limited actors.
+FLEET_RECOUNT = 30.0
 
 
 class HeartbeatLoop:
@@ -43,6 +47,7 @@ class HeartbeatLoop:
         self.failures = 0
         self.isolated = False
         self.to_release: list[Lease] = []
+        self._fleet_counted_at = float("-inf")  # monotonic time of the last fleet count
         self._guard = UnexpectedErrorGuard("heartbeat", deps.log)
 
     async def run_once(self) -> int:
@@ -58,6 +63,7 @@ class HeartbeatLoop:
         )
         deps.database.succeeded()
         await self._renew_reservations(result.held)
+        await self._count_fleet(began)
         if not result.registered and deps.info is not None:
             # The leader's stale-worker cleanup removed our row while we were silent.
             await deps.backend.register_worker(deps.info)
@@ -91,6 +97,18 @@ class HeartbeatLoop:
             await self.deps.backend.extend_reservation_leases(
                 self.deps.worker_id, holding, self.deps.settings.lock_lease_delta
             )
+
+    async def _count_fleet(self, now: float) -> None:
+        """Every FLEET_RECOUNT seconds, tell the limiter how many live workers run each
+        limited actor: it spaces denied jobs for the whole fleet (ratelimit.pacing)."""
+        deps, limiter = self.deps, self.deps.limiter
+        if limiter is None or now < self._fleet_counted_at + FLEET_RECOUNT:
+            return
+        self._fleet_counted_at = now
+        wall, stale_after = deps.clock.now(), worker_stale_after(deps.settings)
+        workers = await deps.backend.list_workers()
+        live = [w for w in workers if worker_is_alive(w, wall, stale_after)]
+        limiter.set_fleet({actor: sum(actor in w.actors for w in live) for actor in limiter.plans})
 
     async def poll_cancels(self) -> None:
         """The cheap path on a cancel NOTIFY or a due escalation."""

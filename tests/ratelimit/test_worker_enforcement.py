@@ -173,3 +173,15 @@ async def test_an_unknown_limit_name_stops_the_worker_before_it_starts(
     assert await backend.list_workers() == []  # nothing registered: it never started
     [job] = await backend.list_jobs(JobFilter(actor="orphan"))
     assert job.status is JobStatus.PENDING
+
+
+async def test_the_heartbeat_counts_the_live_workers_running_each_limited_actor(
+    backend: Backend,
+) -> None:
+    for n in range(6):
+        await backend.enqueue(EnqueueArgs("call_api", {"n": n}))
+    running = worker(backend, [call_api, unlimited])
+    assert await asyncio.wait_for(running.run(), 60) == 0
+    assert running.deps is not None and running.deps.limiter is not None
+    # Itself: it spaces its denials for a fleet of one (unlimited actors are not counted).
+    assert running.deps.limiter.fleet == {"call_api": 1}

@@ -1,0 +1,37 @@
+"""DenialLines: when each denied job comes back, so a backlog returns paced, not all at once.
+
+Each limit keeps a line end: each denial takes the next place, one interval after the
+previous one, never sooner than the store's retry_after. The interval is what the limit
+admits per job (1/rate for a bucket, window/limit for a window, a slot's turnover for a
+reservation) times the number of live workers that run the actor: every worker keeps its own
+lines, so together they bring a backlog back at about the rate the limit admits it, instead of
+claiming and denying every waiting job again every second (a dispatch and a write each),
+which would cost the queue what the limit saves.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from taskq_core.clock import Clock
+
+# Lines past their end are forgotten once this many limits have one (keyed limits).
+KEPT = 10_000
+
+
+class DenialLines:
+    """The lines of one worker's limits, on its monotonic clock."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._ends: dict[str, float] = {}  # limit -> monotonic end of its line
+
+    def place(self, limit: str, retry_after: timedelta, interval: float) -> timedelta:
+        """The next place of ``limit``'s line, as a wait from now: ``interval`` seconds after
+        the previous place, and not before ``retry_after``."""
+        now = self.clock.monotonic()
+        if len(self._ends) > KEPT:
+            self._ends = {key: end for key, end in self._ends.items() if end > now}
+        spot = max(self._ends.get(limit, now), now + retry_after.total_seconds())
+        self._ends[limit] = spot + interval
+        return timedelta(seconds=spot - now)
