@@ -4,8 +4,8 @@ Each tick is one backend transaction: the worker row, the leases of exactly the 
 worker holds (claimed, running or being written; nothing else it owns in the database is
 renewed, so a row it no longer holds expires and is reclaimed), reservation leases, the
 leader ping, and the held jobs' cancel flags; then, while jobs hold reservation slots, one
-statement renews those slots' leases, and every FLEET_RECOUNT seconds one read counts the live
-workers running each limited actor. A held lease the database refuses (reclaimed,
+statement renews those slots' leases, and a worker with rate limits counts the live workers
+running each limited actor (also once at start). A held lease the database refuses (reclaimed,
 or a later attempt) is lost: the job is stopped locally and nothing is written for it. Then
 the cancel controller acts and writes abandonments after the transaction. A cancel NOTIFY
 wakes the loop early for a cheap cancel-flag poll.
@@ -34,8 +34,6 @@ from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
 ISOLATION_RETRY_DELAY = timedelta(seconds=5)
-# How often a worker with rate limits counts the live workers running its limited actors.
-FLEET_RECOUNT = 30.0
 
 
 class HeartbeatLoop:
@@ -47,7 +45,6 @@ class HeartbeatLoop:
         self.failures = 0
         self.isolated = False
         self.to_release: list[Lease] = []
-        self._fleet_counted_at = float("-inf")  # monotonic time of the last fleet count
         self._guard = UnexpectedErrorGuard("heartbeat", deps.log)
 
     async def run_once(self) -> int:
@@ -63,7 +60,7 @@ class HeartbeatLoop:
         )
         deps.database.succeeded()
         await self._renew_reservations(result.held)
-        await self._count_fleet(began)
+        await self._count_fleet()
         if not result.registered and deps.info is not None:
             # The leader's stale-worker cleanup removed our row while we were silent.
             await deps.backend.register_worker(deps.info)
@@ -98,13 +95,12 @@ class HeartbeatLoop:
                 self.deps.worker_id, holding, self.deps.settings.lock_lease_delta
             )
 
-    async def _count_fleet(self, now: float) -> None:
-        """Every FLEET_RECOUNT seconds, tell the limiter how many live workers run each
-        limited actor: it spaces denied jobs for the whole fleet (ratelimit.pacing)."""
+    async def _count_fleet(self) -> None:
+        """Tell the limiter how many live workers run each limited actor: it spaces denied
+        jobs for the whole fleet (ratelimit.pacing). Every beat, and once at start."""
         deps, limiter = self.deps, self.deps.limiter
-        if limiter is None or now < self._fleet_counted_at + FLEET_RECOUNT:
+        if limiter is None:
             return
-        self._fleet_counted_at = now
         wall, stale_after = deps.clock.now(), worker_stale_after(deps.settings)
         workers = await deps.backend.list_workers()
         live = [w for w in workers if worker_is_alive(w, wall, stale_after)]
@@ -124,6 +120,10 @@ class HeartbeatLoop:
         deps = self.deps
         interval = deps.settings.heartbeat_interval
         next_beat = deps.clock.monotonic() + interval  # registration counted as the first beat
+        try:  # the jobs claimed before the first beat are spaced for the fleet too
+            await self._count_fleet()
+        except TRANSIENT_ERRORS as exc:
+            deps.database.failed("heartbeat", exc)  # counted again at the next beat
         async with deps.backend.subscribe_cancel_wake() as cancel_wake:
             while not deps.shutdown_event.is_set():
                 deps.liveness.tick("heartbeat", period=interval)
