@@ -23,6 +23,7 @@ from taskq_core.backend.protocol import (
     ScheduleSpec,
     ScheduleUpdate,
 )
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.cron_schedules import check_schedule
 from taskq_core.errors import ConfigError, ScheduleNotFoundError
 
@@ -84,12 +85,14 @@ class ScheduleMethods:
         payload: Payload = None,
         timezone: str = "UTC",
         queue: str | None = None,
+        audit: Audit | None = None,
     ) -> ScheduleRecord:
         """Create an enabled schedule firing ``actor`` at ``cron`` read in ``timezone``.
 
         ``queue`` None: the actor's queue at fire time. Raises ConfigError naming the bad
         field (``cron``, ``timezone``), PayloadValidationError when the actor's model
-        rejects the payload, and ScheduleExistsError when the name is taken.
+        rejects the payload, and ScheduleExistsError when the name is taken. ``audit`` (who
+        and why) goes to the operator log with the write, as it does on every schedule write.
         """
         schedule = check_schedule(
             cron, timezone, expression_field="cron", timezone_field="timezone"
@@ -103,7 +106,7 @@ class ScheduleMethods:
             payload=plan.dump(payload),
             queue=_optional_queue(queue),
         )
-        return await self.backend.create_schedule(spec)
+        return await self.backend.create_schedule(spec, audit=audit)
 
     async def get_schedule(self: _Client, name: str) -> ScheduleRecord | None:
         """One schedule by name, or None."""
@@ -126,6 +129,7 @@ class ScheduleMethods:
         queue: str | None = UNSET,
         enabled: bool = UNSET,
         actor: ActorRef | str = UNSET,
+        audit: Audit | None = None,
     ) -> ScheduleRecord:
         """Change the given fields and return the schedule after; the others stay.
 
@@ -158,17 +162,19 @@ class ScheduleMethods:
                 changes["actor"] = plan.name
             if payload is not UNSET:
                 changes["payload"] = plan.dump(payload)
-        record = await self.backend.update_schedule(name, ScheduleUpdate(**changes))
+        record = await self.backend.update_schedule(name, ScheduleUpdate(**changes), audit=audit)
         if record is None:  # deleted since it was read
             raise _not_found(name)
         return record
 
-    async def delete_schedule(self: _Client, name: str, *, missing_ok: bool = False) -> bool:
+    async def delete_schedule(
+        self: _Client, name: str, *, missing_ok: bool = False, audit: Audit | None = None
+    ) -> bool:
         """Delete the schedule (the jobs it made stay); True when it was deleted.
 
         An unknown name raises ScheduleNotFoundError, or returns False with ``missing_ok``.
         """
-        deleted = await self.backend.delete_schedule(name)
+        deleted = await self.backend.delete_schedule(name, audit=audit)
         if not deleted and not missing_ok:
             raise _not_found(name)
         return deleted

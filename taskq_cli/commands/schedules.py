@@ -18,6 +18,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import (
     ActorConfigRow,
@@ -250,12 +251,17 @@ def add(
         str | None,
         typer.Option("--queue", help="Queue of its jobs (default: the actor's queue)."),
     ] = None,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Create a schedule (it lives in the database only) and print its next fire time."""
+    """Create a schedule (it lives in the database only) and print its next fire time.
+
+    Who (user@host) and why (--reason) go to the operator log, as for every schedule write.
+    """
     inputs.check_name(name, "NAME")
+    who = audit(reason)
     inputs.check_name(actor, "ACTOR")
     inputs.check_text(cron, "CRON")
     inputs.check_text(timezone, "--timezone")
@@ -273,6 +279,7 @@ def add(
                 payload=document,
                 timezone=timezone,
                 queue=queue,
+                audit=who,
             )
         except ScheduleExistsError as exc:
             raise ConfigError(f"NAME: {exc}") from None
@@ -301,13 +308,21 @@ def add(
 
 
 def _set_enabled(
-    ctx: typer.Context, dsn: str | None, schema: str | None, name: str, enabled: bool, json: bool
+    ctx: typer.Context,
+    dsn: str | None,
+    schema: str | None,
+    name: str,
+    enabled: bool,
+    json: bool,
+    reason: str | None,
 ) -> None:
     inputs.check_text(name, "NAME")
+    who = audit(reason)
 
     async def run(backend: Backend) -> tuple[ScheduleRecord, ScheduleRecord]:
         before = await _fetch(backend, name)
-        return before, await (await _client(backend)).update_schedule(name, enabled=enabled)
+        client = await _client(backend)
+        return before, await client.update_schedule(name, enabled=enabled, audit=who)
 
     before, after = with_backend(ctx, dsn, schema, run)
     if json:
@@ -331,40 +346,44 @@ def _set_enabled(
 def enable(
     ctx: typer.Context,
     name: NameArgument,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Let a schedule fire again, from its next fire time after now (no catch-up)."""
-    _set_enabled(ctx, dsn, schema, name, True, json)
+    _set_enabled(ctx, dsn, schema, name, True, json, reason)
 
 
 @app.command("disable")
 def disable(
     ctx: typer.Context,
     name: NameArgument,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Stop a schedule firing (a worker start keeps it disabled, even one from @cron)."""
-    _set_enabled(ctx, dsn, schema, name, False, json)
+    _set_enabled(ctx, dsn, schema, name, False, json, reason)
 
 
 @app.command("delete")
 def delete(
     ctx: typer.Context,
     name: NameArgument,
+    reason: ReasonOption = None,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Delete a schedule; the jobs it made stay."""
     inputs.check_text(name, "NAME")
+    who = audit(reason)
 
     async def run(backend: Backend) -> ScheduleRecord:
         before = await _fetch(backend, name)
-        await (await _client(backend)).delete_schedule(name)
+        await (await _client(backend)).delete_schedule(name, audit=who)
         return before
 
     before = with_backend(ctx, dsn, schema, run)

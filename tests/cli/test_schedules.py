@@ -169,6 +169,28 @@ def test_delete_removes_the_schedule_and_keeps_its_jobs(cli: Cli, db: Db) -> Non
     assert again == "error: no schedule named 'tick'"
 
 
+def test_every_write_goes_to_the_operator_log_with_who_and_why(cli: Cli, db: Db) -> None:
+    db.register_actor("build_report")
+    commands = [
+        ("add", "nightly", "build_report", "0 3 * * *", "--reason", "new report"),
+        ("disable", "nightly", "--reason", "quarter close"),
+        ("enable", "nightly"),
+        ("delete", "nightly", "--reason", "retired"),
+    ]
+    for command in commands:
+        result = cli("schedules", *command)
+        assert result.exit_code == 0, result.stderr
+    entries = db.call(lambda b: b.list_operator_log(target="nightly"))
+    assert [(e.action, e.reason) for e in entries] == [
+        ("schedule_delete", "retired"),
+        ("schedule_update", None),
+        ("schedule_update", "quarter close"),
+        ("schedule_create", "new report"),
+    ]
+    assert all(e.by and "@" in e.by for e in entries)
+    assert entries[2].detail == {"changed": {"enabled": [True, False]}}
+
+
 def test_deleting_a_code_schedule_warns_it_comes_back(cli: Cli, db: Db) -> None:
     db.call(lambda b: b.sync_code_schedules([ScheduleSpec("nightly", "report", "0 3 * * *")]))
     result = cli("schedules", "delete", "nightly")

@@ -27,6 +27,7 @@ from taskq_core.backend.protocol import (
     ScheduleUpdate,
     schedule_job_key,
 )
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.schedule import Schedule
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
@@ -169,6 +170,26 @@ async def test_delete_removes_the_schedule(harness: Harness) -> None:
     assert await backend.get_schedule("nightly") is None
     assert await backend.delete_schedule("nightly") is False
     await backend.create_schedule(spec())  # the name is free again
+
+
+async def test_audited_writes_go_to_the_operator_log_with_what_changed(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    who = Audit(by="ops@host", reason="quarter close")
+    await backend.create_schedule(spec(), audit=who)
+    await backend.update_schedule("nightly", ScheduleUpdate(enabled=False), audit=who)
+    await backend.update_schedule("nightly", ScheduleUpdate(queue="reports"))  # unaudited
+    assert await backend.delete_schedule("nightly", audit=Audit(by="ops@host")) is True
+    assert await backend.delete_schedule("nightly", audit=who) is False  # nothing to log
+    entries = await backend.list_operator_log(target="nightly")
+    assert [(e.action, e.by, e.reason) for e in entries] == [
+        ("schedule_delete", "ops@host", None),
+        ("schedule_update", "ops@host", "quarter close"),
+        ("schedule_create", "ops@host", "quarter close"),
+    ]
+    assert entries[1].detail == {"changed": {"enabled": [True, False]}}
+    assert entries[2].detail == {"actor": "build_report", "cron": HOURLY, "timezone": "UTC"}
 
 
 # --- the code's upsert ---------------------------------------------------------------------

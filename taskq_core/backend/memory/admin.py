@@ -5,7 +5,6 @@ operator-owned capacity), queue settings, and who did each (audit stamps, the op
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -84,8 +83,6 @@ class AdminPart(MemoryStore):
         super().__init__(**kwargs)
         # The pause note of each paused queue that has one (the queues row's paused_* columns).
         self._queue_pauses: dict[str, QueuePause] = {}
-        self._operator_log: list[OperatorLogEntry] = []
-        self._operator_log_ids = itertools.count(1)
 
     # --- audit -------------------------------------------------------------------------------
     @contextmanager
@@ -99,20 +96,6 @@ class AdminPart(MemoryStore):
             for index in range(since, len(self._events)):
                 event = self._events[index]
                 self._events[index] = replace(event, detail={**event.detail, **stamp})
-
-    def _log_operator(
-        self, action: str, target: str | None, audit: Audit, detail: dict[str, Any]
-    ) -> None:
-        entry = OperatorLogEntry(
-            id=next(self._operator_log_ids),
-            occurred_at=self._now(),
-            action=action,
-            target=target,
-            by=audit.by,
-            reason=audit.reason,
-            detail=as_json(detail),
-        )
-        self._operator_log.append(entry)
 
     async def list_operator_log(
         self, *, action: str | None = None, target: str | None = None, limit: int = 100

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from taskq_core.actor_config import stored_retry
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
     DueFire,
     FiredSchedule,
@@ -20,9 +21,11 @@ from taskq_core.backend.protocol.schedules import (
     ScheduleSpec,
     ScheduleSyncResult,
     ScheduleUpdate,
+    created_detail,
     due_fire,
     new_schedule,
     plan_code_schedules,
+    schedule_changes,
     schedule_job_key,
     schedule_job_metadata,
     updated_schedule,
@@ -46,12 +49,16 @@ class SchedulePart(MemoryStore):
         super().__init__(**kwargs)
         self._schedules: dict[str, ScheduleRecord] = {}
 
-    async def create_schedule(self, spec: ScheduleSpec) -> ScheduleRecord:
+    async def create_schedule(
+        self, spec: ScheduleSpec, *, audit: Audit | None = None
+    ) -> ScheduleRecord:
         """Insert an enabled schedule, its first fire time after the clock's now."""
         row = new_schedule(spec, self._now(), declared_in_code=False)
         if spec.name in self._schedules:
             raise ScheduleExistsError(spec.name)
         self._schedules[spec.name] = _stored(row)
+        if audit is not None:
+            self._log_operator("schedule_create", spec.name, audit, created_detail(row))
         return _stored(row)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
@@ -69,18 +76,26 @@ class SchedulePart(MemoryStore):
             if (actor is None or row.actor == actor) and (enabled is None or row.enabled == enabled)
         ]
 
-    async def update_schedule(self, name: str, update: ScheduleUpdate) -> ScheduleRecord | None:
+    async def update_schedule(
+        self, name: str, update: ScheduleUpdate, *, audit: Audit | None = None
+    ) -> ScheduleRecord | None:
         """Apply ``update`` (see ScheduleUpdate) at the clock's now."""
         current = self._schedules.get(name)
         if current is None:
             return None
         row = _stored(updated_schedule(current, update, self._now()))
         self._schedules[name] = row
+        if audit is not None:
+            changed = schedule_changes(current, row)
+            self._log_operator("schedule_update", name, audit, {"changed": changed})
         return _stored(row)
 
-    async def delete_schedule(self, name: str) -> bool:
+    async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
         """Delete the schedule (its jobs stay); False when there was none."""
-        return self._schedules.pop(name, None) is not None
+        deleted = self._schedules.pop(name, None)
+        if deleted is not None and audit is not None:
+            self._log_operator("schedule_delete", name, audit, created_detail(deleted))
+        return deleted is not None
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         """Upsert the declared schedules at once (see the protocol)."""

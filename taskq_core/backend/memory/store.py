@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     RetryKind,
     WorkerInfo,
 )
+from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
 from taskq_core.backend.protocol.unique import holds_key
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
@@ -241,12 +242,30 @@ class MemoryStore:
         self._event_ids = itertools.count(1)
         self._attempt_ids = itertools.count(1)
         self._open_transactions: set[MemoryTransaction] = set()
+        self._operator_log: list[OperatorLogEntry] = []
+        self._operator_log_ids = itertools.count(1)
 
     async def close(self) -> None:
         """Nothing to release; idempotent."""
 
     def _now(self) -> datetime:
         return self._clock.now()
+
+    def _log_operator(
+        self, action: str, target: str | None, audit: Audit, detail: dict[str, Any]
+    ) -> None:
+        """One operator_log row: who did ``action`` to ``target``, why, and what changed."""
+        self._operator_log.append(
+            OperatorLogEntry(
+                id=next(self._operator_log_ids),
+                occurred_at=self._now(),
+                action=action,
+                target=target,
+                by=audit.by,
+                reason=audit.reason,
+                detail=as_json(detail),
+            )
+        )
 
     def _queue_row(self, name: str) -> QueueRecord:
         """The queue's settings: its row, or the defaults of a queue without one."""

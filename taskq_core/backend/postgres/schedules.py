@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
     DueFire,
     FiredSchedule,
@@ -22,9 +23,11 @@ from taskq_core.backend.protocol.schedules import (
     ScheduleSpec,
     ScheduleSyncResult,
     ScheduleUpdate,
+    created_detail,
     due_fire,
     new_schedule,
     plan_code_schedules,
+    schedule_changes,
     schedule_job_key,
     schedule_job_metadata,
     updated_schedule,
@@ -49,7 +52,9 @@ def _record(record: asyncpg.Record) -> ScheduleRecord:
 class SchedulePart(BackendCore):
     """create, get, list, update and delete schedules; the code's upsert at worker start."""
 
-    async def create_schedule(self, spec: ScheduleSpec) -> ScheduleRecord:
+    async def create_schedule(
+        self, spec: ScheduleSpec, *, audit: Audit | None = None
+    ) -> ScheduleRecord:
         """Insert an enabled schedule, its first fire time after the database's now."""
         async with self._pool.acquire() as conn, conn.transaction():
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
@@ -68,8 +73,12 @@ class SchedulePart(BackendCore):
                 row.declared_in_code,
                 now,
             )
-        if record is None:
-            raise ScheduleExistsError(spec.name)
+            if record is None:
+                raise ScheduleExistsError(spec.name)
+            if audit is not None:
+                await self._log_schedule(
+                    conn, "schedule_create", spec.name, audit, created_detail(row)
+                )
         return _record(record)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
@@ -84,20 +93,47 @@ class SchedulePart(BackendCore):
         records = await self._pool.fetch(self._queries["list_schedules"], actor, enabled)
         return [_record(r) for r in records]
 
-    async def update_schedule(self, name: str, update: ScheduleUpdate) -> ScheduleRecord | None:
+    async def update_schedule(
+        self, name: str, update: ScheduleUpdate, *, audit: Audit | None = None
+    ) -> ScheduleRecord | None:
         """Apply ``update`` to the locked row, timed on the database's clock."""
         async with self._pool.acquire() as conn, conn.transaction():
             locked = await conn.fetchrow(self._queries["lock_schedule"], name)
             if locked is None:
                 return None
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
-            row = updated_schedule(_record(locked), update, now)
+            before = _record(locked)
+            row = updated_schedule(before, update, now)
             record = await conn.fetchrow(self._queries["write_schedule"], *_written(row))
-        return None if record is None else _record(record)
+            if record is None:
+                return None
+            after = _record(record)
+            if audit is not None:
+                changed = schedule_changes(before, after)
+                await self._log_schedule(conn, "schedule_update", name, audit, {"changed": changed})
+        return after
 
-    async def delete_schedule(self, name: str) -> bool:
+    async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
         """Delete the schedule (its jobs stay); False when there was none."""
-        return await self._pool.fetchval(self._queries["delete_schedule"], name) is not None
+        async with self._pool.acquire() as conn, conn.transaction():
+            record = await conn.fetchrow(self._queries["delete_schedule"], name)
+            if record is not None and audit is not None:
+                detail = created_detail(_record(record))
+                await self._log_schedule(conn, "schedule_delete", name, audit, detail)
+        return record is not None
+
+    async def _log_schedule(
+        self, conn: Any, action: str, name: str, audit: Audit, detail: dict[str, Any]
+    ) -> None:
+        """The operator_log row of a schedule write, in its transaction."""
+        await conn.execute(
+            self._queries["insert_operator_log"],
+            action,
+            name,
+            audit.by,
+            audit.reason,
+            bulk.dumps(detail),
+        )
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         """Upsert the declared schedules in one transaction (see the protocol)."""

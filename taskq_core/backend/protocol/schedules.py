@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import UNSET
 from taskq_core.ids import uuid7
 from taskq_core.schedule import Schedule
@@ -249,13 +250,32 @@ def schedule_job_metadata(name: str, fire_at: datetime) -> dict[str, Any]:
     return {"schedule": name, "fire_time": fire_at.isoformat()}
 
 
+def created_detail(row: ScheduleRecord) -> dict[str, Any]:
+    """What the operator log records of a schedule created or deleted."""
+    return {"actor": row.actor, "cron": row.cron, "timezone": row.timezone}
+
+
+def schedule_changes(before: ScheduleRecord, after: ScheduleRecord) -> dict[str, Any]:
+    """The operator-visible fields an update changed, as ``{field: [before, after]}`` (what
+    the operator log records of a schedule update)."""
+    fields = ("actor", "cron", "timezone", "payload", "queue", "enabled")
+    return {
+        name: [getattr(before, name), getattr(after, name)]
+        for name in fields
+        if getattr(before, name) != getattr(after, name)
+    }
+
+
 @runtime_checkable
 class ScheduleBackend(Protocol):
     """Schedule rows, their writes, and the leader's fire of the due ones."""
 
-    async def create_schedule(self, spec: ScheduleSpec) -> ScheduleRecord:
+    async def create_schedule(
+        self, spec: ScheduleSpec, *, audit: Audit | None = None
+    ) -> ScheduleRecord:
         """Insert an enabled schedule, its first ``next_fire_at`` on the backend's clock.
-        Raises ScheduleExistsError when the name is taken."""
+        Raises ScheduleExistsError when the name is taken. With ``audit``, an operator_log
+        row (``schedule_create``) commits with it."""
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
         """One schedule by name, or None."""
@@ -265,11 +285,16 @@ class ScheduleBackend(Protocol):
     ) -> list[ScheduleRecord]:
         """Schedules by name, optionally of one actor or one enabled state."""
 
-    async def update_schedule(self, name: str, update: ScheduleUpdate) -> ScheduleRecord | None:
-        """Apply ``update`` (see ScheduleUpdate); the row after, or None when no such name."""
+    async def update_schedule(
+        self, name: str, update: ScheduleUpdate, *, audit: Audit | None = None
+    ) -> ScheduleRecord | None:
+        """Apply ``update`` (see ScheduleUpdate); the row after, or None when no such name.
+        With ``audit``, an operator_log row (``schedule_update``, the fields that changed)
+        commits with it."""
 
-    async def delete_schedule(self, name: str) -> bool:
-        """Delete the schedule (its jobs stay); False when there was none."""
+    async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
+        """Delete the schedule (its jobs stay); False when there was none. With ``audit``,
+        an operator_log row (``schedule_delete``) commits with it."""
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         """Upsert the schedules a registry declares (``declared_in_code``): new ones are

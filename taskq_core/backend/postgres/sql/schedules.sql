@@ -44,7 +44,7 @@ WHERE id = $1::uuid
 RETURNING *;
 
 -- name: delete_schedule
-DELETE FROM {schema}.schedules WHERE name = $1::text RETURNING id;
+DELETE FROM {schema}.schedules WHERE name = $1::text RETURNING *;
 
 -- name: lock_code_schedules
 -- A worker start's upsert: the rows of the declared names ($1) and every row declared in
