@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from taskq_core.backend.protocol import Backend
 from taskq_core.backend.protocol.ratelimit import LimiterStore
 from taskq_core.clock import FakeClock
 from taskq_core.ratelimit.redis import RedisLimiterStore
@@ -146,3 +147,24 @@ async def redis_limiter(pg_server_dsn: str) -> AsyncIterator[LimiterTarget]:
     """The Redis store alone."""
     async with open_target("redis", pg_server_dsn) as target:
         yield target
+
+
+# Worker tests run each case on both backends.
+@pytest.fixture(params=["memory", "postgres"])
+async def backend(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        from taskq_core.backend.memory import InMemoryBackend
+
+        memory = InMemoryBackend()
+        yield memory
+        await memory.close()
+        return
+    from taskq_core.backend.postgres.backend import PostgresBackend
+
+    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
+    db = await PostgresBackend.connect(pg.dsn, pg.schema)
+    try:
+        yield db
+    finally:
+        await db.close()
+        await drop_schema(pg.dsn, pg.schema)

@@ -6,7 +6,6 @@ unknown limit name stops the worker before it starts."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +23,6 @@ from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter
 from taskq_core.errors import ConfigError
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
 from tests.worker.conftest import fast_settings
 
 API = TokenBucket("api", 10, burst=2)
@@ -58,26 +56,6 @@ def _tenant_key(payload: Charge) -> str:
 @actor(rate_limits=[KeyedRateLimitRef(TokenBucket("per_tenant", 100), _tenant_key, Charge)])
 async def bill(payload: Charge) -> str:
     return payload.tenant
-
-
-@pytest.fixture(params=["memory", "postgres"])
-async def backend(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        from taskq_core.backend.memory import InMemoryBackend
-
-        memory = InMemoryBackend()
-        yield memory
-        await memory.close()
-        return
-    from taskq_core.backend.postgres.backend import PostgresBackend
-
-    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
-    db = await PostgresBackend.connect(pg.dsn, pg.schema)
-    try:
-        yield db
-    finally:
-        await db.close()
-        await drop_schema(pg.dsn, pg.schema)
 
 
 def worker(backend: Backend, actors: list[Any], **overrides: Any) -> Worker:

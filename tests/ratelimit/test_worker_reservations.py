@@ -6,7 +6,7 @@ Sweep 4 frees leaked ones."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -17,7 +17,6 @@ from taskq_core import ConcurrencyReservation, JobContext, RateLimitRegistry, Re
 from taskq_core.backend.protocol import Backend, EnqueueArgs
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
 from tests.worker.conftest import fast_settings
 
 PAIR = ConcurrencyReservation("pair", 2)
@@ -58,26 +57,6 @@ async def hold(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> str:
     finally:
         waiter.cancel()
     return "released"
-
-
-@pytest.fixture(params=["memory", "postgres"])
-async def backend(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        from taskq_core.backend.memory import InMemoryBackend
-
-        memory = InMemoryBackend()
-        yield memory
-        await memory.close()
-        return
-    from taskq_core.backend.postgres.backend import PostgresBackend
-
-    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
-    db = await PostgresBackend.connect(pg.dsn, pg.schema)
-    try:
-        yield db
-    finally:
-        await db.close()
-        await drop_schema(pg.dsn, pg.schema)
 
 
 def worker(backend: Backend, actors: list[Any], *, until_idle: bool = True) -> Worker:
