@@ -8,6 +8,7 @@ admission of one job), and the limiter state stores: ``redis`` (Lua on Redis's c
 settings.
 """
 
+from taskq_core.ratelimit.gate import queue_concurrency_reservation_name
 from taskq_core.ratelimit.primitives import (
     ConcurrencyReservation,
     KeyedRateLimitRef,
@@ -25,4 +26,5 @@ __all__ = [
     "SlidingWindow",
     "TokenBucket",
     "default_registry",
+    "queue_concurrency_reservation_name",
 ]

@@ -84,13 +84,17 @@ async def start_limiter(
     clock: Clock,
     log: Any,
 ) -> RateLimiter | None:
-    """The worker's limiter, its limits' definitions recorded for ``taskq top``; None when
-    no actor declares a limit (then nothing is written and no Redis client opened)."""
-    if not any(plans.values()):
-        return None
-    await backend.register_rate_limits(definitions(plans, redis=bool(settings.redis_url)))
-    store = limiter_store(settings, backend, clock=clock, log=log)
-    return RateLimiter(plans, store, backend, clock=clock, lease=settings.lock_lease_delta)
+    """The worker's limiter, its limits' definitions recorded for ``taskq top``, the caps of
+    its queues read. Always made: a queue's max_concurrent may be set while the worker runs
+    (the heartbeat reads the caps again). With no actor limit nothing is written and no Redis
+    client opened, and a job outside a capped queue passes without a statement."""
+    limited = any(plans.values())
+    if limited:
+        await backend.register_rate_limits(definitions(plans, redis=bool(settings.redis_url)))
+    store = limiter_store(settings, backend, clock=clock, log=log) if limited else backend
+    limiter = RateLimiter(plans, store, backend, clock=clock, lease=settings.lock_lease_delta)
+    limiter.set_queue_caps(await backend.queue_caps(settings.queues))
+    return limiter
 
 
 async def close_limiter(limiter: RateLimiter | None) -> None:

@@ -8,6 +8,11 @@ answered here without asking the store again until its retry_after has passed: n
 appear before then, since only time refills a bucket and empties a window.
 
 Denied jobs come back in a paced line rather than all at once (``pacing.DenialLines``).
+
+A queue whose ``queues.max_concurrent`` is set is a reservation too, fleet-wide, named by
+``queue_concurrency_reservation_name``: every job of the queue takes one of its slots before
+its actor's own (the dispatch statement's cap only pre-filters: several workers dispatching at
+once can each see room for the same free place).
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ STORE_UNAVAILABLE_RETRY_AFTER = timedelta(seconds=5)
 _HOLDS_KEPT = 10_000
 
 DenialKind = Literal["rate_limit", "reservation", "limit_store_unavailable"]
+
+
+def queue_concurrency_reservation_name(queue: str) -> str:
+    """The reservation that caps ``queue``'s running jobs at its max_concurrent (a colon, which
+    no registered limit's name holds, keeps it apart from them)."""
+    return f"queue-cap:{queue}"
 
 
 @dataclass(frozen=True)
@@ -87,32 +98,46 @@ class RateLimiter:
         self.fleet: dict[str, int] = {}  # actor -> live workers running it (see set_fleet)
         self._holding: dict[UUID, tuple[tuple[str, ...], float]] = {}  # job -> (slots, since)
         self._hold_times: dict[str, float] = {}  # reservation -> moving average of holds (s)
+        self.queue_caps: dict[str, int] = {}  # queue -> max_concurrent (see set_queue_caps)
 
-    def applies(self, actor: str) -> bool:
-        """Whether ``actor`` declares any limit."""
-        return actor in self.plans
+    def applies(self, actor: str, queue: str) -> bool:
+        """Whether a job of ``actor`` in ``queue`` is under any limit (its actor's, its
+        queue's cap)."""
+        return actor in self.plans or queue in self.queue_caps
+
+    def set_queue_caps(self, caps: dict[str, int]) -> None:
+        """The max_concurrent of the capped queues this worker consumes (read at start and at
+        every heartbeat)."""
+        self.queue_caps = dict(caps)
 
     def holding(self) -> list[UUID]:
         """Jobs that hold reservation slots now (the heartbeat renews their leases)."""
         return list(self._holding)
 
     async def admit(
-        self, actor: str, payload: Any, job_id: UUID, worker_id: UUID
+        self, actor: str, payload: Any, job_id: UUID, worker_id: UUID, queue: str | None = None
     ) -> Admission | Denial:
-        """Take the job's slots and tokens, or say which limit denies it.
+        """Take the job's slots (its queue's cap first) and tokens, or say which limit denies
+        it.
 
         Raises KeyFunctionError when a keyed limit cannot name the job's key (nothing is
         held then).
         """
         plan = self.plans.get(actor)
-        if plan is None:
+        cap = None if queue is None else self.queue_caps.get(queue)
+        if plan is None and cap is None:
             return ADMITTED
-        reservations = [(use, use.instance(payload)) for use in plan.reservations]
-        rate_limits = [(use, use.instance(payload)) for use in plan.rate_limits]
+        reservations: list[tuple[str, int]] = []
+        if cap is not None:
+            assert queue is not None
+            reservations.append((queue_concurrency_reservation_name(queue), cap))
+        rate_limits: list[tuple[LimitUse, str]] = []
+        if plan is not None:
+            reservations += [(use.instance(payload), _slots(use)) for use in plan.reservations]
+            rate_limits = [(use, use.instance(payload)) for use in plan.rate_limits]
         held: list[str] = []
         try:
-            for use, name in reservations:
-                slots = _slots(use)
+            for name, slots in reservations:
                 if not await self.slots.acquire_reservation(
                     name, slots, job_id, worker_id, self.lease
                 ):

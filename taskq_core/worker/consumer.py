@@ -132,7 +132,7 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
         await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None))
         deps.stats.failed += 1
         return "failed"
-    limited = deps.limiter is not None and deps.limiter.applies(ref.name)
+    limited = deps.limiter is not None and deps.limiter.applies(ref.name, job.queue)
     if limited:
         refused = await _admit(deps, ref, held, payload)
         if refused is not None:
@@ -190,7 +190,7 @@ async def _admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
     backoff = Backoff()
     while True:
         try:
-            verdict = await limiter.admit(ref.name, payload, job.id, deps.worker_id)
+            verdict = await limiter.admit(ref.name, payload, job.id, deps.worker_id, job.queue)
             break
         except KeyFunctionError as exc:
             return await _fail_unkeyed(deps, held, exc)

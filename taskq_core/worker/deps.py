@@ -66,7 +66,7 @@ class WorkerDeps:
     consumer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     is_leader: asyncio.Event = field(default_factory=asyncio.Event)
     info: WorkerInfo | None = None  # the row registered at start, written again if deleted
-    limiter: RateLimiter | None = None  # admission under rate limits (None: no actor has any)
+    limiter: RateLimiter | None = None  # admission under rate limits and queue caps
     leader_since: float = 0.0  # monotonic time this worker last became the leader
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None

@@ -61,6 +61,7 @@ class HeartbeatLoop:
         deps.database.succeeded()
         await self._renew_reservations(result.held)
         await self._count_fleet()
+        await self._read_queue_caps()
         if not result.registered and deps.info is not None:
             # The leader's stale-worker cleanup removed our row while we were silent.
             await deps.backend.register_worker(deps.info)
@@ -95,11 +96,18 @@ class HeartbeatLoop:
                 self.deps.worker_id, holding, self.deps.settings.lock_lease_delta
             )
 
+    async def _read_queue_caps(self) -> None:
+        """Read the consumed queues' max_concurrent again: a cap set, changed or cleared takes
+        effect on its queue's reservation within a beat."""
+        limiter = self.deps.limiter
+        if limiter is not None:
+            limiter.set_queue_caps(await self.deps.backend.queue_caps(self.deps.queues))
+
     async def _count_fleet(self) -> None:
         """Tell the limiter how many live workers run each limited actor: it spaces denied
         jobs for the whole fleet (ratelimit.pacing). Every beat, and once at start."""
         deps, limiter = self.deps, self.deps.limiter
-        if limiter is None:
+        if limiter is None or not limiter.plans:
             return
         wall, stale_after = deps.clock.now(), worker_stale_after(deps.settings)
         workers = await deps.backend.list_workers()

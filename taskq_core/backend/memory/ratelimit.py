@@ -104,6 +104,15 @@ class RateLimitPart(MemoryStore):
         chosen.job_id, chosen.worker_id, chosen.lease_expires_at = job_id, worker_id, now + lease
         return True
 
+    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+        """The capped queues among ``queues`` and their max_concurrent."""
+        rows = {name: self._queues.get(name) for name in queues}
+        return {
+            name: row.max_concurrent
+            for name, row in rows.items()
+            if row is not None and row.max_concurrent is not None
+        }
+
     async def release_reservations(
         self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
     ) -> int:

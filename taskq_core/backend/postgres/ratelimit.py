@@ -91,6 +91,11 @@ class RateLimitPart(BackendCore):
         )
         return slot is not None
 
+    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+        """The capped queues among ``queues`` and their max_concurrent."""
+        records = await self._pool.fetch(self._queries["queue_caps"], list(queues))
+        return {r["name"]: int(r["max_concurrent"]) for r in records}
+
     async def release_reservations(
         self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
     ) -> int:

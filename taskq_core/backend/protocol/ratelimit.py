@@ -126,6 +126,10 @@ class RateLimitBackend(LimiterStore, Protocol):
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now (lease not run out), by name and slot; only ``name``'s when given."""
 
+    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+        """``queues.max_concurrent`` of those of ``queues`` that set one (the worker's queue
+        reservations): one read of the queue rows, no job counted."""
+
     async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
         """Upsert these definitions (a worker's start: the code's limits win)."""
 

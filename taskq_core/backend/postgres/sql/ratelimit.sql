@@ -96,6 +96,13 @@ extra AS (
 )
 SELECT 1;
 
+-- name: queue_caps
+-- The queues among $1 that set max_concurrent, and its value: the worker holds a slot of the
+-- queue's reservation per running job of it.
+SELECT q.name, q.max_concurrent
+FROM {schema}.queues q
+WHERE q.name = ANY ($1::text[]) AND q.max_concurrent IS NOT NULL;
+
 -- name: ensure_reservation_slots
 -- Reservation $1 has rows for slots 0..$2-1 (a slot row is never deleted: a smaller count
 -- only stops acquires from using the higher slots).
