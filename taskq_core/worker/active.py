@@ -141,5 +141,10 @@ class ActiveJobs:
         """Claimed or running jobs: what counts against the worker's capacity."""
         return sum(1 for held in self._held.values() if held.stage is not Stage.SETTLING)
 
+    def holding(self) -> int:
+        """Every job held, settling ones included: an outcome being written is not counted
+        in the worker's stats yet."""
+        return len(self._held)
+
     def __len__(self) -> int:
         return self._running

@@ -32,7 +32,9 @@ class DrainMonitor:
         max_runtime = deps.settings.idle_max_runtime
         if max_runtime is not None and now - self.started_at >= max_runtime:
             return EXIT_IDLE_MAX_RUNTIME
-        busy = deps.in_flight() > 0 or await deps.backend.has_active_jobs(deps.queues)
+        # Settling jobs count as busy: a failure written but not yet counted would otherwise
+        # end the drain with exit 0 (the store already says terminal, the stats do not).
+        busy = deps.active.holding() > 0 or await deps.backend.has_active_jobs(deps.queues)
         if busy:
             self.idle_since = None
             return None

@@ -102,6 +102,27 @@ async def test_transient_failures_retry_then_succeed(
     assert outcomes == ["retried", "retried", "succeeded"]
 
 
+class SlowToAnswerFailures(InMemoryBackend):
+    """Writes a failure at once but answers late, as a busy database does: the job is
+    terminal in the store while its worker has not counted the failure yet."""
+
+    async def mark_failed_or_retry(self, *args: Any, **kwargs: Any) -> Any:
+        row = await super().mark_failed_or_retry(*args, **kwargs)
+        await asyncio.sleep(0.3)  # several idle polls (0.05 s) while the answer is in flight
+        return row
+
+
+async def test_a_failure_still_being_written_keeps_the_drain_from_exiting_0(
+    make_worker: Callable[..., Worker],
+) -> None:
+    backend = SlowToAnswerFailures()
+    async with JobsClient(backend=backend) as client:
+        row = await client.enqueue(doomed, {})
+    assert await run(make_worker(backend, [doomed])) == 3
+    job = await backend.get(row.id)
+    assert job is not None and job.status is JobStatus.FAILED
+
+
 async def test_exhausted_retries_fail_and_exit_3(
     backend: InMemoryBackend, make_worker: Callable[..., Worker]
 ) -> None:
