@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from taskq_core.actors import ActorRef, JobContext, actor
+    from taskq_core.batches import AbortBatchAfter
     from taskq_core.client import EnqueueItem, JobsClient
     from taskq_core.cron_schedules import cron
     from taskq_core.di import ProviderRegistry, Scope
     from taskq_core.errors import (
+        BatchAbortedError,
         ConfigError,
+        EmptyBatchError,
         JobNotFoundError,
         MaxPendingExceededError,
         PayloadValidationError,
@@ -43,12 +46,15 @@ _HOMES = {
     "ActorRef": "actors",
     "JobContext": "actors",
     "actor": "actors",
+    "AbortBatchAfter": "batches",
     "EnqueueItem": "client",
     "JobsClient": "client",
     "cron": "cron_schedules",
     "ProviderRegistry": "di",
     "Scope": "di",
+    "BatchAbortedError": "errors",
     "ConfigError": "errors",
+    "EmptyBatchError": "errors",
     "JobNotFoundError": "errors",
     "MaxPendingExceededError": "errors",
     "PayloadValidationError": "errors",
@@ -69,9 +75,12 @@ _HOMES = {
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "AbortBatchAfter",
     "ActorRef",
+    "BatchAbortedError",
     "ConcurrencyReservation",
     "ConfigError",
+    "EmptyBatchError",
     "EnqueueItem",
     "JobContext",
     "JobNotFoundError",

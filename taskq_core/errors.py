@@ -66,6 +66,20 @@ class SingletonCollisionError(TaskqError):
         self.retry_after = retry_after
 
 
+class BatchAbortedError(TaskqError):
+    """The batch aborted (its failure policy's threshold was reached) and none of its children
+    is still running: what ``wait_for_batch`` raises for it."""
+
+    def __init__(self, batch_id: object) -> None:
+        super().__init__(f"batch {batch_id} was aborted after consecutive failures")
+        self.batch_id = batch_id
+
+
+class EmptyBatchError(TaskqError):
+    """``wait_for_batch`` found fewer children than expected (none, or under
+    ``expect_at_least``) and none left to wait for."""
+
+
 class WorkerOwnershipMismatchError(TaskqError):
     """A terminal write targeted a job this worker does not own."""
 

@@ -1,0 +1,242 @@
+"""What batches need of a backend: the batch row, the outcome hook, counts and the sweeps.
+
+A batch is a group of jobs enqueued together whose children carry ``metadata.batch_id``. A
+``batches`` row exists only when the caller gave a failure policy or a finalizer: it tracks
+``consecutive_failures`` and moves ``active -> complete`` (every child terminal) or
+``active -> aborted`` (``consecutive_failures`` reached ``failure_threshold``). Aborting
+cancels the batch's pending and scheduled children; running ones finish. The moment a batch
+leaves ``active`` its finalizer (if any) is enqueued, once, in the same transaction: two
+workers settling the last two children at the same moment still make one finalizer. The
+finalizer is not a child: it carries ``metadata.finalizes_batch``, not ``batch_id``.
+
+The hook (``apply_batch_outcomes``) runs after the terminal writes committed, so the last
+child's hook always sees every sibling terminal; ``complete_stale_batches`` is the safety net
+for a hook that never ran (a worker killed between its write and its hook, a child ended by an
+operator or a leader sweep). Time predicates run on the backend's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+from taskq_core.backend.protocol.values import EnqueueArgs
+from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
+
+# The metadata keys a batch writes: on every child, and on the finalizer.
+BATCH_ID_KEY = "batch_id"
+FINALIZES_KEY = "finalizes_batch"
+# The error_message of a child cancelled because its batch aborted (a fixed literal).
+BATCH_ABORT_MESSAGE = "Batch aborted due to consecutive failures"
+
+
+class BatchStatus(StrEnum):
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch row to create with its children (in the same transaction).
+
+    ``failure_threshold``: abort after that many consecutive failed children (None: never).
+    ``finalizer``: the job to enqueue once when the batch leaves ``active``; its ``job_id``
+    is fixed here (the backend enqueues it under that id, so the job is made once) and its
+    metadata already carries ``finalizes_batch``.
+    """
+
+    id: UUID
+    queue: str
+    expected_size: int
+    failure_threshold: int | None = None
+    finalizer: EnqueueArgs | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold is not None and self.failure_threshold < 1:
+            raise ValueError(f"failure_threshold must be at least 1, got {self.failure_threshold}")
+        if self.expected_size < 0:
+            raise ValueError(f"expected_size must be zero or more, got {self.expected_size}")
+        if self.finalizer is not None and self.finalizer.job_id is None:
+            raise ValueError("the finalizer's job_id must be fixed when the batch is made")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    """One ``batches`` row. ``finalizer_job_id`` is set once the finalizer was enqueued;
+    ``finalizer_actor`` names the finalizer declared (None: no finalizer)."""
+
+    id: UUID
+    queue: str
+    status: BatchStatus
+    expected_size: int
+    consecutive_failures: int
+    failure_threshold: int | None
+    finalizer_actor: str | None
+    finalizer_job_id: UUID | None
+    created_at: datetime
+    completed_at: datetime | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """The live children of a batch (the jobs table, not the archive) by status."""
+
+    by_status: Mapping[JobStatus, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+    @property
+    def pending(self) -> int:
+        """Children not yet terminal (pending, scheduled or running)."""
+        return sum(n for status, n in self.by_status.items() if status in ACTIVE_STATUSES)
+
+    def of(self, status: JobStatus) -> int:
+        return self.by_status.get(status, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFilter:
+    """Which batches ``list_batches`` returns, newest first: ``active`` True for active only,
+    False for complete and aborted; ``limit`` at most that many."""
+
+    queue: str | None = None
+    active: bool | None = None
+    batch_id: UUID | None = None
+    limit: int = 50
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"limit must be at least 1, got {self.limit}")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """One terminal write of a batched job, as the hook receives it."""
+
+    batch_id: UUID
+    status: JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTransition:
+    """A batch that left ``active``: its new status, the children an abort cancelled and the
+    finalizer enqueued (None: it has none)."""
+
+    batch_id: UUID
+    status: BatchStatus
+    cancelled_children: int = 0
+    finalizer_job_id: UUID | None = None
+
+
+@runtime_checkable
+class BatchBackend(Protocol):
+    """Batch rows, the outcome hook and the batch sweeps."""
+
+    async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
+        """Insert the batch row (``active``). With ``connection`` it commits with the caller's
+        transaction, which also inserts the children. The finalizer is stored, not enqueued.
+        An existing id raises ValueError."""
+
+    async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
+        """The hook after terminal writes have committed, applied in the given order.
+
+        For a batch with a row in ``active``: ``succeeded`` resets ``consecutive_failures`` to
+        0; ``failed`` adds 1 and aborts once it reaches ``failure_threshold`` (pending and
+        scheduled children -> cancelled with BATCH_ABORT_MESSAGE and a state_change event);
+        ``cancelled``/``crashed``/``abandoned`` leave the counter. Then, when no child is
+        pending, scheduled or running, the batch is ``complete``. A batch leaving ``active``
+        gets ``completed_at`` (backend clock) and its finalizer enqueued in the same
+        transaction. Ids without a row, or a row already complete or aborted, change nothing;
+        non-terminal statuses are ignored. Returns the batches that left ``active``.
+        """
+
+    async def get_batch(self, batch_id: UUID) -> BatchRow | None:
+        """One batch row, or None."""
+
+    async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
+        """The batch's children in the jobs table by status (whether or not it has a row)."""
+
+    async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
+        """Batch rows matching the filter, newest first, each with its children's counts."""
+
+    async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
+        """The leader's safety net: every active batch (at most ``limit``, oldest first) with
+        no child pending, scheduled or running becomes ``complete`` (finalizer enqueued, as the
+        hook does). An empty batch (expected_size 0) completes here."""
+
+    async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
+        """Delete complete and aborted batch rows whose ``completed_at`` is more than
+        ``older_than`` ago (backend clock) and that have no child left in the jobs table, in
+        batches of ``batch_size``; returns how many were deleted."""
+
+
+def finalizer_to_json(args: EnqueueArgs) -> dict[str, Any]:
+    """A finalizer's EnqueueArgs as the jsonb the batch row stores (durations in seconds)."""
+
+    def seconds(value: timedelta | None) -> float | None:
+        return None if value is None else value.total_seconds()
+
+    return {
+        "actor": args.actor,
+        "payload": args.payload,
+        "queue": args.queue,
+        "priority": args.priority,
+        "delay": seconds(args.delay),
+        "identity_key": args.identity_key,
+        "fairness_key": args.fairness_key,
+        "schedule_to_close": seconds(args.schedule_to_close),
+        "retry_kind": args.retry_kind,
+        "max_attempts": args.max_attempts,
+        "result_ttl": seconds(args.result_ttl),
+        "metadata": args.metadata,
+        "trace_id": args.trace_id,
+        "span_id": args.span_id,
+        "job_id": str(args.job_id),
+    }
+
+
+def finalizer_from_json(data: Mapping[str, Any]) -> EnqueueArgs:
+    """The stored finalizer back as EnqueueArgs (the inverse of ``finalizer_to_json``)."""
+
+    def delta(value: float | None) -> timedelta | None:
+        return None if value is None else timedelta(seconds=value)
+
+    return EnqueueArgs(
+        actor=data["actor"],
+        payload=dict(data["payload"]),
+        queue=data["queue"],
+        priority=data["priority"],
+        delay=delta(data["delay"]),
+        identity_key=data["identity_key"],
+        fairness_key=data["fairness_key"],
+        schedule_to_close=delta(data["schedule_to_close"]),
+        retry_kind=data["retry_kind"],
+        max_attempts=data["max_attempts"],
+        result_ttl=delta(data["result_ttl"]),
+        metadata=dict(data["metadata"]),
+        trace_id=data["trace_id"],
+        span_id=data["span_id"],
+        job_id=UUID(data["job_id"]),
+    )
+
+
+def batch_id_of(metadata: Mapping[str, Any] | None) -> UUID | None:
+    """The batch a job belongs to, from its metadata (None: not a batch child)."""
+    if not metadata:
+        return None
+    raw = metadata.get(BATCH_ID_KEY)
+    if raw is None:
+        return None
+    try:
+        return UUID(str(raw))
+    except ValueError:
+        return None
