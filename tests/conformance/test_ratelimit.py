@@ -170,6 +170,15 @@ async def test_usage_reads_each_registered_limit_and_its_instances(harness: Harn
     assert later["api"] == 0.0 and later["sms:a"] == 0.0 and "sms:b" not in later
 
 
+async def test_an_unkeyed_limit_owns_its_name_alone(harness: Harness) -> None:
+    backend = harness.backend
+    await backend.register_rate_limits([LimitDefinition("gpu", "reservation", 2.0)])
+    assert await backend.acquire_reservation("gpu:x", 1, uuid4(), uuid4(), SLOT_LEASE)
+    assert await backend.acquire_reservation("queue-cap:mail", 3, uuid4(), uuid4(), SLOT_LEASE)
+    usage = await backend.rate_limit_usage()
+    assert [(u.instance, u.used) for u in usage] == [("gpu", 0.0)]
+
+
 async def test_registering_again_takes_the_new_definition(harness: Harness) -> None:
     backend = harness.backend
     await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 10.0, 1.0)])

@@ -43,9 +43,9 @@ class _LimitTables:
     definitions: dict[str, LimitDefinition] = field(default_factory=dict)
 
 
-def _of(limit: str, instance: str) -> bool:
-    """Whether ``instance`` is limit ``limit`` or one of its keyed instances."""
-    return instance == limit or instance.startswith(f"{limit}:")
+def _of(limit: LimitDefinition, instance: str) -> bool:
+    """Whether ``instance`` is limit ``limit`` or, keyed, one of its instances."""
+    return instance == limit.name or (limit.keyed and instance.startswith(f"{limit.name}:"))
 
 
 class RateLimitPart(MemoryStore):
@@ -180,18 +180,18 @@ class RateLimitPart(MemoryStore):
             if limit.kind == "token_bucket":
                 assert limit.per_second is not None
                 for key, bucket in tables.buckets.items():
-                    if _of(name, key):
+                    if _of(limit, key):
                         elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
                         tokens = min(limit.capacity, bucket.tokens + limit.per_second * elapsed)
                         used[key] = limit.capacity - tokens
             elif limit.kind == "sliding_window":
                 assert limit.span is not None
                 for key, uses in tables.windows.items():
-                    if _of(name, key):
+                    if _of(limit, key):
                         used[key] = float(sum(1 for at in uses if at > now - limit.span))
             else:
                 for (slot_name, _), row in tables.slots.items():
-                    if _of(name, slot_name):
+                    if _of(limit, slot_name):
                         live = row.lease_expires_at is not None and row.lease_expires_at > now
                         used[slot_name] = used.get(slot_name, 0.0) + (
                             row.job_id is not None and live

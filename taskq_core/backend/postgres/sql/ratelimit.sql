@@ -210,6 +210,8 @@ SET kind = excluded.kind, capacity = excluded.capacity, per_second = excluded.pe
 -- window, slots held (lease not run out); at most $1 instances per limit, most used first.
 -- A limit without state has one row with a NULL instance; a rate limit kept in Redis gets no
 -- state from here. For `taskq top`: it reads every state row of the registered limits.
+-- Only a keyed limit owns the `<name>:<key>` instances: an unkeyed one is its name alone.
+-- Queue caps (`queue-cap:<queue>` slots) are not listed: they are the queues' own columns.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
@@ -222,14 +224,14 @@ used AS (
                EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0)) AS used
     FROM d
     JOIN {schema}.rate_limit_buckets b
-        ON b.key = d.name OR left(b.key, length(d.name) + 1) = d.name || ':'
+        ON b.key = d.name OR (d.keyed AND left(b.key, length(d.name) + 1) = d.name || ':')
     CROSS JOIN k
     WHERE d.kind = 'token_bucket' AND d.store = 'postgres'
     UNION ALL
     SELECT d.name, e.key, (count(*) FILTER (WHERE e.occurred_at > k.now - d.span))::float8
     FROM d
     JOIN {schema}.rate_limit_window_entries e
-        ON e.key = d.name OR left(e.key, length(d.name) + 1) = d.name || ':'
+        ON e.key = d.name OR (d.keyed AND left(e.key, length(d.name) + 1) = d.name || ':')
     CROSS JOIN k
     WHERE d.kind = 'sliding_window' AND d.store = 'postgres'
     GROUP BY d.name, e.key
@@ -238,7 +240,7 @@ used AS (
            (count(*) FILTER (WHERE s.job_id IS NOT NULL AND s.lease_expires_at > k.now))::float8
     FROM d
     JOIN {schema}.reservation_slots s
-        ON s.name = d.name OR left(s.name, length(d.name) + 1) = d.name || ':'
+        ON s.name = d.name OR (d.keyed AND left(s.name, length(d.name) + 1) = d.name || ':')
     CROSS JOIN k
     WHERE d.kind = 'reservation'
     GROUP BY d.name, s.name
