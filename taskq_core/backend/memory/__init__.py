@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from taskq_core.backend.protocol import check_protocol_version
 
 from .admin import AdminPart
+from .batches import BatchPart
 from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .leader import LeaderPart
@@ -41,6 +42,7 @@ check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 class InMemoryBackend(
+    BatchPart,  # over EnqueuePart: it enqueues finalizers
     EnqueuePart,
     DispatchPart,
     LeaderPart,

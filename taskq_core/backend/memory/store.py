@@ -1,6 +1,6 @@
 """The in-memory backend's state: the stored records (jobs, workers, actor configs, queues, the
-archive), the shared helpers every part writes through (events, attempts, the lease fence, the
-job filter), and the handle of a simulated transaction.
+archive, batches), the shared helpers every part writes through (events, attempts, the lease
+fence, the job filter), and the handle of a simulated transaction.
 
 Records are mutable dataclasses mirroring the schema's rows; callers only ever get frozen
 snapshots of them, whose JSON columns round-trip through ``json`` as jsonb would.
@@ -32,6 +32,7 @@ from taskq_core.backend.protocol import (
     WorkerInfo,
 )
 from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
+from taskq_core.backend.protocol.batches import BatchRow, BatchStatus
 from taskq_core.backend.protocol.unique import holds_key
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
@@ -187,6 +188,29 @@ class QueueRecord:
 
 
 @dataclass(slots=True)
+class BatchRecord:
+    """A mutable ``batches`` row; ``finalizer`` holds the finalizer's enqueue arguments (the
+    ``finalizer`` jsonb column, as ``finalizer_to_json`` writes it)."""
+
+    id: UUID
+    queue: str
+    status: BatchStatus
+    expected_size: int
+    failure_threshold: int | None
+    finalizer: dict[str, Any] | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    consecutive_failures: int = 0
+    finalizer_job_id: UUID | None = None
+    completed_at: datetime | None = None
+
+    def snapshot(self) -> BatchRow:
+        """A frozen copy that shares nothing mutable with this record."""
+        actor = None if self.finalizer is None else self.finalizer["actor"]
+        return freeze(self, BatchRow, finalizer_actor=actor)
+
+
+@dataclass(slots=True)
 class ArchivedRecord:
     """A ``jobs_archive`` row: the job's record as it was when pruned (detached from
     ``_jobs``, never written again) and when it was archived and leaves for good."""
@@ -213,6 +237,8 @@ class MemoryTransaction:
         self.settling: set[UUID] = set()
         # The unique keys of buffered jobs (as stored) and as their callers gave them.
         self.given_keys: dict[str, str] = {}
+        # The batch rows created through it (they are written by ``on_commit``).
+        self.batches: set[UUID] = set()
 
 
 # --- the shared state ------------------------------------------------------------------------
@@ -244,6 +270,7 @@ class MemoryStore:
         self._open_transactions: set[MemoryTransaction] = set()
         self._operator_log: list[OperatorLogEntry] = []
         self._operator_log_ids = itertools.count(1)
+        self._batches: dict[UUID, BatchRecord] = {}
 
     async def close(self) -> None:
         """Nothing to release; idempotent."""

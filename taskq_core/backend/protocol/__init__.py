@@ -4,7 +4,8 @@ Worker, client, CLI and TUI talk only to this protocol. ``ClientBackend`` is wha
 needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
 ``LeaderBackend`` the leader's election and sweeps (``leader``), ``AdminBackend`` the
 operator's reads and bulk writes (``admin``), ``RetentionBackend`` the prune and archive
-(``retention``), ``RateLimitBackend`` limiter state and reservation slots (``ratelimit``);
+(``retention``), ``RateLimitBackend`` limiter state and reservation slots (``ratelimit``),
+``BatchBackend`` batch rows, the outcome hook and the batch sweeps (``batches``);
 ``values`` holds the types they all speak.
 ``Backend`` is all of them: PostgresBackend implements it with asyncpg (every time predicate on
 the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
@@ -35,6 +36,20 @@ from taskq_core.backend.protocol.admin import (
     check_dashboard_window,
     check_queue_update,
     check_recent_limit,
+)
+from taskq_core.backend.protocol.batches import (
+    BATCH_ABORT_MESSAGE,
+    BATCH_ID_KEY,
+    FINALIZES_KEY,
+    BatchBackend,
+    BatchCounts,
+    BatchFilter,
+    BatchOutcome,
+    BatchRow,
+    BatchStatus,
+    BatchTransition,
+    NewBatch,
+    batch_id_of,
 )
 from taskq_core.backend.protocol.client import (
     ClientBackend,
@@ -109,6 +124,7 @@ class Backend(
     RetentionBackend,
     ScheduleBackend,
     RateLimitBackend,
+    BatchBackend,
     Protocol,
 ):
     """Everything TaskQ needs of its storage: the parts together."""
@@ -128,6 +144,9 @@ def check_protocol_version(implementation: str, declared: int) -> None:
 
 __all__ = [
     "BACKEND_PROTOCOL_VERSION",
+    "BATCH_ABORT_MESSAGE",
+    "BATCH_ID_KEY",
+    "FINALIZES_KEY",
     "RECENT_JOBS_MAX",
     "UNSET",
     "ActorConfigDrift",
@@ -138,6 +157,13 @@ __all__ = [
     "ArchivedJob",
     "AttemptRow",
     "Backend",
+    "BatchBackend",
+    "BatchCounts",
+    "BatchFilter",
+    "BatchOutcome",
+    "BatchRow",
+    "BatchStatus",
+    "BatchTransition",
     "BulkCancelResult",
     "CancelFlag",
     "CancelOutcome",
@@ -159,6 +185,7 @@ __all__ = [
     "LimitGrant",
     "LimitUsage",
     "LimiterStore",
+    "NewBatch",
     "PrunePolicy",
     "PruneResult",
     "QueueActivity",
@@ -181,6 +208,7 @@ __all__ = [
     "WorkerBackend",
     "WorkerInfo",
     "WorkerRow",
+    "batch_id_of",
     "check_capacity",
     "check_dashboard_window",
     "check_protocol_version",

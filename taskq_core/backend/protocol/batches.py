@@ -17,7 +17,7 @@ operator or a leader sweep). Time predicates run on the backend's clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from taskq_core.backend.protocol.values import EnqueueArgs
-from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
+from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 # The metadata keys a batch writes: on every child, and on the finalizer.
 BATCH_ID_KEY = "batch_id"
@@ -179,8 +179,37 @@ class BatchBackend(Protocol):
         batches of ``batch_size``; returns how many were deleted."""
 
 
+def count_failures(
+    consecutive_failures: int, failure_threshold: int | None, statuses: Iterable[JobStatus]
+) -> tuple[int, bool]:
+    """The outcome table's counter: ``statuses`` (in order) applied to an active batch's
+    ``consecutive_failures``. A success resets it, a failure adds 1, other statuses leave it.
+    Returns the new count and whether it reached ``failure_threshold`` (the batch aborts
+    there: later statuses of the same call no longer count)."""
+    count = consecutive_failures
+    for status in statuses:
+        if status is JobStatus.SUCCEEDED:
+            count = 0
+        elif status is JobStatus.FAILED:
+            count += 1
+            if failure_threshold is not None and count >= failure_threshold:
+                return count, True
+    return count, False
+
+
+def outcomes_by_batch(outcomes: Sequence[BatchOutcome]) -> dict[UUID, list[JobStatus]]:
+    """The terminal statuses of ``outcomes`` per batch, each batch's in the given order, the
+    batches in order of first appearance (non-terminal statuses dropped: not outcomes)."""
+    grouped: dict[UUID, list[JobStatus]] = {}
+    for outcome in outcomes:
+        if outcome.status in TERMINAL_STATUSES:
+            grouped.setdefault(outcome.batch_id, []).append(outcome.status)
+    return grouped
+
+
 def finalizer_to_json(args: EnqueueArgs) -> dict[str, Any]:
-    """A finalizer's EnqueueArgs as the jsonb the batch row stores (durations in seconds)."""
+    """A finalizer's EnqueueArgs as the jsonb the batch row stores (durations in seconds),
+    every field: the finalizer is an ordinary job (its unique key holds as any job's)."""
 
     def seconds(value: timedelta | None) -> float | None:
         return None if value is None else value.total_seconds()
@@ -201,6 +230,8 @@ def finalizer_to_json(args: EnqueueArgs) -> dict[str, Any]:
         "trace_id": args.trace_id,
         "span_id": args.span_id,
         "job_id": str(args.job_id),
+        "unique_key": args.unique_key,
+        "unique_for": seconds(args.unique_for),
     }
 
 
@@ -226,6 +257,8 @@ def finalizer_from_json(data: Mapping[str, Any]) -> EnqueueArgs:
         trace_id=data["trace_id"],
         span_id=data["span_id"],
         job_id=UUID(data["job_id"]),
+        unique_key=data.get("unique_key"),
+        unique_for=delta(data.get("unique_for")),
     )
 
 

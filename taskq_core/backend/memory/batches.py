@@ -1,0 +1,210 @@
+"""Batches in memory: the batch rows, the outcome hook, the children's counts and the sweeps.
+
+Every method awaits nothing that suspends, so each is atomic, as the Postgres part's
+transaction is: a hook decides and writes the batch, its cancelled children and its finalizer
+in one step. Children are the jobs whose ``metadata.batch_id`` is the batch's id as text (the
+Postgres part's index key); the stored jobs are scanned, this backend being for tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from taskq_core.backend.protocol.batches import (
+    BATCH_ABORT_MESSAGE,
+    BATCH_ID_KEY,
+    BatchCounts,
+    BatchFilter,
+    BatchOutcome,
+    BatchRow,
+    BatchStatus,
+    BatchTransition,
+    NewBatch,
+    count_failures,
+    finalizer_from_json,
+    finalizer_to_json,
+    outcomes_by_batch,
+)
+from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.errors import SingletonCollisionError
+from taskq_core.obs.logs import get_logger
+from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
+
+from .enqueue import EnqueuePart
+from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, as_json
+
+_log = get_logger("memory_backend")
+
+
+class BatchPart(EnqueuePart):
+    """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
+    ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
+
+    # --- reads of the children -----------------------------------------------------------------
+    def _children(self, batch_id: UUID) -> list[JobRecord]:
+        """The batch's children in the jobs table (not the archive, not uncommitted ones)."""
+        key = str(batch_id)
+        return [job for job in self._jobs.values() if job.metadata.get(BATCH_ID_KEY) == key]
+
+    def _any_unfinished(self, batch_id: UUID) -> bool:
+        """Whether some child is pending, scheduled or running."""
+        key = str(batch_id)
+        return any(
+            job.status in ACTIVE_STATUSES and job.metadata.get(BATCH_ID_KEY) == key
+            for job in self._jobs.values()
+        )
+
+    async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
+        """The batch's children in the jobs table by status (whether or not it has a row)."""
+        return _counts(self._children(batch_id))
+
+    # --- rows ----------------------------------------------------------------------------------
+    async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
+        """Insert the batch row (``active``); with ``connection`` it appears when that
+        transaction commits, with the children. An existing id raises ValueError."""
+        handle = None if connection is None else self._transaction_handle(connection)
+        if batch.id in self._batches or (handle is not None and batch.id in handle.batches):
+            raise ValueError(f"a batch with id {batch.id} already exists")
+        finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
+        record = BatchRecord(
+            id=batch.id,
+            queue=batch.queue,
+            status=BatchStatus.ACTIVE,
+            expected_size=batch.expected_size,
+            failure_threshold=batch.failure_threshold,
+            finalizer=None if finalizer is None else as_json(finalizer),
+            metadata=as_json(batch.metadata),
+            created_at=self._now(),
+        )
+        if handle is None:
+            self._batches[record.id] = record
+        else:
+            handle.batches.add(record.id)
+            handle.on_commit.append(lambda: self._batches.setdefault(record.id, record))
+        return record.snapshot()
+
+    async def get_batch(self, batch_id: UUID) -> BatchRow | None:
+        """One batch row, or None."""
+        record = self._batches.get(batch_id)
+        return None if record is None else record.snapshot()
+
+    async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
+        """Batch rows matching the filter, newest first, each with its children's counts."""
+        found = [
+            record
+            for record in self._batches.values()
+            if (filter.queue is None or record.queue == filter.queue)
+            and (filter.batch_id is None or record.id == filter.batch_id)
+            and (filter.active is None or (record.status is BatchStatus.ACTIVE) == filter.active)
+        ]
+        found.sort(key=lambda record: (record.created_at, record.id), reverse=True)
+        chosen = found[: filter.limit]
+        children: dict[Any, list[JobRecord]] = {str(record.id): [] for record in chosen}
+        for job in self._jobs.values():  # one pass for every batch listed
+            siblings = children.get(job.metadata.get(BATCH_ID_KEY))
+            if siblings is not None:
+                siblings.append(job)
+        return [(record.snapshot(), _counts(children[str(record.id)])) for record in chosen]
+
+    # --- the hook and the sweeps ---------------------------------------------------------------
+    async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
+        """The outcome table for each batch with an active row, its outcomes in the given
+        order; returns the batches that left ``active`` (in order of first appearance)."""
+        transitions: list[BatchTransition] = []
+        for batch_id, statuses in outcomes_by_batch(outcomes).items():
+            record = self._batches.get(batch_id)
+            if record is None or record.status is not BatchStatus.ACTIVE:
+                continue
+            count, abort = count_failures(
+                record.consecutive_failures, record.failure_threshold, statuses
+            )
+            record.consecutive_failures = count
+            if abort:
+                transitions.append(self._leave(record, BatchStatus.ABORTED))
+            elif not self._any_unfinished(batch_id):
+                transitions.append(self._leave(record, BatchStatus.COMPLETE))
+        return transitions
+
+    async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
+        """Active batches (oldest first, at most ``limit``) with no child pending, scheduled
+        or running become ``complete``, finalizer enqueued."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        active = sorted(
+            (r for r in self._batches.values() if r.status is BatchStatus.ACTIVE),
+            key=lambda record: (record.created_at, record.id),
+        )
+        done = [r for r in active if not self._any_unfinished(r.id)][:limit]
+        return [self._leave(record, BatchStatus.COMPLETE) for record in done]
+
+    async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
+        """Delete ended batch rows whose ``completed_at`` is more than ``older_than`` ago and
+        that have no child left in the jobs table; returns how many."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        cutoff = self._now() - older_than
+        with_children = {job.metadata.get(BATCH_ID_KEY) for job in self._jobs.values()}
+        due = [
+            record.id
+            for record in self._batches.values()
+            if record.status is not BatchStatus.ACTIVE
+            and record.completed_at is not None
+            and record.completed_at < cutoff
+            and str(record.id) not in with_children
+        ]
+        for batch_id in due:
+            del self._batches[batch_id]
+        return len(due)
+
+    def _leave(self, record: BatchRecord, status: BatchStatus) -> BatchTransition:
+        """``record`` leaves ``active`` now: its finalizer (if any) is enqueued, and an abort
+        cancels the waiting children. The finalizer goes first: the only step that can raise,
+        so nothing is written when it does."""
+        finalizer_job_id = self._enqueue_finalizer(record)
+        cancelled = self._cancel_waiting_children(record.id) if status is BatchStatus.ABORTED else 0
+        record.status = status
+        record.completed_at = self._now()
+        record.finalizer_job_id = finalizer_job_id
+        return BatchTransition(record.id, status, cancelled, finalizer_job_id)
+
+    def _cancel_waiting_children(self, batch_id: UUID) -> int:
+        """Pending and scheduled children -> cancelled, as an operator's cancel ends them
+        (request time and reason on the row), with the abort's message and a state_change
+        event; running children finish."""
+        now = self._now()
+        waiting = [job for job in self._children(batch_id) if job.status in (PENDING, SCHEDULED)]
+        for job in waiting:
+            job.cancel_requested_at = now
+            job.cancel_reason = BATCH_ABORT_MESSAGE
+            job.error_message = BATCH_ABORT_MESSAGE
+            detail = {"reason": BATCH_ABORT_MESSAGE, "batch_id": str(batch_id)}
+            self._transition(job, JobStatus.CANCELLED, detail=detail)
+        return len(waiting)
+
+    def _enqueue_finalizer(self, record: BatchRecord) -> UUID | None:
+        """Enqueue the batch's finalizer under its fixed id, as ``enqueue`` does (the same job
+        already there comes back; another job under the id is ValueError); None without one,
+        or when its unique key is held by another job (refused as any enqueue would be)."""
+        if record.finalizer is None:
+            return None
+        args = finalizer_from_json(record.finalizer)
+        existing = self._existing(args.job_id, None)
+        if existing is not None:
+            if not is_same_job(existing, args):
+                raise duplicate_id_error(existing.id)
+            return existing.id
+        try:
+            return self._insert([args], None)[0].id
+        except SingletonCollisionError as exc:
+            _log.warning("batch_finalizer_refused", batch_id=str(record.id), error=str(exc))
+            return None
+
+
+def _counts(children: list[JobRecord]) -> BatchCounts:
+    """Children by status, in JobStatus order (as the Postgres part returns them)."""
+    found = Counter(job.status for job in children)
+    return BatchCounts({status: found[status] for status in JobStatus if status in found})
