@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from taskq_core.actors import ActorRef, JobContext, actor
-    from taskq_core.batches import AbortBatchAfter
+    from taskq_core.batches import AbortBatchAfter, BatchCompletionStatus, BatchEnqueued
     from taskq_core.client import EnqueueItem, JobsClient
     from taskq_core.cron_schedules import cron
     from taskq_core.di import ProviderRegistry, Scope
@@ -47,6 +47,8 @@ _HOMES = {
     "JobContext": "actors",
     "actor": "actors",
     "AbortBatchAfter": "batches",
+    "BatchCompletionStatus": "batches",
+    "BatchEnqueued": "batches",
     "EnqueueItem": "client",
     "JobsClient": "client",
     "cron": "cron_schedules",
@@ -78,6 +80,8 @@ __all__ = [
     "AbortBatchAfter",
     "ActorRef",
     "BatchAbortedError",
+    "BatchCompletionStatus",
+    "BatchEnqueued",
     "ConcurrencyReservation",
     "ConfigError",
     "EmptyBatchError",

@@ -31,8 +31,11 @@ from taskq_core.backend.protocol import (
     JobRow,
     from_values,
 )
+from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.backend.protocol.unique import check_unique
+from taskq_core.batches import AbortBatchAfter
 from taskq_core.capacity import CapacityCache
+from taskq_core.client_batches import BatchMethods
 from taskq_core.client_schedules import ScheduleMethods
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.enqueue_retry import TransientRetry
@@ -128,7 +131,8 @@ class _Batch(Sequence[EnqueueArgs]):
     The Postgres backend reads a bulk enqueue a slice at a time while the server inserts the
     slice before, so the client's per-item work overlaps the server's too. An invalid item
     raises when read; the backend then rolls the whole batch back. ``trace`` holds the
-    batch's producer span ids once it is open.
+    batch's producer span ids once it is open; ``batch_tag``, when set, is the batch id
+    every item's metadata carries (it wins over an item's own ``batch_id``).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class _Batch(Sequence[EnqueueArgs]):
         self._plans = plans
         self.counts = counts
         self.trace: tuple[str | None, str | None] = (None, None)
+        self.batch_tag: str | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -176,6 +181,7 @@ class _Batch(Sequence[EnqueueArgs]):
         raw, plan = self._items[index], self._plans[index]
         item, _ = _parse(raw)
         trace_id, span_id = self.trace
+        tag = self.batch_tag
         if item is None:  # the bulk path: every field but the payload is the actor's
             return from_values(
                 EnqueueArgs,
@@ -191,7 +197,7 @@ class _Batch(Sequence[EnqueueArgs]):
                     plan.retry.kind,
                     plan.retry.max_attempts,
                     plan.result_ttl,
-                    {},  # metadata
+                    {} if tag is None else {BATCH_ID_KEY: tag},  # metadata
                     trace_id,
                     span_id,
                     None,  # job_id
@@ -200,6 +206,9 @@ class _Batch(Sequence[EnqueueArgs]):
                 ),
             )
         deadline = _delta(item.schedule_to_close)
+        metadata = dict(item.metadata or {})
+        if tag is not None:
+            metadata[BATCH_ID_KEY] = tag
         return EnqueueArgs(
             actor=plan.name,
             payload=plan.dump(item.payload),
@@ -212,7 +221,7 @@ class _Batch(Sequence[EnqueueArgs]):
             retry_kind=plan.retry.kind,
             max_attempts=plan.retry.max_attempts,
             result_ttl=plan.result_ttl,
-            metadata=dict(item.metadata or {}),
+            metadata=metadata,
             trace_id=trace_id,
             span_id=span_id,
             unique_key=item.unique_key,
@@ -220,7 +229,7 @@ class _Batch(Sequence[EnqueueArgs]):
         )
 
 
-class JobsClient(ScheduleMethods):
+class JobsClient(BatchMethods, ScheduleMethods):
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the
@@ -347,12 +356,32 @@ class JobsClient(ScheduleMethods):
         self,
         items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]],
         *,
+        failure_policy: AbortBatchAfter | None = None,
+        finalizer: EnqueueItem | tuple[ActorRef | str, Any] | None = None,
+        batch_id: UUID | str | None = None,
         connection: Any = None,
     ) -> list[JobRow]:
         """Insert every item in one transaction; one row per item, in order.
 
         An invalid item raises (PayloadValidationError, ...) and nothing of the batch is stored.
+
+        With any of ``failure_policy``, ``finalizer`` or ``batch_id`` the items form a batch:
+        each carries ``metadata["batch_id"]`` (``batch_id``, else a new time-ordered UUID), which
+        ``wait_for_batch`` and ``taskq batches`` follow. A policy or a finalizer also makes
+        the batch's row, in the same transaction as its children (the caller's
+        ``connection`` when given): ``AbortBatchAfter(n)`` cancels the pending and scheduled
+        children once n children in a row failed; the finalizer job is enqueued once, when
+        every child is terminal or the batch aborted, with ``metadata["finalizes_batch"]``
+        naming the batch. Both are checked (the finalizer's payload too) before any insert.
         """
+        if failure_policy is not None or finalizer is not None or batch_id is not None:
+            return await self._enqueue_tracked_batch(
+                items,
+                failure_policy=failure_policy,
+                finalizer=finalizer,
+                batch_id=batch_id,
+                connection=connection,
+            )
         batch = await self._prepare(items)
         await self._check_capacity(batch.counts)
         if not batch:

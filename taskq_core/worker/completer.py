@@ -11,6 +11,9 @@ job was reclaimed; another attempt may be running) is dropped with a log line: t
 attempt wins. While the database is away the flusher backs off and keeps what waits; the
 producer claims nothing new past ``backlog_limit`` waiting successes, which bounds memory.
 
+The successes of batch children written by a flush go to the batch hook in one call, after
+the flush committed and before those jobs are released (``batch_hook``).
+
 Crash semantics: a job is ``succeeded`` only once its flush has committed. If the worker dies
 between the actor's return and that commit (at most one flush), the row is still running:
 its lease expires, the leader reclaims it and it runs again under its retry policy
@@ -27,8 +30,11 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, ErrorInfo, Start, Success
+from taskq_core.backend.protocol.batches import BatchOutcome
 from taskq_core.clock import Clock
+from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
+from taskq_core.worker.batch_hook import apply_outcomes, outcome_of, status_of_row
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -155,6 +161,7 @@ class Completer:
             self.database.succeeded()
             return FlushResult(0, 0, len(starts))
         successes = [success for held, success in batch if held.lost is None]
+        refused: list[BatchOutcome] = []
         try:
             written = await asyncio.shield(
                 self.backend.mark_succeeded_many(self.worker_id, successes)
@@ -163,8 +170,11 @@ class Completer:
             raise
         except Exception as exc:
             self.log.error("completion_flush_failed", error=repr(exc), size=len(batch))
-            written = await self._one_by_one(batch)
+            written = await self._one_by_one(batch, refused)
         self.database.succeeded()
+        await apply_outcomes(
+            self.backend, self.log, [*self._batch_outcomes(batch, written), *refused]
+        )
         for _ in range(count):
             held, success = self._successes.popleft()
             self._waiting.discard(held.job.id)
@@ -180,9 +190,25 @@ class Completer:
             self.holdings.remove(held)
         return FlushResult(count, len(written), len(starts))
 
-    async def _one_by_one(self, batch: list[tuple[ActiveJob, Success]]) -> set[UUID]:
+    @staticmethod
+    def _batch_outcomes(
+        batch: list[tuple[ActiveJob, Success]], written: set[UUID]
+    ) -> list[BatchOutcome]:
+        """The written successes of batch children (one lookup per success otherwise)."""
+        outcomes = []
+        for held, success in batch:
+            if success.job_id in written:
+                outcome = outcome_of(held.job, JobStatus.SUCCEEDED)
+                if outcome is not None:
+                    outcomes.append(outcome)
+        return outcomes
+
+    async def _one_by_one(
+        self, batch: list[tuple[ActiveJob, Success]], refused: list[BatchOutcome]
+    ) -> set[UUID]:
         """Isolate a poisonous item: write each success on its own; one the database refuses
-        fails its job instead of leaving it running."""
+        fails its job instead of leaving it running (a batch child's failure goes to
+        ``refused`` for the hook)."""
         written: set[UUID] = set()
         for held, success in batch:
             if held.lost is not None:
@@ -200,7 +226,12 @@ class Completer:
                     "completion_refused", job_id=str(success.job_id), error=error.message
                 )
                 ran_for = success.ran_for
-                await self.backend.mark_failed_or_retry(held.lease, error, None, ran_for=ran_for)
+                row = await self.backend.mark_failed_or_retry(
+                    held.lease, error, None, ran_for=ran_for
+                )
+                outcome = outcome_of(held.job, status_of_row(row))
+                if outcome is not None:
+                    refused.append(outcome)
         return written
 
     async def close(self, *, within: float | None = None) -> None:

@@ -15,6 +15,10 @@ body ends, then write exactly one outcome, fenced by the job's lease:
 - any other outcome is written here, retried with backoff while the database is away, and
   dropped only if the lease is lost meanwhile (the reclaimed attempt wins).
 
+A batch child's terminal write is followed by the batch hook (``batch_hook``) before the job
+is released, so the until-idle drain never sees the last child gone and its finalizer not
+yet enqueued.
+
 Writes are shielded: a cancellation of the consumer during shutdown cannot interrupt one.
 """
 
@@ -33,14 +37,22 @@ from pydantic import BaseModel
 from taskq_core import jsontext
 from taskq_core.actors import ActorRef, JobContext
 from taskq_core.backend.protocol import ErrorInfo, Success
+from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.metrics import consumer_span, instruments
 from taskq_core.ratelimit.gate import STORE_UNAVAILABLE_RETRY_AFTER, Denial
 from taskq_core.ratelimit.registry import KeyFunctionError
 from taskq_core.retry import RetryAfter, Snooze
+from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.actor_thread import ActorThread
+from taskq_core.worker.batch_hook import (
+    after_terminal_write,
+    status_if_cancelled,
+    status_of_reschedule,
+    status_of_row,
+)
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause
 
@@ -122,14 +134,21 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
     if ref is None:
         deps.log.error("dispatch_actor_not_found", job_id=str(job.id), actor=job.actor)
         deps.active.settle(held)
-        await _settle(deps, held, lambda: deps.backend.mark_snoozed(lease, UNKNOWN_ACTOR_SNOOZE))
+        await _settle(
+            deps,
+            held,
+            lambda: deps.backend.mark_snoozed(lease, UNKNOWN_ACTOR_SNOOZE),
+            status_of_reschedule,
+        )
         return "snoozed"
     try:
         payload = ref.validate_payload(job.payload)
     except PayloadValidationError as exc:
         error = _error_info(exc)
         deps.active.settle(held)
-        await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None))
+        await _settle(
+            deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None), status_of_row
+        )
         deps.stats.failed += 1
         return "failed"
     limited = deps.limiter is not None and deps.limiter.applies(ref.name, job.queue)
@@ -215,6 +234,7 @@ async def _admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
         lambda: deps.backend.mark_retry_after(
             lease, verdict.retry_after, consume_budget=False, reason=verdict.reason
         ),
+        status_of_reschedule,
     )
     deps.stats.rate_limited += 1
     deps.log.debug(
@@ -232,7 +252,12 @@ async def _fail_unkeyed(deps: WorkerDeps, held: ActiveJob, exc: KeyFunctionError
     """A keyed limit cannot name this job's key: it fails for good, saying why."""
     error = ErrorInfo("RateLimitKeyError", str(exc))
     deps.active.settle(held)
-    await _settle(deps, held, lambda: deps.backend.mark_failed_or_retry(held.lease, error, None))
+    await _settle(
+        deps,
+        held,
+        lambda: deps.backend.mark_failed_or_retry(held.lease, error, None),
+        status_of_row,
+    )
     deps.log.warning("job_limit_key_failed", job_id=str(held.job.id), error=error.message)
     deps.stats.failed += 1
     return "failed"
@@ -410,7 +435,10 @@ async def _record(
         return "succeeded"
     if outcome == "snooze":
         state = await _settle(
-            deps, held, lambda: backend.mark_snoozed(lease, value.delay, ran_for=ran_for)
+            deps,
+            held,
+            lambda: backend.mark_snoozed(lease, value.delay, ran_for=ran_for),
+            status_of_reschedule,
         )
         if state == "failed":
             deps.stats.failed += 1
@@ -422,6 +450,7 @@ async def _record(
             lambda: backend.mark_retry_after(
                 lease, value.delay, consume_budget=value.consume_budget, ran_for=ran_for
             ),
+            status_of_reschedule,
         )
         if str(result_state).startswith("failed"):
             deps.stats.failed += 1
@@ -492,6 +521,8 @@ async def _record_in_transaction(
         )
         deps.active.remove(held)
         return "lost"
+    if BATCH_ID_KEY in held.job.metadata:  # committed: the batch may end with it
+        await after_terminal_write(deps.backend, deps.log, held.job, JobStatus.SUCCEEDED)
     deps.active.remove(held)
     deps.stats.succeeded += 1
     return "succeeded"
@@ -506,6 +537,7 @@ async def _record_unstorable(
         deps,
         held,
         lambda: deps.backend.mark_failed_or_retry(held.lease, error, None, ran_for=ran_for),
+        status_of_row,
     )
     deps.log.warning("job_result_unstorable", job_id=str(held.job.id), error=error.message)
     deps.stats.failed += 1
@@ -523,6 +555,7 @@ async def _record_error(
         lambda: deps.backend.mark_failed_or_retry(
             held.lease, _error_info(exc), delay, ran_for=ran_for
         ),
+        status_of_row,
     )
     deps.log.warning(
         "job_attempt_failed",
@@ -556,16 +589,28 @@ async def _record_cancel(deps: WorkerDeps, held: ActiveJob, ran_for: float) -> s
             lambda: deps.backend.mark_retry_after(
                 lease, timedelta(0), consume_budget=False, ran_for=ran_for
             ),
+            status_of_reschedule,
         )
         return "released"
-    await _settle(deps, held, lambda: deps.backend.mark_cancelled(lease, ran_for=ran_for))
+    await _settle(
+        deps,
+        held,
+        lambda: deps.backend.mark_cancelled(lease, ran_for=ran_for),
+        status_if_cancelled,
+    )
     deps.stats.cancelled += 1
     return "cancelled"
 
 
-async def _settle(deps: WorkerDeps, held: ActiveJob, write: Callable[[], Awaitable[T]]) -> T | None:
+async def _settle(
+    deps: WorkerDeps,
+    held: ActiveJob,
+    write: Callable[[], Awaitable[T]],
+    status: Callable[[T], JobStatus | None],
+) -> T | None:
     """Run one fenced outcome write, retried with backoff while the database is away; give
-    up (None) only once the lease is lost. The holding is released afterwards."""
+    up (None) only once the lease is lost. ``status`` reads the write's answer as the job's
+    new status, for a batch child's hook. The holding is released afterwards."""
     backoff = Backoff()
     try:
         while True:
@@ -579,6 +624,8 @@ async def _settle(deps: WorkerDeps, held: ActiveJob, write: Callable[[], Awaitab
                 await retry_pause(deps.database, backoff.next())
                 continue
             deps.database.succeeded()
+            if BATCH_ID_KEY in held.job.metadata:  # the one lookup a job outside a batch pays
+                await after_terminal_write(deps.backend, deps.log, held.job, status(result))
             return result
     finally:
         deps.active.remove(held)

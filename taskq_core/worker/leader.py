@@ -3,9 +3,11 @@
 Every worker tries ``try_acquire_leadership`` once per heartbeat interval (Postgres: a session
 advisory lock on a dedicated connection). While it holds the lock, ``deps.is_leader`` is set
 and the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL, the fire of
-due cron schedules every second (``cron_loop``), the sweeps every TASKQ_SWEEP_INTERVAL, the
-stranded-queue check every minute, the stale-worker cleanup every five minutes; the prune and
-the archive expiry at the fire times of their schedules (``run_scheduled``). If the leader
+due cron schedules every second (``cron_loop``), the sweeps every TASKQ_SWEEP_INTERVAL (ending
+batches whose children are all terminal among them), the stranded-queue check every minute,
+the stale-worker cleanup every five minutes; the prune (then the ended batches past its
+longest retention) and the archive expiry at the fire times of their schedules
+(``run_scheduled``). If the leader
 dies, its connection closes, the lock is released, and another worker wins within one
 heartbeat interval.
 """

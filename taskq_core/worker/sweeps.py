@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from taskq_core.backend.protocol.retention import PruneResult
+from taskq_core.backend.protocol.batches import BatchTransition
+from taskq_core.backend.protocol.retention import PrunePolicy, PruneResult
 from taskq_core.constants import (
     ARCHIVE_EXPIRY_LOCK,
     JOBS_VACUUM_DEAD_FRACTION,
@@ -27,6 +28,8 @@ from taskq_core.worker.deps import WorkerDeps
 # A workers row is deleted once silent for this many leases, when that is longer than
 # STALE_WORKER_RETENTION (a deployment with hour-long leases).
 STALE_WORKER_LEASES = 10
+# Batches one complete_stale_batches statement ends; the sweep repeats until a short answer.
+STALE_BATCHES_PER_CALL = 100
 
 
 def progress_period(settings: TaskqSettings) -> float:
@@ -59,6 +62,11 @@ def stale_worker_threshold(settings: TaskqSettings) -> timedelta:
     return max(STALE_WORKER_RETENTION, STALE_WORKER_LEASES * settings.lock_lease_delta)
 
 
+def batch_retention(policy: PrunePolicy) -> timedelta:
+    """How long an ended batch row stays: the longest retention of any terminal status."""
+    return max(policy.retention.values())
+
+
 def _by_status_and_queue(result: PruneResult) -> dict[str, dict[str, int]]:
     """``{status: {queue: jobs}}``: the moved counts as a log line (JSON) reads them."""
     counts: dict[str, dict[str, int]] = {}
@@ -75,6 +83,7 @@ class SweepResult:
     deadline_failed: int
     results_expired: int
     reservation_slots_freed: int = 0
+    batches_completed: int = 0
 
 
 class ScheduledPromotion:
@@ -90,7 +99,10 @@ class ScheduledPromotion:
 
 class MaintenanceSweep:
     """Sweeps 1, 2 and 4 plus result expiry: reclaim expired locks, fail missed deadlines,
-    free leaked reservation slots (lease run out, or their job ended without a release).
+    free leaked reservation slots (lease run out, or their job ended without a release); then
+    end the active batches with no child left to wait for (``complete_stale_batches``): the
+    children this pass reclaimed or failed had no worker to run the batch hook, nor had a
+    child cancelled by an operator, one whose worker died before its hook, or an empty batch.
 
     Reclaiming waits until this worker has led, and the database has answered it, for two
     heartbeat intervals: leases that ran out while the database was away (or while nobody
@@ -120,16 +132,37 @@ class MaintenanceSweep:
         failed = await backend.deadline_sweep()
         expired = await backend.expire_results(on_batch=batch_beat(self.deps, self.beat))
         freed = await backend.sweep_leaked_reservation_slots()
-        result = SweepResult(reclaimed, failed, expired, freed)
-        if reclaimed or failed or expired or freed:
+        ended = await self.complete_stale_batches()
+        result = SweepResult(reclaimed, failed, expired, freed, len(ended))
+        if reclaimed or failed or expired or freed or ended:
             self.deps.log.info(
                 "sweep_ran",
                 reclaimed=reclaimed,
                 deadline_failed=failed,
                 results_expired=expired,
                 reservation_slots_freed=freed,
+                batches_completed=len(ended),
             )
         return result
+
+    async def complete_stale_batches(self) -> list[BatchTransition]:
+        """End every active batch whose children are all terminal, a bounded call at a
+        time; each one ended is logged (its finalizer was enqueued with it)."""
+        ended: list[BatchTransition] = []
+        while True:
+            batch = await self.deps.backend.complete_stale_batches(STALE_BATCHES_PER_CALL)
+            for transition in batch:
+                finalizer = transition.finalizer_job_id
+                self.deps.log.info(
+                    "stale_batch_completed",
+                    batch_id=str(transition.batch_id),
+                    status=transition.status.value,
+                    finalizer_job_id=None if finalizer is None else str(finalizer),
+                )
+            ended.extend(batch)
+            if len(batch) < STALE_BATCHES_PER_CALL:
+                return ended
+            batch_beat(self.deps, self.beat)(len(batch))
 
 
 class StrandedQueues:
@@ -179,15 +212,28 @@ class PruneSweep:
                 deps.log.info("prune_skipped", lock=PRUNE_LOCK, reason="another prune is running")
                 return None
             result = await deps.backend.prune_jobs(policy, on_batch=batch_beat(deps, self.beat))
-        deps.log.info(
-            "prune_ran",
-            moved=_by_status_and_queue(result),
-            total=result.total,
-            batches=result.batches,
-            batch_size=policy.batch_size,
-            seconds=round(deps.clock.monotonic() - started, 3),
-        )
+            deps.log.info(
+                "prune_ran",
+                moved=_by_status_and_queue(result),
+                total=result.total,
+                batches=result.batches,
+                batch_size=policy.batch_size,
+                seconds=round(deps.clock.monotonic() - started, 3),
+            )
+            # After the jobs: a batch row goes only once no child of it is left in jobs.
+            await self.prune_batches(policy)
         return result
+
+    async def prune_batches(self, policy: PrunePolicy) -> int:
+        """Delete ended batch rows past the longest retention of ``policy`` (a batch outlives
+        every child the prune keeps); logs and returns how many."""
+        deps = self.deps
+        older_than = batch_retention(policy)
+        deleted = await deps.backend.prune_old_batches(older_than)
+        deps.log.info(
+            "batches_pruned", deleted=deleted, older_than_seconds=older_than.total_seconds()
+        )
+        return deleted
 
 
 class ArchiveExpirySweep:
