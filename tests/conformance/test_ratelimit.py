@@ -185,3 +185,55 @@ async def test_registering_again_takes_the_new_definition(harness: Harness) -> N
     await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 20.0, 2.0)])
     [usage] = await backend.rate_limit_usage()
     assert (usage.limit.capacity, usage.limit.per_second) == (20.0, 2.0)
+
+
+IDLE = timedelta(hours=1)
+
+
+async def test_idle_buckets_go_once_refilled_and_come_back_full(harness: Harness) -> None:
+    backend = harness.backend
+    # Burst 10 at 0.01/s: back to rest 1,000 s after its last use.
+    await backend.register_rate_limits(
+        [LimitDefinition("api", "token_bucket", 10.0, per_second=0.01, keyed=True)]
+    )
+    for key in ("api:a", "api:b"):
+        for _ in range(10):
+            assert (await backend.acquire_token(key, 0.01, 10.0)).allowed
+    assert not (await backend.acquire_token("api:a", 0.01, 10.0)).allowed
+    await harness.travel(3600 + 900)  # idle, but api:a's tokens are not all back yet
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0)
+    await harness.travel(200)
+    assert (await backend.acquire_token("api:b", 0.01, 10.0)).allowed  # in use again: kept
+    assert await backend.sweep_idle_limiter_state(IDLE) == (1, 0)
+    # A bucket without state is full: the same answer as before the sweep.
+    grant = await backend.acquire_token("api:a", 0.01, 10.0)
+    assert grant.allowed and grant.remaining == 9.0
+    kept = await backend.acquire_token("api:b", 0.01, 10.0)
+    assert kept.remaining is not None and 8.0 <= kept.remaining < 8.01  # its state kept
+
+
+async def test_idle_window_keys_go_once_out_of_their_window(harness: Harness) -> None:
+    backend = harness.backend
+    window = timedelta(minutes=10)
+    await backend.register_rate_limits(
+        [LimitDefinition("sms", "sliding_window", 2.0, span=window, keyed=True)]
+    )
+    for key in ("sms:a", "sms:a", "sms:b"):
+        assert (await backend.acquire_window(key, 2, window)).allowed
+    await harness.travel(3600 + 300)
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0)  # within idle + span
+    await harness.travel(301)
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 2)
+    for _ in range(2):  # the window is sized again at its next use: both uses free
+        assert (await backend.acquire_window("sms:a", 2, window)).allowed
+    assert not (await backend.acquire_window("sms:a", 2, window)).allowed
+
+
+async def test_the_idle_sweep_is_bounded(harness: Harness) -> None:
+    backend = harness.backend
+    for key in ("x:1", "x:2", "x:3"):
+        assert (await backend.acquire_token(key, 1.0, 1.0)).allowed
+    await harness.travel(3601)  # no definition: idle alone counts
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (2, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (1, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (0, 0)

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
+    IdleStateSwept,
     LimitDefinition,
     LimitGrant,
     LimitUsage,
@@ -46,6 +47,14 @@ class _LimitTables:
 def _of(limit: LimitDefinition, instance: str) -> bool:
     """Whether ``instance`` is limit ``limit`` or, keyed, one of its instances."""
     return instance == limit.name or (limit.keyed and instance.startswith(f"{limit.name}:"))
+
+
+def _definition(
+    definitions: dict[str, LimitDefinition], kind: str, instance: str
+) -> LimitDefinition | None:
+    """The registered limit of ``kind`` that ``instance`` belongs to (the longest name)."""
+    owners = [d for d in definitions.values() if d.kind == kind and _of(d, instance)]
+    return max(owners, key=lambda d: len(d.name), default=None)
 
 
 class RateLimitPart(MemoryStore):
@@ -167,6 +176,28 @@ class RateLimitPart(MemoryStore):
         """Upsert the definitions a worker enforces."""
         for definition in definitions:
             self._limits().definitions[definition.name] = definition
+
+    async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
+        """Delete buckets and window keys unused past ``idle`` and their rest time."""
+        tables, before = self._limits(), self._now() - idle
+        buckets: list[str] = []
+        for key, bucket in tables.buckets.items():
+            rule = _definition(tables.definitions, "token_bucket", key)
+            refill = 0.0 if rule is None or not rule.per_second else rule.capacity / rule.per_second
+            if bucket.updated_at < before - timedelta(seconds=refill) and len(buckets) < limit:
+                buckets.append(key)
+        windows: list[str] = []
+        for key, uses in tables.windows.items():
+            rule = _definition(tables.definitions, "sliding_window", key)
+            span = rule.span if rule is not None and rule.span is not None else timedelta(0)
+            last = uses[-1] if uses else None
+            if (last is None or last < before - span) and len(windows) < limit:
+                windows.append(key)
+        for key in buckets:
+            del tables.buckets[key]
+        for key in windows:
+            del tables.windows[key]
+        return IdleStateSwept(len(buckets), len(windows))
 
     async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
         """Every registered limit and its instances' use now, on the injected clock."""

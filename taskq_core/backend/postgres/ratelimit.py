@@ -14,6 +14,7 @@ from uuid import UUID
 
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
+    IdleStateSwept,
     LimitDefinition,
     LimitGrant,
     LimitUsage,
@@ -22,6 +23,9 @@ from taskq_core.backend.protocol.ratelimit import (
 from .core import BackendCore
 
 _ALLOWED = LimitGrant(True)
+# The (key, size) pairs remembered as sized are forgotten past this many (keyed limits see
+# ever new keys); a forgotten pair costs one idempotent sizing statement at its next use.
+_SIZED_KEPT = 10_000
 
 
 def _seconds(value: float | None, fallback: float) -> timedelta:
@@ -37,12 +41,12 @@ class RateLimitPart(BackendCore):
     _sized_reservations: set[tuple[str, int]] | None = None
 
     def _window_sizes(self) -> set[tuple[str, int]]:
-        if self._sized_windows is None:
+        if self._sized_windows is None or len(self._sized_windows) > _SIZED_KEPT:
             self._sized_windows = set()
         return self._sized_windows
 
     def _reservation_sizes(self) -> set[tuple[str, int]]:
-        if self._sized_reservations is None:
+        if self._sized_reservations is None or len(self._sized_reservations) > _SIZED_KEPT:
             self._sized_reservations = set()
         return self._sized_reservations
 
@@ -122,6 +126,11 @@ class RateLimitPart(BackendCore):
     async def sweep_leaked_reservation_slots(self) -> int:
         """Sweep 4: slots whose lease ran out or whose job ended are freed."""
         return int(await self._pool.fetchval(self._queries["sweep_leaked_reservation_slots"]))
+
+    async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
+        """Delete buckets and window keys unused past ``idle`` and their rest time."""
+        record = await self._one(self._queries["sweep_idle_limiter_state"], idle, limit)
+        return IdleStateSwept(int(record["buckets"]), int(record["windows"]))
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now, by name and slot."""

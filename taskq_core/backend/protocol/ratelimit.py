@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 from uuid import UUID
 
 LimitKind = Literal["token_bucket", "sliding_window", "reservation"]
@@ -49,6 +49,14 @@ class LimitDefinition:
     span: timedelta | None = None
     keyed: bool = False
     store: LimitStoreName = "postgres"
+
+
+class IdleStateSwept(NamedTuple):
+    """What ``sweep_idle_limiter_state`` deleted: buckets, and window keys (all their
+    entries)."""
+
+    buckets: int
+    windows: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +130,14 @@ class RateLimitBackend(LimiterStore, Protocol):
     async def sweep_leaked_reservation_slots(self) -> int:
         """Sweep 4: free the slots whose lease ran out (their worker died or lost the job) or
         whose job is not running under the slot's worker any more; how many."""
+
+    async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
+        """Delete limiter state unused for ``idle`` beyond the time it takes to come back to
+        rest (a bucket's refill to its whole burst, a window's span, per the registered
+        definition): at most ``limit`` buckets and ``limit`` window keys. No admission
+        decision changes (a bucket without state is full, a window without entries is empty);
+        keyed limits stop keeping one instance per key they ever saw. Reservation slots
+        stay."""
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now (lease not run out), by name and slot; only ``name``'s when given."""

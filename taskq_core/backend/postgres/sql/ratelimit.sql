@@ -253,3 +253,59 @@ SELECT d.name, d.kind, d.capacity, d.per_second, d.span, d.keyed, d.store, r.ins
 FROM d
 LEFT JOIN ranked r ON r.name = d.name AND r.rank <= $1::integer
 ORDER BY d.name, r.used DESC NULLS LAST, r.instance;
+
+-- name: sweep_idle_limiter_state
+-- Limiter state nobody used for $1, beyond the time it takes to come back to rest (a bucket's
+-- refill to its whole burst, a window's span, from the limit's definition when there is one),
+-- is deleted: at most $2 buckets and $2 window keys. A bucket with no row is full and a window
+-- with no entries is sized again at its next use, so no decision changes; what goes is the
+-- one instance per key a keyed limit leaves behind for every key it ever saw. A bucket being
+-- used is skipped (SKIP LOCKED). Reservation slots stay: their rows carry no time of use, and
+-- an acquire never sizes a reservation twice.
+WITH k AS (
+    SELECT clock_timestamp() - $1::interval AS before
+),
+idle_buckets AS (
+    SELECT b.key
+    FROM {schema}.rate_limit_buckets b
+    LEFT JOIN LATERAL (
+        SELECT d.capacity / d.per_second AS refill
+        FROM {schema}.rate_limits d
+        WHERE d.kind = 'token_bucket'
+          AND (b.key = d.name OR (d.keyed AND left(b.key, length(d.name) + 1) = d.name || ':'))
+        ORDER BY length(d.name) DESC
+        LIMIT 1
+    ) d ON true
+    WHERE b.updated_at < (SELECT k.before FROM k) - make_interval(secs => COALESCE(d.refill, 0))
+    LIMIT $2::integer
+    FOR UPDATE OF b SKIP LOCKED
+),
+gone_buckets AS (
+    DELETE FROM {schema}.rate_limit_buckets b
+    USING idle_buckets i
+    WHERE b.key = i.key
+    RETURNING 1
+),
+idle_windows AS (
+    SELECT e.key
+    FROM {schema}.rate_limit_window_entries e
+    LEFT JOIN LATERAL (
+        SELECT d.span
+        FROM {schema}.rate_limits d
+        WHERE d.kind = 'sliding_window'
+          AND (e.key = d.name OR (d.keyed AND left(e.key, length(d.name) + 1) = d.name || ':'))
+        ORDER BY length(d.name) DESC
+        LIMIT 1
+    ) d ON true
+    GROUP BY e.key, d.span
+    HAVING max(e.occurred_at) < (SELECT k.before FROM k) - COALESCE(d.span, interval '0')
+    LIMIT $2::integer
+),
+gone_windows AS (
+    DELETE FROM {schema}.rate_limit_window_entries e
+    USING idle_windows i
+    WHERE e.key = i.key
+    RETURNING e.key
+)
+SELECT (SELECT count(*) FROM gone_buckets) AS buckets,
+       (SELECT count(DISTINCT g.key) FROM gone_windows g) AS windows;
