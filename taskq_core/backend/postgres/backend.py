@@ -5,7 +5,8 @@ schema, notifier): ``enqueue`` (statement and COPY), ``dispatch`` (claims, lease
 marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election and sweeps),
 ``admin`` (reads and operator writes), ``retention`` (the prune to the archive, archive
 expiry, archived reads), ``schedules`` (cron schedules and the leader's fire) and ``ratelimit``
-(limiter state, reservation slots). Records become protocol rows in ``rows``.
+(limiter state, reservation slots), ``batches`` (batch rows, the outcome hook, the batch
+sweeps). Records become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from taskq_core.backend.protocol import check_protocol_version
 
 from .admin import AdminPart
+from .batches import BatchPart
 from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .errors import translate_errors
@@ -33,6 +35,7 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 @translate_errors
 class PostgresBackend(
+    BatchPart,  # over EnqueuePart: it enqueues finalizers
     EnqueuePart,
     DispatchPart,
     LeaderPart,

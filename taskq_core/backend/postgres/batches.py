@@ -1,0 +1,187 @@
+"""Batches on PostgreSQL: the batch rows, the outcome hook, the children's counts and the
+batch sweeps (sql/batches.sql).
+
+The hook is one transaction: lock the active rows of the batches it names (id order), fold
+the outcomes into each counter (``count_failures``, the outcome table's one home), then one
+statement aborts, completes or only counts each batch; a batch that left ``active`` gets its
+finalizer through ``enqueue`` on the same connection, so the finalizer commits with the
+batch's end, once: the row lock makes a second hook wait and then find the batch ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from taskq_core.backend.protocol.batches import (
+    BATCH_ABORT_MESSAGE,
+    BatchCounts,
+    BatchFilter,
+    BatchOutcome,
+    BatchRow,
+    BatchStatus,
+    BatchTransition,
+    NewBatch,
+    count_failures,
+    finalizer_from_json,
+    finalizer_to_json,
+    outcomes_by_batch,
+)
+from taskq_core.errors import SingletonCollisionError
+from taskq_core.obs.logs import get_logger
+
+from . import bulk, rows
+from .enqueue import EnqueuePart
+
+_log = get_logger("postgres_backend")
+
+
+def _batch(record: asyncpg.Record) -> BatchRow:
+    """A batch record (metadata as text, the finalizer's actor) as a BatchRow."""
+    return BatchRow(
+        id=record["id"],
+        queue=record["queue"],
+        status=BatchStatus(record["status"]),
+        expected_size=record["expected_size"],
+        consecutive_failures=record["consecutive_failures"],
+        failure_threshold=record["failure_threshold"],
+        finalizer_actor=record["finalizer_actor"],
+        finalizer_job_id=record["finalizer_job_id"],
+        created_at=record["created_at"],
+        completed_at=record["completed_at"],
+        metadata=json.loads(record["metadata"]),
+    )
+
+
+def _counts(statuses: list[str] | None, counts: list[int] | None) -> BatchCounts:
+    """Parallel arrays (NULL for a batch without children) as BatchCounts in status order."""
+    return BatchCounts(rows.status_counts(statuses or [], counts or []))
+
+
+class BatchPart(EnqueuePart):
+    """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
+    ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
+
+    async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
+        """Insert the batch row (``active``); with ``connection`` it commits with the
+        caller's transaction. The finalizer is stored, not enqueued. An existing id raises
+        ValueError."""
+        finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
+        executor: Any = self._pool if connection is None else connection
+        record = await executor.fetchrow(
+            self._queries["create_batch"],
+            batch.id,
+            batch.queue,
+            batch.expected_size,
+            batch.failure_threshold,
+            None if finalizer is None else bulk.dumps(finalizer),
+            bulk.dumps(batch.metadata),
+        )
+        if record is None:
+            raise ValueError(f"a batch with id {batch.id} already exists")
+        return _batch(record)
+
+    async def get_batch(self, batch_id: UUID) -> BatchRow | None:
+        """One batch row, or None."""
+        record = await self._pool.fetchrow(self._queries["get_batch"], batch_id)
+        return None if record is None else _batch(record)
+
+    async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
+        """The batch's children in the jobs table by status (whether or not it has a row)."""
+        records = await self._pool.fetch(self._queries["count_batch_jobs"], batch_id)
+        return _counts([r["status"] for r in records], [r["count"] for r in records])
+
+    async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
+        """Batch rows matching the filter, newest first, each with its children's counts."""
+        query = self._queries["list_batches"]
+        records = await self._pool.fetch(
+            query, filter.queue, filter.active, filter.batch_id, filter.limit
+        )
+        return [(_batch(r), _counts(r["statuses"], r["counts"])) for r in records]
+
+    async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
+        """The outcome table for each batch with an active row, its outcomes in the given
+        order, in one transaction; returns the batches that left ``active`` (in order of
+        first appearance)."""
+        grouped = outcomes_by_batch(outcomes)
+        if not grouped:
+            return []
+        async with self._pool.acquire() as conn, conn.transaction():
+            locked = await conn.fetch(self._queries["lock_active_batches"], list(grouped))
+            if not locked:
+                return []
+            folded = [
+                count_failures(r["consecutive_failures"], r["failure_threshold"], grouped[r["id"]])
+                for r in locked
+            ]
+            settled = await conn.fetch(
+                self._queries["settle_batches"],
+                [r["id"] for r in locked],
+                [count for count, _ in folded],
+                [abort for _, abort in folded],
+                BATCH_ABORT_MESSAGE,
+            )
+            moved = await self._end_batches(conn, settled)
+        return [moved[batch_id] for batch_id in grouped if batch_id in moved]
+
+    async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
+        """Active batches (oldest first, at most ``limit``) with no child pending, scheduled
+        or running become ``complete``, finalizer enqueued; one transaction."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        async with self._pool.acquire() as conn, conn.transaction():
+            done = await conn.fetch(self._queries["complete_stale_batches"], limit)
+            done = sorted(done, key=lambda r: (r["created_at"], r["id"]))
+            ended = [
+                {"id": r["id"], "status": "complete", "finalizer": r["finalizer"], "cancelled": 0}
+                for r in done
+            ]
+            moved = await self._end_batches(conn, ended)
+        return [moved[r["id"]] for r in done]
+
+    async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
+        """Delete ended batch rows whose ``completed_at`` is more than ``older_than`` ago
+        (database clock) and that have no child left in the jobs table, ``batch_size`` per
+        committed batch; returns how many were deleted."""
+        return await self._in_batches("prune_old_batches", batch_size, older_than)
+
+    async def _end_batches(self, conn: Any, settled: Sequence[Any]) -> dict[UUID, BatchTransition]:
+        """The transitions of the batches in ``settled`` that left ``active``, their
+        finalizers enqueued on ``conn`` (the caller's transaction) and recorded on the row."""
+        moved: dict[UUID, BatchTransition] = {}
+        made: dict[UUID, UUID] = {}
+        for record in settled:
+            status = BatchStatus(record["status"])
+            if status is BatchStatus.ACTIVE:
+                continue
+            batch_id: UUID = record["id"]
+            job_id = await self._enqueue_finalizer(conn, batch_id, record["finalizer"])
+            if job_id is not None:
+                made[batch_id] = job_id
+            moved[batch_id] = BatchTransition(batch_id, status, record["cancelled"], job_id)
+        if made:
+            query = self._queries["set_batch_finalizers"]
+            await conn.execute(query, list(made), list(made.values()))
+        return moved
+
+    async def _enqueue_finalizer(
+        self, conn: Any, batch_id: UUID, stored: str | None
+    ) -> UUID | None:
+        """Enqueue a stored finalizer on ``conn`` under its fixed id, through ``enqueue``
+        (idempotent on the id; another job under it is ValueError). None without one, or
+        when another job holds its unique key: refused as any enqueue is, and the batch
+        ends all the same (the refusal is a Python-side answer, the transaction goes on)."""
+        if stored is None:
+            return None
+        args = finalizer_from_json(json.loads(stored))
+        try:
+            job = await self.enqueue(args, connection=conn)
+        except SingletonCollisionError as exc:
+            _log.warning("batch_finalizer_refused", batch_id=str(batch_id), error=str(exc))
+            return None
+        return job.id
