@@ -30,6 +30,12 @@ from taskq_core.worker.deps import WorkerDeps
 STALE_WORKER_LEASES = 10
 # Batches one complete_stale_batches statement ends; the sweep repeats until a short answer.
 STALE_BATCHES_PER_CALL = 100
+# Limiter state (token buckets, sliding-window entries) unused this long past its rest time
+# goes: keyed limits leave one instance per key they ever saw. Looked for every few minutes
+# (each look reads the limiter tables whole), a bounded number of keys per call.
+LIMITER_STATE_IDLE = timedelta(hours=1)
+LIMITER_STATE_SWEEP_EVERY = 300.0
+LIMITER_STATE_PER_CALL = 1000
 
 
 def progress_period(settings: TaskqSettings) -> float:
@@ -84,6 +90,7 @@ class SweepResult:
     results_expired: int
     reservation_slots_freed: int = 0
     batches_completed: int = 0
+    idle_limiter_keys_deleted: int = 0
 
 
 class ScheduledPromotion:
@@ -113,6 +120,7 @@ class MaintenanceSweep:
     def __init__(self, deps: WorkerDeps, *, beat: str = "sweeps") -> None:
         self.deps = deps
         self.beat = beat  # the liveness name of the loop that runs it
+        self._limiter_state_due = 0.0  # monotonic time of the next idle limiter state sweep
 
     def reclaim_allowed(self) -> bool:
         """Whether expired leases may be taken from their workers now."""
@@ -133,8 +141,9 @@ class MaintenanceSweep:
         expired = await backend.expire_results(on_batch=batch_beat(self.deps, self.beat))
         freed = await backend.sweep_leaked_reservation_slots()
         ended = await self.complete_stale_batches()
-        result = SweepResult(reclaimed, failed, expired, freed, len(ended))
-        if reclaimed or failed or expired or freed or ended:
+        idle_state = await self.sweep_idle_limiter_state()
+        result = SweepResult(reclaimed, failed, expired, freed, len(ended), idle_state)
+        if reclaimed or failed or expired or freed or ended or idle_state:
             self.deps.log.info(
                 "sweep_ran",
                 reclaimed=reclaimed,
@@ -142,8 +151,26 @@ class MaintenanceSweep:
                 results_expired=expired,
                 reservation_slots_freed=freed,
                 batches_completed=len(ended),
+                idle_limiter_keys_deleted=idle_state,
             )
         return result
+
+    async def sweep_idle_limiter_state(self) -> int:
+        """Every LIMITER_STATE_SWEEP_EVERY seconds, delete the limiter state idle past
+        LIMITER_STATE_IDLE, a bounded call at a time; how many buckets and window keys went."""
+        now = self.deps.clock.monotonic()
+        if now < self._limiter_state_due:
+            return 0
+        self._limiter_state_due = now + LIMITER_STATE_SWEEP_EVERY
+        deleted = 0
+        while True:
+            swept = await self.deps.backend.sweep_idle_limiter_state(
+                LIMITER_STATE_IDLE, LIMITER_STATE_PER_CALL
+            )
+            deleted += sum(swept)
+            if max(swept) < LIMITER_STATE_PER_CALL:
+                return deleted
+            batch_beat(self.deps, self.beat)(sum(swept))
 
     async def complete_stale_batches(self) -> list[BatchTransition]:
         """End every active batch whose children are all terminal, a bounded call at a
