@@ -4,7 +4,9 @@
 -- them goes through jobs_batch_idx (migration 0010): the predicate `metadata ? 'batch_id'`
 -- is written out beside the key so the partial index applies, and jobs outside a batch are
 -- never read. JSON goes both ways as text (finalizer, metadata), so a caller's connection
--- works whatever its codecs. Time always comes from clock_timestamp().
+-- works whatever its codecs. Time always comes from clock_timestamp(). A write to batches
+-- finds its rows by the ids as one array, on the primary key: joined to a CTE or an unnest
+-- instead, the generic plan scans the whole table.
 
 -- name: create_batch
 -- $1 id, $2 queue, $3 expected_size, $4 failure_threshold, $5 finalizer (jsonb text or NULL),
@@ -91,7 +93,7 @@ settled AS (
         status = CASE WHEN p.abort THEN 'aborted' WHEN p.ends THEN 'complete' ELSE b.status END,
         completed_at = CASE WHEN p.ends THEN k.now ELSE b.completed_at END
     FROM probed p CROSS JOIN clock k
-    WHERE b.id = p.id AND b.status = 'active'
+    WHERE b.id = ANY ($1::uuid[]) AND b.id = p.id AND b.status = 'active'
     RETURNING b.id, b.status, CASE WHEN p.ends THEN b.finalizer::text END AS finalizer
 )
 SELECT s.id, s.status, s.finalizer,
@@ -117,8 +119,7 @@ WITH done AS (
 )
 UPDATE {schema}.batches b
 SET status = 'complete', completed_at = clock_timestamp()
-FROM done d
-WHERE b.id = d.id
+WHERE b.id = ANY (ARRAY(SELECT d.id FROM done d))
 RETURNING b.id, b.created_at, b.finalizer::text AS finalizer;
 
 -- name: set_batch_finalizers
@@ -126,7 +127,7 @@ RETURNING b.id, b.created_at, b.finalizer::text AS finalizer;
 UPDATE {schema}.batches b
 SET finalizer_job_id = f.job_id
 FROM unnest($1::uuid[], $2::uuid[]) AS f(id, job_id)
-WHERE b.id = f.id;
+WHERE b.id = ANY ($1::uuid[]) AND b.id = f.id;
 
 -- name: count_batch_jobs
 -- The children of batch $1 by status.
@@ -181,8 +182,7 @@ WITH due AS (
 ),
 deleted AS (
     DELETE FROM {schema}.batches b
-    USING due d
-    WHERE b.id = d.id
+    WHERE b.id = ANY (ARRAY(SELECT d.id FROM due d))
     RETURNING 1
 )
 SELECT count(*) FROM deleted;
