@@ -151,12 +151,16 @@ class BatchBackend(Protocol):
 
         For a batch with a row in ``active``: ``succeeded`` resets ``consecutive_failures`` to
         0; ``failed`` adds 1 and aborts once it reaches ``failure_threshold`` (pending and
-        scheduled children -> cancelled with BATCH_ABORT_MESSAGE and a state_change event);
+        scheduled children -> cancelled with BATCH_ABORT_MESSAGE as error_message and
+        cancel_reason, and a state_change event; later outcomes of the call no longer count);
         ``cancelled``/``crashed``/``abandoned`` leave the counter. Then, when no child is
         pending, scheduled or running, the batch is ``complete``. A batch leaving ``active``
         gets ``completed_at`` (backend clock) and its finalizer enqueued in the same
-        transaction. Ids without a row, or a row already complete or aborted, change nothing;
-        non-terminal statuses are ignored. Returns the batches that left ``active``.
+        transaction, as ``enqueue`` would (idempotent on its fixed id); a finalizer whose
+        unique key another job holds is refused as any enqueue is, and the batch ends without
+        one (``finalizer_job_id`` stays None). Ids without a row, or a row already complete
+        or aborted, change nothing; non-terminal statuses are ignored. Returns the batches
+        that left ``active``, in the order they first appear in ``outcomes``.
         """
 
     async def get_batch(self, batch_id: UUID) -> BatchRow | None:
@@ -171,7 +175,8 @@ class BatchBackend(Protocol):
     async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
         """The leader's safety net: every active batch (at most ``limit``, oldest first) with
         no child pending, scheduled or running becomes ``complete`` (finalizer enqueued, as the
-        hook does). An empty batch (expected_size 0) completes here."""
+        hook does). An empty batch (expected_size 0) completes here. A batch a hook holds
+        right now is skipped (that hook decides it). Returned oldest first."""
 
     async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
         """Delete complete and aborted batch rows whose ``completed_at`` is more than
