@@ -45,8 +45,10 @@ FOR UPDATE;
 -- id order, request time and reason on the row) with the abort's message $4 and a
 -- state_change event; running children finish. Any other batch is complete when no child is
 -- pending, scheduled or running (read in this statement's snapshot, taken after the lock, so
--- the last child's hook sees every sibling's committed end). Returns each batch's new
--- status, its finalizer when it left active, and how many children it cancelled.
+-- the last child's hook sees every sibling's committed end). Returns each batch it wrote
+-- (a batch whose counter did not move and that stays active is not written: most hooks of a
+-- big batch), its new status, its finalizer when it left active, and how many children it
+-- cancelled.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -94,6 +96,7 @@ settled AS (
         completed_at = CASE WHEN p.ends THEN k.now ELSE b.completed_at END
     FROM probed p CROSS JOIN clock k
     WHERE b.id = ANY ($1::uuid[]) AND b.id = p.id AND b.status = 'active'
+      AND (p.ends OR b.consecutive_failures <> p.failures)  -- no write that changes nothing
     RETURNING b.id, b.status, CASE WHEN p.ends THEN b.finalizer::text END AS finalizer
 )
 SELECT s.id, s.status, s.finalizer,
