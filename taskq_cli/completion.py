@@ -58,6 +58,7 @@ PARAMETERS: dict[tuple[str, str], Names] = {
     ("schedules disable", "name"): Names.SCHEDULE,
     ("schedules delete", "name"): Names.SCHEDULE,
     ("schedules run", "name"): Names.SCHEDULE,
+    ("batches list", "queue"): Names.QUEUE,
 }
 
 

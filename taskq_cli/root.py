@@ -95,6 +95,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Cron schedules: list them, show their next fire times, add, enable, disable, delete, "
         "or run one now.",
     ),
+    LazyCommand(
+        "batches",
+        "taskq_cli.commands.batches:app",
+        "Batches with a failure policy or a finalizer: list them, show one's progress.",
+    ),
     LazyCommand("workers", "taskq_cli.commands.workers:app", "Registered workers."),
     LazyCommand(
         "workgroup",

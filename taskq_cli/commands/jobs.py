@@ -9,13 +9,14 @@ events were deleted when it was archived, by design.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
 from taskq_cli import inputs, job_cursor, output
+from taskq_cli.batch_progress import JobBatch, read_job_batch
 from taskq_cli.commands import job_fixes
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
@@ -144,18 +145,27 @@ class _JobHistory:
     attempts: list[AttemptRow]
     events: list[EventRow]
     archived: ArchivedJob | None = None
+    # The batch it belongs to or finalizes, with its progress (None: no batch).
+    batch: JobBatch | None = None
 
 
 async def _history(backend: Backend, job_ref: str) -> _JobHistory:
-    """The live job with its attempts and events, else the archived one with its attempts."""
+    """The live job with its attempts and events, else the archived one with its attempts;
+    and the batch it belongs to, if any."""
     ident = await resolve_job_id(backend, job_ref)
     job = await backend.get(ident)
     if job is not None:
-        return _JobHistory(job, await backend.get_attempts(ident), await backend.get_events(ident))
-    archived = await backend.get_archived_job(ident)
-    if archived is None:
-        raise JobNotFoundError(f"no job with id {ident}")
-    return _JobHistory(archived.job, await backend.get_archived_attempts(ident), [], archived)
+        history = _JobHistory(
+            job, await backend.get_attempts(ident), await backend.get_events(ident)
+        )
+    else:
+        archived = await backend.get_archived_job(ident)
+        if archived is None:
+            raise JobNotFoundError(f"no job with id {ident}")
+        attempts = await backend.get_archived_attempts(ident)
+        history = _JobHistory(archived.job, attempts, [], archived)
+    batch = await read_job_batch(backend, history.job.metadata)
+    return history if batch is None else replace(history, batch=batch)
 
 
 def _archived_document(archived: ArchivedJob | None) -> dict[str, Any] | None:
@@ -184,6 +194,7 @@ def show(
             {
                 "job": output.job_document(history.job),
                 "archived": _archived_document(history.archived),
+                "batch": None if history.batch is None else history.batch.document(),
                 "attempts": [output.attempt_document(a) for a in history.attempts],
                 "events": [output.event_document(e) for e in history.events],
             }
@@ -217,6 +228,7 @@ def _render_history(history: _JobHistory) -> None:
             ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
             ("priority", job.priority),
             ("origin", job_origin(job)),
+            ("batch", None if history.batch is None else history.batch.field()),
             ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
             ("scheduled", when(job.scheduled_at)),
             ("claimed", when(job.claimed_at)),

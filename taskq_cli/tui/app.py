@@ -44,6 +44,7 @@ from taskq_cli.tui.messages import (
 from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot, describe_failure
 from taskq_cli.tui.why import pause_text
 from taskq_cli.tui.widgets.banner import ConnectionBanner
+from taskq_cli.tui.widgets.batches_table import BatchesTable, batches_title
 from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
@@ -109,11 +110,12 @@ class TopApp(App[None]):
         self.queues_table = QueuesTable(id="queues-table")
         self.workers_table = WorkersTable(id="workers-table")
         self.limits_table = LimitsTable(id="limits-table")
+        self.batches_table = BatchesTable(id="batches-table")
         self.jobs_pane = JobsPane(id="jobs-pane")
 
     def compose(self) -> ComposeResult:
-        """Summary, banner, then the panes (limits only when some are declared) and the key
-        footer."""
+        """Summary, banner, then the panes (limits only when some are declared, batches only
+        while some are active) and the key footer."""
         yield self.summary
         yield self.banner
         with Vertical(id="queues-pane", classes="pane") as queues:
@@ -128,6 +130,11 @@ class TopApp(App[None]):
             limits.border_title = "Limits"
             self.limits_pane = limits
             yield self.limits_table
+        # Shown only while some batch (with a row) is active (see top.tcss).
+        with Vertical(id="batches-pane", classes="pane") as batches:
+            batches.border_title = "Batches"
+            self.batches_pane = batches
+            yield self.batches_table
         yield self.jobs_pane
         yield Footer()
 
@@ -193,6 +200,10 @@ class TopApp(App[None]):
             if snapshot.limits:
                 self.limits_table.show(snapshot, palette)
                 self.limits_pane.border_title = limits_title(snapshot)
+            self.batches_pane.set_class(bool(snapshot.batches), "-visible")
+            if snapshot.batches:
+                self.batches_table.show(snapshot, palette)
+                self.batches_pane.border_title = batches_title(snapshot)
             self.jobs_pane.show(snapshot, palette)
         except NoMatches:
             return  # a refresh that lands while the app quits: its widgets are gone

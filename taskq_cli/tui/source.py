@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
+from taskq_cli.batch_progress import BatchProgress, JobBatch, read_job_batch
 from taskq_cli.operator import operator_id
 from taskq_core.backend.protocol import (
     ArchivedJob,
@@ -36,6 +37,7 @@ from taskq_core.backend.protocol import (
     WorkerRow,
 )
 from taskq_core.backend.protocol.admin import QueuePause  # not re-exported by the package
+from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.errors import TRANSIENT_ERRORS
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.liveness import WorkerState, worker_state
@@ -146,6 +148,9 @@ class Snapshot:
     pauses: dict[str, QueuePause] = field(default_factory=dict)
     # Each declared rate limit and reservation, and its use now (none declared: empty).
     limits: list[LimitUsage] = field(default_factory=list)
+    # The newest active batches with a row, and whether more are active than these.
+    batches: list[BatchProgress] = field(default_factory=list)
+    more_batches: bool = False
 
     @property
     def leader(self) -> WorkerView | None:
@@ -192,6 +197,8 @@ class JobDetail:
     attempts: list[AttemptRow]
     events: list[EventRow]
     archived: ArchivedJob | None = None
+    # The batch the job belongs to or finalizes, with its progress (None: no batch).
+    batch: JobBatch | None = None
 
 
 class DashboardSource(Protocol):
@@ -226,14 +233,15 @@ class DashboardSource(Protocol):
 @dataclass(frozen=True)
 class DashboardSettings:
     """What a refresh reads: the window of the failure counts, sparkline minutes, how many
-    jobs the pane lists, how long stopped workers stay listed, how old a paused queue's
-    note may get before it is read again (another operator may pause it anew), and how
-    ``jobs explain`` judges (its ``worker_stale_after`` is also when a silent worker
-    counts as stale)."""
+    jobs the pane lists, how many active batches the batches pane shows, how long
+    stopped workers stay listed, how old a paused queue's note may get before it is read
+    again (another operator may pause it anew), and how ``jobs explain`` judges (its
+    ``worker_stale_after`` is also when a silent worker counts as stale)."""
 
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
     jobs_limit: int = 100
+    batches_limit: int = 5
     stopped_visible_for: timedelta = timedelta(hours=1)
     pause_note_max_age: timedelta = timedelta(minutes=5)
     cancel_reason: str = "cancelled from taskq top"
@@ -256,7 +264,7 @@ class LimitUsageReader(Protocol):
 
 @dataclass
 class BackendSource:
-    """A DashboardSource over any Backend: four reads per refresh, run concurrently.
+    """A DashboardSource over any Backend: five reads per refresh, run concurrently.
 
     ``limit_store`` reads the rate limits whose state the workers keep in Redis (without it
     their use shows as unknown); a failing read leaves it unknown for that refresh.
@@ -273,14 +281,17 @@ class BackendSource:
     )
 
     async def snapshot(self, jobs: JobsFilter) -> Snapshot:
-        """Queue activity, workers and the jobs pane, read concurrently; then the notes of
-        paused queues not read lately."""
+        """Queue activity, workers, the jobs pane, limits and active batches, read
+        concurrently; then the notes of paused queues not read lately."""
         settings = self.settings
-        stats, workers, rows, limits = await asyncio.gather(
+        # One more batch than shown, to tell whether more are active.
+        batch_filter = BatchFilter(active=True, limit=settings.batches_limit + 1)
+        stats, workers, rows, limits, batches = await asyncio.gather(
             self.backend.dashboard_stats(settings.window, settings.minutes),
             self.backend.list_workers(),
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
             self.backend.rate_limit_usage(),
+            self.backend.list_batches(batch_filter),
         )
         return Snapshot(
             now=stats.now,
@@ -292,6 +303,11 @@ class BackendSource:
             stale_after=settings.stale_after,
             pauses=await self._pauses(stats.queues, stats.now),
             limits=await self._elsewhere(limits),
+            batches=[
+                BatchProgress(row.id, row, counts)
+                for row, counts in batches[: settings.batches_limit]
+            ],
+            more_batches=len(batches) > settings.batches_limit,
         )
 
     async def _elsewhere(self, limits: list[LimitUsage]) -> list[LimitUsage]:
@@ -354,18 +370,24 @@ class BackendSource:
         return views
 
     async def job_detail(self, job_id: UUID) -> JobDetail | None:
-        """The job, its attempts and its events; an archived job with its archived attempts."""
+        """The job, its attempts and its events; an archived job with its archived attempts;
+        and the batch it belongs to or finalizes."""
         job = await self.backend.get(job_id)
         if job is None:
             archived = await self.backend.get_archived_job(job_id)
             if archived is None:
                 return None
-            attempts = await self.backend.get_archived_attempts(job_id)
-            return JobDetail(archived.job, attempts, [], archived)
-        attempts, events = await asyncio.gather(
-            self.backend.get_attempts(job_id), self.backend.get_events(job_id)
+            attempts, batch = await asyncio.gather(
+                self.backend.get_archived_attempts(job_id),
+                read_job_batch(self.backend, archived.job.metadata),
+            )
+            return JobDetail(archived.job, attempts, [], archived, batch)
+        attempts, events, batch = await asyncio.gather(
+            self.backend.get_attempts(job_id),
+            self.backend.get_events(job_id),
+            read_job_batch(self.backend, job.metadata),
         )
-        return JobDetail(job, attempts, events)
+        return JobDetail(job, attempts, events, batch=batch)
 
     async def cancel_job(self, job_id: UUID) -> CancelOutcome:
         """``write_cancel_request`` with a reason naming the dashboard."""

@@ -1,6 +1,7 @@
 """The job detail screen: what the job is, what it carried, how it ended, and its history.
 
-Sections: the fields an operator needs first, the payload, the result (or the last error
+Sections: the fields an operator needs first (a batch's child names its batch and how far
+it has got, a finalizer the batch it finalizes), the payload, the result (or the last error
 with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
 through the same confirmation as on the main screen, ``e`` explains it, ``y`` copies its
 id; Esc goes back. A job the prune moved to
@@ -22,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from taskq_cli.batch_progress import JobBatch
 from taskq_cli.output import to_jsonable
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
@@ -37,7 +39,7 @@ def _json(value: Any) -> str:
     return json.dumps(to_jsonable(value), indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _fields(job: JobRow) -> Text:
+def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
     pairs: list[tuple[str, str]] = [
         ("id", str(job.id)),
         ("actor", job.actor),
@@ -54,6 +56,7 @@ def _fields(job: JobRow) -> Text:
     ]
     optional = [
         ("origin", job_origin(job)),
+        ("batch", None if batch is None else batch.field()),
         ("identity key", job.identity_key),
         ("fairness key", job.fairness_key),
         ("deadline", _when(job.schedule_to_close) if job.schedule_to_close else None),
@@ -174,7 +177,7 @@ class JobDetailScreen(Screen[None]):
         banner.update(_archived_banner(archived) if archived else "")
         events = "Events (deleted)" if archived else f"Events ({len(detail.events)})"
         sections: list[tuple[str, str, Text]] = [
-            ("detail-fields", f"Job {job.id}", _fields(job)),
+            ("detail-fields", f"Job {job.id}", _fields(job, detail.batch)),
             ("detail-payload", "Payload", Text(_json(job.payload))),
             ("detail-outcome", *_outcome(job)),
             ("detail-attempts", f"Attempts ({len(detail.attempts)})", _attempts(detail.attempts)),
