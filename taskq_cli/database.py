@@ -40,7 +40,11 @@ async def open_backend(settings: TaskqSettings, *, direct: bool = False) -> Asyn
     # undone behind the operator's back.
     with embedded.using(embedded.EmbeddedUse.RUNNING):
         backend = await PostgresBackend.connect(
-            dsn, settings.schema_name, min_size=1, max_size=_POOL_MAX_SIZE
+            dsn,
+            settings.schema_name,
+            direct_dsn=settings.direct_dsn,
+            min_size=1,
+            max_size=_POOL_MAX_SIZE,
         )
     # Messages name an embedded server by its data directory.
     is_embedded = embedded.is_embedded_dsn(dsn)

@@ -283,7 +283,9 @@ class JobsClient(BatchMethods, ScheduleMethods):
             from taskq_core.backend.postgres.backend import PostgresBackend
 
             settings = TaskqSettings.load(pg_dsn=self._dsn, schema_name=self._schema)
-            self._backend = await PostgresBackend.connect(settings.pooled_dsn, settings.schema_name)
+            self._backend = await PostgresBackend.connect(
+                settings.pooled_dsn, settings.schema_name, direct_dsn=settings.direct_dsn
+            )
         if self._capacity is None:
             self._capacity = CapacityCache(
                 self._backend, ttl=self._capacity_ttl, monotonic=time.monotonic

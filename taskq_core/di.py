@@ -114,6 +114,10 @@ class ProviderRegistry:
         """The provider of ``key``, if any."""
         return self._providers.get(key)
 
+    def keys(self, scope: Scope | None = None) -> list[Any]:
+        """The provided keys; only those registered in ``scope`` when it is given."""
+        return [k for k, p in self._providers.items() if scope is None or p.scope == scope]
+
     def __contains__(self, key: object) -> bool:
         return key in self._providers
 

@@ -87,11 +87,14 @@ class TaskqSettings(BaseSettings):
     the nearest ``.taskq/pgdata`` of this directory or its parents) or ``embedded:PATH``.
     ``taskq embedded start`` and ``taskq migrate up`` create it; other commands never do."""
     pg_dsn_direct: str | None = None
-    """DSN for the worker's session-scoped work (LISTEN, advisory locks, dispatch), bypassing
-    PgBouncer; unset, TASKQ_PG_DSN."""
+    """DSN for what keeps state in its session, bypassing PgBouncer: LISTEN, the advisory
+    locks (leader, sweeps, prune, migrations), the worker's dispatch and heartbeat; unset,
+    TASKQ_PG_DSN. A multi-host DSN with ``target_session_attrs=read-write`` follows a
+    failover."""
     pg_dsn_pooled: str | None = None
-    """DSN the client and the CLI use for their short transactions (it may route through
-    PgBouncer in transaction mode); unset, TASKQ_PG_DSN. A worker does not read it yet."""
+    """DSN for statements and short transactions (settle writes, enqueue, reads, the CLI);
+    it may route through PgBouncer in transaction mode, so its connections keep no prepared
+    statements when it differs from the direct DSN; unset, TASKQ_PG_DSN."""
     schema_name: str = DEFAULT_SCHEMA
     """PostgreSQL schema holding every TaskQ table (a plain identifier)."""
     redis_url: str | None = None
@@ -392,7 +395,6 @@ class TaskqSettings(BaseSettings):
 # Settings of the seeds' table whose subsystem is not built yet: parsed (so a deployment's
 # file stays valid) but read by nothing. A worker warns at start when one of them is set.
 NOT_YET_IN_EFFECT: dict[str, str] = {
-    "pg_dsn_pooled": "split DSNs",
     "environment": "observability labels",
     "worker_group": "observability labels",
     "admin_host": "the admin web UI",

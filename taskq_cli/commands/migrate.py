@@ -60,7 +60,7 @@ def up(
 ) -> None:
     """Apply every pending migration (safe to run concurrently: an advisory lock serializes it)."""
     settings = load_settings(ctx, dsn, schema)
-    result = run_async(_up(settings.pg_dsn, settings.schema_name))
+    result = run_async(_up(settings.direct_dsn, settings.schema_name))
     _warn_drift(result.drift)
     if json:
         output.print_json(
@@ -91,7 +91,7 @@ def status(
 ) -> None:
     """List applied and pending migrations; warn when an applied file has changed."""
     settings = load_settings(ctx, dsn, schema)
-    states = run_async(_status(settings.pg_dsn, settings.schema_name))
+    states = run_async(_status(settings.direct_dsn, settings.schema_name))
     _warn_drift([f"{s.version}_{s.name}" for s in states if s.status == "drift"])
     _print_status(settings.schema_name, states, json)
     if check:

@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -26,7 +26,7 @@ from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import CRON_TICK_INTERVAL, EXIT_ERROR, JOBS_VACUUM_CHECK_INTERVAL
 from taskq_core.cron_schedules import sync_cron_schedules
-from taskq_core.di import ProcessScopes, ProviderRegistry
+from taskq_core.di import ProcessScopes, ProviderRegistry, Scope, split_annotation
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.logs import get_logger
@@ -123,9 +123,12 @@ class Worker:
         from taskq_core.backend.postgres.backend import PostgresBackend
 
         s = self.settings
+        # Settle writes and reads on the pooled DSN; LISTEN, the leader, the sweeps' locks,
+        # dispatch and the heartbeat on the direct one (seeds, PgBouncer compatibility).
         self._backend = await PostgresBackend.connect(
-            s.direct_dsn,
+            s.pooled_dsn,
             s.schema_name,
+            direct_dsn=s.direct_dsn,
             min_size=2,
             max_size=s.worker_pool_size,
             dispatch_pool_size=s.dispatcher_pool_size,
@@ -295,6 +298,16 @@ class Worker:
         )
 
     def _bootstrap_warnings(self) -> None:
+        session_bound = loop_scope_connections(self.providers, self.registry.values())
+        if session_bound and self.settings.direct_dsn != self.settings.pooled_dsn:
+            self.log.warning(
+                "loop_scope_conn_dsn_mismatch",
+                providers=session_bound,
+                note="a LOOP-scope connection outlives transactions, which a transaction-mode "
+                "PgBouncer does not keep on one server session; point TASKQ_PG_DSN_DIRECT and "
+                "TASKQ_PG_DSN_POOLED at the same direct endpoint for this worker, or use "
+                "ctx.connection() instead",
+            )
         inert = settings_not_in_effect(self.settings)
         if inert:
             self.log.warning(
@@ -428,6 +441,23 @@ class Worker:
         finally:
             deps.executor.shutdown(wait=False, cancel_futures=True)
         self.log.info("worker_stopped", exit_code=deps.exit_code, **vars(deps.stats))
+
+
+def loop_scope_connections(providers: ProviderRegistry, actors: Iterable[ActorRef]) -> list[str]:
+    """The asyncpg connections kept in LOOP scope: registered there, or asked for there by an
+    actor's parameter. Told apart by module name: nothing above the backend imports asyncpg."""
+    keys = list(providers.keys(Scope.LOOP))
+    for ref in actors:
+        for annotation in ref.dependency_params.values():
+            key, scope = split_annotation(annotation)
+            if scope is Scope.LOOP:
+                keys.append(key)
+    names = {
+        f"{key.__module__}.{key.__qualname__}"
+        for key in keys
+        if isinstance(key, type) and key.__module__.split(".")[0] == "asyncpg"
+    }
+    return sorted(names)
 
 
 def run_worker(

@@ -15,7 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # Read through a property of TaskqSettings (inside settings.py), which the code reads.
-_THROUGH_PROPERTIES = {"prefetch": "effective_prefetch", "pg_dsn_direct": "direct_dsn"}
+_THROUGH_PROPERTIES = {
+    "prefetch": "effective_prefetch",
+    "pg_dsn_direct": "direct_dsn",
+    "pg_dsn_pooled": "pooled_dsn",
+}
 # Read by name: retention.retention_for picks each status's setting from RETENTION_SETTING
 # (tests/worker/test_retention_settings.py shows each one moving jobs).
 _BY_NAME = {*RETENTION_SETTING.values(), FALLBACK_SETTING}

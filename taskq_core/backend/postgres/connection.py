@@ -35,13 +35,15 @@ _ZERO_SETUP_HINT = (
 
 
 def describe_dsn(dsn: str) -> str:
-    """Where a DSN points, without credentials: ``host:port/db`` or the embedded directory."""
+    """Where a DSN points, without credentials: ``host:port/db`` (``h1:p1,h2:p2/db`` for a
+    multi-host DSN) or the embedded directory."""
     if is_embedded_dsn(dsn):
         return f"embedded:{data_dir_for(dsn)}"  # the directory it resolves to, absolute
     parts = urlsplit(dsn)
-    host = parts.hostname or re.sub(r".*host=([^&]+).*", r"\1", parts.query) or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path}"
+    hosts = parts.netloc.rpartition("@")[2]  # urlsplit's port cannot read "h1:p1,h2:p2"
+    if not hosts:
+        hosts = re.sub(r".*host=([^&]+).*", r"\1", parts.query) if "host=" in parts.query else ""
+    return f"{hosts or 'localhost'}{parts.path}"
 
 
 def prepare_dsn(dsn: str) -> str:

@@ -1,4 +1,10 @@
-"""BackendCore: the pools, the named queries, the schema and the notifier every part shares."""
+"""BackendCore: the pools, the named queries, the schema and the notifier every part shares.
+
+Two DSNs (seeds, PgBouncer compatibility): the general pool, for statements and short
+transactions, may route through a transaction-mode PgBouncer; everything that keeps state in
+its session (LISTEN, the leader's and the sweeps' advisory locks) and the worker's dispatch and
+heartbeat pools use the direct DSN. Which connection holds what: ``docs/pgbouncer.md``.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,29 @@ from .queries import SchemaQueries
 # Statements on the LISTEN and leader connections end within this when no command timeout is
 # set: a hung connection must not hold leadership or the wake-ups hostage.
 _DIRECT_QUERY_TIMEOUT = 10.0
+
+
+def server_settings(schema: str, *, pooled: bool) -> dict[str, str]:
+    """The session settings a pool's connections ask for at start-up.
+
+    A connection through PgBouncer sends only ``application_name``: PgBouncer refuses any other
+    start-up parameter it does not track ("unsupported startup parameter"), and the others
+    would not last anyway, each transaction landing on whichever server session is free.
+    """
+    if pooled:
+        return {"application_name": f"taskq_{schema}"}
+    return {
+        "application_name": f"taskq_{schema}",
+        # Every statement here is prepared once per connection and shaped to suit one plan
+        # whatever its parameters; without this the planner would re-plan the dispatch CTE
+        # (milliseconds of planning) on every call.
+        "plan_cache_mode": "force_generic_plan",
+        # The generic plan's estimates are pessimistic enough to cross jit_above_cost: on a
+        # server with JIT on, each dispatch would spend ~100 ms compiling a statement that
+        # runs in ~1 ms. Short queue statements never gain from JIT.
+        "jit": "off",
+        **connection.SERVER_KEEPALIVES,
+    }
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -58,6 +87,7 @@ class BackendCore:
         dsn: str,
         schema: str,
         *,
+        session_pool: asyncpg.Pool | None = None,
         dispatch_pool: asyncpg.Pool | None = None,
         heartbeat_pool: asyncpg.Pool | None = None,
         command_timeout: float | None = None,
@@ -68,19 +98,22 @@ class BackendCore:
     ) -> None:
         """Wrap open pools whose connections ran ``_init_connection``; prefer ``connect``.
 
-        ``dsn`` must be a real libpq DSN (not ``embedded``): the LISTEN and leader
-        connections open it directly. Dispatch runs on ``dispatch_pool`` and the heartbeat on
-        ``heartbeat_pool`` when given, so neither waits behind the other's traffic (or behind
-        settle writes); everything else uses ``pool``. ``plain_dispatch=False`` always claims
+        ``dsn`` is the direct DSN, a real libpq one (not ``embedded``): the LISTEN and leader
+        connections open it. ``pool`` serves statements and short transactions and may go
+        through PgBouncer; ``session_pool`` (default ``pool``) is on the direct DSN and holds
+        the sweeps' session locks. Dispatch runs on ``dispatch_pool`` and the heartbeat on
+        ``heartbeat_pool`` when given (else ``session_pool``), so neither waits behind the
+        other's traffic (or behind settle writes). ``plain_dispatch=False`` always claims
         through the general statement (the tests run both).
         """
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
         self.schema = validate_identifier(schema)
         self._pool = pool
-        self._dispatch_pool = dispatch_pool or pool
-        self._heartbeat_pool = heartbeat_pool or pool
-        self._dsn = dsn
+        self._session_pool = session_pool or pool
+        self._dispatch_pool = dispatch_pool or self._session_pool
+        self._heartbeat_pool = heartbeat_pool or self._session_pool
+        self._direct_dsn = dsn
         self._command_timeout = command_timeout
         self._queries = SchemaQueries(schema)
         self._oversample = dispatch_oversample
@@ -106,6 +139,7 @@ class BackendCore:
         dsn: str,
         schema: str,
         *,
+        direct_dsn: str | None = None,
         min_size: int = 1,
         max_size: int = 10,
         dispatch_pool_size: int | None = None,
@@ -119,9 +153,13 @@ class BackendCore:
     ) -> Self:
         """Open pools on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
 
-        One pool of ``min_size``..``max_size`` connections, plus a dispatch and a heartbeat
-        pool of their own when their sizes are given (a worker gives them). Statements
-        that take longer than ``command_timeout`` seconds are cancelled and raise
+        One pool of ``min_size``..``max_size`` connections on ``dsn``, plus a dispatch and a
+        heartbeat pool of their own on ``direct_dsn`` when their sizes are given (a worker
+        gives them). A ``direct_dsn`` other than ``dsn`` makes ``dsn`` the pooled DSN: its
+        pool keeps no prepared statements and sends no session settings (PgBouncer's
+        transaction mode hands each transaction a different server session), and a pool on
+        ``direct_dsn`` that opens connections only when asked holds the session locks.
+        Statements that take longer than ``command_timeout`` seconds are cancelled and raise
         DatabaseUnavailableError (a hung connection, a partition). Connection failures
         raise one-line DatabaseUnavailableError / ConfigError.
         """
@@ -129,36 +167,44 @@ class BackendCore:
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
         real_dsn = connection.prepare_dsn(dsn)
-        options: dict[str, Any] = {
+        real_direct = real_dsn if direct_dsn in (None, dsn) else connection.prepare_dsn(direct_dsn)
+        split = real_direct != real_dsn
+        direct: dict[str, Any] = {
             "init": rows.init_connection,
             "reset": _keep_session,
             "command_timeout": command_timeout,
             "max_inactive_connection_lifetime": max_inactive_lifetime,
-            "server_settings": {
-                "application_name": f"taskq_{schema}",
-                # Every statement here is prepared once per connection and shaped to suit
-                # one plan whatever its parameters; without this the planner would re-plan
-                # the dispatch CTE (milliseconds of planning) on every call.
-                "plan_cache_mode": "force_generic_plan",
-                # The generic plan's estimates are pessimistic enough to cross jit_above_cost:
-                # on a server with JIT on, each dispatch would spend ~100 ms compiling a
-                # statement that runs in ~1 ms. Short queue statements never gain from JIT.
-                "jit": "off",
-                **connection.SERVER_KEEPALIVES,
-            },
+            "server_settings": server_settings(schema, pooled=False),
+        }
+        # PgBouncer before 1.21 keeps no prepared statements: asyncpg's cache would name a
+        # statement prepared on one server session and execute it on another. Without the
+        # cache asyncpg sends each statement unnamed, parsed again in the same round trip
+        # that runs it (measured in docs/pgbouncer.md).
+        pooled = {
+            **direct,
+            "server_settings": server_settings(schema, pooled=True),
+            "statement_cache_size": 0,
         }
         opened: list[asyncpg.Pool] = []
         try:
             pool = await connection.create_pool(
-                real_dsn, min_size=min(min_size, max_size), max_size=max_size, **options
+                real_dsn,
+                min_size=min(min_size, max_size),
+                max_size=max_size,
+                **(pooled if split else direct),
             )
             opened.append(pool)
             pools: dict[str, asyncpg.Pool] = {}
+            if split:
+                pools["session"] = await connection.create_pool(
+                    real_direct, min_size=0, max_size=max(2, min(max_size, 4)), **direct
+                )
+                opened.append(pools["session"])
             sizes = {"dispatch": dispatch_pool_size, "heartbeat": heartbeat_pool_size}
             for role, size in sizes.items():
                 if size is not None:
                     pools[role] = await connection.create_pool(
-                        real_dsn, min_size=1, max_size=size, **options
+                        real_direct, min_size=1, max_size=size, **direct
                     )
                     opened.append(pools[role])
         except BaseException:
@@ -167,8 +213,9 @@ class BackendCore:
             raise
         return cls(
             pool,
-            real_dsn,
+            real_direct,
             schema,
+            session_pool=pools.get("session"),
             dispatch_pool=pools.get("dispatch"),
             heartbeat_pool=pools.get("heartbeat"),
             command_timeout=command_timeout,
@@ -180,7 +227,7 @@ class BackendCore:
 
     def _pools(self) -> list[asyncpg.Pool]:
         """Every distinct pool this backend owns."""
-        pools = (self._pool, self._dispatch_pool, self._heartbeat_pool)
+        pools = (self._pool, self._session_pool, self._dispatch_pool, self._heartbeat_pool)
         return list({id(pool): pool for pool in pools}.values())
 
     async def _in_batches(
@@ -212,9 +259,10 @@ class BackendCore:
         return record
 
     async def _open_direct_connection(self, application_name: str) -> asyncpg.Connection:
-        """A connection outside the pool (LISTEN, leader lock), named for pg_stat_activity."""
+        """A connection outside the pools on the direct DSN (LISTEN, leader lock), named for
+        pg_stat_activity."""
         return await connection.connect(
-            self._dsn,
+            self._direct_dsn,
             command_timeout=self._command_timeout or _DIRECT_QUERY_TIMEOUT,
             server_settings={"application_name": application_name, **connection.SERVER_KEEPALIVES},
         )

@@ -110,13 +110,15 @@ class RetentionPart(BackendCore):
         return await self._in_batches("expire_archive_batch", batch_size, on_batch=on_batch)
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
-        """The session advisory lock ``name`` (per schema) on one pool connection kept for
-        the body; True when this caller got it. Unlocked at exit, whatever ends the body."""
+        """The session advisory lock ``name`` (per schema) on one direct connection kept for
+        the body (never through PgBouncer, whose transaction mode would hand the session to
+        another client); True when this caller got it. Unlocked at exit, whatever ends the
+        body."""
         return self._sweep_lock(sweep_lock_key(self.schema, name))
 
     @asynccontextmanager
     async def _sweep_lock(self, key: str) -> AsyncIterator[bool]:
-        conn = await _translating(self._pool.acquire())
+        conn = await _translating(self._session_pool.acquire())
         held: bool | None = None  # None: the try got no answer, the session may hold the lock
         try:
             held = bool(await _translating(conn.fetchval(self._queries["sweep_lock_try"], key)))
@@ -142,7 +144,7 @@ class RetentionPart(BackendCore):
                 # it): terminating it then raises InterfaceError, and there is nothing to end.
                 with contextlib.suppress(asyncpg.InterfaceError):
                     conn.terminate()
-            await self._pool.release(conn)
+            await self._session_pool.release(conn)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
         """One archived job (its row built as a live job's), or None."""
