@@ -19,6 +19,7 @@ import asyncpg
 import pytest
 import structlog
 
+from chaos.pgbouncer import PgBouncer, PgBouncerUnavailable
 from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
 from taskq_core.backend.postgres.migrate import migrate_up
@@ -67,6 +68,22 @@ def pg_server_dsn() -> Iterator[str]:
     finally:
         embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the session's server, started on
+    first use (installed first when missing and this runs as root), stopped at the end."""
+    try:
+        bouncer = PgBouncer(pg_server_dsn, Path(tempfile.mkdtemp(prefix="taskq-pgbouncer-")))
+        bouncer.start()
+    except PgBouncerUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+        shutil.rmtree(bouncer.root, ignore_errors=True)
 
 
 def new_schema_name() -> str:

@@ -110,9 +110,15 @@ def pytest_configure(config: pytest.Config) -> None:
 _GENERAL_DISPATCH_MODULES = {"tests.conformance.test_dispatch"}
 
 
+# The Postgres half runs once more with the pooled DSN through a real PgBouncer in transaction
+# mode (the direct DSN on the server, as a deployment splits them): every statement and
+# transaction of the general pool must work without a session of its own.
+_THROUGH_PGBOUNCER = pytest.param("postgres-pgbouncer", marks=pytest.mark.slow)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "harness" in metafunc.fixturenames:
-        kinds = ["memory", "postgres"]
+        kinds: list[Any] = ["memory", "postgres", _THROUGH_PGBOUNCER]
         if metafunc.module.__name__ in _GENERAL_DISPATCH_MODULES:
             kinds.append("postgres-general-dispatch")
         metafunc.parametrize("harness", kinds, indirect=True)
@@ -120,7 +126,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Harness]:
-    """The backend under test, once per implementation."""
+    """The backend under test, once per implementation (``postgres-pgbouncer``: its pooled
+    DSN through PgBouncer)."""
     marker = request.node.get_closest_marker("postgres_only")
     if request.param == "memory":
         if marker is not None:
@@ -134,9 +141,14 @@ async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIt
         return
     from taskq_core.backend.postgres.backend import PostgresBackend
 
+    pooled = pg_server_dsn
+    if request.param == "postgres-pgbouncer":
+        pooled = request.getfixturevalue("pgbouncer").dsn()
     pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
     plain = request.param != "postgres-general-dispatch"
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema, plain_dispatch=plain)
+    backend = await PostgresBackend.connect(
+        pooled, pg.schema, direct_dsn=pg.dsn, plain_dispatch=plain
+    )
     try:
         yield Harness("postgres", backend, pg=pg)
     finally:

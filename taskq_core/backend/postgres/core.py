@@ -110,6 +110,8 @@ class BackendCore:
             raise ValueError("dispatch_oversample must be at least 1")
         self.schema = validate_identifier(schema)
         self._pool = pool
+        # A session pool of its own means ``pool`` is on the pooled DSN (maybe PgBouncer).
+        self._through_pooler = session_pool is not None and session_pool is not pool
         self._session_pool = session_pool or pool
         self._dispatch_pool = dispatch_pool or self._session_pool
         self._heartbeat_pool = heartbeat_pool or self._session_pool
@@ -279,13 +281,19 @@ class BackendCore:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
-        """A pool connection inside a transaction; pass it as ``connection=``."""
+        """A pool connection inside a transaction; pass it as ``connection=``. Through a
+        transaction-mode PgBouncer only what the transaction does is the caller's: a plain
+        ``SET`` (not ``SET LOCAL``) would outlive it on a server session others share."""
         async with self._pool.acquire() as conn:
             try:
                 async with conn.transaction():
                     yield conn
             finally:
-                await _reset_lent(conn)
+                # Through PgBouncer a reset would run on whichever server session is free, and
+                # its RESET ALL desynchronizes the parameters PgBouncer tracks per client
+                # (application_name reads '' ever after): the session is PgBouncer's to keep.
+                if not self._through_pooler:
+                    await _reset_lent(conn)
 
     # --- wake-ups ----------------------------------------------------------------------------
     def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
