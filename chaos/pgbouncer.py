@@ -10,6 +10,7 @@ this process is root.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -57,10 +58,17 @@ def free_port() -> int:
         return port
 
 
-def _unprivileged_user() -> str | None:
-    """Who pgbouncer runs as when this process is root (it refuses root); None otherwise."""
+def _unprivileged_user(server_host: str) -> str | None:
+    """Who pgbouncer runs as when this process is root (it refuses root); None otherwise.
+    A server on a Unix socket: the owner of the socket's directory, who may enter it (an
+    embedded server's data directory is private to its user)."""
     if os.geteuid() != 0:
         return None
+    if server_host.startswith("/"):
+        with contextlib.suppress(OSError, KeyError):
+            owner = pwd.getpwuid(os.stat(server_host).st_uid).pw_name
+            if owner != "root":
+                return owner
     for name in ("postgres", "nobody"):
         try:
             pwd.getpwnam(name)
@@ -70,12 +78,18 @@ def _unprivileged_user() -> str | None:
     raise PgBouncerUnavailable("running as root, and no 'postgres' or 'nobody' user to run as")
 
 
+def _server_host(server_dsn: str) -> str:
+    """The host (or Unix socket directory) of ``server_dsn``."""
+    parts = urlsplit(server_dsn)
+    return parse_qs(parts.query).get("host", [parts.hostname or "127.0.0.1"])[-1]
+
+
 def _server_line(server_dsn: str) -> tuple[str, str]:
     """The ``[databases]`` connection string for ``server_dsn`` and the user it logs in as."""
     parts = urlsplit(server_dsn)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     user = unquote(parts.username or query.get("user") or "postgres")
-    host = query.get("host") or parts.hostname or "127.0.0.1"
+    host = _server_host(server_dsn)
     port = str(parts.port or query.get("port") or 5432)
     fields = {"host": host, "port": port, "user": user}
     password = parts.password or query.get("password")
@@ -143,7 +157,7 @@ class PgBouncer:
         ini.write_text(self.config())
         ini.chmod(0o644)
         command = [binary]
-        user = _unprivileged_user()
+        user = _unprivileged_user(_server_host(self.server_dsn))
         if user is not None:
             command += ["-u", user]
         command.append(str(ini))
