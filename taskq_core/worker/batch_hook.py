@@ -2,10 +2,19 @@
 tell the backend (``apply_batch_outcomes``), which may end the batch and enqueue its
 finalizer.
 
-A job outside a batch costs one dict lookup (its ``metadata.batch_id``), nothing more. The
-hook runs while the job is still held (``ActiveJobs``), so ``--until-idle`` cannot see the
-fleet idle between the last child's write and its finalizer's insert. It never raises on
-database trouble: the job's outcome is already written, and the leader's
+A job outside a batch costs one dict lookup (its ``metadata.batch_id``), nothing more. A
+batch child's outcome goes to the worker's one ``HookPipe`` (the completer's successes, the
+consumer's other endings, the cancel controller's abandons), which applies outcomes in the
+order they came: the first waits ``HOOK_LINGER`` for others, then one call applies all. So
+a busy batch costs a worker one hook call per linger, not one per job or per flush, and the
+workers of a fleet seldom queue for the batch's row lock; and a success is never applied
+after a failure that came later from the same worker (a failure policy counts failures in a
+row). A failure goes at once, with whatever waits before it, and its consumer waits for it:
+it may abort the batch, and no other child should start before the policy had its say.
+
+The job stays held (``ActiveJobs``) until its outcome was applied, so ``--until-idle``
+cannot see the fleet idle between the last child's write and its finalizer's insert. The
+hook never raises on database trouble: the outcome is already written, and the leader's
 ``complete_stale_batches`` ends a batch whose hook was lost.
 """
 
@@ -18,7 +27,13 @@ from typing import Any
 from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.backend.protocol.batches import BatchOutcome, batch_id_of
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
+from taskq_core.worker.active import ActiveJob, ActiveJobs
+from taskq_core.worker.waits import wait_any
 
+# How long outcomes gather before one hook call applies them all, and how many make a call
+# go at once: a busy batch costs one call per gathering, not one per job or per flush.
+HOOK_LINGER = 0.05
+HOOK_MAX_OUTCOMES = 2000
 # What a rescheduling write (snooze, retry-after) may end in instead of ``scheduled``.
 _RESCHEDULE_ENDS = {"cancelled": JobStatus.CANCELLED, "failed": JobStatus.FAILED}
 
@@ -77,10 +92,76 @@ async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[BatchOut
         )
 
 
-async def after_terminal_write(
-    backend: Backend, log: Any, job: JobRow, status: JobStatus | None
-) -> None:
-    """The hook for one job's committed write (nothing for a job outside a batch)."""
-    outcome = outcome_of(job, status)
-    if outcome is not None:
-        await apply_outcomes(backend, log, [outcome])
+class HookPipe:
+    """The worker's one queue of batch outcomes whose writes have committed, applied in the
+    order given: the first waits ``linger`` seconds for others (or until ``max_outcomes``
+    wait, or a failure comes), then one call applies them all; each job stays held until
+    its outcome was applied (or the call failed, logged)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        log: Any,
+        holdings: ActiveJobs,
+        *,
+        linger: float = HOOK_LINGER,
+        max_outcomes: int = HOOK_MAX_OUTCOMES,
+    ) -> None:
+        self.backend = backend
+        self.log = log
+        self.holdings = holdings
+        self.linger = linger
+        self.max_outcomes = max_outcomes
+        # Each outcome, its job, and a future resolved once applied (None: nobody waits).
+        self._waiting: list[tuple[BatchOutcome, ActiveJob, asyncio.Future[None] | None]] = []
+        self._go = asyncio.Event()  # set: apply what waits without lingering
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, outcomes: Sequence[tuple[BatchOutcome, ActiveJob]]) -> None:
+        """Queue outcomes; their jobs are released once applied."""
+        self._add([(outcome, held, None) for outcome, held in outcomes])
+
+    def submit_write(
+        self, held: ActiveJob, status: JobStatus | None
+    ) -> asyncio.Future[None] | None:
+        """Queue one job's committed write when it ended a batch child: a future resolved
+        once it was applied (and the job released). None when it did not end a batch child:
+        the caller releases the job."""
+        outcome = outcome_of(held.job, status)
+        if outcome is None:
+            return None
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._add([(outcome, held, applied)])
+        return applied
+
+    def _add(
+        self, entries: list[tuple[BatchOutcome, ActiveJob, asyncio.Future[None] | None]]
+    ) -> None:
+        if not entries:
+            return
+        self._waiting.extend(entries)
+        if len(self._waiting) >= self.max_outcomes or any(
+            outcome.status is JobStatus.FAILED for outcome, _, _ in entries
+        ):
+            self._go.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="batch_hook")
+
+    async def _run(self) -> None:
+        while self._waiting:
+            await wait_any(self._go, timeout=self.linger)
+            self._go.clear()
+            taken, self._waiting = self._waiting, []
+            try:
+                await apply_outcomes(self.backend, self.log, [outcome for outcome, _, _ in taken])
+            finally:
+                for _, held, applied in taken:
+                    self.holdings.remove(held)
+                    if applied is not None and not applied.done():
+                        applied.set_result(None)
+
+    async def close(self) -> None:
+        """Apply everything queued now, without lingering."""
+        while self._task is not None and not self._task.done():
+            self._go.set()
+            await asyncio.shield(self._task)

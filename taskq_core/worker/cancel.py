@@ -25,7 +25,6 @@ from taskq_core.backend.protocol import CancelFlag
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase, Stage
-from taskq_core.worker.batch_hook import after_terminal_write
 from taskq_core.worker.deps import WorkerDeps
 
 THREAD_ABANDONED = (
@@ -144,10 +143,12 @@ async def write_abandoned(deps: WorkerDeps, held: ActiveJob) -> None:
     """Write a job off as abandoned (it ignored even its forced cancel) and release the
     consumer still waiting on it. Raises on a transient error, before releasing anything."""
     reason = abandon_reason(held)
+    hooked = False
     if await deps.backend.mark_abandoned(held.lease, reason):
         deps.log.error("job_abandoned", job_id=str(held.job.id), reason=reason)
-        if BATCH_ID_KEY in held.job.metadata:  # a batch child: its batch may end here
-            await after_terminal_write(deps.backend, deps.log, held.job, JobStatus.ABANDONED)
+        if BATCH_ID_KEY in held.job.metadata:  # a batch child: the batch hook releases it
+            hooked = deps.completer.hooks.submit_write(held, JobStatus.ABANDONED) is not None
     held.cancel_phase = CancelPhase.ABANDON_PENDING
     held.abandon()  # releases the consumer still waiting on the task
-    deps.active.remove(held)
+    if not hooked:
+        deps.active.remove(held)

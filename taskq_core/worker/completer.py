@@ -11,8 +11,9 @@ job was reclaimed; another attempt may be running) is dropped with a log line: t
 attempt wins. While the database is away the flusher backs off and keeps what waits; the
 producer claims nothing new past ``backlog_limit`` waiting successes, which bounds memory.
 
-The successes of batch children written by a flush go to the batch hook in one call, after
-the flush committed and before those jobs are released (``batch_hook``).
+The successes of batch children written by a flush go to the worker's batch hook
+(``HookPipe``, owned here as ``hooks``) once the flush committed; those jobs are released
+when the hook has applied them.
 
 Crash semantics: a job is ``succeeded`` only once its flush has committed. If the worker dies
 between the actor's return and that commit (at most one flush), the row is still running:
@@ -34,7 +35,7 @@ from taskq_core.backend.protocol.batches import BatchOutcome
 from taskq_core.clock import Clock
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
-from taskq_core.worker.batch_hook import apply_outcomes, outcome_of, status_of_row
+from taskq_core.worker.batch_hook import HookPipe, outcome_of, status_of_row
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -84,6 +85,7 @@ class Completer:
         self._closing = False
         self._backoff = Backoff()
         self._guard = UnexpectedErrorGuard("completer", log)
+        self.hooks = HookPipe(backend, log, holdings)
 
     def submit_start(self, held: ActiveJob) -> None:
         """Queue the start mark of a job whose body just began."""
@@ -161,7 +163,7 @@ class Completer:
             self.database.succeeded()
             return FlushResult(0, 0, len(starts))
         successes = [success for held, success in batch if held.lost is None]
-        refused: list[BatchOutcome] = []
+        refused: list[tuple[BatchOutcome, ActiveJob]] = []
         try:
             written = await asyncio.shield(
                 self.backend.mark_succeeded_many(self.worker_id, successes)
@@ -172,9 +174,9 @@ class Completer:
             self.log.error("completion_flush_failed", error=repr(exc), size=len(batch))
             written = await self._one_by_one(batch, refused)
         self.database.succeeded()
-        await apply_outcomes(
-            self.backend, self.log, [*self._batch_outcomes(batch, written), *refused]
-        )
+        hooked = [*self._batch_outcomes(batch, written), *refused]
+        self.hooks.submit(hooked)  # they stay held until applied
+        kept = {held for _, held in hooked}  # identity: ActiveJob compares by identity
         for _ in range(count):
             held, success = self._successes.popleft()
             self._waiting.discard(held.job.id)
@@ -187,24 +189,25 @@ class Completer:
                     note="the job's lease was lost before its success was written: the "
                     "reclaimed attempt wins",
                 )
-            self.holdings.remove(held)
+            if not kept or held not in kept:
+                self.holdings.remove(held)
         return FlushResult(count, len(written), len(starts))
 
     @staticmethod
     def _batch_outcomes(
         batch: list[tuple[ActiveJob, Success]], written: set[UUID]
-    ) -> list[BatchOutcome]:
+    ) -> list[tuple[BatchOutcome, ActiveJob]]:
         """The written successes of batch children (one lookup per success otherwise)."""
         outcomes = []
         for held, success in batch:
             if success.job_id in written:
                 outcome = outcome_of(held.job, JobStatus.SUCCEEDED)
                 if outcome is not None:
-                    outcomes.append(outcome)
+                    outcomes.append((outcome, held))
         return outcomes
 
     async def _one_by_one(
-        self, batch: list[tuple[ActiveJob, Success]], refused: list[BatchOutcome]
+        self, batch: list[tuple[ActiveJob, Success]], refused: list[tuple[BatchOutcome, ActiveJob]]
     ) -> set[UUID]:
         """Isolate a poisonous item: write each success on its own; one the database refuses
         fails its job instead of leaving it running (a batch child's failure goes to
@@ -231,7 +234,7 @@ class Completer:
                 )
                 outcome = outcome_of(held.job, status_of_row(row))
                 if outcome is not None:
-                    refused.append(outcome)
+                    refused.append((outcome, held))
         return written
 
     async def close(self, *, within: float | None = None) -> None:
@@ -251,3 +254,4 @@ class Completer:
                 note="those jobs stay running; the leader reclaims them when their leases "
                 "expire and they run again",
             )
+        await self.hooks.close()

@@ -15,9 +15,9 @@ body ends, then write exactly one outcome, fenced by the job's lease:
 - any other outcome is written here, retried with backoff while the database is away, and
   dropped only if the lease is lost meanwhile (the reclaimed attempt wins).
 
-A batch child's terminal write is followed by the batch hook (``batch_hook``) before the job
-is released, so the until-idle drain never sees the last child gone and its finalizer not
-yet enqueued.
+A batch child's terminal write goes to the batch hook (``batch_hook.HookPipe``), which
+releases the job once it applied the outcome: the until-idle drain never sees the last child
+gone and its finalizer not yet enqueued.
 
 Writes are shielded: a cancellation of the consumer during shutdown cannot interrupt one.
 """
@@ -48,7 +48,6 @@ from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.batch_hook import (
-    after_terminal_write,
     status_if_cancelled,
     status_of_reschedule,
     status_of_row,
@@ -521,9 +520,12 @@ async def _record_in_transaction(
         )
         deps.active.remove(held)
         return "lost"
-    if BATCH_ID_KEY in held.job.metadata:  # committed: the batch may end with it
-        await after_terminal_write(deps.backend, deps.log, held.job, JobStatus.SUCCEEDED)
-    deps.active.remove(held)
+    hooks = deps.completer.hooks  # committed: a batch child's hook releases it
+    if (
+        BATCH_ID_KEY not in held.job.metadata
+        or hooks.submit_write(held, JobStatus.SUCCEEDED) is None
+    ):
+        deps.active.remove(held)
     deps.stats.succeeded += 1
     return "succeeded"
 
@@ -609,9 +611,11 @@ async def _settle(
     status: Callable[[T], JobStatus | None],
 ) -> T | None:
     """Run one fenced outcome write, retried with backoff while the database is away; give
-    up (None) only once the lease is lost. ``status`` reads the write's answer as the job's
-    new status, for a batch child's hook. The holding is released afterwards."""
+    up (None) only once the lease is lost. The holding is released afterwards, or, when the
+    write ended a batch child (``status`` reads the write's answer as the job's new status),
+    by the batch hook once it applied the outcome."""
     backoff = Backoff()
+    hooked = False
     try:
         while True:
             try:
@@ -625,7 +629,13 @@ async def _settle(
                 continue
             deps.database.succeeded()
             if BATCH_ID_KEY in held.job.metadata:  # the one lookup a job outside a batch pays
-                await after_terminal_write(deps.backend, deps.log, held.job, status(result))
+                ended = status(result)
+                applied = deps.completer.hooks.submit_write(held, ended)
+                hooked = applied is not None
+                if applied is not None and ended is JobStatus.FAILED:
+                    # It may abort the batch: this consumer starts no other child before.
+                    await asyncio.shield(applied)
             return result
     finally:
-        deps.active.remove(held)
+        if not hooked:
+            deps.active.remove(held)
