@@ -21,8 +21,8 @@ from taskq_cli.database import with_backend
 from taskq_cli.job_ids import full_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, JobRow
-from taskq_core.backend.protocol.admin import JobQuery, normalize_id_fragment
-from taskq_core.backend.protocol.batches import BatchFilter, batch_id_of
+from taskq_core.backend.protocol.admin import normalize_id_fragment
+from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.errors import ConfigError, TaskqError
 
 app = typer.Typer(
@@ -34,10 +34,8 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 # A piece of an id is matched against this many newest batches (there is no id search).
 ID_SCAN = 200
-# ``show``: how many failed children it names, and how many failed jobs it reads to find them.
+# ``show``: how many of the latest failed children it names.
 SHOWN_FAILURES = 5
-FAILURE_SCAN_PAGE = 500
-FAILURE_SCAN_MAX = 2000
 
 BatchIdArgument = Annotated[
     str,
@@ -192,28 +190,13 @@ def _ago(moment: Any, reference: Any) -> str | None:
 class _Shown:
     progress: BatchProgress
     failures: list[JobRow]
-    # Whether the failed children named are all there are (the scan found every one).
-    failures_complete: bool
 
 
-async def _recent_failures(backend: Backend, progress: BatchProgress) -> tuple[list[JobRow], bool]:
-    """The latest failed children, from the newest failed jobs (bounded read)."""
-    wanted = min(progress.failed, SHOWN_FAILURES)
-    if not wanted:
-        return [], True
-    found: list[JobRow] = []
-    after = None
-    scanned = 0
-    while scanned < FAILURE_SCAN_MAX:
-        page = await backend.search_jobs(
-            JobQuery(statuses=FAILED_STATUSES, after=after, limit=FAILURE_SCAN_PAGE, count_max=0)
-        )
-        scanned += len(page.jobs)
-        found += [job for job in page.jobs if batch_id_of(job.metadata) == progress.batch_id]
-        if len(found) >= wanted or page.next_after is None:
-            break
-        after = page.next_after
-    return found[:wanted], len(found) >= wanted
+async def _recent_failures(backend: Backend, progress: BatchProgress) -> list[JobRow]:
+    """The latest failed children (one walk of the batch's own index entries)."""
+    if not progress.failed:
+        return []
+    return await backend.list_batch_jobs(progress.batch_id, FAILED_STATUSES, SHOWN_FAILURES)
 
 
 async def _show(backend: Backend, text: str) -> _Shown:
@@ -221,8 +204,7 @@ async def _show(backend: Backend, text: str) -> _Shown:
     progress = await read_progress(backend, batch_id)
     if progress.row is None and progress.counts.total == 0:
         raise BatchNotFoundError(f"no batch with id {batch_id}")
-    failures, complete = await _recent_failures(backend, progress)
-    return _Shown(progress, failures, complete)
+    return _Shown(progress, await _recent_failures(backend, progress))
 
 
 def _failure_document(job: JobRow) -> dict[str, Any]:
@@ -284,11 +266,6 @@ def show(
         ],
         title="latest failed children",
     )
-    if not shown.failures_complete:
-        output.note(
-            f"only the newest {FAILURE_SCAN_MAX} failed jobs were searched for this batch's "
-            "failures"
-        )
 
 
 def _fields(progress: BatchProgress) -> list[tuple[str, Any]]:

@@ -449,3 +449,21 @@ async def test_prune_old_batches_works_in_batches(harness: Harness) -> None:
         assert await backend.get_batch(batch.id) is None
     with pytest.raises(ValueError):
         await backend.prune_old_batches(KEEP, batch_size=0)
+
+
+async def test_a_batchs_jobs_are_listed_by_status_latest_finished_first(harness: Harness) -> None:
+    batch = await new_batch(harness)
+    failed = [await child(harness, batch, S.FAILED)]
+    await harness.travel(5)
+    waiting = await child(harness, batch, S.PENDING)
+    failed.append(await child(harness, batch, S.CRASHED))
+    await child(harness, other := await new_batch(harness), S.FAILED)  # another batch's
+    await job_in(harness, S.FAILED)  # outside any batch
+    backend = harness.backend
+    latest = await backend.list_batch_jobs(batch.id, {S.FAILED, S.CRASHED})
+    assert [job.id for job in latest] == [failed[1].id, failed[0].id]
+    assert [job.id for job in await backend.list_batch_jobs(batch.id, limit=1)] == [failed[1].id]
+    every = {job.id for job in await backend.list_batch_jobs(batch.id)}
+    assert every == {failed[0].id, failed[1].id, waiting.id}
+    assert await backend.list_batch_jobs(batch.id, {S.SUCCEEDED}) == []
+    assert len(await backend.list_batch_jobs(other.id)) == 1

@@ -9,7 +9,7 @@ Postgres part's index key); the stored jobs are scanned, this backend being for 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -30,6 +30,7 @@ from taskq_core.backend.protocol.batches import (
     outcomes_by_batch,
 )
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.backend.protocol.values import JobRow
 from taskq_core.errors import SingletonCollisionError
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
@@ -61,6 +62,16 @@ class BatchPart(EnqueuePart):
     async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
         """The batch's children in the jobs table by status (whether or not it has a row)."""
         return _counts(self._children(batch_id))
+
+    async def list_batch_jobs(
+        self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
+    ) -> list[JobRow]:
+        """The batch's children (of ``statuses``), the most recently finished first."""
+        children = [
+            job for job in self._children(batch_id) if statuses is None or job.status in statuses
+        ]
+        children.sort(key=lambda job: (job.finished_at or job.created_at, job.id), reverse=True)
+        return [job.snapshot() for job in children[:limit]]
 
     # --- rows ----------------------------------------------------------------------------------
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:

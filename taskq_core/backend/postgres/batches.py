@@ -11,7 +11,7 @@ batch's end, once: the row lock makes a second hook wait and then find the batch
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -32,8 +32,10 @@ from taskq_core.backend.protocol.batches import (
     finalizer_to_json,
     outcomes_by_batch,
 )
+from taskq_core.backend.protocol.values import JobRow
 from taskq_core.errors import SingletonCollisionError
 from taskq_core.obs.logs import get_logger
+from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .enqueue import EnqueuePart
@@ -95,6 +97,14 @@ class BatchPart(EnqueuePart):
         """The batch's children in the jobs table by status (whether or not it has a row)."""
         records = await self._pool.fetch(self._queries["count_batch_jobs"], batch_id)
         return _counts([r["status"] for r in records], [r["count"] for r in records])
+
+    async def list_batch_jobs(
+        self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
+    ) -> list[JobRow]:
+        """The batch's children (of ``statuses``), the most recently finished first."""
+        names = None if statuses is None else sorted(status.value for status in statuses)
+        records = await self._pool.fetch(self._queries["list_batch_jobs"], batch_id, names, limit)
+        return [rows.job(r) for r in records]
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
         """Batch rows matching the filter, newest first, each with its children's counts."""

@@ -17,14 +17,14 @@ operator or a leader sweep). Time predicates run on the backend's clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
-from taskq_core.backend.protocol.values import EnqueueArgs
+from taskq_core.backend.protocol.values import EnqueueArgs, JobRow
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 # The metadata keys a batch writes: on every child, and on the finalizer.
@@ -168,6 +168,13 @@ class BatchBackend(Protocol):
 
     async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
         """The batch's children in the jobs table by status (whether or not it has a row)."""
+
+    async def list_batch_jobs(
+        self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
+    ) -> list[JobRow]:
+        """The batch's children in the jobs table (only those in ``statuses`` when given), the
+        most recently finished first (children not finished yet by creation, newest first),
+        at most ``limit``."""
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
         """Batch rows matching the filter, newest first, each with its children's counts."""
