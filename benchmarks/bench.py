@@ -33,6 +33,8 @@ from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from benchmarks import batch_sections
+from benchmarks.batch_sections import BatchFigures
 from benchmarks.ratelimit_sections import RATE, WORKERS, LimitFigures, measure
 from benchmarks.worker_sections import Latency, drain, latency
 
@@ -220,6 +222,31 @@ async def ratelimit_section(bench: Bench) -> list[Measurement]:
     ]
 
 
+BATCHES: list[BatchFigures] = []
+
+
+async def batches_section(bench: Bench) -> list[Measurement]:
+    """A 50,000-child batch with a finalizer against 50,000 plain jobs, one worker process
+    (concurrency 16) each, best of two alternating rounds."""
+    figures = await batch_sections.measure(
+        bench.fresh_backend, bench.settle, bench.dsn, bench.size(50_000), 1 if bench.quick else 2
+    )
+    BATCHES.append(figures)
+    concurrency = batch_sections.CONCURRENCY
+    failed = "" if set(figures.exit_codes) == {0} else f" (exits {figures.exit_codes})"
+    return [
+        Measurement(
+            "batches", f"plain jobs, concurrency {concurrency}", figures.jobs, figures.plain
+        ),
+        Measurement(
+            "batches",
+            f"batch children + finalizer, concurrency {concurrency}{failed}",
+            figures.jobs,
+            figures.batch,
+        ),
+    ]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
@@ -227,6 +254,7 @@ SECTIONS: list[tuple[str, Section]] = [
     ("drain", drain_section),
     ("latency", latency_section),
     ("ratelimit", ratelimit_section),
+    ("batches", batches_section),
 ]
 
 
@@ -294,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"({limit.limited_rate / RATE - 1:+.1%}) over {limit.window:g} s, at most "
                 f"{limit.peak_second} starts in one second; unlimited jobs drained at "
                 f"{limit.unlimited_kept:.0%} of their rate alone"
+            )
+        for batch in BATCHES:
+            console.print(
+                f"batches: {batch.jobs:,} children with a finalizer drained at "
+                f"{batch.ratio:.1%} of the rate of as many plain jobs "
+                f"({batch.jobs / batch.batch:,.0f}/s against {batch.jobs / batch.plain:,.0f}/s)"
             )
     finally:
         if root is not None:

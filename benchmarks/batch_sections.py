@@ -1,0 +1,92 @@
+"""Batch benchmark: how fast one `taskq worker` drains a batch's children (tagged, with a
+finalizer, the hook after every flush) against as many plain jobs, same worker settings.
+
+Both backlogs are the same no-op jobs, loaded in bulk and ANALYZEd before the worker starts.
+A plain drain ends when no job waits or runs; a batch drain when its finalizer has ended
+(the hook enqueued it after the last child). Rounds alternate plain and batch, and the best
+of each counts, so a neighbour's burst on a shared machine hurts both alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from benchmarks.worker_sections import worker_process
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.protocol.batches import BatchFilter
+from taskq_core.client import EnqueueItem, JobsClient
+
+CONCURRENCY = 16
+FreshBackend = Callable[[], AbstractAsyncContextManager[PostgresBackend]]
+Settle = Callable[[PostgresBackend], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """Best drain seconds of each kind over the rounds, for ``jobs`` jobs."""
+
+    jobs: int
+    plain: float
+    batch: float
+    exit_codes: tuple[int, ...]
+
+    @property
+    def ratio(self) -> float:
+        """The batch's drain rate as a fraction of the plain one's."""
+        return self.plain / self.batch if self.batch > 0 else 0.0
+
+
+async def _load(backend: PostgresBackend, jobs: int, *, batch: bool) -> None:
+    async with JobsClient(backend=backend) as client:
+        items = [("noop", {"n": n}) for n in range(jobs)]
+        if batch:
+            await client.enqueue_batch(items, finalizer=EnqueueItem("noop", {"final": True}))
+        else:
+            await client.enqueue_many_fast(items)
+
+
+async def _finalizer_ended(backend: PostgresBackend) -> bool:
+    """Whether the one batch's finalizer exists and has ended."""
+    [(row, _)] = await backend.list_batches(BatchFilter(limit=1))
+    if row.finalizer_job_id is None:
+        return False
+    job = await backend.get(row.finalizer_job_id)
+    return job is not None and job.is_terminal
+
+
+async def _drain(backend: PostgresBackend, dsn: str, *, batch: bool) -> tuple[float, int]:
+    """Seconds from the worker's start until the backlog is done; the worker's exit code."""
+    started = time.perf_counter()
+    async with worker_process(
+        dsn, backend.schema, "--concurrency", str(CONCURRENCY), "--until-idle"
+    ) as proc:
+        if batch:
+            while not await _finalizer_ended(backend):
+                await asyncio.sleep(0.02)
+        else:
+            while await backend.has_active_jobs(["default"]):
+                await asyncio.sleep(0.02)
+        seconds = time.perf_counter() - started
+        code = await proc.wait()
+    return seconds, code
+
+
+async def measure(
+    fresh_backend: FreshBackend, settle: Settle, dsn: str, jobs: int, rounds: int
+) -> BatchFigures:
+    """``rounds`` drains of each kind on fresh schemas, alternating plain and batch."""
+    best = {False: float("inf"), True: float("inf")}
+    codes: list[int] = []
+    for _ in range(rounds):
+        for batch in (False, True):
+            async with fresh_backend() as backend:
+                await _load(backend, jobs, batch=batch)
+                await settle(backend)
+                seconds, code = await _drain(backend, dsn, batch=batch)
+            best[batch] = min(best[batch], seconds)
+            codes.append(code)
+    return BatchFigures(jobs, best[False], best[True], tuple(codes))
