@@ -43,9 +43,13 @@ from taskq_core.obs.metrics import producer_span
 from taskq_core.retry import Snooze
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from taskq_core.client import EnqueueItem, _Batch
 
-Item = Any  # EnqueueItem | tuple[ActorRef | str, Any]: the client checks each one
+    # What a batch's items (and its finalizer) may be, as enqueue_batch takes them.
+    Item: TypeAlias = EnqueueItem | tuple[ActorRef | str, Any]
+
 MAX_CHUNK = 1000
 DEFAULT_WAIT_POLL = 0.1
 
@@ -56,9 +60,7 @@ class _Client(Protocol):
     @property
     def backend(self) -> Backend: ...
 
-    async def _prepare(
-        self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]
-    ) -> _Batch: ...
+    async def _prepare(self, items: Sequence[Item]) -> _Batch: ...
 
     async def _check_capacity(self, wanted: dict[str, int]) -> None: ...
 
