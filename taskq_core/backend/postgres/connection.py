@@ -58,7 +58,12 @@ def prepare_dsn(dsn: str) -> str:
 async def _guard(dsn: str, pending: Awaitable[T]) -> T:
     try:
         return await pending
-    except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
+    except (
+        OSError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.TargetServerAttributeNotMatched,  # a multi-host DSN found no primary
+    ) as exc:
         if isinstance(exc, ConnectionRefusedError):
             reason = "connection refused"
         elif isinstance(exc, OSError) and exc.strerror:

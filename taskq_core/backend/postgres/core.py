@@ -9,9 +9,10 @@ heartbeat pools use the direct DSN. Which connection holds what: ``docs/pgbounce
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -24,8 +25,11 @@ from taskq_core.constants import (
 )
 
 from . import connection, rows
+from .errors import is_database_trouble, translate
 from .notify import NotifyListener
 from .queries import SchemaQueries
+
+T = TypeVar("T")
 
 # Statements on the LISTEN and leader connections end within this when no command timeout is
 # set: a hung connection must not hold leadership or the wake-ups hostage.
@@ -65,12 +69,28 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
+async def _translating(step: Callable[[], Awaitable[T]]) -> T:
+    """Call and await ``step``, turning database trouble into TaskQ's errors (the class
+    decorator wraps coroutine methods, not this context manager's steps; asyncpg's
+    transaction methods raise before returning an awaitable when the connection is gone)."""
+    try:
+        return await step()
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
 async def _reset_lent(conn: Any) -> None:
     """Full reset of a connection the caller used: whatever session state it left goes."""
     try:
         await conn.reset()
     except Exception:  # a connection that cannot be reset is not reused
-        conn.terminate()
+        # One found dead is already detached from its proxy (the pool dropped it):
+        # terminating it then raises InterfaceError, and there is nothing left to end.
+        with contextlib.suppress(asyncpg.InterfaceError):
+            conn.terminate()
 
 
 class BackendCore:
@@ -284,16 +304,29 @@ class BackendCore:
         """A pool connection inside a transaction; pass it as ``connection=``. Through a
         transaction-mode PgBouncer only what the transaction does is the caller's: a plain
         ``SET`` (not ``SET LOCAL``) would outlive it on a server session others share."""
-        async with self._pool.acquire() as conn:
+        conn = await _translating(self._pool.acquire)
+        try:
+            transaction = conn.transaction()
+            await _translating(transaction.start)
             try:
-                async with conn.transaction():
-                    yield conn
-            finally:
-                # Through PgBouncer a reset would run on whichever server session is free, and
-                # its RESET ALL desynchronizes the parameters PgBouncer tracks per client
-                # (application_name reads '' ever after): the session is PgBouncer's to keep.
-                if not self._through_pooler:
-                    await _reset_lent(conn)
+                yield conn
+            except BaseException:
+                try:
+                    await transaction.rollback()
+                except Exception as exc:
+                    # A connection lost mid-transaction took the transaction with it: what
+                    # ended the body is the error to raise, not the rollback's.
+                    if not is_database_trouble(exc):
+                        raise
+                raise
+            await _translating(transaction.commit)
+        finally:
+            # Through PgBouncer a reset would run on whichever server session is free, and its
+            # RESET ALL desynchronizes the parameters PgBouncer tracks per client
+            # (application_name reads '' ever after): the session is PgBouncer's to keep.
+            if not self._through_pooler:
+                await _reset_lent(conn)
+            await self._pool.release(conn)
 
     # --- wake-ups ----------------------------------------------------------------------------
     def subscribe_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:

@@ -45,6 +45,9 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.IdleSessionTimeoutError,
     asyncpg.IdleInTransactionSessionTimeoutError,
     asyncpg.ReadOnlySQLTransactionError,  # connected to a standby or a demoted primary
+    # A multi-host DSN's target_session_attrs matched no host: every one answered, none is
+    # the primary yet (a failover under way, the standby not promoted).
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
 # The database is up, the statement lost a race or ran out of time: run it again.
