@@ -83,6 +83,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sweep_interval",
             "scheduled_wake_interval",
             "jobs_vacuum_enabled",
+            "poison_reclaims",
             "reclaim_event_visibility_delay",
         ),
     ),

@@ -58,6 +58,13 @@ RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 # once would otherwise come back forever).
 UNSTARTED_RECLAIM_LIMIT: Final = 10
 
+# A job whose worker died while running it (its lease expired with its body started) this
+# many times is failed by the reclaim (error_class POISON_JOB_ERROR) instead of being handed
+# to another worker: one bad payload must not take down a fleet in a loop. The setting is
+# TASKQ_POISON_RECLAIMS; 0 turns the rule off.
+DEFAULT_POISON_RECLAIMS: Final = 3
+POISON_JOB_ERROR: Final = "PoisonJob"
+
 # A running job asked to cancel is reclaimed only after its lease, both cancel graces and this
 # headroom have passed, so a merely slow cancellation is never mistaken for a crash. Both
 # backends and ``taskq jobs explain`` read it; the SQL gets it as a parameter.

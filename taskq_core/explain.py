@@ -3,7 +3,8 @@
 A job is in one of four situations, and each has its own checks:
 
 - **terminal**: it finished for good; the one finding says how (last error, attempts used,
-  cancel reason) and when.
+  cancel reason) and when. A poison job (failed by the reclaim sweep because its workers
+  kept dying while running it) has its own finding, ``poison_job``, naming those workers.
 - **running**: it is claimed by a worker. The question is whether that worker is alive:
   its ``last_seen_at`` older than ``worker_stale_after`` means the heartbeat stopped, and the
   leader's reclaim sweep takes the job back once its lease (plus the cancel headroom when a
@@ -44,6 +45,7 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerRow,
 )
+from taskq_core.backend.protocol.poison import is_poison, worker_crashes
 from taskq_core.constants import CANCEL_RECLAIM_HEADROOM
 from taskq_core.durations import format_duration
 from taskq_core.errors import JobNotFoundError
@@ -230,6 +232,9 @@ async def explain_job(
         job, position.now, position.ahead, position.ahead_other_cohorts, position.mode, settings
     )
     if job.is_terminal:
+        if is_poison(job):
+            context.events = await backend.get_events(job.id)
+            return Explanation(job, position.now, "terminal", [_poison(context)])
         return Explanation(job, position.now, "terminal", [_terminal(context)])
     context.workers = await backend.list_workers()
     context.leader = await backend.get_leader()
@@ -282,6 +287,29 @@ def _terminal(c: _Context) -> Check:
     if job.status in RETRYABLE_STATUSES:
         message += f" (taskq retry {job.id} runs it again)"
     return Check("terminal", True, message, facts)
+
+
+def _poison(c: _Context) -> Check:
+    job = c.job
+    finished = _when(c.now, job.finished_at) if job.finished_at else "at an unknown time"
+    workers = [str(event.worker_id) for event in worker_crashes(c.events)]
+    named = f" ({', '.join(workers)})" if workers else ""
+    message = (
+        f"it is a poison job: {_plural(len(workers), 'worker')} died while running it{named}, "
+        f"so the reclaim sweep failed it {finished} instead of handing it out again "
+        "(TASKQ_POISON_RECLAIMS); look at its payload and actor first: "
+        f"taskq retry {job.id} runs it again"
+    )
+    facts: dict[str, Any] = {
+        "finished_at": job.finished_at,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "error_class": job.error_class,
+        "error_message": job.error_message,
+        "crashed_workers": workers,
+        "retryable": True,
+    }
+    return Check("poison_job", True, message, facts)
 
 
 def _archived(archived: ArchivedJob) -> Check:

@@ -13,7 +13,13 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from taskq_core.constants import DEFAULT_DSN, DEFAULT_QUEUE, DEFAULT_SCHEMA, validate_identifier
+from taskq_core.constants import (
+    DEFAULT_DSN,
+    DEFAULT_POISON_RECLAIMS,
+    DEFAULT_QUEUE,
+    DEFAULT_SCHEMA,
+    validate_identifier,
+)
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, InvalidIdentifierError
 from taskq_core.schedule import check_cron_expression, parse_daily_time
@@ -151,8 +157,14 @@ class TaskqSettings(BaseSettings):
     """Time a forced job has to clean up before it is abandoned."""
     max_retry_backoff: Duration = timedelta(hours=24)
     """Ceiling on any retry delay, whatever an actor's RetryPolicy asks for."""
-    reclaim_event_visibility_delay: Seconds = 2.0
-    """Delay before a reclaim shows in the reclaim feed."""
+    reclaim_event_visibility_delay: Seconds = Field(default=2.0, ge=0)
+    """How old a reclaim event must be before the reclaim feed (``watch_reclaims``, ``taskq
+    jobs reclaims``) shows it, so an event of a transaction still committing is never
+    skipped; raise it when sweep transactions run long."""
+    poison_reclaims: int = Field(default=DEFAULT_POISON_RECLAIMS, ge=0)
+    """A job whose worker died while running it this many times (since it was last retried
+    by an operator) is failed as a poison job (error class PoisonJob) instead of being handed
+    to another worker; 0 turns this off."""
 
     # Leader cadences
     sweep_interval: Seconds = Field(default=30.0, gt=0)

@@ -136,6 +136,7 @@ class MaintenanceSweep:
             reclaimed = await backend.reclaim_expired_locks(
                 timedelta(seconds=settings.cancellation_grace_period),
                 timedelta(seconds=settings.cleanup_grace_period),
+                poison_reclaims=settings.poison_reclaims,
             )
         failed = await backend.deadline_sweep()
         expired = await backend.expire_results(on_batch=batch_beat(self.deps, self.beat))

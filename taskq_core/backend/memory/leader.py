@@ -12,7 +12,11 @@ from datetime import timedelta
 from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow
-from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
+from taskq_core.constants import (
+    CANCEL_RECLAIM_HEADROOM,
+    DEFAULT_POISON_RECLAIMS,
+    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
+)
 from taskq_core.statemachine import JobStatus
 
 from .settle import SettlePart
@@ -77,9 +81,16 @@ class LeaderPart(SettlePart):
             job.set_error(_DEADLINE_PASSED)
         return len(late)
 
-    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+    async def reclaim_expired_locks(
+        self,
+        cancel_grace: timedelta,
+        cleanup_grace: timedelta,
+        *,
+        poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
+    ) -> int:
         """Running jobs whose lease expired (cancel in flight: plus both graces and the
-        headroom), each settled as ``SettlePart._reclaim`` decides, with one 'reclaim' event."""
+        headroom), each settled as ``SettlePart._reclaim`` decides (a poison job fails),
+        with one 'reclaim' event."""
         now = self._now()
         cancel_headroom = cancel_grace + cleanup_grace + CANCEL_RECLAIM_HEADROOM
         expired = [
@@ -91,7 +102,7 @@ class LeaderPart(SettlePart):
             and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
         ]
         for job in expired:
-            self._reclaim(job, now)
+            self._reclaim(job, now, poison_reclaims)
         if expired:
             self._wake()
         return len(expired)

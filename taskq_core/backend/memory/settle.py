@@ -26,6 +26,7 @@ from taskq_core.backend.protocol import (
     Success,
     first_success_per_job,
 )
+from taskq_core.backend.protocol.poison import poison_error, worker_crashes
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.retry import retries_left
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
@@ -54,6 +55,8 @@ class Ending:
     ``crashed`` where a job with retries left waits (``retry_as``). ``counts`` False gives
     the attempt back (snooze, a retry-after that spends no budget). ``started`` is False
     for a ``crashed`` job whose body never ran. ``ran_for`` dates a start not recorded yet.
+    ``poison``: the reclaim found a poison job (its worker died running it too often); a
+    started job then fails with this error unless a cancel was asked.
     """
 
     outcome: AttemptOutcome
@@ -63,6 +66,7 @@ class Ending:
     started: bool = True
     retry_as: JobStatus = SCHEDULED
     ran_for: float | None = None
+    poison: ErrorInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +119,8 @@ def decide(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
 def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
     """A job its worker no longer runs: a started one gets a crashed attempt (the row keeps
     the error without its traceback), a never-started one its attempt back; then a requested
-    cancel -> cancelled, never started -> pending in its place, retries left -> ``retry_as``
-    at ``run_at``, else crashed."""
+    cancel -> cancelled, never started -> pending in its place, a poison job -> failed with
+    the poison error, retries left -> ``retry_as`` at ``run_at``, else crashed."""
     error = ending.error or _LOCK_EXPIRED
     if ending.started:
         row, job_error = "crashed", ErrorInfo(error.error_class, error.message)
@@ -127,6 +131,8 @@ def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
         status = JobStatus.CANCELLED
     elif not ending.started:
         status = PENDING
+    elif ending.poison is not None:
+        status, job_error = JobStatus.FAILED, ending.poison
     elif retries_left(job.retry_kind, job.attempt, job.max_attempts, job.schedule_to_close, now):
         status, run_at = ending.retry_as, ending.run_at
     return Settlement(
@@ -194,20 +200,30 @@ class SettlePart(MemoryStore):
         )
         return job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
 
-    def _reclaim(self, job: JobRecord, now: datetime) -> None:
+    def _reclaim(self, job: JobRecord, now: datetime, poison_reclaims: int | None) -> None:
         """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
-        after UNSTARTED_RECLAIM_LIMIT such reclaims; a retry goes back to pending at now."""
+        after UNSTARTED_RECLAIM_LIMIT such reclaims; the ``poison_reclaims``-th crash of a
+        started job fails it as a poison job; a retry goes back to pending at now."""
         worker_id = job.locked_by_worker
         started = self._counts_as_started(job)
-        ending = Ending("crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING)
+        poison, crashes = None, 0
+        if started and poison_reclaims:
+            crashes = len(worker_crashes(e for e in self._events if e.job_id == job.id)) + 1
+            if crashes >= poison_reclaims:
+                poison = poison_error(crashes, poison_reclaims)
+        ending = Ending(
+            "crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING, poison=poison
+        )
         plan = self._decide(job, ending)
-        detail = {
+        detail: dict[str, Any] = {
             "from_state": RUNNING.value,
             "to_state": plan.status.value,
             "reason": "lock_expired",
             "worker_id": None if worker_id is None else str(worker_id),
             "started": started,
         }
+        if plan.status is JobStatus.FAILED:
+            detail.update(poison=True, crashes=crashes)
         self._write(job, worker_id, plan, kind="reclaim", detail=detail)
 
     async def release_leases(

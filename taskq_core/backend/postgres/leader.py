@@ -15,6 +15,7 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
+    DEFAULT_POISON_RECLAIMS,
     JOBS_VACUUM_TIMEOUT,
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
     validate_identifier,
@@ -129,8 +130,15 @@ class LeaderPart(SettlePart):
         """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded)."""
         return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
 
-    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
-        """Sweep 1: expired leases -> pending / crashed / cancelled, with outbox events.
+    async def reclaim_expired_locks(
+        self,
+        cancel_grace: timedelta,
+        cleanup_grace: timedelta,
+        *,
+        poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
+    ) -> int:
+        """Sweep 1: expired leases -> pending / crashed / cancelled / failed (a poison job),
+        with outbox events.
 
         The expired leases are locked (SKIP LOCKED) and settled (outcome reclaimed) in one
         transaction: ``settle`` decides each row's fate, as it does for a worker's release.
@@ -155,7 +163,8 @@ class LeaderPart(SettlePart):
                 )
                 for record in expired
             ]
-            return len(await self._settle(conn, settlements))
+            settled = await self._settle(conn, settlements, poison_reclaims=poison_reclaims)
+            return len(settled)
 
     async def expire_results(
         self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None

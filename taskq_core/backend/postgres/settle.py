@@ -78,14 +78,23 @@ class SettlePart(BackendCore):
     """Every write that ends or reschedules a claimed attempt, fenced by its lease."""
 
     async def _settle(
-        self, executor: Any, settlements: Sequence[Settlement]
+        self,
+        executor: Any,
+        settlements: Sequence[Settlement],
+        *,
+        poison_reclaims: int | None = None,
     ) -> list[asyncpg.Record]:
         """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
-        rule_error) per lease that was still the row's."""
+        rule_error) per lease that was still the row's. ``poison_reclaims``: the reclaim
+        sweep's poison limit (None: a reclaim never fails a job as poison)."""
         columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
         return await self._unstorable_as_taskq_error(
             executor.fetch(
-                self._queries["settle"], *columns, self._wake_channel, UNSTARTED_RECLAIM_LIMIT
+                self._queries["settle"],
+                *columns,
+                self._wake_channel,
+                UNSTARTED_RECLAIM_LIMIT,
+                poison_reclaims,
             )
         )
 

@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core.constants import DEFAULT_POISON_RECLAIMS
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderRow:
@@ -47,7 +49,13 @@ class LeaderBackend(Protocol):
         """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded), no
         attempt row."""
 
-    async def reclaim_expired_locks(self, cancel_grace: timedelta, cleanup_grace: timedelta) -> int:
+    async def reclaim_expired_locks(
+        self,
+        cancel_grace: timedelta,
+        cleanup_grace: timedelta,
+        *,
+        poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
+    ) -> int:
         """Running jobs whose lease expired (plus the cancel graces + 60s when a cancel is in
         flight), each with a 'reclaim' event (detail: from_state, to_state, reason
         'lock_expired', worker_id, started) in the same transaction:
@@ -56,6 +64,11 @@ class LeaderBackend(Protocol):
         - never started (claimed only) -> pending in its place, its attempt given back, no
           attempt row; after UNSTARTED_RECLAIM_LIMIT such reclaims it counts as started, so
           a job that kills its worker before its start is written cannot loop forever;
+        - started, and this is the ``poison_reclaims``-th such reclaim of the job (counting
+          the started 'lock_expired' reclaims since its last operator retry; None or 0: never)
+          -> failed as a poison job: error_class POISON_JOB_ERROR, a message naming how many
+          workers died running it, a crashed attempt (WorkerCrashed), and the event's detail
+          gains ``poison`` true and ``crashes`` (that count). Retries left do not matter;
         - started, retries left -> pending at now(), else crashed; a crashed attempt.
 
         Retries left: transient with attempt < max_attempts, or indefinite with

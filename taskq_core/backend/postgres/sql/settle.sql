@@ -14,6 +14,9 @@
 --   * a give-back (release, reclaim) of a job whose body never started returns its attempt,
 --     leaves it pending in its place and writes no attempt row; a reclaimed job counts as
 --     started after $15 such reclaims (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
+--   * a started job reclaimed after its worker died for the $16-th time (TASKQ_POISON_RECLAIMS;
+--     counting started 'lock_expired' reclaims since its last operator retry; NULL or 0: never)
+--     is a poison job: failed (PoisonJob) instead of handed to another worker;
 --   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row.
 -- Time is one clock_timestamp() reading per statement, never the application's.
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
@@ -29,9 +32,10 @@
 -- released and reclaimed), $13 reason (event detail of abandoned, released and, when given,
 -- retry_after: the limit that held a job back). $14 is the wake channel: notified when a job
 -- became pending, a reclaim freed what a dead worker held, or a finished job freed room under
--- a max_concurrent cap (a worker may be waiting for it).
+-- a max_concurrent cap (a worker may be waiting for it). $15 UNSTARTED_RECLAIM_LIMIT, $16 the
+-- poison limit (only the leader's reclaim sweep passes one: an operator's requeue is no crash).
 -- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
--- rule's error class (DeadlineExceeded, MaxAttemptsExceeded).
+-- rule's error class (DeadlineExceeded, MaxAttemptsExceeded, PoisonJob).
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -49,7 +53,18 @@ owned AS (
                 ELSE (SELECT count(*) FROM {schema}.job_events ev
                       WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
                         AND ev.detail ->> 'started' = 'false') >= $15::integer
-           END AS started
+           END AS started,
+           -- How often a worker died running this job before (poison count; NULL: not asked).
+           -- Both reads walk job_events_job_idx for this one job.
+           CASE WHEN i.outcome = 'reclaimed' AND $16::integer > 0 THEN
+               (SELECT count(*) FROM {schema}.job_events ev
+                WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
+                  AND ev.detail ->> 'reason' = 'lock_expired'
+                  AND ev.detail ->> 'started' = 'true'
+                  AND ev.id > COALESCE((SELECT max(rt.id) FROM {schema}.job_events rt
+                                        WHERE rt.job_id = j.id
+                                          AND rt.detail ->> 'reason' = 'operator_retry'), 0))
+           END AS crashes_before
     FROM unnest($1::uuid[], $2::integer[], $3::uuid[], $4::text[], $5::interval[],
                 $6::boolean[], $7::text[], $8::interval[], $9::float8[], $10::text[],
                 $11::text[], $12::text[], $13::text[])
@@ -68,12 +83,15 @@ owned AS (
     FOR UPDATE OF j
 ),
 ruled AS (
-    -- The rule that stops a rescheduling: a passed deadline, then a spent attempt budget.
+    -- The rule that stops a rescheduling: a passed deadline, then a spent attempt budget; or
+    -- the one that stops a reclaim: a poison job (NULL crashes_before: never).
     SELECT o.*, k.now,
            (o.retry_kind = 'transient' AND o.attempt < o.max_attempts)
            OR (o.retry_kind = 'indefinite'
                AND (o.schedule_to_close IS NULL OR o.schedule_to_close > k.now)) AS retries_left,
-           CASE WHEN o.outcome NOT IN ('retry', 'snooze', 'retry_after') OR o.cancel THEN NULL
+           CASE WHEN o.outcome = 'reclaimed' AND o.started AND NOT o.cancel
+                     AND o.crashes_before + 1 >= $16::integer THEN 'PoisonJob'
+                WHEN o.outcome NOT IN ('retry', 'snooze', 'retry_after') OR o.cancel THEN NULL
                 WHEN o.schedule_to_close IS NOT NULL
                      AND k.now + o.delay > o.schedule_to_close THEN 'DeadlineExceeded'
                 WHEN o.outcome = 'retry_after' AND o.consume_budget
@@ -104,6 +122,9 @@ decided AS (
            CASE r.rule_error
                WHEN 'MaxAttemptsExceeded'
                    THEN 'all ' || r.max_attempts || ' attempts used; retry-after refused'
+               WHEN 'PoisonJob'
+                   THEN (r.crashes_before + 1) || ' workers died running it (TASKQ_POISON_RECLAIMS'
+                        || ' is ' || $16::integer || '); not handed out again'
                WHEN 'DeadlineExceeded' THEN
                    CASE r.outcome
                        WHEN 'retry' THEN 'retry would start after schedule_to_close '
@@ -170,7 +191,7 @@ moved AS (
     WHERE j.id = s.id
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
-              s.error_traceback, s.reason, j.actor, j.queue
+              s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -185,11 +206,11 @@ attempts AS (
                 WHEN m.outcome = 'snooze' THEN 'snoozed'
                 ELSE 'retry_after' END,
            m.started_at, m.now, EXTRACT(EPOCH FROM m.now - m.started_at) * 1000,
-           -- The attempt keeps the actor's own error; a snooze or retry-after failed by a
-           -- rule records the rule's.
-           CASE WHEN m.outcome = 'retry' THEN m.error_class
+           -- The attempt keeps the actor's own error (a reclaim's: the worker crashed); a
+           -- snooze or retry-after failed by a rule records the rule's.
+           CASE WHEN m.outcome IN ('retry', 'reclaimed') THEN m.error_class
                 ELSE COALESCE(m.rule_error, m.error_class) END,
-           CASE WHEN m.outcome = 'retry' THEN m.error_message
+           CASE WHEN m.outcome IN ('retry', 'reclaimed') THEN m.error_message
                 ELSE COALESCE(m.rule_message, m.error_message) END,
            m.error_traceback
     FROM moved m
@@ -211,6 +232,10 @@ events AS (
                    'from_state', 'running', 'to_state', m.status::text,
                    'reason', 'lock_expired', 'worker_id', m.worker_id::text,
                    'started', m.started)
+                   || CASE WHEN m.rule_error = 'PoisonJob'
+                           THEN jsonb_build_object('poison', true,
+                                                   'crashes', m.crashes_before + 1)
+                           ELSE '{}'::jsonb END
                ELSE '{}'::jsonb  -- the column default: no detail
            END
     FROM moved m

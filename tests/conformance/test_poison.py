@@ -1,0 +1,174 @@
+"""Poison jobs: a job whose worker died running it TASKQ_POISON_RECLAIMS times is failed by the
+reclaim sweep instead of being handed to another worker (both backends)."""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+from taskq_core.backend.protocol import JobRow, Start
+from taskq_core.backend.protocol.admin import Audit
+from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, POISON_JOB_ERROR
+from taskq_core.statemachine import JobStatus
+from tests.conformance.conftest import Harness
+from tests.conformance.states import GRACE, LEASE, reload, running_job
+
+EXPIRED = LEASE.total_seconds() + 1
+POISON = 3
+MESSAGE = "3 workers died running it (TASKQ_POISON_RECLAIMS is 3); not handed out again"
+
+
+async def crash(harness: Harness, job: JobRow, *, poison: int | None = POISON) -> JobRow:
+    """The job's worker dies: its lease runs out and the leader reclaims it."""
+    await harness.travel(EXPIRED)
+    assert await harness.backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=poison) == 1
+    return await reload(harness.backend, job.id)
+
+
+async def run_again(harness: Harness, job: JobRow) -> UUID:
+    """A fresh worker claims the job and starts its body; returns that worker."""
+    worker = uuid4()
+    [claimed] = await harness.backend.dispatch_batch(worker, [job.queue], 1, LEASE)
+    assert claimed.id == job.id
+    assert await harness.backend.mark_started_many(worker, [Start(job.id, claimed.attempt)])
+    return worker
+
+
+async def test_the_nth_crash_fails_the_job_as_poison(harness: Harness) -> None:
+    backend = harness.backend
+    job, first = await running_job(backend, max_attempts=10)
+    workers = [first]
+    for _ in range(POISON - 1):
+        row = await crash(harness, job)
+        assert (row.status, row.error_class) == (JobStatus.PENDING, "WorkerCrashed")
+        workers.append(await run_again(harness, job))
+    row = await crash(harness, job)
+    assert row.status is JobStatus.FAILED
+    assert (row.error_class, row.error_message) == (POISON_JOB_ERROR, MESSAGE)
+    assert row.finished_at is not None and row.locked_by_worker is None
+    # Not handed out again.
+    assert await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
+    attempts = await backend.get_attempts(job.id)
+    assert [(a.outcome, a.error_class) for a in attempts] == [("crashed", "WorkerCrashed")] * 3
+    assert [a.worker_id for a in attempts] == workers
+    event = (await backend.get_events(job.id))[-1]
+    assert (event.kind, event.from_status, event.to_status) == (
+        "reclaim",
+        JobStatus.RUNNING,
+        JobStatus.FAILED,
+    )
+    assert event.detail == {
+        "from_state": "running",
+        "to_state": "failed",
+        "reason": "lock_expired",
+        "worker_id": str(workers[-1]),
+        "started": True,
+        "poison": True,
+        "crashes": 3,
+    }
+
+
+async def test_the_reclaim_feed_carries_the_poison_event(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=10)
+    for _ in range(POISON - 1):
+        await crash(harness, job)
+        await run_again(harness, job)
+    await crash(harness, job)
+    await harness.travel(3)
+    events = await harness.backend.poll_reclaim_events(0)
+    assert [e.detail["to_state"] for e in events] == ["pending", "pending", "failed"]
+    assert events[-1].detail["poison"] is True
+    assert all("poison" not in e.detail for e in events[:-1])
+
+
+async def test_poison_wins_over_a_spent_attempt_budget(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=POISON)
+    for _ in range(POISON - 1):
+        await crash(harness, job)
+        await run_again(harness, job)
+    row = await crash(harness, job)
+    assert (row.status, row.error_class) == (JobStatus.FAILED, POISON_JOB_ERROR)
+
+
+async def test_without_a_poison_limit_a_crashing_job_keeps_coming_back(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=10)
+    for poison in (None, 0, None, 0):
+        row = await crash(harness, job, poison=poison)
+        assert row.status is JobStatus.PENDING
+        await run_again(harness, job)
+
+
+async def test_a_lower_limit_counts_the_crashes_already_made(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=10)
+    await crash(harness, job, poison=None)
+    await run_again(harness, job)
+    row = await crash(harness, job, poison=2)
+    assert row.status is JobStatus.FAILED
+    assert row.error_message == (
+        "2 workers died running it (TASKQ_POISON_RECLAIMS is 2); not handed out again"
+    )
+
+
+async def test_reclaims_of_a_job_that_never_started_are_no_crashes(harness: Harness) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=10)
+    for _ in range(POISON + 1):
+        row = await crash(harness, job)
+        assert row.status is JobStatus.PENDING
+        await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    assert (await reload(backend, job.id)).status is JobStatus.RUNNING
+
+
+async def test_a_requested_cancel_wins_over_poison(harness: Harness) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, max_attempts=10)
+    for _ in range(POISON - 1):
+        await crash(harness, job)
+        await run_again(harness, job)
+    assert await backend.write_cancel_request(job.id, "stop") == "requested"
+    headroom = 2 * GRACE.total_seconds() + CANCEL_RECLAIM_HEADROOM.total_seconds()
+    await harness.travel(EXPIRED + headroom)
+    assert await backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=POISON) == 1
+    row = await reload(backend, job.id)
+    assert row.status is JobStatus.CANCELLED
+    assert row.error_class != POISON_JOB_ERROR
+
+
+async def test_an_operator_requeue_is_no_crash(harness: Harness) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, max_attempts=10)
+    for _ in range(POISON + 1):
+        result = await backend.end_running_job(job.id, "requeue", Audit(by="alice@ops"))
+        assert result.settled and result.job is not None
+        assert result.job.status is JobStatus.PENDING
+        await run_again(harness, job)
+    row = await crash(harness, job)
+    assert row.status is JobStatus.PENDING
+
+
+async def test_an_operator_retry_starts_the_count_again(harness: Harness) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, max_attempts=10)
+    for _ in range(POISON - 1):
+        await crash(harness, job)
+        await run_again(harness, job)
+    assert (await crash(harness, job)).status is JobStatus.FAILED
+    assert await backend.retry_job(job.id)
+    await run_again(harness, job)
+    for _ in range(POISON - 1):
+        assert (await crash(harness, job)).status is JobStatus.PENDING
+        await run_again(harness, job)
+    row = await crash(harness, job)
+    assert (row.status, row.error_class) == (JobStatus.FAILED, POISON_JOB_ERROR)
+
+
+async def test_the_default_limit_is_three(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=10)
+    statuses = []
+    for _ in range(3):
+        await harness.travel(EXPIRED)
+        assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        row = await reload(harness.backend, job.id)
+        statuses.append(row.status)
+        if row.status is JobStatus.PENDING:
+            await run_again(harness, job)
+    assert statuses == [JobStatus.PENDING, JobStatus.PENDING, JobStatus.FAILED]
