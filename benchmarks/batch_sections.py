@@ -14,10 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from uuid import UUID
 
 from benchmarks.worker_sections import worker_process
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.client import EnqueueItem, JobsClient
 
 CONCURRENCY = 16
@@ -40,32 +40,35 @@ class BatchFigures:
         return self.plain / self.batch if self.batch > 0 else 0.0
 
 
-async def _load(backend: PostgresBackend, jobs: int, *, batch: bool) -> None:
+async def _load(backend: PostgresBackend, jobs: int, *, batch: bool) -> UUID | None:
+    """The backlog; the batch's id (None for plain jobs)."""
     async with JobsClient(backend=backend) as client:
         items = [("noop", {"n": n}) for n in range(jobs)]
-        if batch:
-            await client.enqueue_batch(items, finalizer=EnqueueItem("noop", {"final": True}))
-        else:
+        if not batch:
             await client.enqueue_many_fast(items)
+            return None
+        rows = await client.enqueue_batch(items, finalizer=EnqueueItem("noop", {"final": True}))
+        return UUID(rows[0].metadata["batch_id"])
 
 
-async def _finalizer_ended(backend: PostgresBackend) -> bool:
-    """Whether the one batch's finalizer exists and has ended."""
-    [(row, _)] = await backend.list_batches(BatchFilter(limit=1))
-    if row.finalizer_job_id is None:
+async def _finalizer_ended(backend: PostgresBackend, batch_id: UUID) -> bool:
+    """Whether the batch's finalizer exists and has ended (two reads by primary key: the
+    watch must not cost the drain it times)."""
+    row = await backend.get_batch(batch_id)
+    if row is None or row.finalizer_job_id is None:
         return False
     job = await backend.get(row.finalizer_job_id)
     return job is not None and job.is_terminal
 
 
-async def _drain(backend: PostgresBackend, dsn: str, *, batch: bool) -> tuple[float, int]:
+async def _drain(backend: PostgresBackend, dsn: str, batch_id: UUID | None) -> tuple[float, int]:
     """Seconds from the worker's start until the backlog is done; the worker's exit code."""
     started = time.perf_counter()
     async with worker_process(
         dsn, backend.schema, "--concurrency", str(CONCURRENCY), "--until-idle"
     ) as proc:
-        if batch:
-            while not await _finalizer_ended(backend):
+        if batch_id is not None:
+            while not await _finalizer_ended(backend, batch_id):
                 await asyncio.sleep(0.02)
         else:
             while await backend.has_active_jobs(["default"]):
@@ -84,9 +87,9 @@ async def measure(
     for _ in range(rounds):
         for batch in (False, True):
             async with fresh_backend() as backend:
-                await _load(backend, jobs, batch=batch)
+                batch_id = await _load(backend, jobs, batch=batch)
                 await settle(backend)
-                seconds, code = await _drain(backend, dsn, batch=batch)
+                seconds, code = await _drain(backend, dsn, batch_id)
             best[batch] = min(best[batch], seconds)
             codes.append(code)
     return BatchFigures(jobs, best[False], best[True], tuple(codes))

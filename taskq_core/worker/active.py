@@ -79,6 +79,7 @@ class ActiveJobs:
     def __init__(self) -> None:
         self._held: dict[UUID, ActiveJob] = {}
         self._running = 0
+        self._settling = 0  # held jobs in SETTLING: in_flight is read per dispatch, kept O(1)
         self.idle = asyncio.Event()
         self.idle.set()
         self.slot_freed = asyncio.Event()
@@ -104,12 +105,16 @@ class ActiveJobs:
         """RUNNING -> SETTLING: the body ended; its consumer slot is free."""
         if held.stage is Stage.RUNNING:
             self._stopped_running()
+        if held.stage is not Stage.SETTLING and self._held.get(held.job.id) is held:
+            self._settling += 1
         held.stage = Stage.SETTLING
 
     def remove(self, held: ActiveJob) -> None:
         """Stop holding ``held`` (idempotent; a holding that was superseded is left alone)."""
         if self._held.get(held.job.id) is held:
             del self._held[held.job.id]
+            if held.stage is Stage.SETTLING:
+                self._settling -= 1
         if held.stage is Stage.RUNNING:
             self._stopped_running()
             held.stage = Stage.SETTLING
@@ -139,7 +144,7 @@ class ActiveJobs:
 
     def in_flight(self) -> int:
         """Claimed or running jobs: what counts against the worker's capacity."""
-        return sum(1 for held in self._held.values() if held.stage is not Stage.SETTLING)
+        return len(self._held) - self._settling
 
     def holding(self) -> int:
         """Every job held, settling ones included: an outcome being written is not counted

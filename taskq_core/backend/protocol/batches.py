@@ -17,6 +17,7 @@ operator or a leader sweep). Time predicates run on the backend's clock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -279,9 +280,13 @@ def batch_id_of(metadata: Mapping[str, Any] | None) -> UUID | None:
     if not metadata:
         return None
     raw = metadata.get(BATCH_ID_KEY)
-    if raw is None:
-        return None
+    return None if raw is None else _batch_uuid(str(raw))
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_uuid(raw: str) -> UUID | None:
+    """A batch id's text as a UUID, parsed once per batch (every child of a big batch asks)."""
     try:
-        return UUID(str(raw))
+        return UUID(raw)
     except ValueError:
         return None
