@@ -22,6 +22,7 @@ from taskq_core.backend.protocol import Backend
 from taskq_core.backend.protocol.ratelimit import LimiterStore
 from taskq_core.clock import FakeClock
 from taskq_core.ratelimit.redis import RedisLimiterStore
+from tests.backend_pair import KINDS, open_backend
 from tests.conftest import PgTarget, create_migrated_schema, drop_schema
 
 REDIS_URL = os.environ.get("TASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -150,21 +151,7 @@ async def redis_limiter(pg_server_dsn: str) -> AsyncIterator[LimiterTarget]:
 
 
 # Worker tests run each case on both backends.
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=KINDS)
 async def backend(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        from taskq_core.backend.memory import InMemoryBackend
-
-        memory = InMemoryBackend()
-        yield memory
-        await memory.close()
-        return
-    from taskq_core.backend.postgres.backend import PostgresBackend
-
-    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
-    db = await PostgresBackend.connect(pg.dsn, pg.schema)
-    try:
-        yield db
-    finally:
-        await db.close()
-        await drop_schema(pg.dsn, pg.schema)
+    async with open_backend(request.param, pg_server_dsn) as opened:
+        yield opened

@@ -27,7 +27,7 @@ from taskq_core.constants import EXIT_IDLE_FAILURES, EXIT_OK
 from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
+from tests.backend_pair import KINDS, open_backend
 
 ONCE = RetryPolicy(kind="non_retryable")
 
@@ -47,22 +47,10 @@ async def finalize(payload: dict[str, Any]) -> str:
 ACTORS = [child, finalize]
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=KINDS)
 async def backend(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        memory = InMemoryBackend()
-        yield memory
-        await memory.close()
-        return
-    from taskq_core.backend.postgres.backend import PostgresBackend
-
-    pg = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
-    db = await PostgresBackend.connect(pg.dsn, pg.schema)
-    try:
-        yield db
-    finally:
-        await db.close()
-        await drop_schema(pg.dsn, pg.schema)
+    async with open_backend(request.param, pg_server_dsn) as opened:
+        yield opened
 
 
 async def run(worker: Worker) -> int:
