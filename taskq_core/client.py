@@ -36,6 +36,7 @@ from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.batches import AbortBatchAfter
 from taskq_core.capacity import CapacityCache
 from taskq_core.client_batches import BatchMethods
+from taskq_core.client_reclaims import ReclaimMethods
 from taskq_core.client_schedules import ScheduleMethods
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.enqueue_retry import TransientRetry
@@ -229,7 +230,7 @@ class _Batch(Sequence[EnqueueArgs]):
         )
 
 
-class JobsClient(BatchMethods, ScheduleMethods):
+class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the

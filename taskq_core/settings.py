@@ -413,7 +413,6 @@ NOT_YET_IN_EFFECT: dict[str, str] = {
     "admin_port": "the admin web UI",
     "admin_url": "the admin web UI",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
-    "reclaim_event_visibility_delay": "the reclaim feed",
 }
 
 

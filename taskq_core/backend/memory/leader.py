@@ -182,3 +182,7 @@ class LeaderPart(SettlePart):
             if e.kind == "reclaim" and e.id > after_id and e.occurred_at <= horizon
         ]
         return found[: max(limit, 0)]
+
+    async def latest_reclaim_event_id(self) -> int:
+        """The newest reclaim event's id, 0 when there is none."""
+        return max((e.id for e in self._events if e.kind == "reclaim"), default=0)

@@ -213,6 +213,10 @@ class LeaderPart(SettlePart):
         )
         return [rows.event(r) for r in records]
 
+    async def latest_reclaim_event_id(self) -> int:
+        """The newest reclaim event's id, 0 when there is none."""
+        return int(await self._pool.fetchval(self._queries["latest_reclaim_event_id"]))
+
     async def close(self) -> None:
         """Step down (unlock, remove the leader row, close its connection), then close the
         rest; idempotent."""

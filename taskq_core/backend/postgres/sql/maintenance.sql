@@ -177,6 +177,11 @@ WHERE kind = 'reclaim' AND id > $1::bigint
 ORDER BY id
 LIMIT $2::bigint;
 
+-- name: latest_reclaim_event_id
+-- Where a feed "from now" starts: the newest reclaim event's id (the end of
+-- job_events_reclaim_idx), 0 when there is none.
+SELECT COALESCE(max(id), 0) FROM {schema}.job_events WHERE kind = 'reclaim';
+
 -- name: leader_try_acquire
 -- Take the session advisory lock ($1 = leader_lock_key) on the dedicated leader connection
 -- and, when it was granted, upsert the leader row for worker $2 in the same statement.
