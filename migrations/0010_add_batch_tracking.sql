@@ -9,6 +9,14 @@
 -- enqueued once when the batch leaves 'active'; finalizer_job_id is set then.
 ALTER TABLE {schema}.batches ADD COLUMN finalizer jsonb;
 
+-- outcomes_left: children whose terminal outcome the hook has not seen yet (expected_size at
+-- creation). The hook looks for a child still waiting or running only once it is 0 or less,
+-- so a big batch's hooks do not walk its index entries (dead ones included, while a long
+-- transaction keeps them) on every call. It only gates the look: a count that is off (a
+-- child ended with no hook, a retried child counted twice) delays the end to the leader's
+-- stale sweep or to the next hook, and never ends a batch early.
+ALTER TABLE {schema}.batches ADD COLUMN outcomes_left integer NOT NULL DEFAULT 0;
+
 CREATE INDEX jobs_batch_idx ON {schema}.jobs ((metadata->>'batch_id'), status)
     WHERE metadata ? 'batch_id';
 

@@ -467,3 +467,27 @@ async def test_a_batchs_jobs_are_listed_by_status_latest_finished_first(harness:
     assert every == {failed[0].id, failed[1].id, waiting.id}
     assert await backend.list_batch_jobs(batch.id, {S.SUCCEEDED}) == []
     assert len(await backend.list_batch_jobs(other.id)) == 1
+
+
+async def test_the_hook_looks_for_unfinished_children_once_every_expected_outcome_came(
+    harness: Harness,
+) -> None:
+    # Three children expected: the first two outcomes do not end the batch, even with no
+    # child left waiting (the third was never enqueued); the stale sweep ends it.
+    batch = await new_batch(harness, size=3)
+    assert await ended(harness, batch, S.SUCCEEDED) == []
+    assert await ended(harness, batch, S.SUCCEEDED) == []
+    assert (await batch_row(harness, batch)).status is BatchStatus.ACTIVE
+    [swept] = await harness.backend.complete_stale_batches()
+    assert swept.batch_id == batch.id and swept.status is BatchStatus.COMPLETE
+    # Counted down to 0, the hook ends the batch at its last outcome, as with no count.
+    counted = await new_batch(harness, size=2)
+    assert await ended(harness, counted, S.FAILED) == []
+    assert await ended(harness, counted, S.SUCCEEDED) == [BatchStatus.COMPLETE]
+    # A child counted twice (a retried one) never ends a batch while another still runs.
+    early = await new_batch(harness, size=2)
+    assert await ended(harness, early, S.FAILED) == []
+    await child(harness, early, S.RUNNING)
+    twice = [BatchOutcome(early.id, S.FAILED)]  # the failed child's second outcome
+    assert await harness.backend.apply_batch_outcomes(twice) == []
+    assert (await batch_row(harness, early)).status is BatchStatus.ACTIVE

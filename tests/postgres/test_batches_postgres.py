@@ -235,14 +235,14 @@ async def test_the_hook_probe_counts_and_sweeps_use_jobs_batch_idx(pg: PgTarget)
             "settle_batches": await generic_plan(
                 conn,
                 render("settle_batches", schema),
-                "uuid[], integer[], boolean[], text",
-                f"{one}, ARRAY[0], ARRAY[false], 'aborted'",
+                "uuid[], integer[], boolean[], text, integer[]",
+                f"{one}, ARRAY[0], ARRAY[false], 'aborted', ARRAY[0]",
             ),
             "settle_batches (abort)": await generic_plan(
                 conn,
                 render("settle_batches", schema),
-                "uuid[], integer[], boolean[], text",
-                f"{one}, ARRAY[3], ARRAY[true], 'aborted'",
+                "uuid[], integer[], boolean[], text, integer[]",
+                f"{one}, ARRAY[3], ARRAY[true], 'aborted', ARRAY[5]",
             ),
             "count_batch_jobs": await generic_plan(
                 conn, render("count_batch_jobs", schema), "uuid", f"'{batch_id}'"

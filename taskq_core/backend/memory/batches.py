@@ -86,6 +86,7 @@ class BatchPart(EnqueuePart):
             queue=batch.queue,
             status=BatchStatus.ACTIVE,
             expected_size=batch.expected_size,
+            outcomes_left=batch.expected_size,
             failure_threshold=batch.failure_threshold,
             finalizer=None if finalizer is None else as_json(finalizer),
             metadata=as_json(batch.metadata),
@@ -134,9 +135,10 @@ class BatchPart(EnqueuePart):
                 record.consecutive_failures, record.failure_threshold, statuses
             )
             record.consecutive_failures = count
+            record.outcomes_left -= len(statuses)
             if abort:
                 transitions.append(self._leave(record, BatchStatus.ABORTED))
-            elif not self._any_unfinished(batch_id):
+            elif record.outcomes_left <= 0 and not self._any_unfinished(batch_id):
                 transitions.append(self._leave(record, BatchStatus.COMPLETE))
         return transitions
 

@@ -203,6 +203,7 @@ class BatchRecord:
     consecutive_failures: int = 0
     finalizer_job_id: UUID | None = None
     completed_at: datetime | None = None
+    outcomes_left: int = 0  # see BatchBackend.apply_batch_outcomes: it gates the hook's look
 
     def snapshot(self) -> BatchRow:
         """A frozen copy that shares nothing mutable with this record."""

@@ -135,6 +135,7 @@ class BatchPart(EnqueuePart):
                 [count for count, _ in folded],
                 [abort for _, abort in folded],
                 BATCH_ABORT_MESSAGE,
+                [r["outcomes_left"] - len(grouped[r["id"]]) for r in locked],
             )
             moved = await self._end_batches(conn, settled)
         return [moved[batch_id] for batch_id in grouped if batch_id in moved]

@@ -46,6 +46,8 @@ class NewBatch:
     """A batch row to create with its children (in the same transaction).
 
     ``failure_threshold``: abort after that many consecutive failed children (None: never).
+    ``expected_size``: how many children it has (the hook counts their outcomes down from
+    it before it looks for unfinished ones).
     ``finalizer``: the job to enqueue once when the batch leaves ``active``; its ``job_id``
     is fixed here (the backend enqueues it under that id, so the job is made once) and its
     metadata already carries ``finalizes_batch``.
@@ -154,8 +156,13 @@ class BatchBackend(Protocol):
         0; ``failed`` adds 1 and aborts once it reaches ``failure_threshold`` (pending and
         scheduled children -> cancelled with BATCH_ABORT_MESSAGE as error_message and
         cancel_reason, and a state_change event; later outcomes of the call no longer count);
-        ``cancelled``/``crashed``/``abandoned`` leave the counter. Then, when no child is
-        pending, scheduled or running, the batch is ``complete``. A batch leaving ``active``
+        ``cancelled``/``crashed``/``abandoned`` leave the counter. Every outcome counts down
+        the row's ``outcomes_left`` (``expected_size`` at creation); once it is 0 or less and
+        no child is pending, scheduled or running, the batch is ``complete``: a big batch's
+        hooks do not look at its children on every call. A count that is off (a child ended
+        with no hook: a reclaim, a deadline, an operator's cancel) never ends a batch early;
+        it leaves the end to a later hook or to ``complete_stale_batches``. A batch leaving
+        ``active``
         gets ``completed_at`` (backend clock) and its finalizer enqueued in the same
         transaction, as ``enqueue`` would (idempotent on its fixed id); a finalizer whose
         unique key another job holds is refused as any enqueue is, and the batch ends without

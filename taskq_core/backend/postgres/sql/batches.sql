@@ -12,9 +12,10 @@
 -- $1 id, $2 queue, $3 expected_size, $4 failure_threshold, $5 finalizer (jsonb text or NULL),
 -- $6 metadata (jsonb text). No row back: the id exists already.
 INSERT INTO {schema}.batches (
-    id, queue, status, expected_size, failure_threshold, finalizer, metadata, created_at
+    id, queue, status, expected_size, outcomes_left, failure_threshold, finalizer, metadata,
+    created_at
 )
-VALUES ($1::uuid, $2::text, 'active', $3::integer, $4::integer, $5::text::jsonb,
+VALUES ($1::uuid, $2::text, 'active', $3::integer, $3::integer, $4::integer, $5::text::jsonb,
         $6::text::jsonb, clock_timestamp())
 ON CONFLICT (id) DO NOTHING
 RETURNING id, queue, status, expected_size, consecutive_failures, failure_threshold,
@@ -32,7 +33,7 @@ WHERE id = $1::uuid;
 -- The hook's first statement: the active rows among batches $1, locked in id order (two hooks
 -- naming the same batches cannot deadlock). A hook that waited here for another's lock reads
 -- the row as that one committed it: a batch it ended is no longer active and drops out.
-SELECT id, consecutive_failures, failure_threshold
+SELECT id, consecutive_failures, failure_threshold, outcomes_left
 FROM {schema}.batches
 WHERE id = ANY ($1::uuid[]) AND status = 'active'
 ORDER BY id
@@ -40,7 +41,9 @@ FOR UPDATE;
 
 -- name: settle_batches
 -- The hook's second statement, over the batches the first one locked: $1 ids, $2 their new
--- consecutive_failures, $3 whether that reached the threshold (abort). An aborted batch's
+-- consecutive_failures, $3 whether that reached the threshold (abort), $5 their new
+-- outcomes_left (children whose outcome no hook has seen; the probe below runs only once it
+-- is 0 or less, see migration 0010). An aborted batch's
 -- pending and scheduled children are cancelled as an operator's cancel ends them (locked in
 -- id order, request time and reason on the row) with the abort's message $4 and a
 -- state_change event; running children finish. Any other batch is complete when no child is
@@ -53,12 +56,13 @@ WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 input AS (
-    SELECT i.id, i.failures, i.abort
-    FROM unnest($1::uuid[], $2::integer[], $3::boolean[]) AS i(id, failures, abort)
+    SELECT i.id, i.failures, i.abort, i.outcomes_left
+    FROM unnest($1::uuid[], $2::integer[], $3::boolean[], $5::integer[])
+        AS i(id, failures, abort, outcomes_left)
 ),
 probed AS (
-    SELECT i.id, i.failures, i.abort,
-           i.abort OR NOT EXISTS (
+    SELECT i.id, i.failures, i.abort, i.outcomes_left,
+           i.abort OR i.outcomes_left <= 0 AND NOT EXISTS (
                SELECT 1 FROM {schema}.jobs j
                WHERE j.metadata->>'batch_id' = i.id::text AND j.metadata ? 'batch_id'
                  AND j.status IN ('pending', 'scheduled', 'running')
@@ -92,11 +96,13 @@ events AS (
 settled AS (
     UPDATE {schema}.batches b
     SET consecutive_failures = p.failures,
+        outcomes_left = p.outcomes_left,
         status = CASE WHEN p.abort THEN 'aborted' WHEN p.ends THEN 'complete' ELSE b.status END,
         completed_at = CASE WHEN p.ends THEN k.now ELSE b.completed_at END
     FROM probed p CROSS JOIN clock k
     WHERE b.id = ANY ($1::uuid[]) AND b.id = p.id AND b.status = 'active'
-      AND (p.ends OR b.consecutive_failures <> p.failures)  -- no write that changes nothing
+      AND (p.ends OR b.consecutive_failures <> p.failures
+           OR b.outcomes_left <> p.outcomes_left)  -- no write that changes nothing
     RETURNING b.id, b.status, CASE WHEN p.ends THEN b.finalizer::text END AS finalizer
 )
 SELECT s.id, s.status, s.finalizer,
