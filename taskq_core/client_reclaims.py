@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -80,7 +80,7 @@ class ReclaimMethods:
         batch: int = 100,
         visibility_delay: timedelta | float | None = None,
         catch_up_interval: timedelta | float = DEFAULT_CATCH_UP_INTERVAL,
-    ) -> AsyncIterator[EventRow]:
+    ) -> AsyncGenerator[EventRow, None]:
         """Reclaim events after ``after_id`` (None: only those made from now on), oldest
         first, each once, for as long as the caller iterates.
 
@@ -106,7 +106,9 @@ class ReclaimMethods:
         return _watch(self.backend, after_id, feed)
 
 
-async def _watch(backend: Backend, after_id: int | None, feed: _Feed) -> AsyncIterator[EventRow]:
+async def _watch(
+    backend: Backend, after_id: int | None, feed: _Feed
+) -> AsyncGenerator[EventRow, None]:
     """The feed's loop: poll a page, yield it, wait for a wake or the interval."""
     retry = TransientRetry(POLL_RETRY_TIMEOUT)
     if after_id is None:

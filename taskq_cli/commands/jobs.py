@@ -17,7 +17,7 @@ from rich.text import Text
 
 from taskq_cli import inputs, job_cursor, output
 from taskq_cli.batch_progress import JobBatch, read_job_batch
-from taskq_cli.commands import job_fixes
+from taskq_cli.commands import job_fixes, reclaims
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
@@ -41,6 +41,7 @@ app.command("requeue")(job_fixes.requeue)
 app.command("fail")(job_fixes.fail)
 app.command("move")(job_fixes.move)
 app.command("purge")(job_fixes.purge)
+app.command("reclaims")(reclaims.reclaims)
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100_000
