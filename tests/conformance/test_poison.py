@@ -7,7 +7,7 @@ from uuid import UUID, uuid4
 
 from taskq_core.backend.protocol import JobRow, Start
 from taskq_core.backend.protocol.admin import Audit
-from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, POISON_JOB_ERROR
+from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, POISON_JOB_ERROR, UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import GRACE, LEASE, reload, running_job
@@ -108,14 +108,36 @@ async def test_a_lower_limit_counts_the_crashes_already_made(harness: Harness) -
     )
 
 
-async def test_reclaims_of_a_job_that_never_started_are_no_crashes(harness: Harness) -> None:
+async def test_reclaims_of_a_job_whose_start_was_never_recorded_are_no_crashes(
+    harness: Harness,
+) -> None:
+    # Past UNSTARTED_RECLAIM_LIMIT such a job counts as started (it uses attempts) but its
+    # start is only assumed: a job prefetched by workers dying of another job looks the same.
     backend = harness.backend
-    job, _ = await running_job(backend, started=False, max_attempts=10)
-    for _ in range(POISON + 1):
+    job, _ = await running_job(backend, started=False, max_attempts=20)
+    for _ in range(UNSTARTED_RECLAIM_LIMIT + POISON + 1):
         row = await crash(harness, job)
         assert row.status is JobStatus.PENDING
         await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
-    assert (await reload(backend, job.id)).status is JobStatus.RUNNING
+    reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
+    assumed = [e.detail.get("start_assumed", False) for e in reclaims]
+    assert assumed == [False] * UNSTARTED_RECLAIM_LIMIT + [True] * (POISON + 1)
+    assert (await reload(backend, job.id)).attempt == POISON + 2
+
+
+async def test_assumed_starts_do_not_add_to_recorded_crashes(harness: Harness) -> None:
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=30)
+    for _ in range(UNSTARTED_RECLAIM_LIMIT + 1):
+        await crash(harness, job)
+        await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    await crash(harness, job)
+    for _ in range(POISON - 1):
+        await run_again(harness, job)
+        assert (await crash(harness, job)).status is JobStatus.PENDING
+    await run_again(harness, job)
+    row = await crash(harness, job)
+    assert (row.status, row.error_class) == (JobStatus.FAILED, POISON_JOB_ERROR)
 
 
 async def test_a_requested_cancel_wins_over_poison(harness: Harness) -> None:

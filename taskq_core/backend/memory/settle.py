@@ -202,12 +202,14 @@ class SettlePart(MemoryStore):
 
     def _reclaim(self, job: JobRecord, now: datetime, poison_reclaims: int | None) -> None:
         """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
-        after UNSTARTED_RECLAIM_LIMIT such reclaims; the ``poison_reclaims``-th crash of a
-        started job fails it as a poison job; a retry goes back to pending at now."""
+        after UNSTARTED_RECLAIM_LIMIT such reclaims (``start_assumed``); the
+        ``poison_reclaims``-th crash of a job whose start was recorded fails it as a poison
+        job (the rule: ``backend.protocol.poison``); a retry goes back to pending at now."""
         worker_id = job.locked_by_worker
         started = self._counts_as_started(job)
+        assumed = started and job.started_at is None  # by UNSTARTED_RECLAIM_LIMIT
         poison, crashes = None, 0
-        if started and poison_reclaims:
+        if started and not assumed and poison_reclaims:
             crashes = len(worker_crashes(e for e in self._events if e.job_id == job.id)) + 1
             if crashes >= poison_reclaims:
                 poison = poison_error(crashes, poison_reclaims)
@@ -222,6 +224,8 @@ class SettlePart(MemoryStore):
             "worker_id": None if worker_id is None else str(worker_id),
             "started": started,
         }
+        if assumed:
+            detail["start_assumed"] = True
         if plan.status is JobStatus.FAILED:
             detail.update(poison=True, crashes=crashes)
         self._write(job, worker_id, plan, kind="reclaim", detail=detail)

@@ -64,12 +64,14 @@ class LeaderBackend(Protocol):
         - never started (claimed only) -> pending in its place, its attempt given back, no
           attempt row; after UNSTARTED_RECLAIM_LIMIT such reclaims it counts as started, so
           a job that kills its worker before its start is written cannot loop forever;
-        - started, and this is the ``poison_reclaims``-th such reclaim of the job (counting
-          the started 'lock_expired' reclaims since its last operator retry; None or 0: never)
-          -> failed as a poison job: error_class POISON_JOB_ERROR, a message naming how many
+        - its start recorded, and this is the ``poison_reclaims``-th such reclaim of the job
+          (what counts: ``backend.protocol.poison``; None or 0: never) -> failed as a poison
+          job: error_class POISON_JOB_ERROR, a message naming how many
           workers died running it, a crashed attempt (WorkerCrashed), and the event's detail
           gains ``poison`` true and ``crashes`` (that count). Retries left do not matter;
-        - started, retries left -> pending at now(), else crashed; a crashed attempt.
+        - started, retries left -> pending at now(), else crashed; a crashed attempt. A job
+          that counts as started only by UNSTARTED_RECLAIM_LIMIT has ``start_assumed`` true
+          in its event's detail.
 
         Retries left: transient with attempt < max_attempts, or indefinite with
         schedule_to_close unset or not passed; non_retryable never. Error class WorkerCrashed.

@@ -1,8 +1,11 @@
 """Poison jobs: what counts as a worker dying while running a job, and the error a job gets
 when that happened TASKQ_POISON_RECLAIMS times.
 
-The reclaim sweep counts a job's started 'lock_expired' reclaims since its last operator
-retry; an operator's requeue and a reclaim of a job whose body never started are no crashes.
+The reclaim sweep counts a job's 'lock_expired' reclaims whose body's start was recorded,
+since its last operator retry. No crash: an operator's requeue, a reclaim of a job whose body
+never started, nor one that only counts as started because it was reclaimed unstarted
+UNSTARTED_RECLAIM_LIMIT times (its event says ``start_assumed``): a job prefetched by workers
+that kept dying of another job looks just like that.
 The memory backend and ``jobs explain`` read the rule here; PostgreSQL writes the same rule
 and message in ``sql/settle.sql``, held to this one by ``tests/conformance/test_poison.py``.
 """
@@ -26,11 +29,13 @@ class _Event(Protocol):
 
 
 def is_worker_crash(event: _Event) -> bool:
-    """A reclaim of a started job whose lease ran out: its worker died running it."""
+    """A reclaim of a job whose body's start was recorded and whose lease ran out: its
+    worker died running it."""
     return (
         event.kind == "reclaim"
         and event.detail.get("reason") == "lock_expired"
         and event.detail.get("started") is True
+        and "start_assumed" not in event.detail
     )
 
 

@@ -14,9 +14,11 @@
 --   * a give-back (release, reclaim) of a job whose body never started returns its attempt,
 --     leaves it pending in its place and writes no attempt row; a reclaimed job counts as
 --     started after $15 such reclaims (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
---   * a started job reclaimed after its worker died for the $16-th time (TASKQ_POISON_RECLAIMS;
---     counting started 'lock_expired' reclaims since its last operator retry; NULL or 0: never)
---     is a poison job: failed (PoisonJob) instead of handed to another worker;
+--   * a job reclaimed after its worker died running it for the $16-th time is a poison job:
+--     failed (PoisonJob) instead of handed to another worker (TASKQ_POISON_RECLAIMS; NULL or 0:
+--     never). Counted: reclaims with lock_expired whose body's start was recorded, since the
+--     job's last operator retry; one that only counts as started by UNSTARTED_RECLAIM_LIMIT
+--     (its event says start_assumed) is no crash: its worker may have died of another job;
 --   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row.
 -- Time is one clock_timestamp() reading per statement, never the application's.
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
@@ -61,6 +63,7 @@ owned AS (
                 WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
                   AND ev.detail ->> 'reason' = 'lock_expired'
                   AND ev.detail ->> 'started' = 'true'
+                  AND NOT ev.detail ? 'start_assumed'
                   AND ev.id > COALESCE((SELECT max(rt.id) FROM {schema}.job_events rt
                                         WHERE rt.job_id = j.id
                                           AND rt.detail ->> 'reason' = 'operator_retry'), 0))
@@ -89,7 +92,7 @@ ruled AS (
            (o.retry_kind = 'transient' AND o.attempt < o.max_attempts)
            OR (o.retry_kind = 'indefinite'
                AND (o.schedule_to_close IS NULL OR o.schedule_to_close > k.now)) AS retries_left,
-           CASE WHEN o.outcome = 'reclaimed' AND o.started AND NOT o.cancel
+           CASE WHEN o.outcome = 'reclaimed' AND o.started_before IS NOT NULL AND NOT o.cancel
                      AND o.crashes_before + 1 >= $16::integer THEN 'PoisonJob'
                 WHEN o.outcome NOT IN ('retry', 'snooze', 'retry_after') OR o.cancel THEN NULL
                 WHEN o.schedule_to_close IS NOT NULL
@@ -191,7 +194,8 @@ moved AS (
     WHERE j.id = s.id
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
-              s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before
+              s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before,
+              s.started_before
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -232,6 +236,8 @@ events AS (
                    'from_state', 'running', 'to_state', m.status::text,
                    'reason', 'lock_expired', 'worker_id', m.worker_id::text,
                    'started', m.started)
+                   || CASE WHEN m.started AND m.started_before IS NULL
+                           THEN '{"start_assumed": true}'::jsonb ELSE '{}'::jsonb END
                    || CASE WHEN m.rule_error = 'PoisonJob'
                            THEN jsonb_build_object('poison', true,
                                                    'crashes', m.crashes_before + 1)
