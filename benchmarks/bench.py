@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import asyncpg
@@ -33,8 +34,9 @@ from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from benchmarks import batch_sections
+from benchmarks import batch_sections, pgbouncer_sections
 from benchmarks.batch_sections import BatchFigures
+from benchmarks.pgbouncer_sections import PoolerFigures
 from benchmarks.ratelimit_sections import RATE, WORKERS, LimitFigures, measure
 from benchmarks.worker_sections import Latency, drain, latency
 
@@ -68,7 +70,7 @@ class Bench:
         return max(full // 10, 10) if self.quick else full
 
     @asynccontextmanager
-    async def fresh_backend(self, **options: int) -> AsyncIterator[PostgresBackend]:
+    async def fresh_backend(self, **options: Any) -> AsyncIterator[PostgresBackend]:
         """A PostgresBackend on a newly migrated schema, dropped afterwards."""
         schema = f"bench_{uuid4().hex[:12]}"
         conn = await asyncpg.connect(self.dsn)
@@ -247,6 +249,45 @@ async def batches_section(bench: Bench) -> list[Measurement]:
     ]
 
 
+POOLERS: list[PoolerFigures] = []
+
+
+async def pgbouncer_section(bench: Bench) -> list[Measurement]:
+    """A worker's drain (concurrency 16) and single enqueues with the pooled DSN direct, on
+    the server without a statement cache, and through PgBouncer, in alternating rounds."""
+    figures = await pgbouncer_sections.measure(
+        bench.fresh_backend,
+        bench.settle,
+        bench.dsn,
+        jobs=bench.size(20_000),
+        enqueues=bench.size(2_000),
+        rounds=1 if bench.quick else 2,
+    )
+    POOLERS.append(figures)
+    failed = "" if figures.exit_codes == {0} else f" (exits {sorted(figures.exit_codes)})"
+    concurrency = pgbouncer_sections.CONCURRENCY
+    return [
+        *(
+            Measurement(
+                "pgbouncer",
+                f"worker drain, concurrency {concurrency}, pooled DSN {variant}{failed}",
+                figures.jobs,
+                figures.drain[variant],
+            )
+            for variant in pgbouncer_sections.VARIANTS
+        ),
+        *(
+            Measurement(
+                "pgbouncer",
+                f"single enqueues, pooled DSN {variant}",
+                figures.enqueues,
+                figures.enqueue[variant],
+            )
+            for variant in pgbouncer_sections.VARIANTS
+        ),
+    ]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
@@ -255,6 +296,7 @@ SECTIONS: list[tuple[str, Section]] = [
     ("latency", latency_section),
     ("ratelimit", ratelimit_section),
     ("batches", batches_section),
+    ("pgbouncer", pgbouncer_section),
 ]
 
 
@@ -328,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"batches: {batch.jobs:,} children with a finalizer drained at "
                 f"{batch.ratio:.1%} of the rate of as many plain jobs "
                 f"({batch.jobs / batch.batch:,.0f}/s against {batch.jobs / batch.plain:,.0f}/s)"
+            )
+        for pooler in POOLERS:
+            direct = pooler.jobs / pooler.drain["direct"]
+            through = pooler.jobs / pooler.drain["through PgBouncer"]
+            console.print(
+                f"pgbouncer: a worker whose pooled DSN goes through PgBouncer drained at "
+                f"{through / direct:.0%} of the direct rate ({through:,.0f}/s against "
+                f"{direct:,.0f}/s)"
             )
     finally:
         if root is not None:
