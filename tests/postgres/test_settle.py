@@ -127,7 +127,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
         statements = {
             "settle": (
                 "uuid[], integer[], uuid[], text[], interval[], boolean[], text[], interval[], "
-                "float8[], text[], text[], text[], text[], text, integer",
+                "float8[], text[], text[], text[], text[], text, integer, integer",
                 [
                     _array([job.id for job in claimed], "uuid"),
                     _array([job.attempt for job in claimed], "integer"),
@@ -138,6 +138,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     *["NULL"] * 4,
                     "'unheard'",
                     "10",
+                    "3",  # TASKQ_POISON_RECLAIMS
                 ],
             ),
             "settle_succeeded": (
