@@ -113,12 +113,23 @@ _GENERAL_DISPATCH_MODULES = {"tests.conformance.test_dispatch"}
 # The Postgres half runs once more with the pooled DSN through a real PgBouncer in transaction
 # mode (the direct DSN on the server, as a deployment splits them): every statement and
 # transaction of the general pool must work without a session of its own.
+# Modules whose statements all run on the direct DSN (dispatch, leases and heartbeats, the
+# leader's locks) gain nothing from the pass and are left out of it, to keep CI short.
 _THROUGH_PGBOUNCER = pytest.param("postgres-pgbouncer", marks=pytest.mark.slow)
+_DIRECT_ONLY_MODULES = {
+    "tests.conformance.test_dispatch",
+    "tests.conformance.test_heartbeat",
+    "tests.conformance.test_leases",
+    "tests.conformance.test_sweep_locks",
+    "tests.conformance.test_workers_leader",
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "harness" in metafunc.fixturenames:
-        kinds: list[Any] = ["memory", "postgres", _THROUGH_PGBOUNCER]
+        kinds: list[Any] = ["memory", "postgres"]
+        if metafunc.module.__name__ not in _DIRECT_ONLY_MODULES:
+            kinds.append(_THROUGH_PGBOUNCER)
         if metafunc.module.__name__ in _GENERAL_DISPATCH_MODULES:
             kinds.append("postgres-general-dispatch")
         metafunc.parametrize("harness", kinds, indirect=True)
