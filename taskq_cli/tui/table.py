@@ -118,6 +118,18 @@ class FittedTable(DataTable[Text]):
         """The next ``fill`` shows the source's order (the rows now mean something else)."""
         self._order = []
 
+    def fill_with_ids(self, whole: Sequence[Row], short: Sequence[Row]) -> bool:
+        """Show the rows labelled with whole ids when they cost no column (the same columns
+        fit as with the short labels), else the short ones; whether the whole ids show."""
+        width, columns = self.available_width(), self.all_columns
+
+        def shown(rows: Sequence[Row]) -> list[int]:
+            return [index for index, _ in fit_columns(columns, rows, width, self.cell_padding)]
+
+        full = shown(whole) == shown(short)
+        self.fill(whole if full else short)
+        return full
+
     def fill(self, rows: Sequence[Row]) -> None:
         """Show these rows (in the source's order unless the table holds its own)."""
         key = self.selected_key

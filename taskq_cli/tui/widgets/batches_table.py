@@ -14,7 +14,7 @@ from rich.text import Text
 from taskq_cli.batch_progress import BatchProgress
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.source import Snapshot
-from taskq_cli.tui.table import Column, FittedTable, Row, fit_columns
+from taskq_cli.tui.table import Column, FittedTable, Row
 
 COLUMNS = (
     Column("batch"),
@@ -49,13 +49,7 @@ class BatchesTable(FittedTable):
         self.batches = {str(b.batch_id): b for b in snapshot.batches}
         full = [self._row(b, snapshot, palette, str(b.batch_id)) for b in snapshot.batches]
         short = [self._row(b, snapshot, palette, short_id(b.batch_id)) for b in snapshot.batches]
-        width = self.available_width()
-
-        def columns_shown(rows: list[Row]) -> list[int]:
-            return [index for index, _ in fit_columns(COLUMNS, rows, width, self.cell_padding)]
-
-        self.full_ids = columns_shown(full) == columns_shown(short)
-        self.fill(full if self.full_ids else short)
+        self.full_ids = self.fill_with_ids(full, short)
 
     @staticmethod
     def _row(progress: BatchProgress, snapshot: Snapshot, palette: Palette, label: str) -> Row:

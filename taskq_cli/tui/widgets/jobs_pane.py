@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Input
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
 from taskq_cli.tui.source import JobsFilter, Snapshot
-from taskq_cli.tui.table import Column, FittedTable, Row, fit_columns
+from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import JobRow
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
@@ -80,14 +80,7 @@ class JobsTable(FittedTable):
         self.jobs = {str(job.id): job for job in snapshot.jobs}
         full = [self._row(job, snapshot, palette, str(job.id)) for job in snapshot.jobs]
         short = [self._row(job, snapshot, palette, short_id(job.id)) for job in snapshot.jobs]
-        width = self.available_width()
-
-        def columns_shown(rows: list[Row]) -> list[int]:
-            return [index for index, _ in fit_columns(COLUMNS, rows, width, self.cell_padding)]
-
-        # The whole id when it costs no column; else the suffix.
-        self.full_ids = columns_shown(full) == columns_shown(short)
-        self.fill(full if self.full_ids else short)
+        self.full_ids = self.fill_with_ids(full, short)  # the suffix when whole ids cost a column
 
     @staticmethod
     def _row(job: JobRow, snapshot: Snapshot, palette: Palette, label: str) -> Row:
