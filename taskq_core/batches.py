@@ -15,8 +15,8 @@ from enum import Enum
 from typing import Literal
 from uuid import UUID
 
-from taskq_core.backend.protocol.batches import BatchCounts, BatchStatus
-from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
+from taskq_core.backend.protocol.batches import BatchCounts, BatchStatus, ChildCounts
+from taskq_core.statemachine import JobStatus
 
 OnEmpty = Literal["error", "ok"]
 
@@ -51,44 +51,34 @@ class BatchEnqueued:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchCompletionStatus:
+class BatchCompletionStatus(ChildCounts):
     """A batch as ``wait_for_batch`` found it: its live children by status (the ``jobs``
-    table; the finalizer is not a child), and its row's status (None: a batch without a
-    row, enqueued with neither a failure policy nor a finalizer)."""
+    table; the finalizer is not a child; ``total``, ``pending``), and its row's status
+    (None: a batch without a row, enqueued with neither a failure policy nor a finalizer)."""
 
     batch_id: UUID
     status: BatchStatus | None
     by_status: Mapping[JobStatus, int] = field(default_factory=dict)
 
     @property
-    def total(self) -> int:
-        """Every child."""
-        return sum(self.by_status.values())
-
-    @property
-    def pending(self) -> int:
-        """Children not terminal yet (pending, scheduled or running)."""
-        return sum(n for status, n in self.by_status.items() if status in ACTIVE_STATUSES)
-
-    @property
     def succeeded(self) -> int:
-        return self.by_status.get(JobStatus.SUCCEEDED, 0)
+        return self.of(JobStatus.SUCCEEDED)
 
     @property
     def failed(self) -> int:
-        return self.by_status.get(JobStatus.FAILED, 0)
+        return self.of(JobStatus.FAILED)
 
     @property
     def cancelled(self) -> int:
-        return self.by_status.get(JobStatus.CANCELLED, 0)
+        return self.of(JobStatus.CANCELLED)
 
     @property
     def crashed(self) -> int:
-        return self.by_status.get(JobStatus.CRASHED, 0)
+        return self.of(JobStatus.CRASHED)
 
     @property
     def abandoned(self) -> int:
-        return self.by_status.get(JobStatus.ABANDONED, 0)
+        return self.of(JobStatus.ABANDONED)
 
 
 class WaitDecision(Enum):

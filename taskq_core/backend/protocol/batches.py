@@ -87,14 +87,16 @@ class BatchRow:
     metadata: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class BatchCounts:
-    """The live children of a batch (the jobs table, not the archive) by status."""
+class ChildCounts:
+    """What a batch's children by status (``by_status``) add up to; the counting half of
+    BatchCounts and of the public BatchCompletionStatus."""
 
-    by_status: Mapping[JobStatus, int] = field(default_factory=dict)
+    __slots__ = ()
+    by_status: Mapping[JobStatus, int]
 
     @property
     def total(self) -> int:
+        """Every child."""
         return sum(self.by_status.values())
 
     @property
@@ -104,6 +106,13 @@ class BatchCounts:
 
     def of(self, status: JobStatus) -> int:
         return self.by_status.get(status, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts(ChildCounts):
+    """The live children of a batch (the jobs table, not the archive) by status."""
+
+    by_status: Mapping[JobStatus, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
