@@ -261,14 +261,7 @@ def _terminal(c: _Context) -> Check:
     job = c.job
     finished = _when(c.now, job.finished_at) if job.finished_at else "at an unknown time"
     attempts = f"{job.attempt} of {job.max_attempts} attempt(s) used"
-    facts: dict[str, Any] = {
-        "finished_at": job.finished_at,
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
-        "retryable": job.status in RETRYABLE_STATUSES,
-    }
+    facts = _ended_facts(job, retryable=job.status in RETRYABLE_STATUSES)
     error = f"{job.error_class}: {job.error_message}" if job.error_class else None
     if job.status is JobStatus.SUCCEEDED:
         message = f"it succeeded {finished}; {attempts}"
@@ -300,16 +293,21 @@ def _poison(c: _Context) -> Check:
         "(TASKQ_POISON_RECLAIMS); look at its payload and actor first: "
         f"taskq retry {job.id} runs it again"
     )
-    facts: dict[str, Any] = {
+    facts = _ended_facts(job, retryable=True)
+    facts["crashed_workers"] = workers
+    return Check("poison_job", True, message, facts)
+
+
+def _ended_facts(job: JobRow, *, retryable: bool) -> dict[str, Any]:
+    """The facts of a job that has ended: when, its attempts, its last error."""
+    return {
         "finished_at": job.finished_at,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "error_class": job.error_class,
         "error_message": job.error_message,
-        "crashed_workers": workers,
-        "retryable": True,
+        "retryable": retryable,
     }
-    return Check("poison_job", True, message, facts)
 
 
 def _archived(archived: ArchivedJob) -> Check:
