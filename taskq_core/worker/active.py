@@ -80,6 +80,7 @@ class ActiveJobs:
         self._held: dict[UUID, ActiveJob] = {}
         self._running = 0
         self._settling = 0  # held jobs in SETTLING: in_flight is read per dispatch, kept O(1)
+        self.changes = 0  # claims and releases so far: a reader can tell whether any happened
         self.idle = asyncio.Event()
         self.idle.set()
         self.slot_freed = asyncio.Event()
@@ -92,6 +93,7 @@ class ActiveJobs:
         if stale is not None:
             self.remove(stale)
         self._held[job.id] = held
+        self.changes += 1
         return held, stale
 
     def start(self, held: ActiveJob, now: float) -> None:
@@ -113,6 +115,7 @@ class ActiveJobs:
         """Stop holding ``held`` (idempotent; a holding that was superseded is left alone)."""
         if self._held.get(held.job.id) is held:
             del self._held[held.job.id]
+            self.changes += 1
             if held.stage is Stage.SETTLING:
                 self._settling -= 1
         if held.stage is Stage.RUNNING:

@@ -34,7 +34,15 @@ class DrainMonitor:
             return EXIT_IDLE_MAX_RUNTIME
         # Settling jobs count as busy: a failure written but not yet counted would otherwise
         # end the drain with exit 0 (the store already says terminal, the stats do not).
-        busy = deps.active.holding() > 0 or await deps.backend.has_active_jobs(deps.queues)
+        # A job claimed and settled while the database answered is busy too: the store may
+        # have read it terminal before what its end causes was written (a batch's finalizer,
+        # enqueued by the hook after the child's success committed).
+        changes = deps.active.changes
+        busy = (
+            deps.active.holding() > 0
+            or await deps.backend.has_active_jobs(deps.queues)
+            or deps.active.changes != changes
+        )
         if busy:
             self.idle_since = None
             return None
