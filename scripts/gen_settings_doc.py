@@ -90,7 +90,14 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Until-idle runs", ("idle_settle_window", "idle_poll_interval", "idle_max_runtime")),
     (
         "Health server",
-        ("health_enabled", "health_socket_path", "health_pg_ping_timeout", "health_tasks_enabled"),
+        (
+            "health_enabled",
+            "health_socket_path",
+            "health_pg_ping_timeout",
+            "health_tasks_enabled",
+            "health_port",
+            "health_host",
+        ),
     ),
     (
         "Watchdog",
@@ -107,7 +114,14 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Logs and telemetry",
-        ("log_format", "log_level", "otel_enabled", "environment", "worker_group"),
+        (
+            "log_format",
+            "log_level",
+            "otel_enabled",
+            "environment",
+            "worker_group",
+            "progress_flush_interval",
+        ),
     ),
     (
         "Retention",

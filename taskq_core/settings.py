@@ -192,6 +192,11 @@ class TaskqSettings(BaseSettings):
     """How long /ready waits for its PostgreSQL ping."""
     health_tasks_enabled: bool = False
     """Also serve /tasks: every asyncio task's stack, as JSON."""
+    health_port: int | None = Field(default=None, ge=1, le=65535)
+    """Also serve /live, /ready and /metrics over TCP on this port (Kubernetes HTTP probes,
+    Prometheus scrapes); unset, the Unix socket only."""
+    health_host: str = "0.0.0.0"
+    """Address the TCP health port binds (TASKQ_HEALTH_PORT)."""
 
     # Dispatch wake-up
     poll_interval: Seconds = Field(default=1.0, gt=0)
@@ -225,6 +230,9 @@ class TaskqSettings(BaseSettings):
     """Log records as JSON lines or as console text."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     """The lowest level logged (SIGHUP re-reads it)."""
+    progress_flush_interval: Seconds = Field(default=1.0, gt=0)
+    """How often a running job's reported progress is written to PostgreSQL at most (its
+    last report always is); Redis subscribers (TASKQ_REDIS_URL) see every report."""
 
     # Actor config
     force_update_actor_config: bool = False
@@ -413,6 +421,9 @@ NOT_YET_IN_EFFECT: dict[str, str] = {
     "admin_port": "the admin web UI",
     "admin_url": "the admin web UI",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
+    "health_port": "the TCP health port",
+    "health_host": "the TCP health port",
+    "progress_flush_interval": "job progress",
 }
 
 
