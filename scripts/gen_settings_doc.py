@@ -141,7 +141,14 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Admin UI and rate limits",
-        ("admin_host", "admin_port", "admin_url", "redis_url", "rate_limit_pg_fallback_enabled"),
+        (
+            "admin_host",
+            "admin_port",
+            "admin_url",
+            "admin_token",
+            "redis_url",
+            "rate_limit_pg_fallback_enabled",
+        ),
     ),
 )
 

@@ -25,10 +25,13 @@ _POOL_MAX_SIZE = 2
 
 
 @asynccontextmanager
-async def open_backend(settings: TaskqSettings, *, direct: bool = False) -> AsyncIterator[Backend]:
+async def open_backend(
+    settings: TaskqSettings, *, direct: bool = False, max_size: int = _POOL_MAX_SIZE
+) -> AsyncIterator[Backend]:
     """A PostgresBackend on the configured DSN and schema, closed on exit. ``direct``: on
     TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a command that holds a session
-    advisory lock (a transaction-mode PgBouncer would unlock it on another server session)."""
+    advisory lock (a transaction-mode PgBouncer would unlock it on another server session).
+    ``max_size``: connections, for a server that answers requests concurrently."""
     # Imported here so `--help` and shell completion never load the database stack.
     from taskq_core import embedded
     from taskq_core.backend.postgres.backend import PostgresBackend
@@ -44,7 +47,7 @@ async def open_backend(settings: TaskqSettings, *, direct: bool = False) -> Asyn
             settings.schema_name,
             direct_dsn=settings.direct_dsn,
             min_size=1,
-            max_size=_POOL_MAX_SIZE,
+            max_size=max_size,
         )
     # Messages name an embedded server by its data directory.
     is_embedded = embedded.is_embedded_dsn(dsn)

@@ -101,6 +101,7 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Batches with a failure policy or a finalizer: list them, show one's progress.",
     ),
     LazyCommand("workers", "taskq_cli.commands.workers:app", "Registered workers."),
+    LazyCommand("ui", "taskq_cli.commands.ui:app", "The admin web UI."),
     LazyCommand(
         "workgroup",
         "taskq_cli.commands.workgroup:app",

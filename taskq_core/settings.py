@@ -108,12 +108,16 @@ class TaskqSettings(BaseSettings):
     Redis's clock); unset, PostgreSQL holds it. Reservation slots are always in PostgreSQL."""
     environment: str | None = None
     """Deployment environment label (``prod``, ``staging``) on telemetry."""
-    admin_host: str = "0.0.0.0"
-    """Bind address of the admin web UI."""
+    admin_host: str = "127.0.0.1"
+    """Bind address of the admin web UI (``taskq ui serve``); an address other than loopback
+    needs TASKQ_ADMIN_TOKEN."""
     admin_port: int = Field(default=8080, ge=1, le=65535)
     """Bind port of the admin web UI."""
     admin_url: str = "http://localhost:8080"
     """Public base URL of the admin web UI."""
+    admin_token: str | None = None
+    """Token every request to the admin web UI must carry (an ``Authorization: Bearer``
+    header, or the cookie its login form sets); required to bind beyond loopback."""
 
     # Pools and concurrency
     dispatcher_pool_size: int = Field(default=4, ge=1)
@@ -417,9 +421,7 @@ class TaskqSettings(BaseSettings):
 NOT_YET_IN_EFFECT: dict[str, str] = {
     "environment": "observability labels",
     "worker_group": "observability labels",
-    "admin_host": "the admin web UI",
-    "admin_port": "the admin web UI",
-    "admin_url": "the admin web UI",
+    "admin_url": "the admin web UI's links",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
     "health_port": "the TCP health port",
     "health_host": "the TCP health port",
