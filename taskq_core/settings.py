@@ -383,10 +383,23 @@ class TaskqSettings(BaseSettings):
 
     @classmethod
     def load(cls, **overrides: Any) -> TaskqSettings:
-        """Read the environment and ``.env``; ``overrides`` (non-None values) win over both."""
+        """Read the environment and ``.env``; ``overrides`` (non-None values) win over both.
+
+        A ``pg_dsn`` given here (``--dsn``, a client's DSN) that names another database than
+        the environment's TASKQ_PG_DSN also wins over the environment's TASKQ_PG_DSN_DIRECT
+        and TASKQ_PG_DSN_POOLED, which belong to that other database.
+        """
         given = {key: value for key, value in overrides.items() if value is not None}
         try:
-            return cls(**given)
+            settings = cls(**given)
+            split = settings.pg_dsn_direct is not None or settings.pg_dsn_pooled is not None
+            if "pg_dsn" in given and split:
+                environment = cls(**{k: v for k, v in given.items() if k != "pg_dsn"})
+                if environment.pg_dsn != settings.pg_dsn:
+                    split_names = ("pg_dsn_direct", "pg_dsn_pooled")
+                    update = {name: None for name in split_names if name not in given}
+                    return settings.model_copy(update=update)
+            return settings
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(exc)) from None
 

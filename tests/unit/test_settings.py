@@ -55,6 +55,26 @@ def test_split_dsns_fall_back_to_the_main_dsn(monkeypatch: pytest.MonkeyPatch) -
     assert settings.pooled_dsn == "postgresql://u@bouncer/db"
 
 
+def test_a_dsn_flag_for_another_database_wins_over_the_split_dsns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TASKQ_PG_DSN", "postgresql://u@h/db")
+    monkeypatch.setenv("TASKQ_PG_DSN_DIRECT", "postgresql://u@h:5433/db")
+    monkeypatch.setenv("TASKQ_PG_DSN_POOLED", "postgresql://u@bouncer/db")
+    other = TaskqSettings.load(pg_dsn="postgresql://u@elsewhere/other")
+    assert (other.direct_dsn, other.pooled_dsn) == ("postgresql://u@elsewhere/other",) * 2
+    # The environment's own database keeps its split.
+    same = TaskqSettings.load(pg_dsn="postgresql://u@h/db")
+    assert same.direct_dsn == "postgresql://u@h:5433/db"
+    assert same.pooled_dsn == "postgresql://u@bouncer/db"
+    # A split DSN given alongside it is kept; the environment's other one is not.
+    both = TaskqSettings.load(
+        pg_dsn="postgresql://u@elsewhere/other", pg_dsn_pooled="postgresql://u@b2/other"
+    )
+    assert both.pooled_dsn == "postgresql://u@b2/other"
+    assert both.direct_dsn == "postgresql://u@elsewhere/other"
+
+
 def test_durations_accept_human_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TASKQ_HEARTBEAT_INTERVAL", "2s")
     monkeypatch.setenv("TASKQ_LOCK_LEASE", "PT1M")
