@@ -235,8 +235,9 @@ class DashboardSettings:
     """What a refresh reads: the window of the failure counts, sparkline minutes, how many
     jobs the pane lists, how many active batches the batches pane shows, how long
     stopped workers stay listed, how old a paused queue's note may get before it is read
-    again (another operator may pause it anew), and how ``jobs explain`` judges (its
-    ``worker_stale_after`` is also when a silent worker counts as stale)."""
+    again (another operator may pause it anew), who a pause note names (None: this shell's
+    ``user@host``), and how ``jobs explain`` judges (its ``worker_stale_after`` is also when
+    a silent worker counts as stale)."""
 
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
@@ -245,6 +246,7 @@ class DashboardSettings:
     stopped_visible_for: timedelta = timedelta(hours=1)
     pause_note_max_age: timedelta = timedelta(minutes=5)
     cancel_reason: str = "cancelled from taskq top"
+    operator: str | None = None
     explain: ExplainSettings = field(default_factory=ExplainSettings)
 
     @property
@@ -406,7 +408,10 @@ class BackendSource:
         if not paused:
             return await self.backend.update_queue(queue, paused=False)
         return await self.backend.update_queue(
-            queue, paused=True, paused_by=operator_id(), pause_reason=reason or None
+            queue,
+            paused=True,
+            paused_by=self.settings.operator or operator_id(),
+            pause_reason=reason or None,
         )
 
     async def explain(self, job_id: UUID) -> Explanation:
