@@ -1,9 +1,10 @@
-"""``taskq health live|ready``: exec probes for a worker's Unix-socket health server.
+"""``taskq health live|ready|metrics``: exec probes for a worker's health server.
 
 Which socket: ``--socket PATH``, else ``--pid PID`` (that worker's socket in the runtime
 directory), else TASKQ_HEALTH_SOCKET_PATH, else the one live worker's socket found in the
 runtime directory (``$XDG_RUNTIME_DIR/taskq`` or ``/tmp/taskq-<uid>``). Finding none, or
-several, is an error that says what to pass.
+several, is an error that says what to pass. ``--port PORT`` asks a worker's TCP health port
+(TASKQ_HEALTH_PORT) instead, on TASKQ_HEALTH_HOST (127.0.0.1 when that is a wildcard).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import typer
 
 from taskq_cli.options import DsnOption, SchemaOption, load_settings
 from taskq_core.errors import ConfigError, TaskqError
-from taskq_core.worker.health import default_socket_path, discover_sockets, pid_alive, probe
+from taskq_core.worker.health import (
+    default_socket_path,
+    discover_sockets,
+    pid_alive,
+    probe,
+    probe_port,
+)
 from taskq_core.worker.health import runtime_dir as socket_dir
 
 app = typer.Typer(
@@ -34,7 +41,15 @@ PidOption = Annotated[
     int | None,
     typer.Option("--pid", help="Probe the worker with this pid (its socket in the runtime dir)."),
 ]
+PortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--port", min=1, max=65535, help="Ask the TCP health port (TASKQ_HEALTH_PORT) instead."
+    ),
+]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for an answer.")]
+# Addresses a server binds to mean "every interface"; a probe connects to loopback instead.
+_WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
 def resolve_socket(socket: str | None, pid: int | None, configured: str | None) -> str:
@@ -70,34 +85,54 @@ def resolve_socket(socket: str | None, pid: int | None, configured: str | None) 
 
 
 def _probe(ctx: typer.Context, endpoint: str, socket: str | None, pid: int | None,
-           timeout: float, dsn: str | None, schema: str | None) -> None:  # fmt: skip
-    configured = None
-    if socket is None and pid is None:
-        configured = load_settings(ctx, dsn, schema).health_socket_path
-    path = resolve_socket(socket, pid, configured)
+           port: int | None, timeout: float, dsn: str | None,
+           schema: str | None) -> None:  # fmt: skip
+    if port is not None:
+        if socket is not None or pid is not None:
+            raise ConfigError("pass --port, or --socket/--pid, not both")
+        host = load_settings(ctx, dsn, schema).health_host
+        host = "127.0.0.1" if host in _WILDCARDS else host
+        where = f"{host}:{port}"
+        ask = probe_port(host, port, endpoint, timeout=timeout)
+    else:
+        configured = None
+        if socket is None and pid is None:
+            configured = load_settings(ctx, dsn, schema).health_socket_path
+        where = resolve_socket(socket, pid, configured)
+        ask = probe(where, endpoint, timeout=timeout)
     try:
-        status, body = asyncio.run(probe(path, endpoint, timeout=timeout))
+        status, body = asyncio.run(ask)
     except TimeoutError:  # before OSError, of which it is a subclass
-        raise TaskqError(f"the worker at {path} did not answer within {timeout:g}s") from None
+        raise TaskqError(f"the worker at {where} did not answer within {timeout:g}s") from None
     except FileNotFoundError:
-        raise TaskqError(f"no health socket at {path} (is the worker running?)") from None
+        raise TaskqError(f"no health socket at {where} (is the worker running?)") from None
+    except ConnectionRefusedError:
+        raise TaskqError(f"nothing listens on {where} (is the worker running?)") from None
     except OSError as exc:
-        raise TaskqError(f"cannot reach the health socket at {path}: {exc}") from None
+        raise TaskqError(f"cannot reach the health server at {where}: {exc}") from None
     sys.stdout.write(body + ("" if body.endswith("\n") else "\n"))
     raise typer.Exit(0 if status == 200 else 1)
 
 
 @app.command("live")
 def live(ctx: typer.Context, socket: SocketOption = None, pid: PidOption = None,
-         timeout: TimeoutOption = 1.0, dsn: DsnOption = None,
+         port: PortOption = None, timeout: TimeoutOption = 1.0, dsn: DsnOption = None,
          schema: SchemaOption = None) -> None:  # fmt: skip
     """Is the worker's event loop responsive?"""
-    _probe(ctx, "/live", socket, pid, timeout, dsn, schema)
+    _probe(ctx, "/live", socket, pid, port, timeout, dsn, schema)
 
 
 @app.command("ready")
 def ready(ctx: typer.Context, socket: SocketOption = None, pid: PidOption = None,
-          timeout: TimeoutOption = 2.0, dsn: DsnOption = None,
+          port: PortOption = None, timeout: TimeoutOption = 2.0, dsn: DsnOption = None,
           schema: SchemaOption = None) -> None:  # fmt: skip
     """Is the worker running normally, with its database available?"""
-    _probe(ctx, "/ready", socket, pid, timeout, dsn, schema)
+    _probe(ctx, "/ready", socket, pid, port, timeout, dsn, schema)
+
+
+@app.command("metrics")
+def metrics(ctx: typer.Context, socket: SocketOption = None, pid: PidOption = None,
+            port: PortOption = None, timeout: TimeoutOption = 2.0, dsn: DsnOption = None,
+            schema: SchemaOption = None) -> None:  # fmt: skip
+    """Print the worker's metrics in Prometheus text."""
+    _probe(ctx, "/metrics", socket, pid, port, timeout, dsn, schema)

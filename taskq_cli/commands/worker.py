@@ -3,6 +3,9 @@
 A worker is a service: an unexpected error (an actors module that raises on import, a crash
 at start) is logged as one ``worker_crashed`` event carrying its traceback, in the configured
 log format, before the process exits 1. Errors a user can fix stay one line on stderr.
+
+OpenTelemetry is set up from the OTEL_* variables once the actors module is imported (a
+provider it installs is kept), and flushed on the way out (``taskq_core.obs.telemetry``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from taskq_core.constants import EXIT_ERROR
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, SchemaNotMigratedError, TaskqError
 from taskq_core.obs.logs import configure_logging, get_logger, log_crash
+from taskq_core.obs.telemetry import setup_telemetry
 from taskq_core.worker.runtime import run_worker
 
 
@@ -79,11 +83,20 @@ def worker(
         poll_interval=_seconds(poll_interval, "--poll-interval"),
         health_socket_path=health_socket,
     )
+    if settings.health_port is not None and not settings.health_enabled:
+        raise ConfigError(
+            "TASKQ_HEALTH_PORT is set but TASKQ_HEALTH_ENABLED is false: the port serves the "
+            "health server; enable it or unset the port"
+        )
     # Before the actors are imported: their module's own errors belong in the service's log.
     configure_logging(fmt=settings.log_format, level=settings.log_level)
     try:
         registry = load_registry(actors)
-        code = run_worker(settings, registry, until_idle=until_idle)
+        telemetry = setup_telemetry(settings, role="worker")
+        try:
+            code = run_worker(settings, registry, until_idle=until_idle)
+        finally:
+            telemetry.shutdown()
     except SchemaNotMigratedError as exc:
         # Said as every other command says it: which schema, on which server.
         from taskq_core.backend.postgres.connection import describe_dsn

@@ -5,6 +5,12 @@
 lifecycle event otherwise. ``status``, ``stop``, ``reload`` and ``restart`` talk to a running
 ``start`` of the same file through the control socket in its runtime directory. The
 supervision itself lives in ``taskq_core.supervisor``.
+
+Telemetry: the children inherit the OTEL_* variables with the rest of the environment and set
+up their own exporters (service.name ``taskq-worker`` unless OTEL_SERVICE_NAME says
+otherwise); the supervisor sets up the same way as ``taskq-workgroup``, which exports only
+what it records itself. TASKQ_HEALTH_PORT is per process: two children that would bind the
+same port are refused by ``check`` and ``start``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from taskq_core.durations import format_duration, parse_duration
 from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import configure_logging, get_logger, log_crash
+from taskq_core.obs.telemetry import setup_telemetry
+from taskq_core.settings import ENV_PREFIX, TaskqSettings
 from taskq_core.supervisor.control import is_answering, send_command
 from taskq_core.supervisor.manager import PlanReader, WorkgroupManager
 from taskq_core.supervisor.plan import (
@@ -146,6 +154,7 @@ def check(
     """Validate FILE and print the plan: every child's command line and settings (exit 0/1)."""
     config = load_workgroup(file)
     plan = build_plan(config)
+    check_health_ports(plan, TaskqSettings.load().health_port)
     actors = None
     if not no_import:
         report = check_actors(config)
@@ -156,6 +165,25 @@ def check(
         output.print_json(_plan_document(plan, actors))
     else:
         _print_plan(plan, actors)
+
+
+def check_health_ports(plan: WorkgroupPlan, inherited: int | None) -> None:
+    """Refuse children that would bind one TASKQ_HEALTH_PORT: all but the first would exit 1
+    at every start. ``inherited``: the port the supervisor's own environment sets."""
+    variable = ENV_PREFIX + "HEALTH_PORT"
+    by_port: dict[int, list[str]] = {}
+    for child in plan.children:
+        raw = next((v for k, v in child.env.items() if k.upper() == variable), None)
+        port = int(raw) if raw is not None and raw.strip() else inherited
+        if port is not None:
+            by_port.setdefault(port, []).append(child.label)
+    for port, labels in by_port.items():
+        if len(labels) > 1:
+            raise ConfigError(
+                f"{plan.file}: {variable} {port} would be bound by {len(labels)} children "
+                f"({', '.join(labels)}); set it in the env of specs with processes = 1, one "
+                "port each, or leave it unset (the Unix sockets serve the same endpoints)"
+            )
 
 
 # --- init ---------------------------------------------------------------------------------
@@ -310,6 +338,7 @@ def start(
     plan = build_plan(
         config, instance=str(uuid7()), until_idle=until_idle, idle_max_runtime=max_runtime
     )
+    check_health_ports(plan, settings.health_port)
     live = not plain and output.stdout.is_terminal
     # On a terminal the children's output would tear through the table: it goes to files.
     output_dir = log_dir or (plan.runtime_dir if live else None)
@@ -317,24 +346,30 @@ def start(
 
     def read_plan() -> WorkgroupPlan:
         # A reload keeps the instance and the start's flags: only the file's content changes.
-        return build_plan(
+        reloaded = build_plan(
             load_workgroup(file),
             instance=plan.instance,
             until_idle=until_idle,
             idle_max_runtime=max_runtime,
         )
+        check_health_ports(reloaded, settings.health_port)
+        return reloaded
 
     try:
-        code = run_async(
-            _start(
-                plan,
-                pg_dsn=settings.pg_dsn,
-                schema=settings.schema_name,
-                output_dir=output_dir,
-                live=live,
-                read_plan=read_plan,
+        telemetry = setup_telemetry(settings, role="workgroup")
+        try:
+            code = run_async(
+                _start(
+                    plan,
+                    pg_dsn=settings.pg_dsn,
+                    schema=settings.schema_name,
+                    output_dir=output_dir,
+                    live=live,
+                    read_plan=read_plan,
+                )
             )
-        )
+        finally:
+            telemetry.shutdown()
     except TaskqError:
         raise
     except Exception as exc:

@@ -1,10 +1,13 @@
-"""The health server: HTTP over a Unix socket (``/live``, ``/ready``, ``/metrics``, ``/tasks``).
+"""The health server: HTTP over a Unix socket (``/live``, ``/ready``, ``/metrics``, ``/tasks``),
+and over TCP too when TASKQ_HEALTH_PORT is set (``/live``, ``/ready``, ``/metrics`` only).
 
-Kubernetes cannot httpGet a Unix socket, so probes exec ``taskq health live|ready``, which
-uses ``probe`` below. ``/live`` answers while the event loop runs, whatever the database does;
-``/ready`` is 503 while shutting down, while the database is away (an outage seen by any loop,
-or no answer to a ping within TASKQ_HEALTH_PG_PING_TIMEOUT), or when a loop is stale;
-``/metrics`` is Prometheus text; ``/tasks`` (opt-in) dumps task stacks.
+Kubernetes cannot httpGet a Unix socket, so exec probes run ``taskq health live|ready``, which
+uses ``probe`` below; with TASKQ_HEALTH_PORT, httpGet probes and Prometheus scrapes need no
+exec. ``/live`` answers while the event loop runs, whatever the database does; ``/ready`` is
+503 while shutting down, while the database is away (an outage seen by any loop, or no answer
+to a ping within TASKQ_HEALTH_PG_PING_TIMEOUT), or when a loop is stale; ``/metrics`` is the
+OpenTelemetry meters in Prometheus text (``obs.telemetry``); ``/tasks`` (opt-in) dumps task
+stacks, on the socket only: stacks are for whoever can reach the worker's machine.
 
 Each worker has a socket of its own: TASKQ_HEALTH_SOCKET_PATH (the workgroup passes one per
 child), else ``worker-<pid>.sock`` in the runtime directory (``$XDG_RUNTIME_DIR/taskq``, else
@@ -24,17 +27,31 @@ import socket
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq_core.errors import TRANSIENT_ERRORS, ConfigError, HealthSocketInUseError
+from taskq_core.obs.telemetry import metrics_registry, render_metrics
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
 from taskq_core.worker.watchdog import LoopLiveness, dump_task_stacks
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 SOCKET_PREFIX = "worker-"
 SOCKET_SUFFIX = ".sock"
 # How long an existing socket gets to accept a connection before it counts as served.
 IN_USE_CONNECT_TIMEOUT = 1.0
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+NO_METRICS = (
+    b"# No OpenTelemetry meters feed this endpoint: TASKQ_OTEL_ENABLED=false or "
+    b"OTEL_SDK_DISABLED=true, or the application installed its own MeterProvider without "
+    b"taskq_core.obs.telemetry.metrics_reader().\n"
+)
+
+
+class HealthPortInUseError(ConfigError):
+    """TASKQ_HEALTH_PORT is taken by another process on TASKQ_HEALTH_HOST."""
 
 
 # --- where sockets live ------------------------------------------------------------------
@@ -109,19 +126,31 @@ async def socket_answers(path: str, *, timeout: float = IN_USE_CONNECT_TIMEOUT) 
 class HealthServer:
     """Serves the health endpoints of one worker."""
 
-    def __init__(self, deps: WorkerDeps, liveness: LoopLiveness, path: str | None = None) -> None:
+    def __init__(
+        self,
+        deps: WorkerDeps,
+        liveness: LoopLiveness,
+        path: str | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.deps = deps
         self.liveness = liveness
         self._default_path = path is None
         self.path = str(default_socket_path(os.getpid())) if path is None else path
+        # What /metrics renders; None: the one obs.telemetry set up for this process.
+        self.registry = registry
         self._server: asyncio.AbstractServer | None = None
+        self._tcp: asyncio.Server | None = None
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we bound
 
     async def start(self) -> None:
-        """Bind the socket, replacing a stale file left by a dead process.
+        """Bind the socket, replacing a stale file left by a dead process, then the TCP port
+        when TASKQ_HEALTH_PORT is set.
 
-        Raises HealthSocketInUseError when a live process serves the path, and ConfigError
-        when the path is something other than a socket.
+        Raises HealthSocketInUseError when a live process serves the path, ConfigError when
+        the path is something other than a socket, HealthPortInUseError when the port is
+        taken and ConfigError when it cannot be bound otherwise.
         """
         if self._default_path:
             ensure_runtime_dir(Path(self.path).parent)
@@ -132,14 +161,43 @@ class HealthServer:
             sock.close()
             self._unlink_if_ours()
             raise
+        port = self.deps.settings.health_port
+        if port is not None:
+            try:
+                self._tcp = await self._listen_tcp(self.deps.settings.health_host, port)
+            except BaseException:
+                await self.stop()
+                raise
+
+    @property
+    def tcp_port(self) -> int | None:
+        """The TCP port served (the bound one, for TASKQ_HEALTH_PORT), or None."""
+        if self._tcp is None or not self._tcp.sockets:
+            return None
+        return int(self._tcp.sockets[0].getsockname()[1])
+
+    async def _listen_tcp(self, host: str, port: int) -> asyncio.Server:
+        try:
+            return await asyncio.start_server(self._handle_tcp, host, port)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise HealthPortInUseError(
+                    f"health port {host}:{port} is in use by another process; give each "
+                    "worker its own TASKQ_HEALTH_PORT (or leave it unset)"
+                ) from None
+            raise ConfigError(
+                f"cannot serve health on {host}:{port} (TASKQ_HEALTH_HOST, TASKQ_HEALTH_PORT): "
+                f"{exc.strerror or exc}"
+            ) from None
 
     async def stop(self) -> None:
-        """Close the server and remove the socket file if it is still the one we bound."""
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+        """Close the servers and remove the socket file if it is still the one we bound."""
+        for server in (self._server, self._tcp):
+            if server is not None:
+                server.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(server.wait_closed(), 2)
+        self._server = self._tcp = None
         self._unlink_if_ours()
 
     async def _bind(self) -> socket.socket:
@@ -189,14 +247,19 @@ class HealthServer:
                 os.unlink(self.path)
         self._bound = None
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._handle(reader, writer, tcp=True)
+
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, tcp: bool = False
+    ) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass  # headers are not needed
             parts = request.decode("latin-1").split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, content_type, body = await self.route(method, target)
+            status, content_type, body = await self.route(method, target, tcp=tcp)
             head = (
                 f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n"
                 f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
@@ -209,8 +272,8 @@ class HealthServer:
         finally:
             writer.close()
 
-    async def route(self, method: str, target: str) -> tuple[int, str, bytes]:
-        """Answer one request: (status, content type, body)."""
+    async def route(self, method: str, target: str, *, tcp: bool = False) -> tuple[int, str, bytes]:
+        """Answer one request: (status, content type, body); ``tcp``: it came over the port."""
         if method != "GET":
             return 405, "application/json", b'{"error":"GET only"}'
         handlers: dict[str, Callable[[], Any]] = {
@@ -218,7 +281,7 @@ class HealthServer:
             "/ready": self.ready,
             "/metrics": self.metrics,
         }
-        if self.deps.settings.health_tasks_enabled:
+        if self.deps.settings.health_tasks_enabled and not tcp:
             handlers["/tasks"] = self.tasks
         handler = handlers.get(target.split("?")[0])
         if handler is None:
@@ -291,36 +354,12 @@ class HealthServer:
         return None
 
     async def metrics(self) -> tuple[int, str, bytes]:
-        """Prometheus text exposition of this worker's gauges and counters."""
-        deps = self.deps
-        lines = [
-            "# HELP taskq_active_jobs Currently in-flight jobs on this worker.",
-            "# TYPE taskq_active_jobs gauge",
-            f"taskq_active_jobs {len(deps.active)}",
-            "# HELP taskq_local_queue_jobs Jobs claimed but not started yet.",
-            "# TYPE taskq_local_queue_jobs gauge",
-            f"taskq_local_queue_jobs {deps.local_queue.qsize()}",
-            "# HELP taskq_database_available 0 while this worker sees the database away, else 1.",
-            "# TYPE taskq_database_available gauge",
-            f"taskq_database_available {0 if deps.database.ongoing else 1}",
-            "# HELP taskq_is_leader 1 if this worker holds the maintenance leader lock.",
-            "# TYPE taskq_is_leader gauge",
-            f"taskq_is_leader {1 if deps.is_leader.is_set() else 0}",
-            "# HELP taskq_shutdown_phase Current shutdown phase enum value (0=NONE).",
-            "# TYPE taskq_shutdown_phase gauge",
-            f"taskq_shutdown_phase {int(deps.shutdown_phase)}",
-            "# HELP taskq_jobs_finished_total Jobs this worker finished, by outcome.",
-            "# TYPE taskq_jobs_finished_total counter",
-        ]
-        for outcome, count in vars(deps.stats).items():
-            lines.append(f'taskq_jobs_finished_total{{outcome="{outcome}"}} {count}')
-        lines += [
-            "# HELP taskq_loop_tick_age_seconds Seconds since each loop last ticked.",
-            "# TYPE taskq_loop_tick_age_seconds gauge",
-        ]
-        for name, age in sorted(self.liveness.ages().items()):
-            lines.append(f'taskq_loop_tick_age_seconds{{loop="{name}"}} {age:.3f}')
-        return 200, "text/plain; version=0.0.4", ("\n".join(lines) + "\n").encode()
+        """Prometheus text exposition of the OpenTelemetry meters (collected now)."""
+        registry = self.registry or metrics_registry()
+        if registry is None:
+            return 200, METRICS_CONTENT_TYPE, NO_METRICS
+        # On the loop's thread: observable instruments read the worker's state in callbacks.
+        return 200, METRICS_CONTENT_TYPE, render_metrics(registry)
 
     async def tasks(self) -> tuple[int, str, bytes]:
         """Every live task's name and await sites, as JSON."""
@@ -332,12 +371,27 @@ async def probe(path: str, endpoint: str, *, timeout: float = 1.0) -> tuple[int,
     """GET ``endpoint`` over the Unix socket at ``path``; returns (status, body)."""
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_unix_connection(path)
-        try:
-            writer.write(f"GET {endpoint} HTTP/1.1\r\nHost: taskq\r\n\r\n".encode())
-            await writer.drain()
-            raw = await reader.read()
-        finally:
-            writer.close()
+        return await _get(reader, writer, endpoint)
+
+
+async def probe_port(
+    host: str, port: int, endpoint: str, *, timeout: float = 1.0
+) -> tuple[int, str]:
+    """GET ``endpoint`` from the TCP health port at ``host:port``; returns (status, body)."""
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(host, port)
+        return await _get(reader, writer, endpoint)
+
+
+async def _get(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, endpoint: str
+) -> tuple[int, str]:
+    try:
+        writer.write(f"GET {endpoint} HTTP/1.1\r\nHost: taskq\r\n\r\n".encode())
+        await writer.drain()
+        raw = await reader.read()
+    finally:
+        writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, body.decode()

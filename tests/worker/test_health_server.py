@@ -207,14 +207,3 @@ async def test_a_ping_without_an_answer_in_time_makes_ready_503() -> None:
         "outage_seconds": None,
         "last_error": "no answer within 0.05s",
     }
-
-
-async def test_metrics_expose_whether_the_database_is_available() -> None:
-    deps = make_deps()
-    health = server(None, deps)
-    _, _, text = await health.route("GET", "/metrics")
-    assert "taskq_database_available 1\n" in text.decode()
-    deps.database.failed("heartbeat", DatabaseUnavailableError("connection reset"))
-    _, _, text = await health.route("GET", "/metrics")
-    assert "# TYPE taskq_database_available gauge" in text.decode()
-    assert "taskq_database_available 0\n" in text.decode()
