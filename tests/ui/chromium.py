@@ -1,0 +1,57 @@
+"""Debian's Chromium for the browser tests, installed on first use when this runs as root.
+
+Playwright drives the distribution's build (``/usr/bin/chromium``) instead of a browser it
+downloads itself: no ``playwright install``, and the same binary an operator's machine has.
+``find_chromium(install=True)`` runs ``apt-get update`` and ``apt-get install chromium`` when
+the binary is missing and this process is root (CI containers are); otherwise it says how.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+PACKAGE = "chromium"  # the Debian package
+BINARY = "/usr/bin/chromium"
+# apt-get update plus the package and its libraries on a slow mirror.
+_INSTALL_TIMEOUT = 900.0
+
+
+class ChromiumUnavailable(RuntimeError):
+    """No Chromium here, and it could not be installed."""
+
+
+def find_chromium(*, install: bool = False) -> str:
+    """The Chromium binary; with ``install``, as root, ``apt-get install`` it when missing."""
+    if os.access(BINARY, os.X_OK):
+        return BINARY
+    if not install or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ChromiumUnavailable(
+            f"{BINARY} is missing (Debian: apt-get install {PACKAGE}); the tests install it "
+            "themselves only when run as root on a system with apt-get"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install_package = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
+    for command in (["apt-get", "update"], install_package):
+        try:
+            done = subprocess.run(
+                command,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=_INSTALL_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ChromiumUnavailable(f"{' '.join(command)} took over {exc.timeout:g} s") from exc
+        if done.returncode != 0:
+            raise ChromiumUnavailable(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
+    if not os.access(BINARY, os.X_OK):
+        raise ChromiumUnavailable(f"apt-get installed {PACKAGE} but {BINARY} is not there")
+    return BINARY
+
+
+def launch_args() -> list[str]:
+    """Chromium's sandbox needs user namespaces it cannot have as root (containers)."""
+    return ["--no-sandbox"] if os.geteuid() == 0 else []
