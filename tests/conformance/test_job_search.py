@@ -1,15 +1,16 @@
-"""Searching jobs a page at a time: several queues or actors at once, created-at bounds
-(moments or ages on the backend's clock), a total, and a cursor that walks every match once."""
+"""Searching jobs a page at a time: several queues or actors at once, created-at and
+finished-at bounds (moments or ages on the backend's clock), one batch's children, a total,
+and a cursor that walks every match once."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from taskq_core.backend.protocol.admin import JobQuery
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import args, new_queue
+from tests.conformance.states import BOOM, args, new_queue, running_job
 
 
 async def three_ages(harness: Harness, queue: str) -> tuple[UUID, UUID, UUID]:
@@ -98,3 +99,54 @@ async def test_an_exact_last_page_has_no_next_and_the_total_stops_at_count_max(
     page = await harness.backend.search_jobs(JobQuery(queues=(queue,), limit=4, count_max=2))
     assert len(page.jobs) == 4 and page.next_after is None
     assert (page.total, page.total_exact) == (2, False)
+
+
+async def finish_three(harness: Harness, queue: str) -> tuple[UUID, UUID, UUID]:
+    """Jobs that finished 300 s, 200 s and 100 s ago (oldest first), all created first."""
+    backend = harness.backend
+    running = [(await running_job(backend, queue=queue))[0] for _ in range(3)]
+    for index, job in enumerate(running):
+        if index == 1:
+            assert await backend.mark_failed_or_retry(job.lease(), BOOM, None) is not None
+        else:
+            assert await backend.mark_succeeded(job.lease(), None)
+        await harness.travel(100)
+    return running[0].id, running[1].id, running[2].id
+
+
+async def test_finished_bounds_keep_jobs_that_ended_within_them(harness: Harness) -> None:
+    queue = new_queue()
+    first, second, third = await finish_three(harness, queue)
+    waiting = await harness.backend.enqueue(args(queue=queue))
+    search = harness.backend.search_jobs
+    everything = await search(JobQuery(queues=(queue,)))
+    assert waiting.id in {j.id for j in everything.jobs} and everything.total == 4
+    recent = await search(JobQuery(queues=(queue,), finished_since=timedelta(seconds=250)))
+    assert {j.id for j in recent.jobs} == {second, third} and recent.total == 2
+    older = await search(JobQuery(queues=(queue,), finished_until=timedelta(seconds=150)))
+    assert {j.id for j in older.jobs} == {first, second}
+    ended = (await harness.backend.get(second)).finished_at  # type: ignore[union-attr]
+    assert ended is not None
+    window = await search(JobQuery(queues=(queue,), finished_since=ended, finished_until=ended))
+    assert window.jobs == [] and window.total == 0
+    exact = await search(
+        JobQuery(queues=(queue,), finished_since=ended, statuses=(JobStatus.FAILED,))
+    )
+    assert [j.id for j in exact.jobs] == [second]
+
+
+async def test_a_batch_filter_keeps_that_batch_s_children(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    batch, other = uuid4(), uuid4()
+    children = [
+        (await backend.enqueue(args(queue=queue, metadata={"batch_id": str(batch)}))).id
+        for _ in range(3)
+    ]
+    await backend.enqueue(args(queue=queue, metadata={"batch_id": str(other)}))
+    await backend.enqueue(args(queue=queue))
+    page = await backend.search_jobs(JobQuery(batch_id=batch, limit=2))
+    assert page.total == 3 and page.next_after is not None
+    rest = await backend.search_jobs(JobQuery(batch_id=batch, limit=2, after=page.next_after))
+    assert sorted(j.id for j in page.jobs + rest.jobs) == sorted(children)
+    assert (await backend.search_jobs(JobQuery(batch_id=uuid4()))).total == 0

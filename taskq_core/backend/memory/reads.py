@@ -27,6 +27,7 @@ from taskq_core.backend.protocol.admin import (
     TimeBound,
     normalize_id_fragment,
 )
+from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
@@ -66,6 +67,9 @@ class ReadsPart(MemoryStore):
         """A page of matching jobs, newest first, its total (up to count_max) and cursor."""
         now = self._now()
         since, until = _moment(query.created_since, now), _moment(query.created_until, now)
+        ended = _moment(query.finished_since, now), _moment(query.finished_until, now)
+        # A child names its batch by the id's text, as PostgreSQL compares it.
+        batch = None if query.batch_id is None else str(query.batch_id)
         found = [
             job
             for job in self._jobs.values()
@@ -74,6 +78,8 @@ class ReadsPart(MemoryStore):
             and (query.actors is None or job.actor in query.actors)
             and (since is None or job.created_at >= since)
             and (until is None or job.created_at < until)
+            and _finished_within(job.finished_at, *ended)
+            and (batch is None or job.metadata.get(BATCH_ID_KEY) == batch)
         ]
         found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
         total = len(found)
@@ -176,6 +182,17 @@ class ReadsPart(MemoryStore):
         found = self._matching(replace(filter, limit=None), _ANY_STATUS)
         found.sort(key=activity, reverse=True)
         return [job.snapshot() for job in found[: filter.limit]]
+
+
+def _finished_within(
+    finished_at: datetime | None, since: datetime | None, until: datetime | None
+) -> bool:
+    """Whether ``finished_at`` is within [since, until); an unfinished job is within no bound."""
+    if since is None and until is None:
+        return True
+    if finished_at is None:
+        return False
+    return (since is None or finished_at >= since) and (until is None or finished_at < until)
 
 
 def _moment(bound: TimeBound, now: datetime) -> datetime | None:

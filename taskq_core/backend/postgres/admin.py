@@ -164,6 +164,9 @@ class AdminPart(BackendCore):
             None if query.actors is None else list(query.actors),
             *_time_bound(query.created_since),
             *_time_bound(query.created_until),
+            *_time_bound(query.finished_since),
+            *_time_bound(query.finished_until),
+            query.batch_id,
         )
         after_at, after_id = query.after if query.after is not None else (None, None)
         # One row past the page says whether there is a next one.

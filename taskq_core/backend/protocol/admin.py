@@ -50,7 +50,9 @@ class JobQuery:
     Each of ``statuses``, ``queues`` and ``actors`` is None (any) or the values a job may
     have (an empty tuple matches nothing). ``created_since``/``created_until`` bound
     ``created_at`` (since inclusive, until exclusive): a datetime, or a timedelta meaning that
-    long before the backend's now. ``after`` is the ``next_after`` of the previous page.
+    long before the backend's now; ``finished_since``/``finished_until`` bound ``finished_at``
+    the same way (a job not finished matches neither). ``batch_id`` keeps the children of
+    one batch (``metadata.batch_id``). ``after`` is the ``next_after`` of the previous page.
     ``count_max`` bounds how many matches ``total`` counts.
     """
 
@@ -59,6 +61,9 @@ class JobQuery:
     actors: tuple[str, ...] | None = None
     created_since: TimeBound = None
     created_until: TimeBound = None
+    finished_since: TimeBound = None
+    finished_until: TimeBound = None
+    batch_id: UUID | None = None
     after: tuple[datetime, UUID] | None = None
     limit: int = 100
     count_max: int = 100_000

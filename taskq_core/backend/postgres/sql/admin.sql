@@ -533,41 +533,62 @@ LIMIT $3::bigint;
 SELECT set_config('statement_timeout', $1::text, true);
 
 -- name: search_jobs
--- A page of `jobs list`: $1 statuses, $2 queues, $3 actors (NULL: any), created_at from
--- $4 (a moment) or $5 (an age on the database clock) and before $6 / $7, after the cursor
--- ($8 created_at, $9 id) of the previous page, newest first, $10 rows. The bounds are
--- computed once (statement_timestamp), so the created_at index can serve them.
-WITH bounds AS (
-    SELECT COALESCE($4::timestamptz, statement_timestamp() - $5::interval) AS since,
-           COALESCE($6::timestamptz, statement_timestamp() - $7::interval) AS until
-)
+-- A page of `jobs list` and of the admin UI's jobs page: $1 statuses, $2 queues, $3 actors
+-- (NULL: any), created_at from $4 (a moment) or $5 (an age on the database clock) and before
+-- $6 / $7, finished_at from $8 / $9 and before $10 / $11, $12 a batch's children, after the
+-- cursor ($13 created_at, $14 id) of the previous page, newest first, $15 rows. Run with
+-- custom plans: an absent bound's test folds away and a given one is a range the created_at
+-- or finished_at index serves (statement_timestamp is one moment for the statement). The
+-- statuses come as the enum array itself (a cast from text[] would hide the values from
+-- the planner). What else the finished bounds say lets indexes serve them: only terminal
+-- jobs have a finished_at (jobs_finished_idx leads with the status), and a job finished
+-- before a moment was created before it. The batch test repeats jobs_batch_idx's predicate.
+-- The filter is repeated in count_search_jobs: keep the two alike.
 SELECT j.*
-FROM {schema}.jobs j, bounds b
-WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+FROM {schema}.jobs j
+WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
   AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
   AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
-  AND (b.since IS NULL OR j.created_at >= b.since)
-  AND (b.until IS NULL OR j.created_at < b.until)
-  AND ($8::timestamptz IS NULL OR (j.created_at, j.id) < ($8::timestamptz, $9::uuid))
+  AND (($4::timestamptz IS NULL AND $5::interval IS NULL)
+       OR j.created_at >= COALESCE($4::timestamptz, statement_timestamp() - $5::interval))
+  AND (($6::timestamptz IS NULL AND $7::interval IS NULL)
+       OR j.created_at < COALESCE($6::timestamptz, statement_timestamp() - $7::interval))
+  AND (($8::timestamptz IS NULL AND $9::interval IS NULL)
+       OR (j.finished_at >= COALESCE($8::timestamptz, statement_timestamp() - $9::interval)
+           AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
+  AND (($10::timestamptz IS NULL AND $11::interval IS NULL)
+       OR (j.finished_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
+           AND j.created_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
+           AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
+  AND ($12::uuid IS NULL
+       OR (j.metadata->>'batch_id' = $12::uuid::text AND j.metadata ? 'batch_id'))
+  AND ($13::timestamptz IS NULL OR (j.created_at, j.id) < ($13::timestamptz, $14::uuid))
 ORDER BY j.created_at DESC, j.id DESC
-LIMIT $10::bigint;
+LIMIT $15::bigint;
 
 -- name: count_search_jobs
--- How many jobs `search_jobs` matches without a cursor ($1..$7 as there), at most $8.
-WITH bounds AS (
-    SELECT COALESCE($4::timestamptz, statement_timestamp() - $5::interval) AS since,
-           COALESCE($6::timestamptz, statement_timestamp() - $7::interval) AS until
-)
+-- How many jobs `search_jobs` matches without a cursor ($1..$12 as there), at most $13.
 SELECT count(*) AS count
 FROM (
     SELECT 1
-    FROM {schema}.jobs j, bounds b
-    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+    FROM {schema}.jobs j
+    WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
       AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
       AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
-      AND (b.since IS NULL OR j.created_at >= b.since)
-      AND (b.until IS NULL OR j.created_at < b.until)
-    LIMIT $8::bigint
+      AND (($4::timestamptz IS NULL AND $5::interval IS NULL)
+           OR j.created_at >= COALESCE($4::timestamptz, statement_timestamp() - $5::interval))
+      AND (($6::timestamptz IS NULL AND $7::interval IS NULL)
+           OR j.created_at < COALESCE($6::timestamptz, statement_timestamp() - $7::interval))
+      AND (($8::timestamptz IS NULL AND $9::interval IS NULL)
+           OR (j.finished_at >= COALESCE($8::timestamptz, statement_timestamp() - $9::interval)
+               AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
+      AND (($10::timestamptz IS NULL AND $11::interval IS NULL)
+           OR (j.finished_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
+               AND j.created_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
+               AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
+      AND ($12::uuid IS NULL
+           OR (j.metadata->>'batch_id' = $12::uuid::text AND j.metadata ? 'batch_id'))
+    LIMIT $13::bigint
 ) matched;
 
 -- name: last_event_id
