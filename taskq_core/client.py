@@ -36,13 +36,15 @@ from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.batches import AbortBatchAfter
 from taskq_core.capacity import CapacityCache
 from taskq_core.client_batches import BatchMethods
+from taskq_core.client_progress import ProgressMethods
 from taskq_core.client_reclaims import ReclaimMethods
 from taskq_core.client_schedules import ScheduleMethods
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.enqueue_retry import TransientRetry
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
 from taskq_core.ids import uuid7
-from taskq_core.obs.metrics import instruments, producer_span
+from taskq_core.obs.metrics import count_sent, instruments, labels
+from taskq_core.obs.spans import producer_span
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskq_core.settings import TaskqSettings
 
@@ -151,6 +153,13 @@ class _Batch(Sequence[EnqueueArgs]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def destinations(self) -> Iterator[tuple[str, str]]:
+        """Each item's (queue, actor), without building it (the enqueue count's tally)."""
+        for raw, plan in zip(self._items, self._plans, strict=True):
+            item, _ = _parse(raw)
+            queue = plan.queue if item is None or item.queue is None else item.queue
+            yield queue, plan.name
+
     @property
     def actor(self) -> str:
         return self._plans[0].name
@@ -230,7 +239,7 @@ class _Batch(Sequence[EnqueueArgs]):
         )
 
 
-class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
+class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods):
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the
@@ -344,15 +353,17 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
             # The id is fixed before the first attempt: an attempt that committed but whose
             # answer was lost is found by the next one (enqueue is idempotent on the id).
             args = replace(args, trace_id=trace_id, span_id=span_id, job_id=uuid7())
-            return await retry.run(
+            row = await retry.run(
                 lambda: self.backend.enqueue(args, connection=connection), what="enqueue"
             )
+        count_sent(((row.queue, row.actor),))
+        return row
 
     async def _admit(self, item: EnqueueItem) -> EnqueueArgs:
         """One item's EnqueueArgs, validated, once its actor has room (max_pending)."""
         batch = await self._prepare([item])
         args = batch[0]  # validated before the capacity check and any insert
-        await self._check_capacity(batch.counts)
+        await self._check_capacity(batch.counts, kind="single")
         return args
 
     async def enqueue_batch(
@@ -390,7 +401,9 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
         if not batch:
             return []
         with producer_span(batch.queue, batch.actor) as batch.trace:
-            return await self.backend.enqueue_batch(batch, connection=connection)
+            rows = await self.backend.enqueue_batch(batch, connection=connection)
+        count_sent((row.queue, row.actor) for row in rows)
+        return rows
 
     async def enqueue_many_fast(
         self,
@@ -400,11 +413,13 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
     ) -> int:
         """Bulk insert through the COPY path; returns how many jobs were inserted."""
         batch = await self._prepare(items)
-        await self._check_capacity(batch.counts)
+        await self._check_capacity(batch.counts, kind="copy")
         if not batch:
             return 0
         with producer_span(batch.queue, batch.actor) as batch.trace:
-            return await self.backend.enqueue_batch_fast(batch, connection=connection)
+            count = await self.backend.enqueue_batch_fast(batch, connection=connection)
+        count_sent(batch.destinations())
+        return count
 
     async def _prepare(self, items: Sequence[EnqueueItem | tuple[ActorRef | str, Any]]) -> _Batch:
         """Resolve what the batch's actors share; the items themselves are built when read.
@@ -456,8 +471,9 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
         self._stored[actor] = (now, row)
         return row
 
-    async def _check_capacity(self, wanted: dict[str, int]) -> None:
-        """Refuse the enqueue when an actor's pending jobs plus ``wanted`` pass max_pending."""
+    async def _check_capacity(self, wanted: dict[str, int], *, kind: str = "batch") -> None:
+        """Refuse the enqueue when an actor's pending jobs plus ``wanted`` pass max_pending
+        (``kind``: the enqueue refused, ``single``, ``batch`` or ``copy``, as counted)."""
         if self._capacity is None:
             raise RuntimeError(_NOT_OPEN)
         limits: dict[str, int] = {}
@@ -472,7 +488,8 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods):
         pending = await self.backend.count_pending_jobs(list(limits))
         for actor_name, limit in limits.items():
             if pending.get(actor_name, 0) + wanted[actor_name] > limit:
-                instruments().backpressure_errors.add(1, {"taskq.actor": actor_name})
+                refused = {"taskq.actor": actor_name, "taskq.enqueue.kind": kind}
+                instruments().backpressure_errors.add(1, labels(**refused))
                 raise MaxPendingExceededError(
                     f"{actor_name} has {pending.get(actor_name, 0)} pending job(s); "
                     f"max_pending is {limit}"

@@ -39,7 +39,8 @@ from taskq_core.batches import (
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import BatchAbortedError, ConfigError, EmptyBatchError
 from taskq_core.ids import uuid7
-from taskq_core.obs.metrics import producer_span
+from taskq_core.obs.metrics import count_sent
+from taskq_core.obs.spans import producer_span
 from taskq_core.retry import Snooze
 
 if TYPE_CHECKING:
@@ -163,7 +164,9 @@ class BatchMethods:
             if not batch:
                 return []
             with producer_span(batch.queue, batch.actor) as batch.trace:
-                return await backend.enqueue_batch(batch, connection=connection)
+                rows = await backend.enqueue_batch(batch, connection=connection)
+            count_sent((row.queue, row.actor) for row in rows)
+            return rows
         queue = batch.queue if batch else None
         actor = batch.actor if batch else plan.finalizer.actor if plan.finalizer else ""
         with producer_span(plan.new_batch(queue, 0).queue, actor) as batch.trace:
@@ -173,7 +176,9 @@ class BatchMethods:
                 await backend.create_batch(row, connection=conn)
                 if not batch:
                     return []
-                return await backend.enqueue_batch(batch, connection=conn)
+                rows = await backend.enqueue_batch(batch, connection=conn)
+        count_sent((row.queue, row.actor) for row in rows)
+        return rows
 
     async def enqueue_batch_streaming(
         self: _Client,
@@ -279,4 +284,5 @@ async def _stream(
             queue = batch.queue
         with producer_span(batch.queue, batch.actor) as batch.trace:
             count += await backend.enqueue_batch_fast(batch, connection=connection)
+        count_sent(batch.destinations())
     return count, queue

@@ -25,6 +25,7 @@ from uuid import UUID
 
 from taskq_core.backend.protocol.ratelimit import LimiterStore, RateLimitBackend
 from taskq_core.clock import Clock
+from taskq_core.obs.metrics import instruments, labels
 from taskq_core.ratelimit.fallback import LimiterStoreUnavailableError
 from taskq_core.ratelimit.pacing import DenialLines
 from taskq_core.ratelimit.primitives import ConcurrencyReservation, SlidingWindow, TokenBucket
@@ -214,6 +215,9 @@ class RateLimiter:
         """A denial at the next place of ``name``'s line (never before ``retry_after``),
         spaced for the workers that run ``actor``."""
         spacing = interval * self.fleet.get(actor, 1)
+        instruments().rate_limit_denials.add(
+            1, labels(**{"taskq.actor": actor, "taskq.rate_limit.kind": kind})
+        )
         return Denial(kind, name, self.lines.place(name, retry_after, spacing))
 
     def set_fleet(self, workers_per_actor: dict[str, int]) -> None:

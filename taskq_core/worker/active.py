@@ -19,11 +19,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from taskq_core.actors import JobContext
 from taskq_core.backend.protocol import JobRow, Lease
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 
 class CancelPhase(IntEnum):
@@ -61,6 +64,7 @@ class ActiveJob:
     cancel_reason: str = "requested"  # requested | shutdown | lease_lost
     started_monotonic: float = 0.0
     settled: asyncio.Future[None] | None = None  # the consumer waits on it
+    dispatch_span: SpanContext | None = None  # the claim's DISPATCH span, linked from CONSUMER
 
     def ran_for(self, now: float) -> float:
         """Seconds the body has run by ``now`` (monotonic)."""
@@ -85,10 +89,13 @@ class ActiveJobs:
         self.idle.set()
         self.slot_freed = asyncio.Event()
 
-    def claim(self, job: JobRow, renewed_at: float) -> tuple[ActiveJob, ActiveJob | None]:
+    def claim(
+        self, job: JobRow, renewed_at: float, dispatch_span: SpanContext | None = None
+    ) -> tuple[ActiveJob, ActiveJob | None]:
         """Hold a freshly claimed job; returns it and the stale holding it supersedes."""
         assert job.locked_by_worker is not None
-        held = ActiveJob(job, Lease(job.id, job.locked_by_worker, job.attempt), renewed_at)
+        lease = Lease(job.id, job.locked_by_worker, job.attempt)
+        held = ActiveJob(job, lease, renewed_at, dispatch_span=dispatch_span)
         stale = self._held.get(job.id)
         if stale is not None:
             self.remove(stale)

@@ -26,6 +26,7 @@ from typing import Any
 
 from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.backend.protocol.batches import BatchOutcome, batch_id_of
+from taskq_core.obs.metrics import count_batch_end, instruments
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
 from taskq_core.worker.waits import wait_any
@@ -82,6 +83,7 @@ async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[BatchOut
         )
         return
     for ended in transitions:
+        count_batch_end(instruments(), ended.status.value, "hook")
         finalizer = ended.finalizer_job_id
         log.info(
             "batch_ended",

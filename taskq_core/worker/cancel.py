@@ -23,6 +23,7 @@ from collections import deque
 
 from taskq_core.backend.protocol import CancelFlag
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
+from taskq_core.obs.metrics import labels
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase, Stage
 from taskq_core.worker.deps import WorkerDeps
@@ -32,6 +33,13 @@ THREAD_ABANDONED = (
     "TASKQ_CLEANUP_GRACE_PERIOD and may still be running"
 )
 TASK_ABANDONED = "the actor ignored its forced cancel and did not stop within the cleanup grace"
+
+
+def count_transition(deps: WorkerDeps, held: ActiveJob, phase: CancelPhase) -> None:
+    """One cancel phase change, in ``taskq.cancellation.phase_transitions``."""
+    attributes = labels(**{"taskq.cancel.phase": phase.name.lower(),
+                           "taskq.cancel.reason": held.cancel_reason})  # fmt: skip
+    deps.meters.cancellation_phase_transitions.add(1, attributes)
 
 
 def abandon_reason(held: ActiveJob) -> str:
@@ -67,6 +75,7 @@ class CancelController:
                 self.begin(held, now, reason="requested")
             if flag.cancel_phase >= 2 and held.cancel_phase < CancelPhase.FORCED:
                 held.cancel_phase = CancelPhase.FORCED
+                count_transition(self.deps, held, CancelPhase.FORCED)
                 if held.task is not None:
                     held.task.cancel()
 
@@ -80,12 +89,14 @@ class CancelController:
         if held.ctx is not None:
             held.ctx.signal_cancel()
         self.deps.log.info("job_cancel_observed", job_id=str(held.job.id), reason=reason)
+        count_transition(self.deps, held, CancelPhase.COOPERATIVE)
 
     def lose(self, held: ActiveJob, reason: str) -> None:
         """The lease of ``held`` is gone: stop it locally and write nothing for it."""
         if held.lost is not None:
             return
         held.lost = reason
+        self.deps.meters.leases_lost.add(1, labels(**{"taskq.lease.reason": reason}))
         self.deps.log.warning(
             "job_lease_lost",
             job_id=str(held.job.id),
@@ -115,9 +126,11 @@ class CancelController:
                 if held.task is not None:  # no await since the write: see module docstring
                     held.task.cancel()
                 self.deps.log.warning("job_cancel_forced", job_id=str(held.job.id))
+                count_transition(self.deps, held, CancelPhase.FORCED)
             elif held.cancel_phase == CancelPhase.FORCED and elapsed >= self.grace + self.cleanup:
                 held.cancel_phase = CancelPhase.ABANDON_PENDING
                 self._pending_abandons.append(held)
+                count_transition(self.deps, held, CancelPhase.ABANDON_PENDING)
 
     async def run_post_tx(self) -> None:
         """Write ``abandoned`` for queued jobs (after, never inside, the heartbeat transaction)."""

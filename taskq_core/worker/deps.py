@@ -13,6 +13,9 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
+from taskq_core.obs.gauges import LeaderSample
+from taskq_core.obs.metrics import Instruments, meters_for
+from taskq_core.obs.spans import SpanLabels
 from taskq_core.ratelimit.gate import RateLimiter
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import ActiveJob, ActiveJobs
@@ -71,10 +74,26 @@ class WorkerDeps:
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None
     exit_code: int = 0
-    # Whether spans and metrics are recorded: otel_enabled and an SDK provider installed.
-    # The producer refreshes it before every dispatch, so consumers read a flag per job
-    # instead of probing the OpenTelemetry globals (an environment lookup) each time.
+    # Whether spans are made: otel_enabled and an SDK tracer provider installed. The
+    # producer refreshes it before every dispatch, so consumers read a flag per job instead
+    # of probing the OpenTelemetry globals each time. Metrics need no such gate: without an
+    # SDK meter provider an instrument call is a no-op.
     telemetry: bool = False
+    leader_sample: LeaderSample | None = None  # the leader's last queue depth sample
+    labels: SpanLabels = field(init=False)  # worker group and environment, on every span
+
+    def __post_init__(self) -> None:
+        self.labels = SpanLabels(self.settings.worker_group, self.settings.environment)
+
+    @property
+    def metering(self) -> bool:
+        """Whether metrics are recorded (TASKQ_OTEL_ENABLED)."""
+        return self.settings.otel_enabled
+
+    @property
+    def meters(self) -> Instruments:
+        """The metric instruments; ones that record nothing when TASKQ_OTEL_ENABLED=false."""
+        return meters_for(self.settings.otel_enabled)
 
     @property
     def queues(self) -> list[str]:

@@ -45,7 +45,7 @@ class HeartbeatLoop:
         self.failures = 0
         self.isolated = False
         self.to_release: list[Lease] = []
-        self._guard = UnexpectedErrorGuard("heartbeat", deps.log)
+        self._guard = UnexpectedErrorGuard("heartbeat", deps.log, meters=deps.meters)
 
     async def run_once(self) -> int:
         """One full heartbeat; returns how many leases were extended."""
@@ -58,6 +58,7 @@ class HeartbeatLoop:
             [h.lease for h in held],
             is_leader=deps.is_leader.is_set(),
         )
+        deps.meters.heartbeat_duration.record(deps.clock.monotonic() - began)
         deps.database.succeeded()
         await self._renew_reservations(result.held)
         await self._count_fleet()
@@ -182,6 +183,7 @@ class HeartbeatLoop:
             return
         if not self.isolated:
             self.isolated = True
+            deps.meters.isolations.add(1)
             deps.log.error(
                 "heartbeat_lost_isolating",
                 failures=self.failures,

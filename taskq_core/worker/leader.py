@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from taskq_core.obs.metrics import labels
 from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.sweeps import progress_period
@@ -39,7 +40,9 @@ class LeaderElection:
 
     def __init__(self, deps: WorkerDeps) -> None:
         self.deps = deps
-        self._guard = UnexpectedErrorGuard("leader_election", deps.log)
+        self._guard = UnexpectedErrorGuard(
+            "leader_election", deps.log, leader=True, meters=deps.meters
+        )
 
     async def run_once(self) -> bool:
         """One campaign; returns whether this worker leads now."""
@@ -49,15 +52,17 @@ class LeaderElection:
             deps.leader_since = deps.clock.monotonic()
             deps.is_leader.set()
             deps.log.info("leader_elected", worker_id=str(deps.worker_id))
-        elif not leading and deps.is_leader.is_set():
-            deps.is_leader.clear()
-            deps.log.warning("leader_lost", worker_id=str(deps.worker_id))
+            deps.meters.leader_elected.add(1)
+        elif not leading:
+            self._step_down()
         return leading
 
     def _step_down(self) -> None:
-        if self.deps.is_leader.is_set():
-            self.deps.is_leader.clear()
-            self.deps.log.warning("leader_lost", worker_id=str(self.deps.worker_id))
+        deps = self.deps
+        if deps.is_leader.is_set():
+            deps.is_leader.clear()
+            deps.log.warning("leader_lost", worker_id=str(deps.worker_id))
+            deps.meters.leader_lost.add(1)
 
     async def run(self) -> None:
         """Campaign until shutdown, then resign."""
@@ -94,13 +99,13 @@ async def run_gated(
     deps: WorkerDeps, name: str, interval: float, step: Callable[[], Awaitable[Any]]
 ) -> None:
     """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown."""
-    guard = UnexpectedErrorGuard(name, deps.log)
+    guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     backoff = Backoff()
     while not deps.shutdown_event.is_set():
         if deps.is_leader.is_set():
             deps.liveness.tick(name, period=interval)
             try:
-                await step()
+                await timed(deps, name, step)
                 deps.database.succeeded()
                 backoff.reset()
                 guard.succeeded()
@@ -136,7 +141,7 @@ async def run_scheduled(
     it waits (its period would be a day); it ticks while the step runs. Transient database
     errors retry the same fire time with backoff while this worker still leads.
     """
-    guard = UnexpectedErrorGuard(name, deps.log)
+    guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     try:
         while not deps.shutdown_event.is_set():
             deps.liveness.forget(name)
@@ -181,7 +186,7 @@ async def _run_fire(
     while not deps.shutdown_event.is_set() and _leading(deps, term):
         deps.liveness.tick(name, period=progress_period(deps.settings))
         try:
-            await step()
+            await timed(deps, name, step)
         except TRANSIENT_ERRORS as exc:
             deps.database.failed(name, exc)
             await retry_pause(deps.database, backoff.next(), deps.shutdown_event)
@@ -192,6 +197,17 @@ async def _run_fire(
         deps.database.succeeded()
         guard.succeeded()
         return
+
+
+async def timed(deps: WorkerDeps, name: str, step: Callable[[], Awaitable[Any]]) -> None:
+    """Run one pass of leader loop ``name``, its duration recorded (``taskq.maintenance.
+    duration``) whether it succeeds or fails."""
+    started = deps.clock.monotonic()
+    try:
+        await step()
+    finally:
+        seconds = deps.clock.monotonic() - started
+        deps.meters.maintenance_duration.record(seconds, labels(loop=name))
 
 
 async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:

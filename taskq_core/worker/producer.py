@@ -9,9 +9,12 @@ the local queue ran dry) before claiming again, so claims come in batches, not o
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
 
-from taskq_core.obs.metrics import instruments, sdk_installed
+from taskq_core.backend.protocol import JobRow
+from taskq_core.obs.metrics import labels, queue_attributes, worker_attributes
+from taskq_core.obs.spans import DispatchSpan, tracing_installed
 from taskq_core.worker.active import ActiveJob
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import (
@@ -40,7 +43,7 @@ class ProducerLoop:
         self.poll_interval = (
             settings.notify_poll_interval if settings.notify_enabled else settings.poll_interval
         )
-        self._guard = UnexpectedErrorGuard("producer", deps.log)
+        self._guard = UnexpectedErrorGuard("producer", deps.log, meters=deps.meters)
         self._backoff = Backoff()
         self.min_batch = max(1, deps.capacity // 2)
 
@@ -54,21 +57,40 @@ class ProducerLoop:
             return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
         if deps.completer.backlog >= deps.completer.backlog_limit:
             return ProducerTick(0, 0)  # successes wait to be written: claim no more until then
-        deps.telemetry = deps.settings.otel_enabled and sdk_installed()
+        deps.telemetry = deps.settings.otel_enabled and tracing_installed()
+        span = DispatchSpan(deps.labels, deps.queues, free) if deps.telemetry else None
         started = deps.clock.monotonic()
-        jobs = await deps.backend.dispatch_batch(
-            deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
-        )
-        if deps.telemetry:
-            instruments().dispatch_duration.record(deps.clock.monotonic() - started)
+        try:
+            jobs = await deps.backend.dispatch_batch(
+                deps.worker_id, deps.queues, free, deps.settings.lock_lease_delta
+            )
+        except Exception as exc:
+            if span is not None:
+                span.finish(0, exc)
+            raise
+        dispatch = None if span is None else span.finish(len(jobs))
+        self._record(deps.clock.monotonic() - started, jobs)
         for job in jobs:
-            held, stale = deps.active.claim(job, renewed_at=started)
+            held, stale = deps.active.claim(job, started, dispatch)
             if stale is not None:
                 # Claimed again while an earlier holding of it is still here (it was
                 # reclaimed meanwhile): that one must never write for the new attempt.
                 self._supersede(stale)
             deps.local_queue.put_nowait(held)
         return ProducerTick(free, len(jobs))
+
+    def _record(self, seconds: float, jobs: list[JobRow]) -> None:
+        """The dispatch's duration, and the jobs it claimed per queue."""
+        meters, group = self.deps.meters, self.deps.settings.worker_group
+        meters.dispatch_duration.record(seconds, worker_attributes(group))
+        if not jobs:
+            return
+        queue = jobs[0].queue
+        if all(job.queue == queue for job in jobs):  # the usual claim: one queue
+            meters.dispatched_jobs.add(len(jobs), queue_attributes(queue, group))
+            return
+        for name, count in Counter(job.queue for job in jobs).items():
+            meters.dispatched_jobs.add(count, queue_attributes(name, group))
 
     def _supersede(self, stale: ActiveJob) -> None:
         """Stop a superseded holding: nothing is written for it any more."""
@@ -77,6 +99,7 @@ class ProducerLoop:
             stale.cancel_reason = "lease_lost"
             stale.task.cancel()
         self.deps.log.warning("job_claimed_again", job_id=str(stale.job.id))
+        self.deps.meters.leases_lost.add(1, labels(**{"taskq.lease.reason": "claimed_again"}))
 
     async def run(self) -> None:
         """Loop: claim, then wait for a wake-up (NOTIFY, freed slot, poll timeout, stop)."""

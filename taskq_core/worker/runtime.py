@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -29,7 +30,9 @@ from taskq_core.cron_schedules import sync_cron_schedules
 from taskq_core.di import ProcessScopes, ProviderRegistry, Scope, split_annotation
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
+from taskq_core.obs.gauges import watch_worker
 from taskq_core.obs.logs import get_logger
+from taskq_core.obs.metrics import labels, meters_for
 from taskq_core.ratelimit.bootstrap import actor_limits, close_limiter, start_limiter
 from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.schedule import sweep_schedule
@@ -50,6 +53,7 @@ from taskq_core.worker.leader import (
     run_gated,
     run_scheduled,
 )
+from taskq_core.worker.leader_sample import LEADER_SAMPLE_INTERVAL, LeaderSampler
 from taskq_core.worker.parent import ParentWatch
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
@@ -180,7 +184,8 @@ class Worker:
             self._bootstrap_warnings()
             watchdogs = self._start_watchdogs(deps)
             try:
-                await self._run_siblings(deps)
+                with self._gauges(deps):
+                    await self._run_siblings(deps)
             finally:
                 # Every success made durable, waiting for the database while the shutdown
                 # budget allows (the leader reclaims whatever stays unwritten).
@@ -190,10 +195,17 @@ class Worker:
                 if health is not None:
                     await health.stop()
                 await asyncio.shield(self._teardown(deps))
+                started = deps.shutdown_started_at
+                if started is not None:
+                    deps.meters.shutdown_duration.record(deps.clock.monotonic() - started)
             return deps.exit_code
         finally:
             if self._owns_backend:
                 await backend.close()
+
+    def _gauges(self, deps: WorkerDeps) -> AbstractContextManager[None]:
+        """The worker-state gauges report this worker while it runs (TASKQ_OTEL_ENABLED)."""
+        return watch_worker(deps) if self.settings.otel_enabled else nullcontext()
 
     def _write_budget(self, deps: WorkerDeps) -> float:
         """Seconds left for the last writes: what the shutdown watchdog's budget leaves."""
@@ -204,7 +216,7 @@ class Worker:
     def _build_deps(self, backend: Backend) -> WorkerDeps:
         s = self.settings
         holdings = ActiveJobs()
-        database = DatabaseOutage(self.clock, self.log)
+        database = DatabaseOutage(self.clock, self.log, meters_for(s.otel_enabled))
         self.deps = WorkerDeps(
             worker_id=self.worker_id,
             settings=s,
@@ -377,6 +389,11 @@ class Worker:
                 deps, "archive_expiry", expire_at, archive_expiry.run_once, recheck=s.sweep_interval
             ),
         }
+        if s.otel_enabled:
+            sampler = LeaderSampler(deps)
+            siblings["leader_sample"] = lambda: run_gated(
+                deps, "leader_sample", LEADER_SAMPLE_INTERVAL, sampler.run_once
+            )
         if s.jobs_vacuum_enabled:
             vacuum = JobsVacuum(deps)
             siblings["jobs_vacuum"] = lambda: run_gated(
@@ -418,6 +435,7 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except BaseException:
+            deps.meters.sibling_crashes.add(1, labels(loop=name))
             deps.producer_stop.set()
             deps.consumer_stop.set()
             deps.shutdown_event.set()
@@ -427,6 +445,7 @@ class Worker:
             and not (name == "producer" and deps.producer_stop.is_set())
             and not (name.startswith("consumer-") and deps.consumer_stop.is_set())
         ):
+            deps.meters.sibling_crashes.add(1, labels(loop=name))
             deps.shutdown_event.set()
             raise SiblingContractError(f"{name} returned while the worker was running")
 

@@ -25,7 +25,7 @@ from taskq_core.errors import ConfigError
 from taskq_core.obs.logs import configure_logging
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import CancelPhase
-from taskq_core.worker.cancel import write_abandoned
+from taskq_core.worker.cancel import count_transition, write_abandoned
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS
 from taskq_core.worker.watchdog import dump_task_stacks
@@ -126,6 +126,8 @@ class ShutdownOrchestrator:
         for held in deps.active.running():
             if held.cancel_reason != "requested" or held.cancel_observed_at is None:
                 held.cancel_reason = "shutdown"  # an operator's cancel in progress stays one
+            if held.cancel_phase == CancelPhase.NONE:
+                count_transition(deps, held, CancelPhase.COOPERATIVE)
             held.cancel_observed_at = held.cancel_observed_at or now
             if held.ctx is not None:
                 held.ctx.signal_cancel()
@@ -142,7 +144,9 @@ class ShutdownOrchestrator:
                     deps.log.warning(
                         "shutdown_escalation_unwritten", job_id=str(held.job.id), error=str(exc)
                     )
-            held.cancel_phase = max(held.cancel_phase, CancelPhase.FORCED)
+            if held.cancel_phase < CancelPhase.FORCED:
+                held.cancel_phase = CancelPhase.FORCED
+                count_transition(deps, held, CancelPhase.FORCED)
             if held.task is not None:  # no await since the write
                 held.task.cancel()
         self.escalate.clear()
@@ -156,6 +160,7 @@ class ShutdownOrchestrator:
             if held.lost is not None:
                 held.abandon()
                 continue
+            count_transition(deps, held, CancelPhase.ABANDON_PENDING)
             try:
                 await write_abandoned(deps, held)
             except TRANSIENT_ERRORS as exc:

@@ -21,6 +21,7 @@ from taskq_core.constants import (
     STALE_WORKER_RETENTION,
 )
 from taskq_core.liveness import worker_is_alive
+from taskq_core.obs.metrics import count_batch_end, labels
 from taskq_core.retention import prune_policy
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.deps import WorkerDeps
@@ -101,7 +102,10 @@ class ScheduledPromotion:
 
     async def run_once(self) -> int:
         """Promote due jobs; returns how many."""
-        return await self.deps.backend.scheduled_to_pending()
+        promoted = await self.deps.backend.scheduled_to_pending()
+        if promoted:
+            self.deps.meters.scheduled_promoted.add(promoted)
+        return promoted
 
 
 class MaintenanceSweep:
@@ -144,6 +148,7 @@ class MaintenanceSweep:
         ended = await self.complete_stale_batches()
         idle_state = await self.sweep_idle_limiter_state()
         result = SweepResult(reclaimed, failed, expired, freed, len(ended), idle_state)
+        self._count(result)
         if reclaimed or failed or expired or freed or ended or idle_state:
             self.deps.log.info(
                 "sweep_ran",
@@ -155,6 +160,17 @@ class MaintenanceSweep:
                 idle_limiter_keys_deleted=idle_state,
             )
         return result
+
+    def _count(self, result: SweepResult) -> None:
+        meters = self.deps.meters
+        for counter, value in (
+            (meters.reclaimed_jobs, result.reclaimed),
+            (meters.deadline_failed, result.deadline_failed),
+            (meters.results_expired, result.results_expired),
+            (meters.leaked_slots_freed, result.reservation_slots_freed),
+        ):
+            if value:
+                counter.add(value)
 
     async def sweep_idle_limiter_state(self) -> int:
         """Every LIMITER_STATE_SWEEP_EVERY seconds, delete the limiter state idle past
@@ -180,6 +196,7 @@ class MaintenanceSweep:
         while True:
             batch = await self.deps.backend.complete_stale_batches(STALE_BATCHES_PER_CALL)
             for transition in batch:
+                count_batch_end(self.deps.meters, transition.status.value, "sweep")
                 finalizer = transition.finalizer_job_id
                 self.deps.log.info(
                     "stale_batch_completed",
@@ -240,6 +257,9 @@ class PruneSweep:
                 deps.log.info("prune_skipped", lock=PRUNE_LOCK, reason="another prune is running")
                 return None
             result = await deps.backend.prune_jobs(policy, on_batch=batch_beat(deps, self.beat))
+            for (status, queue), moved in result.moved.items():
+                attributes = {"taskq.job.status": status.value, "messaging.destination.name": queue}
+                deps.meters.pruned_jobs.add(moved, labels(**attributes))
             deps.log.info(
                 "prune_ran",
                 moved=_by_status_and_queue(result),
@@ -258,6 +278,8 @@ class PruneSweep:
         deps = self.deps
         older_than = batch_retention(policy)
         deleted = await deps.backend.prune_old_batches(older_than)
+        if deleted:
+            deps.meters.pruned_batches.add(deleted)
         deps.log.info(
             "batches_pruned", deleted=deleted, older_than_seconds=older_than.total_seconds()
         )
@@ -287,6 +309,8 @@ class ArchiveExpirySweep:
             deleted = await deps.backend.expire_archive(
                 deps.settings.prune_batch_size, on_batch=batch_beat(deps, self.beat)
             )
+        if deleted:
+            deps.meters.archive_expired.add(deleted)
         deps.log.info(
             "archive_expiry_ran",
             deleted=deleted,
@@ -306,6 +330,7 @@ class StaleWorkerCleanup:
         """How many rows were deleted (logged when any)."""
         deleted = await self.deps.backend.delete_stale_workers(self.older_than)
         if deleted:
+            self.deps.meters.stale_workers_deleted.add(deleted)
             self.deps.log.info(
                 "stale_workers_deleted",
                 deleted=deleted,

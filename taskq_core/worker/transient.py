@@ -19,6 +19,7 @@ from typing import Any
 
 from taskq_core.clock import Clock
 from taskq_core.errors import TRANSIENT_ERRORS, DatabaseUnavailableError
+from taskq_core.obs.metrics import Instruments, instruments, labels
 from taskq_core.worker.waits import wait_any
 
 __all__ = [
@@ -66,9 +67,10 @@ class Backoff:
 class DatabaseOutage:
     """Whether the database is away, as every loop of one worker has seen it."""
 
-    def __init__(self, clock: Clock, log: Any) -> None:
+    def __init__(self, clock: Clock, log: Any, meters: Instruments | None = None) -> None:
         self._clock = clock
         self._log = log
+        self._meters = meters or instruments()
         self.started_at: float | None = None  # monotonic time of the first failure
         self.failures = 0
         self.outages = 0
@@ -94,6 +96,7 @@ class DatabaseOutage:
         if not isinstance(exc, DatabaseUnavailableError):
             # The database answered: a lost race or a statement timeout, not an outage.
             self._log.warning("database_call_retried", loop=loop, error=self.last_error)
+            self._meters.database_retried_calls.add(1, labels(loop=loop))
             return
         self.failures += 1
         if self.started_at is None:
@@ -101,6 +104,7 @@ class DatabaseOutage:
             self.outages += 1
             self.available.clear()
             self._log.warning("database_unavailable", loop=loop, error=self.last_error)
+            self._meters.database_outages.add(1, labels(loop=loop))
         else:
             self._log.debug("database_still_unavailable", loop=loop, error=self.last_error)
 
@@ -112,6 +116,7 @@ class DatabaseOutage:
         self._log.info(
             "database_available", outage_seconds=round(lasted, 3), failed_calls=self.failures
         )
+        self._meters.database_outage_duration.record(lasted)
         self.started_at = None
         self.failures = 0
         self.available_since = self._clock.monotonic()
@@ -128,13 +133,28 @@ async def retry_pause(database: DatabaseOutage, seconds: float, *stop: asyncio.E
 
 
 class UnexpectedErrorGuard:
-    """Counts consecutive unexpected errors of one loop; raises past the limit."""
+    """Counts consecutive unexpected errors of one loop; raises past the limit.
 
-    def __init__(self, loop_name: str, log: Any, *, max_consecutive: int = 5) -> None:
+    Each error is counted in ``taskq.worker.leader_loop_unexpected_errors_total`` for a
+    leader loop (``leader=True``), else in ``taskq.worker.loop_unexpected_errors_total``.
+    """
+
+    def __init__(
+        self,
+        loop_name: str,
+        log: Any,
+        *,
+        max_consecutive: int = 5,
+        leader: bool = False,
+        meters: Instruments | None = None,
+    ) -> None:
         self.loop_name = loop_name
         self.log = log
         self.max_consecutive = max_consecutive
         self.streak = 0
+        meters = meters or instruments()
+        self._counter = meters.leader_loop_errors if leader else meters.loop_errors
+        self._labels = labels(loop=loop_name)
 
     def succeeded(self) -> None:
         """A fully successful iteration resets the streak."""
@@ -150,5 +170,6 @@ class UnexpectedErrorGuard:
             streak=self.streak,
             exc_info=exc,
         )
+        self._counter.add(1, self._labels)
         if self.streak >= self.max_consecutive:
             raise exc

@@ -30,7 +30,10 @@ from typing import Any
 
 from taskq_core.clock import Clock
 from taskq_core.constants import EXIT_WATCHDOG
-from taskq_core.obs.metrics import instruments
+from taskq_core.obs.metrics import flush, instruments, labels
+
+# How long a trip waits for the telemetry SDK to push the trip before the process exits.
+TRIP_FLUSH_MILLIS = 1000
 
 
 class LoopLiveness:
@@ -105,11 +108,12 @@ def dump_task_stacks(log: Any, reason: str) -> list[dict[str, Any]]:
 def trip(log: Any, detector: str, reason: str, *, dump: bool = True) -> None:
     """The terminal path: log, dump, flush, ``os._exit(2)``."""
     log.critical("worker_watchdog_trip", detector=detector, reason=reason)
-    instruments().watchdog_trips.add(1, {"detector": detector})
+    instruments().watchdog_trips.add(1, labels(detector=detector))
     if dump:
         dump_task_stacks(log, f"watchdog:{detector}")
     else:
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    flush(TRIP_FLUSH_MILLIS)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_WATCHDOG)

@@ -36,12 +36,16 @@ import asyncpg
 
 from taskq_core.constants import events_channel, wake_channel
 from taskq_core.errors import TaskqError
+from taskq_core.obs.gauges import forget_listener, watch_listener
 from taskq_core.obs.logs import get_logger
+from taskq_core.obs.metrics import instruments, labels
 
 from .errors import UNAVAILABLE
 from .queries import SchemaQueries
 
 _log = get_logger("notify")
+_WAKE = labels(**{"taskq.notify.channel": "wake"})
+_EVENTS = labels(**{"taskq.notify.channel": "events"})
 
 # On the LISTEN connection any database error means "reconnect": it runs no statement of its
 # own but the probe, so nothing here can be a caller's mistake.
@@ -126,6 +130,7 @@ class NotifyListener:
             self._supervisor = asyncio.create_task(
                 self._supervise(), name=f"taskq-notify-{self._schema}"
             )
+            watch_listener(self)
 
     async def _open(self) -> None:
         conn = await self._connect()
@@ -140,14 +145,18 @@ class NotifyListener:
         self._lost.clear()
 
     def _on_notification(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
+        meters = instruments()
         if channel == self._wake_channel:
+            meters.notify_received.add(1, _WAKE)
             _set_all(self._wake_subscribers)
             return
+        meters.notify_received.add(1, _EVENTS)
         try:
             message = json.loads(str(payload))
         except ValueError:
             return
         if isinstance(message, dict) and message.get("type") == "cancel":
+            meters.notify_cancel_received.add(1)
             _set_all(self._cancel_subscribers)
 
     def _on_termination(self, conn: Any) -> None:
@@ -196,6 +205,7 @@ class NotifyListener:
                 delay = min(delay * 2, self._max_backoff)
                 continue
             self.reconnects += 1
+            instruments().notify_reconnects.add(1)
             down = time.monotonic() - (self._lost_at or time.monotonic())
             self._lost_at = None
             _log.info(
@@ -225,6 +235,7 @@ class NotifyListener:
     async def close(self) -> None:
         """Stop the supervisor and close the LISTEN connection; idempotent."""
         self._closed = True
+        forget_listener(self)
         task, self._supervisor = self._supervisor, None
         if task is not None:
             task.cancel()

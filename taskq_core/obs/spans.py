@@ -1,0 +1,153 @@
+"""OpenTelemetry spans: PRODUCER at enqueue, DISPATCH around a claim, CONSUMER per job.
+
+    send <queue>      (PRODUCER)  enqueue; its trace and span ids are stored on the job row
+    dispatch          (INTERNAL)  one dispatch_batch call that claimed jobs
+    process <actor>   (CONSUMER)  one job's execution, linked (not parented) to both above
+
+The consumer span starts a trace of its own and links to the enqueue and to the claim, as
+the messaging conventions draw a consumer that is causally related to, but not part of,
+its producer's trace. Spans are made only while a tracer provider is installed
+(``tracing_installed``); the worker checks once per dispatch, not per job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from taskq_core.obs.metrics import INSTRUMENTATION, SYSTEM
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_ENQUEUE_LINK = {"taskq.link": "enqueue"}
+_DISPATCH_LINK = {"taskq.link": "dispatch"}
+_NEW_TRACE = Context()  # no parent: a claim and a job each start a trace of their own
+
+
+def tracing_installed() -> bool:
+    """Whether an SDK tracer provider is installed (the default proxy records nothing)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def tracer() -> trace.Tracer:
+    """The TaskQ tracer from the global provider."""
+    return trace.get_tracer(INSTRUMENTATION)
+
+
+@dataclass(frozen=True)
+class SpanLabels:
+    """What a worker puts on every span it makes: TASKQ_WORKER_GROUP (the consumer group)
+    and TASKQ_ENVIRONMENT, when set."""
+
+    worker_group: str
+    environment: str | None = None
+    attributes: Mapping[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        attributes = {
+            "messaging.system": SYSTEM,
+            "messaging.consumer.group.name": self.worker_group,
+        }
+        if self.environment:
+            attributes["deployment.environment.name"] = self.environment
+        object.__setattr__(self, "attributes", attributes)
+
+
+@contextmanager
+def producer_span(queue: str, actor: str) -> Iterator[tuple[str | None, str | None]]:
+    """Span for one enqueue; yields the (trace_id, span_id) hex strings to store on the job."""
+    with tracer().start_as_current_span(
+        f"send {queue}",
+        kind=SpanKind.PRODUCER,
+        attributes={"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                    "messaging.operation.type": "send", "taskq.actor": actor},
+    ) as span:  # fmt: skip
+        context = span.get_span_context()
+        if context.is_valid:
+            yield format(context.trace_id, "032x"), format(context.span_id, "016x")
+        else:
+            yield None, None
+
+
+class DispatchSpan:
+    """The DISPATCH span of one claim: its start is taken before the dispatch statement and
+    the span is made when it returns, only for a claim that got jobs or failed. An idle
+    worker polls every few seconds; a span per empty poll would bury the claims that matter.
+    """
+
+    def __init__(self, labels: SpanLabels, queues: Sequence[str], requested: int) -> None:
+        self._labels = labels
+        self._queues = list(queues)
+        self._requested = requested
+        self._start = time.time_ns()
+
+    def finish(self, claimed: int, error: BaseException | None = None) -> SpanContext | None:
+        """End the span (when there is one to keep); its context is what the claimed jobs'
+        CONSUMER spans link to."""
+        if not claimed and error is None:
+            return None
+        span = tracer().start_span(
+            "dispatch",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                **self._labels.attributes,
+                "messaging.operation.type": "receive",
+                "taskq.dispatch.queues": self._queues,
+                "taskq.dispatch.requested": self._requested,
+                "messaging.batch.message_count": claimed,
+            },
+            context=_NEW_TRACE,
+            start_time=self._start,
+        )
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+        context = span.get_span_context()
+        return context if context.is_valid else None
+
+
+def _link_to_enqueue(trace_id: str | None, span_id: str | None) -> Link | None:
+    if not (trace_id and span_id):
+        return None
+    try:
+        linked = SpanContext(int(trace_id, 16), int(span_id, 16), True, trace_flags=_SAMPLED)
+    except ValueError:
+        return None  # ids written by something else: no link rather than no span
+    return Link(linked, _ENQUEUE_LINK)
+
+
+@contextmanager
+def consumer_span(
+    labels: SpanLabels,
+    actor: str,
+    queue: str,
+    job_id: str,
+    attempt: int,
+    trace_id: str | None,
+    span_id: str | None,
+    dispatch: SpanContext | None = None,
+) -> Iterator[trace.Span]:
+    """Span for one job execution, linked to the span that enqueued it and to the dispatch
+    that claimed it."""
+    links = []
+    enqueue = _link_to_enqueue(trace_id, span_id)
+    if enqueue is not None:
+        links.append(enqueue)
+    if dispatch is not None:
+        links.append(Link(dispatch, _DISPATCH_LINK))
+    with tracer().start_as_current_span(
+        f"process {actor}",
+        context=_NEW_TRACE,
+        kind=SpanKind.CONSUMER,
+        links=links,
+        attributes={**labels.attributes, "messaging.destination.name": queue,
+                    "messaging.operation.type": "process", "messaging.message.id": job_id,
+                    "taskq.actor": actor, "taskq.attempt": attempt},
+    ) as span:  # fmt: skip
+        yield span
