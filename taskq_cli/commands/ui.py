@@ -1,14 +1,20 @@
 """``taskq ui serve``: the admin web UI over the configured database.
 
 It binds 127.0.0.1 unless told otherwise and refuses an address beyond loopback without
-TASKQ_ADMIN_TOKEN. The first read happens before the server starts, so a wrong DSN or an
-unmigrated schema fails as one line with exit 1; later outages show on the pages.
+TASKQ_ADMIN_TOKEN. The port is taken, and the first read made, before anything is served,
+so a port in use, a wrong DSN or an unmigrated schema fails as one line with exit 1; later
+outages show on the pages. SIGINT or SIGTERM stops it cleanly (exit 0).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
-from typing import Annotated
+import signal
+import socket
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +26,13 @@ app = typer.Typer(help="The admin web UI.", no_args_is_help=True)
 
 # Requests are served concurrently; the pages' reads are short.
 _POOL_MAX_SIZE = 5
+# A token short enough to guess is no protection for a UI reachable from the network.
+MIN_TOKEN_LENGTH = 16
+_BIND_REASONS = {
+    errno.EADDRINUSE: "address already in use (choose another --port or TASKQ_ADMIN_PORT)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges)",
+    errno.EADDRNOTAVAIL: "no such address on this machine",
+}
 
 
 def is_loopback(host: str) -> bool:
@@ -30,6 +43,48 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def display_address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (not listening yet); ConfigError with one line when
+    the address cannot be had."""
+    where = display_address(host, port)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {where}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = _BIND_REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ConfigError(f"cannot listen on {where}: {reason}") from None
+    return sock
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """uvicorn raises the signal that stopped it again after serving: by then it is done."""
+
+
+@contextlib.contextmanager
+def _signals_stop_serving() -> Iterator[None]:
+    """While uvicorn serves, its handlers turn SIGINT and SIGTERM into a graceful stop; this
+    keeps the re-raised signal from killing the process before the pool is closed."""
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @app.command()
@@ -52,7 +107,13 @@ def serve(
     settings = load_settings(ctx, dsn, schema)
     bind_host = host or settings.admin_host
     bind_port = port or settings.admin_port
-    if not is_loopback(bind_host) and not settings.admin_token:
+    token = settings.admin_token
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(
+            f"TASKQ_ADMIN_TOKEN is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} "
+            "(for example: openssl rand -hex 32)"
+        )
+    if not is_loopback(bind_host) and not token:
         raise ConfigError(
             f"refusing to serve the admin UI on {bind_host} without TASKQ_ADMIN_TOKEN "
             "(bind 127.0.0.1, or set a token every request must carry)"
@@ -60,32 +121,49 @@ def serve(
     # Imported here so `--help` and shell completion never load the web stack.
     import uvicorn
 
-    from taskq_cli.tui.source import BackendSource, DashboardSettings, JobsFilter
+    from taskq_cli.commands.top import _limit_store
+    from taskq_cli.tui.source import BackendSource, JobsFilter
     from taskq_cli.ui.app import create_app
-    from taskq_cli.ui.config import UiConfig
+    from taskq_cli.ui.config import LOOPBACK_NAMES, UiConfig, dashboard_settings
     from taskq_core.backend.postgres.connection import describe_dsn
     from taskq_core.explain import ExplainSettings
 
+    public_url = settings.admin_url if "admin_url" in settings.model_fields_set else None
+    config = UiConfig(
+        token=token,
+        read_only=read_only,
+        public_url=public_url,
+        trusted_hosts=LOOPBACK_NAMES | {bind_host.lower()},
+    )
+    dashboard = dashboard_settings(ExplainSettings.from_settings(settings))
+    sock = bind_socket(bind_host, bind_port)
+
     async def run() -> None:
-        async with open_backend(settings, max_size=_POOL_MAX_SIZE) as backend:
-            source = BackendSource(
-                backend,
-                database=describe_dsn(settings.pooled_dsn),
-                schema=settings.schema_name,
-                settings=DashboardSettings(explain=ExplainSettings.from_settings(settings)),
-            )
-            await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
-            config = UiConfig(token=settings.admin_token, read_only=read_only)
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    create_app(source, config),
-                    host=bind_host,
-                    port=bind_port,
-                    log_level="warning",
-                    lifespan="on",
+        limit_store = _limit_store(settings)
+        try:
+            async with open_backend(settings, max_size=_POOL_MAX_SIZE) as backend:
+                source = BackendSource(
+                    backend,
+                    database=describe_dsn(settings.pooled_dsn),
+                    schema=settings.schema_name,
+                    settings=dashboard,
+                    limit_store=limit_store,
                 )
-            )
-            typer.echo(f"taskq ui: serving http://{bind_host}:{bind_port}/", err=True)
-            await server.serve()
+                await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
+                server = uvicorn.Server(
+                    uvicorn.Config(
+                        create_app(source, config),
+                        log_level="warning",
+                        lifespan="on",
+                    )
+                )
+                where = display_address(bind_host, bind_port)
+                typer.echo(f"taskq ui: serving http://{where}/", err=True)
+                with _signals_stop_serving():
+                    await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+            if limit_store is not None:
+                await limit_store.close()
 
     run_async(run())

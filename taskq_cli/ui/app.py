@@ -1,8 +1,10 @@
-"""The Litestar application: templates, static files, OpenAPI under /api, the read model.
+"""The Litestar application: templates, static files, OpenAPI under /api, the read model,
+the security middleware and the outage answer.
 
 The ``DashboardSource`` (taskq_cli/tui/source.py, shared with ``taskq top``) is built by the
-caller; handlers reach it through the ``ui`` dependency (``Ui``: the source and the options),
-so pages and ``/api/`` read through one place and no query is written twice.
+caller; handlers reach it through the ``ui`` dependency (``Ui``: the source, the schedules,
+the fleet metrics and the options), so pages and ``/api/`` read through one place and no
+query is written twice.
 """
 
 from __future__ import annotations
@@ -10,17 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from litestar import Litestar
-from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar import Litestar, MediaType, Response, get
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
-from taskq_cli.tui.source import DashboardSource
-from taskq_cli.ui.config import HTMX_FILE, Ui, UiConfig
-from taskq_cli.ui.pages import overview
+from taskq_cli.tui.source import BackendSource, DashboardSource
+from taskq_cli.ui import outage
+from taskq_cli.ui.config import HTMX_FILE, MetricsExposition, ScheduleReader, Ui, UiConfig
+from taskq_cli.ui.format import FILTERS
+from taskq_cli.ui.pages import limits, login, overview, queues, workers
+from taskq_cli.ui.pages import schedules as schedule_pages
+from taskq_cli.ui.security import SecurityMiddleware
 
 HERE = Path(__file__).parent
 
@@ -32,28 +40,80 @@ def _ui(state: State) -> Ui:
 
 def _template_globals(engine: JinjaTemplateEngine, config: UiConfig) -> None:
     env = engine.engine
+    env.autoescape = True  # Litestar's default too: every value from the database is escaped
+    env.filters.update(FILTERS)
     env.globals["htmx_file"] = HTMX_FILE
     env.globals["read_only"] = config.read_only
     env.globals["refresh_seconds"] = config.refresh_seconds
+    env.globals["signed_in"] = config.token is not None
 
 
-def create_app(source: DashboardSource, config: UiConfig, *, debug: bool = False) -> Litestar:
-    """The admin UI over ``source``; the caller owns the source's backend (opens and closes it)."""
+@get("/metrics", include_in_schema=False, media_type=MediaType.TEXT)
+async def metrics_endpoint(ui: Ui, accept: str | None = None) -> Response[bytes]:
+    """The fleet metrics (taskq_core/obs/fleet.py) in Prometheus' text format."""
+    assert ui.metrics is not None, "registered only with metrics"
+    content_type, body = await ui.metrics.exposition(accept)
+    return Response(body, media_type=content_type)
+
+
+def _openapi(config: UiConfig) -> OpenAPIConfig:
+    """The document at /api/openapi.json (no documentation site: it would load scripts from
+    elsewhere, which the pages' Content-Security-Policy refuses)."""
+    if config.token is None:
+        return OpenAPIConfig(
+            title="TaskQ admin", version="1", path="/api", render_plugins=[JsonRenderPlugin()]
+        )
+    return OpenAPIConfig(
+        title="TaskQ admin",
+        version="1",
+        path="/api",
+        render_plugins=[JsonRenderPlugin()],
+        components=Components(
+            security_schemes={"token": SecurityScheme(type="http", scheme="bearer")}
+        ),
+        security=[{"token": []}],
+    )
+
+
+def create_app(
+    source: DashboardSource,
+    config: UiConfig,
+    *,
+    schedules: ScheduleReader | None = None,
+    metrics: MetricsExposition | None = None,
+    debug: bool = False,
+) -> Litestar:
+    """The admin UI over ``source``; the caller owns the source's backend (opens and closes
+    it). ``schedules`` defaults to a BackendSource's backend; ``metrics`` (the fleet
+    metrics) adds ``/metrics``."""
+    if schedules is None:
+        if not isinstance(source, BackendSource):
+            raise TypeError("create_app needs schedules= with a source other than BackendSource")
+        schedules = source.backend
 
     def configure(engine: JinjaTemplateEngine) -> None:
         _template_globals(engine, config)
 
     handlers: list[Any] = [
         create_static_files_router(path="/static", directories=[HERE / "static"]),
+        *login.HANDLERS,
         *overview.HANDLERS,
+        *queues.HANDLERS,
+        *workers.HANDLERS,
+        *schedule_pages.HANDLERS,
+        *limits.HANDLERS,
     ]
+    if metrics is not None:
+        handlers.append(metrics_endpoint)
     return Litestar(
         route_handlers=handlers,
         dependencies={"ui": Provide(_ui, sync_to_thread=False)},
-        state=State({"ui": Ui(source, config)}),
+        state=State({"ui": Ui(source, config, schedules, metrics)}),
+        middleware=[SecurityMiddleware(config)],
+        exception_handlers=outage.HANDLERS,
         template_config=TemplateConfig(
             directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=configure
         ),
-        openapi_config=OpenAPIConfig(title="TaskQ admin", version="1", path="/api"),
+        openapi_config=_openapi(config),
         debug=debug,
     )

@@ -1,4 +1,6 @@
-"""``/``: totals by status, the finished rate, the leader; ``/api/overview`` is its JSON."""
+"""``/``: is work flowing? Totals by status, jobs finished per minute, the leader, the
+workers, and alerts (no leader, a stranded queue, a stale worker, a paused queue, a limit
+used up). ``/api/overview`` is its JSON."""
 
 from __future__ import annotations
 
@@ -8,49 +10,101 @@ from litestar import get
 from litestar.response import Template
 from pydantic import BaseModel
 
-from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot
+from taskq_cli.tui.source import Snapshot
+from taskq_cli.ui.alerts import AlertKind, Severity, alerts, worker_name
 from taskq_cli.ui.config import Ui
+from taskq_cli.ui.render import page
+
+# The average finish rate covers this many of the last minutes (as taskq top's header).
+RATE_MINUTES = 5
+
+
+class AlertView(BaseModel):
+    """Something to look at: ``kind`` (no_leader, stale_leader, stranded_queue,
+    stale_worker, paused_queue, limit_full), how bad, what it is about, in words."""
+
+    kind: AlertKind
+    severity: Severity
+    subject: str
+    message: str
+
+
+class LeaderView(BaseModel):
+    """The maintenance leader: its name, its worker id and whether it is alive."""
+
+    name: str
+    worker_id: str
+    state: str
+
+
+class WorkerCounts(BaseModel):
+    """How many workers are running, stale (silent too long) and recently stopped."""
+
+    running: int
+    stale: int
+    stopped: int
 
 
 class Overview(BaseModel):
-    """What the overview shows, read at ``now`` on the database clock."""
+    """What the overview shows, read at ``now`` on the database clock. ``totals``: the
+    waiting and running jobs now, and the finished ones within ``window_seconds``."""
 
     now: datetime
+    window_seconds: float
     totals: dict[str, int]
     finished_per_minute: list[int]
     finished_last_minute: int
-    leader: str | None
-    live_workers: int
+    finished_rate: float
+    oldest_pending_at: datetime | None
+    leader: LeaderView | None
+    workers: WorkerCounts
+    alerts: list[AlertView]
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Overview:
         leader = snapshot.leader
+        states = [view.state for view in snapshot.workers]
+        oldest = [q.oldest_pending_at for q in snapshot.queues if q.oldest_pending_at]
         return cls(
             now=snapshot.now,
+            window_seconds=snapshot.window.total_seconds(),
             totals={status.value: n for status, n in snapshot.totals().items()},
             finished_per_minute=snapshot.finished_per_minute,
             finished_last_minute=snapshot.finished_last_minute,
-            leader=None if leader is None else f"{leader.row.hostname}:{leader.row.pid}",
-            live_workers=sum(1 for w in snapshot.workers if w.state == "running"),
+            finished_rate=round(snapshot.finished_rate(RATE_MINUTES), 2),
+            oldest_pending_at=min(oldest, default=None),
+            leader=None
+            if leader is None
+            else LeaderView(
+                name=worker_name(leader.row), worker_id=str(leader.row.id), state=leader.state
+            ),
+            workers=WorkerCounts(
+                running=states.count("running"),
+                stale=states.count("stale"),
+                stopped=states.count("stopped"),
+            ),
+            alerts=[
+                AlertView(kind=a.kind, severity=a.severity, subject=a.subject, message=a.message)
+                for a in alerts(snapshot)
+            ],
         )
 
 
-async def _read(source: DashboardSource) -> Overview:
-    return Overview.of(await source.snapshot(JobsFilter()))
+async def read_overview(ui: Ui) -> Overview:
+    """One snapshot, as the overview shows it."""
+    return Overview.of(await ui.snapshot())
 
 
 @get("/", include_in_schema=False)
 async def overview_page(ui: Ui, part: str | None = None) -> Template:
     """The overview page, or only its live part (``?part=live``, what htmx polls)."""
-    view = await _read(ui.source)
-    name = "overview_live.html" if part == "live" else "overview.html"
-    return Template(template_name=name, context={"view": view, "page": "overview"})
+    return page("overview", part, view=await read_overview(ui))
 
 
 @get("/api/overview")
 async def overview_api(ui: Ui) -> Overview:
-    """Totals by status, finished jobs per minute, the leader and the live workers."""
-    return await _read(ui.source)
+    """Totals by status, finished jobs per minute, the leader, the workers and the alerts."""
+    return await read_overview(ui)
 
 
 HANDLERS = [overview_page, overview_api]

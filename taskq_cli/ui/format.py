@@ -1,0 +1,75 @@
+"""Jinja filters the pages share: counts, ages, times, durations and the sparkline.
+
+Every filter returns plain text that autoescaping escapes, except ``sparkline``, whose SVG
+is built here from numbers only (never from a value read from the database as text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from markupsafe import Markup
+
+from taskq_cli import output
+from taskq_core.durations import format_duration
+
+_BAR_WIDTH = 6
+_BAR_GAP = 1
+_HEIGHT = 24
+
+
+def count(value: int | None) -> str:
+    """A count with thousands separators (a dash for none)."""
+    return "-" if value is None else f"{value:,}"
+
+
+def age(then: datetime | None, now: datetime | None = None) -> str:
+    """How long ago (``45s``, ``3m10s``) or how long until (``in 3m``); a dash for never."""
+    return output.age(then, now) or "-"
+
+
+def when(moment: datetime | None) -> str:
+    """A time for humans: ISO-8601 to the second, UTC (a dash for never)."""
+    return output.timestamp(moment) or "-"
+
+
+def duration(value: timedelta | float | None) -> str:
+    """``30s``, ``5m``, ``1h`` (seconds accepted too)."""
+    if value is None:
+        return "-"
+    if not isinstance(value, timedelta):
+        value = timedelta(seconds=value)
+    return format_duration(value)
+
+
+def sparkline(values: Sequence[int], label: str = "finished per minute") -> Markup:
+    """One bar per value, scaled to the largest, as inline SVG (each bar's count in its
+    tooltip; the newest on the right)."""
+    numbers = [max(int(v), 0) for v in values]
+    peak = max(numbers, default=0)
+    width = max(len(numbers) * (_BAR_WIDTH + _BAR_GAP) - _BAR_GAP, 1)
+    bars = []
+    for index, value in enumerate(numbers):
+        height = 1 if peak == 0 else max(1, round(value / peak * _HEIGHT))
+        x = index * (_BAR_WIDTH + _BAR_GAP)
+        ago = len(numbers) - 1 - index
+        title = f"{value:,} {'in the last minute' if ago == 0 else f'{ago} min before'}"
+        bars.append(
+            f'<rect x="{x}" y="{_HEIGHT - height}" width="{_BAR_WIDTH}" height="{height}">'
+            f"<title>{title}</title></rect>"
+        )
+    return Markup(
+        f'<svg class="spark" role="img" aria-label="{Markup.escape(label)}" width="{width}" '
+        f'height="{_HEIGHT}" viewBox="0 0 {width} {_HEIGHT}">{"".join(bars)}</svg>'
+    )
+
+
+FILTERS: dict[str, Any] = {
+    "count": count,
+    "age": age,
+    "when": when,
+    "duration": duration,
+    "sparkline": sparkline,
+}

@@ -1,0 +1,223 @@
+"""``/queues``: per queue what waits, what runs, what failed lately, how old the oldest
+pending job is, its mode and cap, whether it is paused (who, when, why) and, for a backlog,
+what holds it (taskq top's "why"). Pause and resume are POST actions; pausing asks for a
+reason on its own page (``/queues/{name}/pause``), out of the live region that would wipe
+what is being typed. ``/api/queues`` is the JSON, ``POST /api/queues/{name}/pause|resume``
+the actions for scripts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Request, get, post
+from litestar.enums import RequestEncodingType
+from litestar.exceptions import (
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.params import Body
+from litestar.response import Redirect, Template
+from pydantic import BaseModel, Field
+
+from taskq_cli.tui.source import Snapshot
+from taskq_cli.tui.why import PER_JOB, queue_blocker
+from taskq_cli.ui.config import Ui
+from taskq_cli.ui.render import back_to, is_htmx, page
+from taskq_core.backend.protocol import QueueActivity, QueueRow
+from taskq_core.statemachine import JobStatus
+
+# A pause reason longer than this is refused (it is shown in a table cell).
+MAX_REASON = 500
+# taskq top names the key that explains a job; the web page names the page.
+_PER_JOB = "per job: see a job's explain"
+
+
+class PauseNote(BaseModel):
+    """Who paused a queue (``user@host``; the web UI adds ``(web UI)``), when, and why."""
+
+    paused_at: datetime
+    paused_by: str | None
+    reason: str | None
+
+
+class QueueView(BaseModel):
+    """One queue. ``pending``, ``scheduled``, ``running`` (bodies running) and ``claimed``
+    (claimed ahead of a free consumer) are exact; ``failed`` and ``finished`` count the
+    window; ``why``: what holds back a backlog, empty when nothing waits long."""
+
+    name: str
+    pending: int
+    scheduled: int
+    running: int
+    claimed: int
+    failed: int
+    finished: dict[str, int]
+    finished_per_minute: list[int]
+    oldest_pending_at: datetime | None
+    mode: str
+    max_concurrent: int | None
+    paused: bool
+    pause: PauseNote | None
+    why: str
+
+    @classmethod
+    def of(cls, queue: QueueActivity, snapshot: Snapshot) -> QueueView:
+        note = snapshot.pauses.get(queue.name) if queue.paused else None
+        why = queue_blocker(queue, snapshot)
+        return cls(
+            name=queue.name,
+            pending=queue.pending,
+            scheduled=queue.scheduled,
+            running=queue.running,
+            claimed=queue.claimed,
+            failed=queue.finished.get(JobStatus.FAILED, 0),
+            finished={status.value: n for status, n in queue.finished.items()},
+            finished_per_minute=queue.finished_per_minute,
+            oldest_pending_at=queue.oldest_pending_at,
+            mode=queue.mode,
+            max_concurrent=queue.max_concurrent,
+            paused=queue.paused,
+            pause=None
+            if note is None
+            else PauseNote(paused_at=note.paused_at, paused_by=note.paused_by, reason=note.reason),
+            why=_PER_JOB if why == PER_JOB else why,
+        )
+
+
+class QueuesView(BaseModel):
+    """Every queue that has jobs or settings, read at ``now`` on the database clock."""
+
+    now: datetime
+    window_seconds: float
+    queues: list[QueueView]
+
+
+class PauseRequest(BaseModel):
+    """Why the queue is paused (shown with who and when)."""
+
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+
+
+class PauseForm(BaseModel):
+    """The pause page's form."""
+
+    reason: str = ""
+
+
+def _view(snapshot: Snapshot) -> QueuesView:
+    return QueuesView(
+        now=snapshot.now,
+        window_seconds=snapshot.window.total_seconds(),
+        queues=[QueueView.of(queue, snapshot) for queue in snapshot.queues],
+    )
+
+
+async def read_queues(ui: Ui) -> QueuesView:
+    """One snapshot, as the queues page shows it."""
+    return _view(await ui.snapshot())
+
+
+async def _known(ui: Ui, name: str) -> QueueView:
+    """The queue as the page shows it; 404 for a queue with neither jobs nor settings
+    (a typo would otherwise create it)."""
+    view = await read_queues(ui)
+    for queue in view.queues:
+        if queue.name == name:
+            return queue
+    raise NotFoundException(f"unknown queue {name!r}")
+
+
+def _check_reason(reason: str | None) -> str | None:
+    reason = (reason or "").strip()
+    if "\x00" in reason:
+        raise _bad_request("the reason must not contain a NUL character")
+    if len(reason) > MAX_REASON:
+        raise _bad_request(f"the reason is at most {MAX_REASON} characters")
+    return reason or None
+
+
+def _bad_request(message: str) -> Exception:
+    return ValidationException(message)
+
+
+async def _set_paused(ui: Ui, name: str, paused: bool, reason: str | None) -> QueueRow:
+    await _known(ui, name)
+    return await ui.source.set_queue_paused(name, paused, reason)
+
+
+async def _answer(ui: Ui, request: Request[Any, Any, Any]) -> Template | Redirect:
+    """What a browser sees after an action: the refreshed table (htmx) or the page."""
+    if is_htmx(request):
+        return page("queues", "live", view=await read_queues(ui))
+    return back_to("/queues")
+
+
+@get("/queues", include_in_schema=False)
+async def queues_page(ui: Ui, part: str | None = None) -> Template:
+    """The queues page, or only its live part (``?part=live``)."""
+    return page("queues", part, view=await read_queues(ui))
+
+
+@get("/queues/{name:str}/pause", include_in_schema=False)
+async def pause_form(ui: Ui, name: str) -> Template:
+    """The form that asks why before pausing."""
+    if ui.config.read_only:
+        raise PermissionDeniedException("this admin UI is read-only (taskq ui serve --read-only)")
+    return Template(
+        template_name="queue_pause.html",
+        context={"page": "queues", "queue": await _known(ui, name)},
+    )
+
+
+@post("/queues/{name:str}/pause", include_in_schema=False)
+async def pause_action(
+    ui: Ui,
+    request: Request[Any, Any, Any],
+    name: str,
+    data: Annotated[PauseForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+) -> Template | Redirect:
+    """Pause the queue: workers stop claiming its jobs (running ones finish)."""
+    await _set_paused(ui, name, True, _check_reason(data.reason))
+    return await _answer(ui, request)
+
+
+@post("/queues/{name:str}/resume", include_in_schema=False)
+async def resume_action(ui: Ui, request: Request[Any, Any, Any], name: str) -> Template | Redirect:
+    """Resume the queue: workers claim its jobs again."""
+    await _set_paused(ui, name, False, None)
+    return await _answer(ui, request)
+
+
+@get("/api/queues")
+async def queues_api(ui: Ui) -> QueuesView:
+    """Every queue: counts, oldest pending job, mode, cap, pause note, what holds it."""
+    return await read_queues(ui)
+
+
+@post("/api/queues/{name:str}/pause", status_code=200)
+async def pause_api(ui: Ui, name: str, data: PauseRequest | None = None) -> QueueView:
+    """Pause a queue (with a reason); the queue after."""
+    reason = _check_reason(None if data is None else data.reason)
+    await _set_paused(ui, name, True, reason)
+    return await _known(ui, name)
+
+
+@post("/api/queues/{name:str}/resume", status_code=200)
+async def resume_api(ui: Ui, name: str) -> QueueView:
+    """Resume a paused queue; the queue after."""
+    await _set_paused(ui, name, False, None)
+    return await _known(ui, name)
+
+
+HANDLERS = [
+    queues_page,
+    pause_form,
+    pause_action,
+    resume_action,
+    queues_api,
+    pause_api,
+    resume_api,
+]

@@ -1,0 +1,28 @@
+"""How a page answers: the whole page, or only its live part for htmx, and how an action
+answers a browser (the refreshed live part for htmx, a redirect back for a plain form)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request
+from litestar.response import Redirect, Template
+
+# ``?part=live``: what a page's live region polls.
+LIVE = "live"
+
+
+def page(name: str, part: str | None, **context: Any) -> Template:
+    """``<name>.html`` (the page, which includes its live part) or ``<name>_live.html``."""
+    template = f"{name}_live.html" if part == LIVE else f"{name}.html"
+    return Template(template_name=template, context={"page": name, **context})
+
+
+def is_htmx(request: Request[Any, Any, Any]) -> bool:
+    """Whether htmx sent the request (it then swaps the answer into the page)."""
+    return request.headers.get("hx-request") == "true"
+
+
+def back_to(path: str) -> Redirect:
+    """After a plain form's POST: see the page again (POST, redirect, GET)."""
+    return Redirect(path=path, status_code=303)
