@@ -54,7 +54,9 @@ def test_the_settings_read_by_name_are_real_settings() -> None:
 
 
 def test_a_set_setting_that_nothing_reads_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TASKQ_ADMIN_PORT", "9090")
+    monkeypatch.setenv("TASKQ_DISPATCH_SCOPE_BY_HOME_QUEUE", "true")
     monkeypatch.setenv("TASKQ_MAX_CONCURRENCY", "3")
     monkeypatch.setenv("TASKQ_PRUNE_RETENTION_FAILED", "7d")  # in effect: not reported
-    assert settings_not_in_effect(TaskqSettings.load()) == {"TASKQ_ADMIN_PORT": "the admin web UI"}
+    assert settings_not_in_effect(TaskqSettings.load()) == {
+        "TASKQ_DISPATCH_SCOPE_BY_HOME_QUEUE": "home-queue dispatch scoping"
+    }
