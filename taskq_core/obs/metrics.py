@@ -132,7 +132,7 @@ CATALOGUE: tuple[Spec, ...] = (
     Spec("leaked_slots_freed", "taskq.reservation.leaked_slots_freed", "counter", "{slot}",
          "Reservation slots freed by Sweep 4 (lease run out, or their job ended)"),
     Spec("batches_ended", "taskq.batches.ended", "counter", "{batch}",
-         "Batches ended (completed or aborted), by the batch hook or the stale sweep",
+         "Batches ended (complete or aborted), by the batch hook or the stale sweep",
          ("taskq.batch.status", "taskq.batch.ended_by")),
     Spec("pruned_jobs", "taskq.prune.jobs_archived", "counter", "{job}",
          "Terminal jobs moved to the archive by the prune (Sweep 5)",
@@ -329,7 +329,7 @@ def count_sent(destinations: Iterable[tuple[str, str]]) -> None:
 
 
 def count_batch_end(meters: Instruments, status: str, ended_by: str) -> None:
-    """One batch ended (``completed``/``aborted``) by the hook or the stale sweep."""
+    """One batch ended (``complete`` or ``aborted``) by the hook or the stale sweep."""
     meters.batches_ended.add(
         1, labels(**{"taskq.batch.status": status, "taskq.batch.ended_by": ended_by})
     )

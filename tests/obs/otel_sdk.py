@@ -95,7 +95,9 @@ def install(*, traces: bool = True) -> Sdk:
 
 
 def uninstall() -> None:
-    """Shut the providers down and go back to the proxies."""
+    """Shut the providers down and go back to the proxies; every worker the test started
+    must have stopped watching its gauges by now (a stopped worker never reports)."""
+    assert gauges._workers == [], "a worker still reports in the gauges after its test"
     for provider in (metrics.get_meter_provider(), trace.get_tracer_provider()):
         shutdown = getattr(provider, "shutdown", None)
         if shutdown is not None:
