@@ -150,8 +150,9 @@ def sdk_disabled(environ: Mapping[str, str]) -> bool:
 
 def resource(settings: TaskqSettings, role: Role) -> Resource:
     """service.name (OTEL_SERVICE_NAME, else taskq-worker/taskq-workgroup),
-    deployment.environment (TASKQ_ENVIRONMENT), taskq.worker_group (TASKQ_WORKER_GROUP), and
-    whatever OTEL_RESOURCE_ATTRIBUTES says, which wins over TaskQ's own."""
+    deployment.environment[.name] (TASKQ_ENVIRONMENT), taskq.worker_group
+    (TASKQ_WORKER_GROUP), and whatever OTEL_RESOURCE_ATTRIBUTES says, which wins over
+    TaskQ's own."""
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
     ours: dict[str, str] = {
@@ -159,8 +160,15 @@ def resource(settings: TaskqSettings, role: Role) -> Resource:
         "taskq.worker_group": settings.worker_group,
     }
     if settings.environment:
+        # Both spellings: the current conventions' (also on TaskQ's spans) and the older
+        # one many backends still key on.
+        ours["deployment.environment.name"] = settings.environment
         ours["deployment.environment"] = settings.environment
     from_env = OTELResourceDetector().detect().attributes
+    if {"deployment.environment", "deployment.environment.name"} & set(from_env):
+        # One spelling set there names the environment: TaskQ's would contradict it.
+        ours.pop("deployment.environment", None)
+        ours.pop("deployment.environment.name", None)
     return Resource.create({**ours, **from_env})
 
 

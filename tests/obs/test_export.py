@@ -137,6 +137,7 @@ def test_resource_names_the_service_environment_and_worker_group(
     attributes = resource(settings, "worker").attributes
     assert attributes["service.name"] == "taskq-worker"
     assert attributes["deployment.environment"] == "staging"
+    assert attributes["deployment.environment.name"] == "staging"
     assert attributes["taskq.worker_group"] == "media"
     assert resource(TaskqSettings.load(), "workgroup").attributes["service.name"] == (
         "taskq-workgroup"
@@ -148,6 +149,7 @@ def test_resource_names_the_service_environment_and_worker_group(
     attributes = resource(settings, "worker").attributes
     assert attributes["service.name"] == "billing"
     assert attributes["deployment.environment"] == "prod"
+    assert "deployment.environment.name" not in attributes  # not TaskQ's contradicting one
     assert attributes["team"] == "pay"
 
 
@@ -229,6 +231,9 @@ async def export_one_job(
     assert attrs["taskq.actor"] == "echo"
     assert attrs["messaging.destination.name"] == "default"
     assert attrs["taskq.outcome"] == "succeeded"
+    # Linked to the DISPATCH span that claimed it, exported alongside.
+    dispatches = {span.span_id for _, span in received.spans() if span.name == "dispatch"}
+    assert {link.span_id for link in span.links} & dispatches
     assert labels["service.name"] == service
     assert labels["deployment.environment"] == "staging"
     assert labels["taskq.worker_group"] == "media"

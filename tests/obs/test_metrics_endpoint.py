@@ -201,13 +201,22 @@ async def test_a_worker_counts_the_jobs_it_ran_on_its_metrics_endpoint(
                 and s.labels.get("taskq_outcome") == "succeeded"
             )
 
-        parsed = await scrape_until(path, lambda p: succeeded(p) >= jobs)
+        def leading(parsed: dict[str, Metric]) -> bool:
+            family = parsed.get("taskq_maintenance_leader_is_leader")
+            return family is not None and sample(family) == 1
+
+        # The only worker becomes the leader soon after its start: wait for that too.
+        parsed = await scrape_until(path, lambda p: succeeded(p) >= jobs and leading(p))
         assert succeeded(parsed) == jobs
         durations = parsed["messaging_process_duration_seconds"]
         assert sum(
             s.value for s in durations.samples
             if s.name.endswith("_count") and s.labels.get("taskq_actor") == "echo"
         ) == jobs  # fmt: skip
+        # The worker-state gauges, read at the scrape.
+        assert sample(parsed["taskq_database_available"]) == 1
+        assert sample(parsed["taskq_shutdown_phase"]) == 0
+        assert "taskq_active_jobs" in parsed
         [info] = parsed["target_info"].samples
         assert info.labels["service_name"] == "taskq-worker"
         assert info.labels["taskq_worker_group"] == "default"
