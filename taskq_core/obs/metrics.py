@@ -15,6 +15,7 @@ outcome) and cached: recording a job costs two instrument calls and a cache look
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -263,16 +264,23 @@ def meter_installed() -> bool:
     return type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
 
 
-def flush(timeout_millis: int = 1000) -> None:
+def flush(timeout: float = 1.0) -> None:
     """Push what the SDK holds to its exporters now (a watchdog trip exits the process with
-    no unwinding, so a push exporter would never send the trip), within about the timeout."""
-    for provider in (metrics.get_meter_provider(), trace.get_tracer_provider()):
-        force_flush = getattr(provider, "force_flush", None)
-        if force_flush is not None:
-            try:
-                force_flush(timeout_millis=timeout_millis)
-            except Exception:  # flushing is best effort on the way out
-                pass
+    no unwinding, so a push exporter would never send the trip). Waits ``timeout`` seconds
+    at most: an exporter's own request timeout is longer, and the exit must not wait on it."""
+
+    def push() -> None:
+        for provider in (metrics.get_meter_provider(), trace.get_tracer_provider()):
+            force_flush = getattr(provider, "force_flush", None)
+            if force_flush is not None:
+                try:
+                    force_flush(timeout_millis=int(timeout * 1000))
+                except Exception:  # best effort on the way out
+                    pass
+
+    pusher = threading.Thread(target=push, name="taskq-telemetry-flush", daemon=True)
+    pusher.start()
+    pusher.join(timeout)
 
 
 # --- attribute sets, built once ---------------------------------------------------------

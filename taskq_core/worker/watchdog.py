@@ -33,7 +33,7 @@ from taskq_core.constants import EXIT_WATCHDOG
 from taskq_core.obs.metrics import flush, instruments, labels
 
 # How long a trip waits for the telemetry SDK to push the trip before the process exits.
-TRIP_FLUSH_MILLIS = 1000
+TRIP_FLUSH_SECONDS = 1.0
 
 
 class LoopLiveness:
@@ -113,7 +113,7 @@ def trip(log: Any, detector: str, reason: str, *, dump: bool = True) -> None:
         dump_task_stacks(log, f"watchdog:{detector}")
     else:
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    flush(TRIP_FLUSH_MILLIS)
+    flush(TRIP_FLUSH_SECONDS)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_WATCHDOG)
