@@ -16,13 +16,23 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Protocol,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
 
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import ConfigError, PayloadValidationError
+from taskq_core.progress import check_progress
 from taskq_core.ratelimit.primitives import check_declarations
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -30,6 +40,16 @@ if TYPE_CHECKING:  # the protocol package is not needed to declare an actor
     from taskq_core.backend.protocol.schedules import ScheduleSpec
 
 P = TypeVar("P")
+
+
+class ProgressSink(Protocol):
+    """Where a JobContext's progress reports go (the worker's ``JobProgress``)."""
+
+    def report(self, current: float, total: float | None, message: str | None) -> None:
+        """A checked report, made on the event loop's thread."""
+
+    def report_threadsafe(self, current: float, total: float | None, message: str | None) -> None:
+        """A checked report, made on any thread."""
 
 
 @dataclass
@@ -40,6 +60,9 @@ class JobContext(Generic[P]):
     looks at it and returns early is treated as interrupted: a cancelled job ends
     ``cancelled``, a job interrupted by shutdown goes back to the queue. An actor that never
     looks at it and returns normally has finished its work, and its result is kept.
+
+    ``report_progress`` (``report_progress_sync`` in a plain ``def`` actor) tells readers how
+    far the job has got: ``taskq jobs show``, ``taskq top`` and ``JobsClient.watch_progress``.
     """
 
     job_id: UUID
@@ -52,6 +75,28 @@ class JobContext(Generic[P]):
     metadata: dict[str, Any] = field(default_factory=dict)
     cancel_observed: bool = field(default=False, repr=False)
     _open_connection: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
+    _progress: ProgressSink | None = field(default=None, repr=False)
+
+    async def report_progress(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the job has got: ``current`` out of ``total`` (when known), with an
+        optional ``message``. Cheap enough to call per item: the job's row gets the latest
+        report at most every TASKQ_PROGRESS_FLUSH_INTERVAL (and the last one before the job's
+        outcome), Redis subscribers every report. Never fails the job for a database or
+        Redis error; bad values raise TypeError or ValueError here. Outside a worker it only
+        checks its arguments."""
+        checked = check_progress(current, total, message)
+        if self._progress is not None:
+            self._progress.report(*checked)
+
+    def report_progress_sync(
+        self, current: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """``report_progress`` for a plain ``def`` actor (callable from any thread)."""
+        checked = check_progress(current, total, message)
+        if self._progress is not None:
+            self._progress.report_threadsafe(*checked)
 
     async def connection(self) -> Any:
         """A database connection inside the transaction that records this job's success.

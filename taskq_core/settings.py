@@ -230,8 +230,10 @@ class TaskqSettings(BaseSettings):
     """Record OpenTelemetry spans and metrics (when an SDK provider is installed)."""
     worker_group: str = "default"
     """Consumer group name on CONSUMER spans."""
-    log_format: Literal["json", "console"] = "json"
-    """Log records as JSON lines or as console text."""
+    log_format: Literal["json", "console"] | None = None
+    """Log records as JSON lines or as console text; unset: console text when stderr is a
+    terminal, JSON lines otherwise. Lines an actor writes (structlog or ``logging``) carry
+    the job's ``job_id``, ``actor``, ``queue``, ``attempt`` and ``trace_id``."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     """The lowest level logged (SIGHUP re-reads it)."""
     progress_flush_interval: Seconds = Field(default=1.0, gt=0)

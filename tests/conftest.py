@@ -23,6 +23,7 @@ from chaos.pgbouncer import PgBouncer, PgBouncerUnavailable
 from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
 from taskq_core.backend.postgres.migrate import migrate_up
+from taskq_core.obs.logs import reset_logging
 
 TASKQ_BIN = str(Path(sys.executable).parent / "taskq")
 _schema_ids = itertools.count(1)
@@ -46,10 +47,12 @@ class PgTarget:
 @pytest.fixture(autouse=True)
 def fresh_logging() -> Iterator[None]:
     """Each test starts with structlog's defaults: an in-process CLI run configures logging
-    at WARNING, which would otherwise hide the info events a later test captures."""
+    at WARNING, which would otherwise hide the info events a later test captures (and puts
+    its stdlib handler on the root logger, taken off again here)."""
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+    reset_logging()
 
 
 @pytest.fixture(scope="session")

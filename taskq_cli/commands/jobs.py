@@ -20,6 +20,7 @@ from taskq_cli.batch_progress import JobBatch, read_job_batch
 from taskq_cli.commands import job_fixes, reclaims
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
+from taskq_cli.job_progress import progress_document, progress_line, reported_at
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import (
     ArchivedJob,
@@ -194,6 +195,7 @@ def show(
         output.print_json(
             {
                 "job": output.job_document(history.job),
+                "progress": progress_document(history.job),
                 "archived": _archived_document(history.archived),
                 "batch": None if history.batch is None else history.batch.document(),
                 "attempts": [output.attempt_document(a) for a in history.attempts],
@@ -226,6 +228,7 @@ def _render_history(history: _JobHistory) -> None:
             ("actor", job.actor),
             ("queue", job.queue),
             ("status", _status_line(job, archived)),
+            ("progress", progress_line(job, output.age(reported_at(job)))),
             ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
             ("priority", job.priority),
             ("origin", job_origin(job)),

@@ -1,15 +1,28 @@
 """structlog configuration. Event names are fixed snake_case verb phrases (``worker_started``).
 
-Logs always go to stderr so that ``--json`` output on stdout stays one clean document.
+Logs always go to stderr so that ``--json`` output on stdout stays one clean document: JSON
+lines, or console text when stderr is a terminal (``TASKQ_LOG_FORMAT`` unset). Records of the
+standard ``logging`` module go through the same processors (``ProcessorFormatter``), so a
+``logging.getLogger(__name__).info(...)`` in an actor renders like a structlog line.
+
+While a job runs, its context (``job_id``, ``actor``, ``queue``, ``attempt``, and
+``trace_id`` and ``identity_key`` when it has them) is bound as structlog context variables
+(``bind_job_context``): every line the actor writes carries it, through either API.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
+from contextvars import Token
 from typing import Any
 
 import structlog
+from opentelemetry import trace
+
+# The handler configure_logging put on the root logger, replaced when it runs again.
+_ROOT_HANDLER: logging.Handler | None = None
 
 
 class _StderrLogger:
@@ -25,35 +38,125 @@ def _stderr_logger_factory(*_args: Any) -> _StderrLogger:
     return _StderrLogger()
 
 
-def configure_logging(*, fmt: str = "console", level: str = "INFO") -> None:
-    """Route structlog to stderr as JSON lines or human console lines at ``level``."""
+class _StderrHandler(logging.Handler):
+    """A stdlib handler writing to whatever ``sys.stderr`` is when a record is emitted (a
+    stream bound at start would miss a redirected stderr, as structlog's lines do not)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
+
+
+def resolve_format(fmt: str | None) -> str:
+    """``json`` or ``console``; None picks console on a terminal, JSON everywhere else."""
+    if fmt is not None:
+        return fmt
+    isatty = getattr(sys.stderr, "isatty", None)
+    return "console" if isatty is not None and isatty() else "json"
+
+
+def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
+    """Route structlog and stdlib logging to stderr as JSON lines or console text at ``level``
+    (``fmt`` None: console text when stderr is a terminal, else JSON). Safe to call again
+    (SIGHUP): the previous configuration is replaced."""
+    global _ROOT_HANDLER
     renderer: Any = (
         structlog.processors.JSONRenderer()
-        if fmt == "json"
+        if resolve_format(fmt) == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    numeric = logging.getLevelName(level)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+    handler = _StderrHandler(numeric)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                *shared,
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.ExtraAdder(),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    if _ROOT_HANDLER is not None:
+        root.removeHandler(_ROOT_HANDLER)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    _ROOT_HANDLER = handler
     # asyncpg's pool logs a traceback for every failed attempt to reopen its minimum of
     # connections, every second of an outage; the worker reports the outage itself, once
     # (database_unavailable / database_available).
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
 
+def reset_logging() -> None:
+    """Undo configure_logging's stdlib side (tests; structlog has ``reset_defaults``)."""
+    global _ROOT_HANDLER
+    if _ROOT_HANDLER is not None:
+        root = logging.getLogger()
+        root.removeHandler(_ROOT_HANDLER)
+        root.setLevel(logging.WARNING)
+        _ROOT_HANDLER = None
+
+
 def get_logger(component: str) -> Any:
     """A logger bound with the component that emits it."""
     # A lazy proxy: binding now would freeze the default (stdout) configuration.
     return structlog.get_logger(component=component)
+
+
+JobContextTokens = Mapping[str, Token[Any]]
+
+
+def bind_job_context(
+    *,
+    job_id: str,
+    actor: str,
+    queue: str,
+    attempt: int,
+    trace_id: str | None,
+    identity_key: str | None = None,
+) -> JobContextTokens:
+    """Bind one job's fields as structlog context variables of the current context (a task
+    started from it, or a thread given ``contextvars.copy_context()``, inherits them); hand
+    the result to ``unbind_job_context`` when the job is over."""
+    fields: dict[str, Any] = {"job_id": job_id, "actor": actor, "queue": queue, "attempt": attempt}
+    if trace_id is not None:  # a job enqueued without tracing has none
+        fields["trace_id"] = trace_id
+    if identity_key is not None:
+        fields["identity_key"] = identity_key
+    return structlog.contextvars.bind_contextvars(**fields)
+
+
+def unbind_job_context(tokens: JobContextTokens) -> None:
+    """Restore the context variables as they were before ``bind_job_context``."""
+    structlog.contextvars.reset_contextvars(**tokens)
+
+
+def recording_trace_id(fallback: str | None) -> str | None:
+    """The trace id of the current span when it records (the CONSUMER span while a job
+    runs), else ``fallback`` (the trace id stored on the job)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return fallback
+    return format(span.get_span_context().trace_id, "032x")
 
 
 def log_crash(logger: Any, event: str, exc: BaseException, **fields: Any) -> None:

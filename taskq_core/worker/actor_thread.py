@@ -5,11 +5,16 @@ A THREAD-scoped provider gives one instance per thread that runs actors. So befo
 on the event loop with that thread's THREAD container, and the thread itself calls the
 THREAD-scoped factories (a thread-bound resource is made where it is used). Then the thread
 runs the actor body. ``release()`` frees a thread whose actor never got to run.
+
+Everything the thread runs for the job runs in the context it was given (a copy of the
+consumer's, made while the job's log fields are bound), since context variables do not
+cross into an executor thread by themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -30,8 +35,11 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 class ActorThread:
     """One held executor thread: DI calls in, then the actor body (a ThreadSeat for di)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, context: contextvars.Context | None = None
+    ) -> None:
         self._loop = loop
+        self._context = context or contextvars.copy_context()
         self._claimed: asyncio.Future[int] = loop.create_future()
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ident = 0
@@ -51,9 +59,9 @@ class ActorThread:
                 return None
             fn, reply = item
             if reply is None:
-                return fn()  # the actor body: its outcome is the executor future's
+                return self._context.run(fn)  # the body: its outcome is the executor future's
             try:
-                result = fn()
+                result = self._context.run(fn)
             except BaseException as exc:  # handed to the awaiting resolver on the loop
                 self._reply(reply, None, exc)
             else:

@@ -20,11 +20,17 @@ releases the job once it applied the outcome: the until-idle drain never sees th
 gone and its finalizer not yet enqueued.
 
 Writes are shielded: a cancellation of the consumer during shutdown cannot interrupt one.
+
+While a job runs, its fields (job id, actor, queue, attempt, trace id) are bound to the log
+context (``obs.logs.bind_job_context``), copied into a plain ``def`` actor's thread, and
+unbound when it is over. Its progress reports go through ``progress.JobProgress``, whose last
+report is written before the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import traceback
 from collections.abc import Awaitable, Callable
@@ -40,7 +46,9 @@ from taskq_core.backend.protocol import ErrorInfo, Success
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
-from taskq_core.obs.metrics import consumer_span, instruments
+from taskq_core.obs.logs import bind_job_context, recording_trace_id, unbind_job_context
+from taskq_core.obs.metrics import record_job
+from taskq_core.obs.spans import consumer_span
 from taskq_core.ratelimit.gate import STORE_UNAVAILABLE_RETRY_AFTER, Denial
 from taskq_core.ratelimit.registry import KeyFunctionError
 from taskq_core.retry import RetryAfter, Snooze
@@ -53,6 +61,7 @@ from taskq_core.worker.batch_hook import (
     status_of_row,
 )
 from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.progress import JobProgress, held_publisher, publisher_of
 from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause
 
 UNKNOWN_ACTOR_SNOOZE = timedelta(seconds=10)
@@ -89,6 +98,13 @@ class ConsumerLoop:
     async def run(self) -> None:
         """Take and execute jobs until consumers are told to stop."""
         deps = self.deps
+        async with held_publisher(
+            deps.worker_id, deps.settings, clock=deps.clock, log=deps.log
+        ):  # fmt: skip
+            await self._take_jobs()
+
+    async def _take_jobs(self) -> None:
+        deps = self.deps
         queue = deps.local_queue
         stop_waiter = asyncio.ensure_future(deps.consumer_stop.wait())
         try:
@@ -113,21 +129,42 @@ async def execute_job(deps: WorkerDeps, held: ActiveJob) -> str:
     if held.lost is not None:
         deps.active.remove(held)
         return "lost"
-    if not deps.telemetry:
-        return await _execute(deps, held)
     job = held.job
     started = deps.clock.monotonic()
-    with consumer_span(job.actor, job.queue, str(job.id), job.trace_id, job.span_id) as span:
+    if deps.telemetry:
+        with consumer_span(
+            deps.labels, job.actor, job.queue, str(job.id), job.attempt,
+            job.trace_id, job.span_id, held.dispatch_span,
+        ) as span:  # fmt: skip
+            outcome = await _execute(deps, held)
+            span.set_attribute("taskq.outcome", outcome)
+    else:
         outcome = await _execute(deps, held)
-        span.set_attribute("taskq.outcome", outcome)
-    attributes = {"taskq.actor": job.actor, "messaging.destination.name": job.queue}
-    meters = instruments()
-    meters.process_duration.record(deps.clock.monotonic() - started, attributes)
-    meters.consumed_messages.add(1, {**attributes, "taskq.outcome": outcome})
+    if deps.metering:
+        seconds = deps.clock.monotonic() - started
+        record_job(job.actor, job.queue, outcome, deps.settings.worker_group, seconds)
     return outcome
 
 
 async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
+    """Run the job with its fields bound to the log context: every line the actor and this
+    consumer write about it carries them (a plain ``def`` actor's thread too)."""
+    job = held.job
+    tokens = bind_job_context(
+        job_id=str(job.id),
+        actor=job.actor,
+        queue=job.queue,
+        attempt=job.attempt,
+        trace_id=recording_trace_id(job.trace_id) if deps.telemetry else job.trace_id,
+        identity_key=job.identity_key,
+    )
+    try:
+        return await _run(deps, held)
+    finally:
+        unbind_job_context(tokens)
+
+
+async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
     job, lease = held.job, held.lease
     ref = deps.registry.get(job.actor)
     if ref is None:
@@ -163,6 +200,17 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
             connection.append(await transaction.enter_async_context(deps.backend.transaction()))
         return connection[0]
 
+    progress = JobProgress(
+        lease,
+        seq=job.progress_seq,  # a new attempt goes on from the seq its row holds
+        backend=deps.backend,
+        clock=deps.clock,
+        interval=deps.settings.progress_flush_interval,
+        log=deps.log,
+        database=deps.database,
+        publisher=publisher_of(deps.worker_id),
+        lost=lambda: held.lost is not None,
+    )
     held.ctx = JobContext(
         job_id=job.id,
         attempt=job.attempt,
@@ -172,6 +220,7 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
         payload=payload,
         metadata=dict(job.metadata),
         _open_connection=open_connection,
+        _progress=progress,
     )
     held.in_thread = not ref.is_async
     deps.active.start(held, deps.clock.monotonic())
@@ -182,6 +231,8 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
     finally:
         if limited:
             await _release_slots(deps, held, abandoned=outcome == "abandoned")
+        if progress.used:  # the last report goes before the outcome, unless the job is gone
+            await progress.finish(write=outcome not in ("abandoned", "crashed"))
     ran_for = held.ran_for(deps.clock.monotonic())
     if outcome == "abandoned":
         if connection and held.task is not None:  # roll back once the body lets go of it
@@ -313,7 +364,9 @@ async def _invoke(
         if ref.is_async:
             return await ref.fn(**kwargs)
         loop = asyncio.get_running_loop()
-        thread = loop.run_in_executor(deps.executor, functools.partial(ref.fn, **kwargs))
+        # The thread runs in a copy of this task's context: the job's log fields go with it.
+        body = functools.partial(contextvars.copy_context().run, ref.fn, **kwargs)
+        thread = loop.run_in_executor(deps.executor, body)
         return await _until_thread_ends(deps, held, thread)
 
     async def call_with_dependencies() -> Any:
@@ -322,7 +375,7 @@ async def _invoke(
                 return await call(di_kwargs)
         # THREAD-scoped values belong to the thread that runs the body: hold one first.
         loop = asyncio.get_running_loop()
-        seat = ActorThread(loop)
+        seat = ActorThread(loop, contextvars.copy_context())
         thread = loop.run_in_executor(deps.executor, seat.serve)
         try:
             await seat.claimed()

@@ -1,7 +1,8 @@
 """The job detail screen: what the job is, what it carried, how it ended, and its history.
 
-Sections: the fields an operator needs first (a batch's child names its batch and how far
-it has got, a finalizer the batch it finalizes), the payload, the result (or the last error
+Sections: the fields an operator needs first (the progress its actor last reported, with a
+bar when it gave a total; a batch's child names its batch and how far it has got, a
+finalizer the batch it finalizes), the payload, the result (or the last error
 with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
 through the same confirmation as on the main screen, ``e`` explains it, ``y`` copies its
 id; Esc goes back. A job the prune moved to
@@ -24,7 +25,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from taskq_cli.batch_progress import JobBatch
-from taskq_cli.output import to_jsonable
+from taskq_cli.job_progress import progress_line, reported_at
+from taskq_cli.output import age, to_jsonable
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
@@ -33,6 +35,10 @@ from taskq_core.explain import job_origin
 
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _ago(value: datetime | None) -> str | None:
+    return None if value is None else age(value)
 
 
 def _json(value: Any) -> str:
@@ -45,6 +51,7 @@ def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
         ("actor", job.actor),
         ("queue", job.queue),
         ("status", "running (claimed, not started)" if job.is_claimed else job.status.value),
+        ("progress", progress_line(job, _ago(reported_at(job))) or "-"),
         ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
         ("priority", str(job.priority)),
         ("created", _when(job.created_at)),

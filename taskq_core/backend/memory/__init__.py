@@ -27,6 +27,7 @@ from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .leader import LeaderPart
 from .notify import NotifyPart
+from .progress import ProgressPart
 from .ratelimit import RateLimitPart
 from .reads import ReadsPart
 from .retention import RetentionPart
@@ -53,6 +54,7 @@ class InMemoryBackend(
     RetentionPart,
     SchedulePart,
     RateLimitPart,
+    ProgressPart,
 ):
     """The Backend protocol held in Python dicts, with an injectable clock (tests only).
 

@@ -21,6 +21,7 @@ from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .errors import translate_errors
 from .leader import LeaderPart
+from .progress import ProgressPart
 from .ratelimit import RateLimitPart
 from .retention import RetentionPart
 from .schedules import SchedulePart
@@ -44,6 +45,7 @@ class PostgresBackend(
     RetentionPart,
     SchedulePart,
     RateLimitPart,
+    ProgressPart,
 ):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.
 

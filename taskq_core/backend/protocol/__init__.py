@@ -58,6 +58,7 @@ from taskq_core.backend.protocol.leader import (
     LeaderBackend,
     LeaderRow,
 )
+from taskq_core.backend.protocol.progress import ProgressBackend
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
     LimitDefinition,
@@ -125,6 +126,7 @@ class Backend(
     ScheduleBackend,
     RateLimitBackend,
     BatchBackend,
+    ProgressBackend,
     Protocol,
 ):
     """Everything TaskQ needs of its storage: the parts together."""
@@ -186,6 +188,7 @@ __all__ = [
     "LimitUsage",
     "LimiterStore",
     "NewBatch",
+    "ProgressBackend",
     "PrunePolicy",
     "PruneResult",
     "QueueActivity",

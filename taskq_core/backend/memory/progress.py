@@ -1,0 +1,23 @@
+"""Job progress in memory: the fenced write of a running job's latest report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskq_core.backend.protocol import Lease
+
+from .store import MemoryStore, as_json
+
+
+class ProgressPart(MemoryStore):
+    """Write a running job's progress."""
+
+    async def write_progress(self, lease: Lease, seq: int, state: dict[str, Any]) -> bool:
+        """The report, when the lease still holds and ``seq`` is newer than the stored one."""
+        job = self._leased(lease)
+        if job is None or seq <= job.progress_seq:
+            return False
+        job.progress_state = as_json(state)
+        job.progress_seq = seq
+        job.updated_at = self._now()
+        return True
