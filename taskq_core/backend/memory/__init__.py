@@ -12,7 +12,7 @@ start marks, the dispatch order), ``settle`` (every outcome of a claimed attempt
 writes, workers, actor configs, queues), ``notify`` (wake-ups), ``retention`` (prune,
 archive expiry, archived reads) and ``schedules`` (cron schedules and the leader's fire). A
 new subsystem gets a module and a part of its own here: ``ratelimit`` (rate limits,
-reservations), ``batches``.
+reservations), ``batches``, ``fleet`` (the fleet metrics' read).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .admin import AdminPart
 from .batches import BatchPart
 from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
+from .fleet import FleetPart
 from .leader import LeaderPart
 from .notify import NotifyPart
 from .progress import ProgressPart
@@ -54,6 +55,7 @@ class InMemoryBackend(
     RetentionPart,
     SchedulePart,
     RateLimitPart,
+    FleetPart,
     ProgressPart,
 ):
     """The Backend protocol held in Python dicts, with an injectable clock (tests only).

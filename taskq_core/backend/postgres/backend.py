@@ -6,7 +6,7 @@ marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election an
 ``admin`` (reads and operator writes), ``retention`` (the prune to the archive, archive
 expiry, archived reads), ``schedules`` (cron schedules and the leader's fire) and ``ratelimit``
 (limiter state, reservation slots), ``batches`` (batch rows, the outcome hook, the batch
-sweeps). Records become protocol rows in ``rows``.
+sweeps), ``fleet`` (the fleet metrics' read). Records become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .batches import BatchPart
 from .dispatch import DispatchPart
 from .enqueue import EnqueuePart
 from .errors import translate_errors
+from .fleet import FleetPart
 from .leader import LeaderPart
 from .progress import ProgressPart
 from .ratelimit import RateLimitPart
@@ -45,6 +46,7 @@ class PostgresBackend(
     RetentionPart,
     SchedulePart,
     RateLimitPart,
+    FleetPart,
     ProgressPart,
 ):
     """The Backend protocol on PostgreSQL. Build one with ``await PostgresBackend.connect()``.

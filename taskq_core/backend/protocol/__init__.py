@@ -5,8 +5,9 @@ needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
 ``LeaderBackend`` the leader's election and sweeps (``leader``), ``AdminBackend`` the
 operator's reads and bulk writes (``admin``), ``RetentionBackend`` the prune and archive
 (``retention``), ``RateLimitBackend`` limiter state and reservation slots (``ratelimit``),
-``BatchBackend`` batch rows, the outcome hook and the batch sweeps (``batches``);
-``values`` holds the types they all speak.
+``BatchBackend`` batch rows, the outcome hook and the batch sweeps (``batches``),
+``FleetBackend`` the fleet metrics' queue-level read (``fleet``); ``values`` holds the types
+they all speak.
 ``Backend`` is all of them: PostgresBackend implements it with asyncpg (every time predicate on
 the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
 behavioural conformance suite in ``tests/conformance``. The protocol says what a caller can
@@ -53,6 +54,13 @@ from taskq_core.backend.protocol.batches import (
 )
 from taskq_core.backend.protocol.client import (
     ClientBackend,
+)
+from taskq_core.backend.protocol.fleet import (
+    ActorFleetStats,
+    FleetBackend,
+    FleetStats,
+    QueueFleetStats,
+    StartLatency,
 )
 from taskq_core.backend.protocol.leader import (
     LeaderBackend,
@@ -126,6 +134,7 @@ class Backend(
     ScheduleBackend,
     RateLimitBackend,
     BatchBackend,
+    FleetBackend,
     ProgressBackend,
     Protocol,
 ):
@@ -155,6 +164,7 @@ __all__ = [
     "ActorConfigRow",
     "ActorConfigSyncResult",
     "ActorDeclaration",
+    "ActorFleetStats",
     "AdminBackend",
     "ArchivedJob",
     "AttemptRow",
@@ -176,6 +186,8 @@ __all__ = [
     "ErrorInfo",
     "EventRow",
     "FiredSchedule",
+    "FleetBackend",
+    "FleetStats",
     "HeartbeatResult",
     "HeldSlot",
     "JobFilter",
@@ -192,6 +204,7 @@ __all__ = [
     "PrunePolicy",
     "PruneResult",
     "QueueActivity",
+    "QueueFleetStats",
     "QueueMode",
     "QueueRow",
     "QueueStatusCount",
@@ -207,6 +220,7 @@ __all__ = [
     "ScheduleUpdate",
     "SnoozeOutcome",
     "Start",
+    "StartLatency",
     "Success",
     "WorkerBackend",
     "WorkerInfo",
