@@ -101,6 +101,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Batches with a failure policy or a finalizer: list them, show one's progress.",
     ),
     LazyCommand("workers", "taskq_cli.commands.workers:app", "Registered workers."),
+    LazyCommand(
+        "metrics",
+        "taskq_cli.commands.metrics:app",
+        "Fleet metrics for Prometheus: queue depth, backlog age, throughput, failures.",
+    ),
     LazyCommand("ui", "taskq_cli.commands.ui:app", "The admin web UI."),
     LazyCommand(
         "workgroup",
