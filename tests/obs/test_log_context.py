@@ -17,8 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from taskq_core.actors import actor
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.client import JobsClient
+from taskq_core.di import ProviderRegistry, Scope
 from taskq_core.obs.logs import (
     bind_job_context,
     configure_logging,
@@ -75,14 +77,14 @@ async def test_structlog_and_stdlib_lines_of_both_kinds_of_actor_carry_the_job(
     await run_worker(backend, max_concurrency=1)
     records = lines(capsys.readouterr().err)
 
-    for event, job, actor in [
+    for event, job, name in [
         ("async_structlog_line", first, "log_async"),
         ("async stdlib line 1", first, "log_async"),
         ("sync_structlog_line", second, "log_sync"),
         ("sync stdlib line 2", second, "log_sync"),
     ]:
         record = by_event(records, event)
-        expected = {"job_id": str(job.id), "actor": actor, "queue": "default", "attempt": 1}
+        expected = {"job_id": str(job.id), "actor": name, "queue": "default", "attempt": 1}
         assert {k: record.get(k) for k in CONTEXT} == expected, record
         assert record["level"] == "info" and "timestamp" in record
     assert by_event(records, "async stdlib line 1")["logger"] == "tests.obs.actors"
@@ -91,6 +93,38 @@ async def test_structlog_and_stdlib_lines_of_both_kinds_of_actor_carry_the_job(
     assert "identity_key" not in by_event(records, "sync stdlib line 2")
     stopped = by_event(records, "worker_stopped")
     assert not any(key in stopped for key in CONTEXT)
+
+
+class ThreadBound:
+    """A THREAD-scoped dependency: the actor then runs on a held ActorThread."""
+
+
+@actor
+def log_with_thread_dependency(payload: dict[str, Any], bound: ThreadBound) -> None:
+    logging.getLogger("tests.obs.actors").info("held thread line")
+
+
+@pytest.mark.usefixtures("json_logs")
+async def test_an_actor_on_a_held_thread_logs_with_the_context(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    providers = ProviderRegistry()
+    providers.register(ThreadBound, ThreadBound, scope=Scope.THREAD)
+    backend = InMemoryBackend()
+    async with JobsClient(backend=backend) as client:
+        job = await client.enqueue(log_with_thread_dependency, {})
+    capsys.readouterr()
+    worker = Worker(
+        fast_settings(),
+        {log_with_thread_dependency.name: log_with_thread_dependency},
+        backend=backend,
+        providers=providers,
+        until_idle=True,
+        install_signal_handlers=False,
+    )
+    assert await asyncio.wait_for(worker.run(), 30) == 0
+    record = by_event(lines(capsys.readouterr().err), "held thread line")
+    assert (record["job_id"], record["actor"]) == (str(job.id), "log_with_thread_dependency")
 
 
 @pytest.mark.usefixtures("json_logs")

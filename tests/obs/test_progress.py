@@ -217,7 +217,6 @@ async def test_reports_from_a_thread_keep_their_order() -> None:
     backend = CountingBackend()
     job = await started(backend)
     progress = progress_for(backend, job)
-    seen: list[int] = []
 
     def body() -> None:
         assert threading.current_thread() is not threading.main_thread()
@@ -227,7 +226,6 @@ async def test_reports_from_a_thread_keep_their_order() -> None:
     await asyncio.to_thread(body)
     latest = progress.latest
     assert latest is not None and (latest.seq, latest.current) == (50, 50)
-    seen.append(latest.seq)
     await progress.finish(write=True)
     report = await stored(backend, job.id)
     assert report is not None and report.current == 50
