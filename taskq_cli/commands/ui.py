@@ -118,6 +118,7 @@ def serve(
             f"refusing to serve the admin UI on {bind_host} without TASKQ_ADMIN_TOKEN "
             "(bind 127.0.0.1, or set a token every request must carry)"
         )
+    sock = bind_socket(bind_host, bind_port)  # before the imports: a port in use fails fast
     # Imported here so `--help` and shell completion never load the web stack.
     import uvicorn
 
@@ -136,7 +137,6 @@ def serve(
         trusted_hosts=LOOPBACK_NAMES | {bind_host.lower()},
     )
     dashboard = dashboard_settings(ExplainSettings.from_settings(settings))
-    sock = bind_socket(bind_host, bind_port)
 
     async def run() -> None:
         limit_store = _limit_store(settings)

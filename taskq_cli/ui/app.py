@@ -10,7 +10,7 @@ query is written twice.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Litestar, MediaType, Response, get
 from litestar.datastructures import State
@@ -18,13 +18,21 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.params import HeaderParameter
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from taskq_cli.tui.source import BackendSource, DashboardSource
 from taskq_cli.ui import outage
-from taskq_cli.ui.config import HTMX_FILE, MetricsExposition, ScheduleReader, Ui, UiConfig
+from taskq_cli.ui.config import (
+    HTMX_FILE,
+    MetricsExposition,
+    ScheduleReader,
+    Ui,
+    UiConfig,
+    UiDependency,
+)
 from taskq_cli.ui.format import FILTERS
 from taskq_cli.ui.pages import limits, login, overview, queues, workers
 from taskq_cli.ui.pages import schedules as schedule_pages
@@ -49,7 +57,9 @@ def _template_globals(engine: JinjaTemplateEngine, config: UiConfig) -> None:
 
 
 @get("/metrics", include_in_schema=False, media_type=MediaType.TEXT)
-async def metrics_endpoint(ui: Ui, accept: str | None = None) -> Response[bytes]:
+async def metrics_endpoint(
+    ui: UiDependency, accept: Annotated[str | None, HeaderParameter(name="accept")] = None
+) -> Response[bytes]:
     """The fleet metrics (taskq_core/obs/fleet.py) in Prometheus' text format."""
     assert ui.metrics is not None, "registered only with metrics"
     content_type, body = await ui.metrics.exposition(accept)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, TypeAlias
 from urllib.parse import urlsplit
+
+from litestar.di import NamedDependency
 
 # At run time: Litestar resolves the handlers' hints.
 from taskq_cli.operator import operator_id
@@ -109,3 +111,7 @@ class Ui:
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every cron schedule (TimeoutError past ``read_timeout``)."""
         return await asyncio.wait_for(self.schedules.list_schedules(), self.config.read_timeout)
+
+
+# How a handler asks for the ``ui`` dependency (named explicitly, as Litestar 3 requires).
+UiDependency: TypeAlias = NamedDependency[Ui]

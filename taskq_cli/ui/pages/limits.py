@@ -9,12 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from litestar import get
+from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
 from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.widgets.limits_table import rule
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 from taskq_core.backend.protocol import LimitUsage
 
@@ -71,13 +72,13 @@ async def read_limits(ui: Ui) -> LimitsView:
 
 
 @get("/limits", include_in_schema=False)
-async def limits_page(ui: Ui, part: str | None = None) -> Template:
+async def limits_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The limits page, or only its live part (``?part=live``)."""
     return page("limits", part, view=await read_limits(ui))
 
 
 @get("/api/limits")
-async def limits_api(ui: Ui) -> LimitsView:
+async def limits_api(ui: UiDependency) -> LimitsView:
     """Rate limits and reservations and their use now."""
     return await read_limits(ui)
 

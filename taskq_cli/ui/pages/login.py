@@ -3,15 +3,14 @@ ends the session. Without a token both just go to the overview."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Request, get, post
-from litestar.enums import RequestEncodingType
-from litestar.params import Body
+from litestar.params import FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import UiDependency
 from taskq_cli.ui.security import (
     LOGIN_PATH,
     expired_cookie,
@@ -38,7 +37,7 @@ def _form(next_path: str, error: str | None = None, status: int = 200) -> Templa
 
 
 @get(LOGIN_PATH, include_in_schema=False)
-async def login_page(ui: Ui, next: str = "/") -> Template | Redirect:
+async def login_page(ui: UiDependency, next: FromQuery[str] = "/") -> Template | Redirect:
     """The token form (none needed: straight on)."""
     if ui.config.token is None:
         return Redirect(path=safe_next(next), status_code=303)
@@ -47,9 +46,9 @@ async def login_page(ui: Ui, next: str = "/") -> Template | Redirect:
 
 @post(LOGIN_PATH, include_in_schema=False)
 async def login(
-    ui: Ui,
+    ui: UiDependency,
     request: Request[Any, Any, Any],
-    data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+    data: URLEncodedBody[LoginForm],
 ) -> Template | Redirect:
     """The right token: a session cookie and on to where the user was going. A wrong one:
     the form again, 401."""
@@ -64,7 +63,7 @@ async def login(
 
 
 @post("/logout", include_in_schema=False)
-async def logout(ui: Ui, request: Request[Any, Any, Any]) -> Redirect:
+async def logout(ui: UiDependency, request: Request[Any, Any, Any]) -> Redirect:
     """Forget the session cookie."""
     target = LOGIN_PATH if ui.config.token is not None else "/"
     return Redirect(

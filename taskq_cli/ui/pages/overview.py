@@ -7,12 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from litestar import get
+from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
 from taskq_cli.tui.source import Snapshot
 from taskq_cli.ui.alerts import AlertKind, Severity, alerts, worker_name
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 
 # The average finish rate covers this many of the last minutes (as taskq top's header).
@@ -96,13 +97,13 @@ async def read_overview(ui: Ui) -> Overview:
 
 
 @get("/", include_in_schema=False)
-async def overview_page(ui: Ui, part: str | None = None) -> Template:
+async def overview_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The overview page, or only its live part (``?part=live``, what htmx polls)."""
     return page("overview", part, view=await read_overview(ui))
 
 
 @get("/api/overview")
-async def overview_api(ui: Ui) -> Overview:
+async def overview_api(ui: UiDependency) -> Overview:
     """Totals by status, finished jobs per minute, the leader, the workers and the alerts."""
     return await read_overview(ui)
 

@@ -9,22 +9,21 @@ the actions for scripts.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Request, get, post
-from litestar.enums import RequestEncodingType
 from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
     ValidationException,
 )
-from litestar.params import Body
+from litestar.params import FromPath, FromQuery, JSONBody, URLEncodedBody
 from litestar.response import Redirect, Template
 from pydantic import BaseModel, Field
 
 from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.why import PER_JOB, queue_blocker
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import back_to, is_htmx, page
 from taskq_core.backend.protocol import QueueActivity, QueueRow
 from taskq_core.statemachine import JobStatus
@@ -156,13 +155,13 @@ async def _answer(ui: Ui, request: Request[Any, Any, Any]) -> Template | Redirec
 
 
 @get("/queues", include_in_schema=False)
-async def queues_page(ui: Ui, part: str | None = None) -> Template:
+async def queues_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The queues page, or only its live part (``?part=live``)."""
     return page("queues", part, view=await read_queues(ui))
 
 
 @get("/queues/{name:str}/pause", include_in_schema=False)
-async def pause_form(ui: Ui, name: str) -> Template:
+async def pause_form(ui: UiDependency, name: FromPath[str]) -> Template:
     """The form that asks why before pausing."""
     if ui.config.read_only:
         raise PermissionDeniedException("this admin UI is read-only (taskq ui serve --read-only)")
@@ -174,10 +173,10 @@ async def pause_form(ui: Ui, name: str) -> Template:
 
 @post("/queues/{name:str}/pause", include_in_schema=False)
 async def pause_action(
-    ui: Ui,
+    ui: UiDependency,
     request: Request[Any, Any, Any],
-    name: str,
-    data: Annotated[PauseForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+    name: FromPath[str],
+    data: URLEncodedBody[PauseForm],
 ) -> Template | Redirect:
     """Pause the queue: workers stop claiming its jobs (running ones finish)."""
     await _set_paused(ui, name, True, _check_reason(data.reason))
@@ -185,20 +184,24 @@ async def pause_action(
 
 
 @post("/queues/{name:str}/resume", include_in_schema=False)
-async def resume_action(ui: Ui, request: Request[Any, Any, Any], name: str) -> Template | Redirect:
+async def resume_action(
+    ui: UiDependency, request: Request[Any, Any, Any], name: FromPath[str]
+) -> Template | Redirect:
     """Resume the queue: workers claim its jobs again."""
     await _set_paused(ui, name, False, None)
     return await _answer(ui, request)
 
 
 @get("/api/queues")
-async def queues_api(ui: Ui) -> QueuesView:
+async def queues_api(ui: UiDependency) -> QueuesView:
     """Every queue: counts, oldest pending job, mode, cap, pause note, what holds it."""
     return await read_queues(ui)
 
 
 @post("/api/queues/{name:str}/pause", status_code=200)
-async def pause_api(ui: Ui, name: str, data: PauseRequest | None = None) -> QueueView:
+async def pause_api(
+    ui: UiDependency, name: FromPath[str], data: JSONBody[PauseRequest | None] = None
+) -> QueueView:
     """Pause a queue (with a reason); the queue after."""
     reason = _check_reason(None if data is None else data.reason)
     await _set_paused(ui, name, True, reason)
@@ -206,7 +209,7 @@ async def pause_api(ui: Ui, name: str, data: PauseRequest | None = None) -> Queu
 
 
 @post("/api/queues/{name:str}/resume", status_code=200)
-async def resume_api(ui: Ui, name: str) -> QueueView:
+async def resume_api(ui: UiDependency, name: FromPath[str]) -> QueueView:
     """Resume a paused queue; the queue after."""
     await _set_paused(ui, name, False, None)
     return await _known(ui, name)

@@ -10,10 +10,11 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from litestar import get
+from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 from taskq_core.backend.protocol import ScheduleRecord
 from taskq_core.cron_schedules import upcoming_fires
@@ -74,13 +75,13 @@ async def read_schedules(ui: Ui) -> SchedulesView:
 
 
 @get("/schedules", include_in_schema=False)
-async def schedules_page(ui: Ui, part: str | None = None) -> Template:
+async def schedules_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The schedules page, or only its live part (``?part=live``)."""
     return page("schedules", part, view=await read_schedules(ui))
 
 
 @get("/api/schedules")
-async def schedules_api(ui: Ui) -> SchedulesView:
+async def schedules_api(ui: UiDependency) -> SchedulesView:
     """Every cron schedule with its next fire times and its last fire."""
     return await read_schedules(ui)
 

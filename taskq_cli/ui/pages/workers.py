@@ -8,12 +8,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from litestar import get
+from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
 from taskq_cli.output import worker_load
 from taskq_cli.tui.source import Snapshot, WorkerView
-from taskq_cli.ui.config import Ui
+from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 
 
@@ -93,13 +94,13 @@ async def read_workers(ui: Ui) -> WorkersView:
 
 
 @get("/workers", include_in_schema=False)
-async def workers_page(ui: Ui, part: str | None = None) -> Template:
+async def workers_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The workers page, or only its live part (``?part=live``)."""
     return page("workers", part, view=await read_workers(ui))
 
 
 @get("/api/workers")
-async def workers_api(ui: Ui) -> WorkersView:
+async def workers_api(ui: UiDependency) -> WorkersView:
     """Running, stale and recently stopped workers, with the leader and their load."""
     return await read_workers(ui)
 
