@@ -1,9 +1,10 @@
 """``taskq ui serve``: the admin web UI over the configured database.
 
 It binds 127.0.0.1 unless told otherwise and refuses an address beyond loopback without
-TASKQ_ADMIN_TOKEN. The port is taken, and the first read made, before anything is served,
-so a port in use, a wrong DSN or an unmigrated schema fails as one line with exit 1; later
-outages show on the pages. SIGINT or SIGTERM stops it cleanly (exit 0).
+TASKQ_ADMIN_TOKEN. Besides the pages and /api it serves the fleet metrics at /metrics (as
+``taskq metrics serve`` does). The port is taken, and the first read made, before anything
+is served, so a port in use, a wrong DSN or an unmigrated schema fails as one line with
+exit 1; later outages show on the pages. SIGINT or SIGTERM stops it cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def serve(
     from taskq_cli.ui.config import LOOPBACK_NAMES, UiConfig, dashboard_settings
     from taskq_core.backend.postgres.connection import describe_dsn
     from taskq_core.explain import ExplainSettings
+    from taskq_core.liveness import worker_stale_after
+    from taskq_core.obs.fleet import FleetMetrics, FleetSettings
 
     public_url = settings.admin_url if "admin_url" in settings.model_fields_set else None
     config = UiConfig(
@@ -150,15 +153,20 @@ def serve(
                     limit_store=limit_store,
                 )
                 await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
+                # /metrics: the fleet's queue-level metrics (taskq metrics serve's defaults).
+                fleet = FleetMetrics(
+                    backend, FleetSettings(stale_after=worker_stale_after(settings))
+                )
                 server = uvicorn.Server(
                     uvicorn.Config(
-                        create_app(source, config),
+                        create_app(source, config, metrics=fleet),
                         log_level="warning",
                         lifespan="on",
                     )
                 )
                 where = display_address(bind_host, bind_port)
-                typer.echo(f"taskq ui: serving http://{where}/", err=True)
+                reached = f" (reached at {public_url})" if public_url else ""
+                typer.echo(f"taskq ui: serving http://{where}/{reached}", err=True)
                 with _signals_stop_serving():
                     await server.serve(sockets=[sock])
         finally:

@@ -19,6 +19,7 @@ from taskq_cli.tui.source import BackendSource
 from taskq_cli.ui.app import create_app
 from taskq_cli.ui.config import UiConfig, dashboard_settings
 from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.obs.fleet import FleetMetrics, FleetSettings
 from tests.conftest import PgTarget
 
 BASE_URL = "http://127.0.0.1"
@@ -38,15 +39,21 @@ class FleetUi:
 
 @asynccontextmanager
 async def open_fleet_ui(
-    pg: PgTarget, config: UiConfig | None = None, *, dsn: str | None = None
+    pg: PgTarget,
+    config: UiConfig | None = None,
+    *,
+    dsn: str | None = None,
+    metrics: bool = False,
 ) -> AsyncIterator[FleetUi]:
-    """The app over the test's schema (``dsn``: reach the server another way, a proxy)."""
+    """The app over the test's schema (``dsn``: reach the server another way, a proxy;
+    ``metrics``: serve the fleet metrics at /metrics, as ``taskq ui serve`` does)."""
     backend = await PostgresBackend.connect(dsn or pg.dsn, pg.schema, max_size=3)
     try:
         source = BackendSource(
             backend, database="test", schema=pg.schema, settings=dashboard_settings()
         )
-        app = create_app(source, config or UiConfig())
+        fleet = FleetMetrics(backend, FleetSettings()) if metrics else None
+        app = create_app(source, config or UiConfig(), metrics=fleet)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             yield FleetUi(client, backend)

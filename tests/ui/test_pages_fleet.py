@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from taskq_cli.ui.config import UiConfig
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import ErrorInfo, LimitDefinition, WorkerInfo
 from taskq_core.client import JobsClient
@@ -23,6 +24,7 @@ from tests.ui.fleet_client import open_fleet_ui as open_ui
 
 pytestmark = [pytest.mark.postgres]
 
+TOKEN = "fleet-metrics-token-0123456789"
 PAGES = ("/", "/queues", "/workers", "/schedules", "/limits")
 
 
@@ -251,3 +253,14 @@ async def test_the_openapi_document_describes_the_json_twins(pg: PgTarget) -> No
         assert "post" in paths["/api/queues/{name}/pause"]
         assert not any(path in paths for path in PAGES)  # pages are HTML, not API
         assert {"QueuesView", "WorkersView", "Overview"} <= set(document["components"]["schemas"])
+
+
+async def test_the_fleet_metrics_are_served_at_metrics(pg: PgTarget) -> None:
+    async with open_ui(pg, UiConfig(token=TOKEN), metrics=True) as ui:
+        await ui.backend.enqueue(args(queue="emails"))
+        assert (await ui.client.get("/metrics")).status_code == 401
+        scrape = await ui.client.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+        assert scrape.status_code == 200
+        assert scrape.headers["content-type"].startswith("text/plain")
+        assert "taskq_fleet_up 1.0" in scrape.text
+        assert 'taskq_fleet_jobs{queue="emails",status="pending"} 1.0' in scrape.text

@@ -1,6 +1,7 @@
 """``taskq ui serve`` as an operator runs it: a real process binds, answers (the token
-asked of every request) and stops on SIGTERM with exit 0; an address beyond loopback without
-a token, a port in use and a guessable token each end it with one line and exit 1."""
+asked of every request, the fleet metrics at /metrics) and stops on SIGTERM with exit 0;
+an address beyond loopback without a token, a port in use and a guessable token each end
+it with one line and exit 1."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def test_serve_binds_answers_with_its_token_and_stops_cleanly(start_ui: StartUi)
         answer = client.get("/api/overview", headers=server.headers())
         assert answer.status_code == 200
         assert answer.json()["totals"]["pending"] == 0
+        scrape = client.get("/metrics", headers=server.headers())
+        assert scrape.status_code == 200 and "taskq_fleet_up 1.0" in scrape.text
     assert f"serving http://127.0.0.1:{server.port}/" in server.output()
     assert server.stop() == 0
 
