@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,7 +42,7 @@ SERVICE_NAMES: dict[str, str] = {"worker": "taskq-worker", "workgroup": "taskq-w
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_PROTOCOL = "http/protobuf"  # the specification's default
 OTLP_HINT = "pip install 'taskq[otlp]'"
-# How long the exit waits for the last spans and metrics to leave.
+# How long the exit waits, at most, for the last spans and metrics to leave.
 SHUTDOWN_TIMEOUT = 5.0
 
 # The OTLP exporter classes: (signal, protocol) -> (module, class).
@@ -87,13 +88,34 @@ class Telemetry:
     kept: tuple[str, ...] = ()  # ``traces``/``metrics``: the application's provider was kept
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
-        """Flush what is buffered (within ``timeout`` per provider) and stop the exporters."""
-        millis = int(timeout * 1000)
-        if self.tracer_provider is not None:
-            self.tracer_provider.force_flush(millis)
-            self.tracer_provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown(timeout_millis=millis)
+        """Flush what is buffered and stop the exporters, waiting ``timeout`` seconds at most
+        (a collector that does not answer delays the exit by that much, no more: the
+        exporters retry on their own threads, which the exit then ends). Never raises."""
+        if self.tracer_provider is None and self.meter_provider is None:
+            return
+        flush = threading.Thread(
+            target=self._shutdown, args=(timeout,), name="telemetry-shutdown", daemon=True
+        )
+        flush.start()
+        flush.join(timeout)
+        if flush.is_alive():
+            get_logger("telemetry").warning(
+                "telemetry_flush_timed_out",
+                timeout=timeout,
+                note="spans or metrics still buffered were not exported",
+            )
+
+    def _shutdown(self, timeout: float) -> None:
+        try:
+            if self.tracer_provider is not None:
+                self.tracer_provider.force_flush(int(timeout * 1000))
+                self.tracer_provider.shutdown()
+            if self.meter_provider is not None:
+                self.meter_provider.shutdown(timeout_millis=timeout * 1000)
+        except Exception as exc:  # an exporter's failure must not change the exit
+            get_logger("telemetry").warning(
+                "telemetry_shutdown_failed", error=f"{type(exc).__name__}: {exc}"
+            )
 
 
 def exporter_names(signal: str, environ: Mapping[str, str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -279,3 +280,24 @@ async def test_a_worker_exports_over_otlp_grpc_under_its_service_name(
             OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
             OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
         )
+
+
+def test_a_collector_that_is_down_costs_the_exit_only_the_flush_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # its retries end soon after
+    telemetry = build_telemetry(TaskqSettings.load(), role="worker", metrics_endpoint=False)
+    assert telemetry.tracer_provider is not None and telemetry.meter_provider is not None
+    with telemetry.tracer_provider.get_tracer("test").start_as_current_span("lost"):
+        pass
+    telemetry.meter_provider.get_meter("test").create_counter("lost").add(1)
+    with capture_logs() as logs:
+        telemetry.shutdown(timeout=0.2)  # returns, and raises nothing
+    # (The exporter's own retry warnings may be there too, from its threads.)
+    assert "telemetry_flush_timed_out" in [e["event"] for e in logs]
