@@ -215,10 +215,18 @@ def build_telemetry(
     interval = metric_export_interval(environ)
     telemetry = Telemetry()
     described = resource(settings, role)
-    span_exporters = [_span_exporter(name, environ) for name in span_names]
+    missing: list[str] = []  # signals asking for OTLP without the package
+    span_exporters = [_span_exporter(name, environ, missing) for name in span_names]
     span_pairs = [pair for pair in span_exporters if pair is not None]
-    metric_exporters = [_metric_exporter(name, environ) for name in metric_names]
+    metric_exporters = [_metric_exporter(name, environ, missing) for name in metric_names]
     metric_pairs = [pair for pair in metric_exporters if pair is not None]
+    if missing:
+        get_logger("telemetry").warning(
+            "otlp_exporter_missing",
+            signals=missing,
+            note=f"OTLP export needs the OTLP exporter package: {OTLP_HINT}; "
+            f"{' and '.join(missing)} are not exported",
+        )
     if span_pairs:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -315,34 +323,34 @@ def render_metrics(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
 
 
-def _span_exporter(name: str, environ: Mapping[str, str]) -> tuple[str, Any] | None:
+def _span_exporter(
+    name: str, environ: Mapping[str, str], missing: list[str]
+) -> tuple[str, Any] | None:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return "console", ConsoleSpanExporter()
-    return _otlp("traces", environ)
+    return _otlp("traces", environ, missing)
 
 
-def _metric_exporter(name: str, environ: Mapping[str, str]) -> tuple[str, Any] | None:
+def _metric_exporter(
+    name: str, environ: Mapping[str, str], missing: list[str]
+) -> tuple[str, Any] | None:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return "console", ConsoleMetricExporter()
-    return _otlp("metrics", environ)
+    return _otlp("metrics", environ, missing)
 
 
-def _otlp(signal: str, environ: Mapping[str, str]) -> tuple[str, Any] | None:
-    """The official OTLP exporter for ``signal``, or None (warned) when it is not installed."""
+def _otlp(signal: str, environ: Mapping[str, str], missing: list[str]) -> tuple[str, Any] | None:
+    """The official OTLP exporter for ``signal``, or None (the signal added to ``missing``)
+    when the package is not installed."""
     protocol = otlp_protocol(signal, environ)
     module_name, class_name = _OTLP_CLASSES[(signal, protocol)]
     try:
         exporter_class = getattr(importlib.import_module(module_name), class_name)
     except ImportError:
-        get_logger("telemetry").warning(
-            "otlp_exporter_missing",
-            signal=signal,
-            note=f"OTEL_{signal.upper()}_EXPORTER=otlp needs the OTLP exporter package: "
-            f"{OTLP_HINT}; {signal} are not exported",
-        )
+        missing.append(signal)
         return None
     return f"otlp ({protocol})", exporter_class()

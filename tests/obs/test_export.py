@@ -26,6 +26,7 @@ from tests.obs.collector import Received, attributes, grpc_collector, http_colle
 
 ROOT = Path(__file__).resolve().parents[2]
 OTLP_HTTP_TRACES = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+OTLP_HTTP_METRICS = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
 
 
 @pytest.fixture(autouse=True)
@@ -121,13 +122,17 @@ def test_bad_values_are_one_line_naming_the_variable(
 def test_otlp_without_the_exporter_package_warns_once_and_exports_nothing(
     built: list[Telemetry], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, OTLP_HTTP_TRACES, None)  # import fails as if absent
+    for module in (OTLP_HTTP_TRACES, OTLP_HTTP_METRICS):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if absent
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,console")
     with capture_logs() as logs:
         telemetry = build(built, endpoint=False)
     assert telemetry.tracer_provider is None
+    assert telemetry.metric_exporters == ("console",)  # the rest still works
     [warning] = [entry for entry in logs if entry["event"] == "otlp_exporter_missing"]
     assert warning["log_level"] == "warning"
+    assert warning["signals"] == ["traces", "metrics"]
     assert "pip install 'taskq[otlp]'" in warning["note"]
 
 
@@ -282,22 +287,23 @@ async def test_a_worker_exports_over_otlp_grpc_under_its_service_name(
         )
 
 
-def test_a_collector_that_is_down_costs_the_exit_only_the_flush_timeout(
+def test_a_collector_that_hangs_costs_the_exit_only_the_flush_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with socket.socket() as closed:  # a port nobody listens on
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # its retries end soon after
-    telemetry = build_telemetry(TaskqSettings.load(), role="worker", metrics_endpoint=False)
-    assert telemetry.tracer_provider is not None and telemetry.meter_provider is not None
-    with telemetry.tracer_provider.get_tracer("test").start_as_current_span("lost"):
-        pass
-    telemetry.meter_provider.get_meter("test").create_counter("lost").add(1)
-    with capture_logs() as logs:
-        telemetry.shutdown(timeout=0.2)  # returns, and raises nothing
-    # (The exporter's own retry warnings may be there too, from its threads.)
-    assert "telemetry_flush_timed_out" in [e["event"] for e in logs]
+    with socket.socket() as hanging:  # accepts connections (the backlog), never answers
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen()
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv(
+            "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{hanging.getsockname()[1]}"
+        )
+        settings = TaskqSettings.load()
+        telemetry = build_telemetry(settings, role="worker", metrics_endpoint=False)
+        assert telemetry.tracer_provider is not None and telemetry.meter_provider is not None
+        with telemetry.tracer_provider.get_tracer("test").start_as_current_span("lost"):
+            pass
+        telemetry.meter_provider.get_meter("test").create_counter("lost").add(1)
+        with capture_logs() as logs:
+            telemetry.shutdown(timeout=0.2)  # returns, and raises nothing
+    assert "telemetry_flush_timed_out" in [entry["event"] for entry in logs]
