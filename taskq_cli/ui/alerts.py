@@ -81,17 +81,22 @@ def alerts(snapshot: Snapshot) -> list[Alert]:
                     f"{queue.pending:,} pending and no live worker consumes this queue",
                 )
             )
+    threshold = output.age(snapshot.now - snapshot.stale_after, snapshot.now)
     for view in snapshot.workers:
         if view.state == "stale":
+            held = view.row.running_jobs + view.row.claimed_jobs
+            fate = (
+                f"; its {held} jobs are reclaimed when their leases expire"
+                if held
+                else "; it holds no jobs"
+            )
+            silent = output.age(view.row.last_seen_at, snapshot.now)
             found.append(
                 Alert(
                     "stale_worker",
                     "warn",
                     worker_name(view.row),
-                    f"silent for {output.age(view.row.last_seen_at, snapshot.now)} "
-                    f"(stale after {output.age(snapshot.now - snapshot.stale_after, snapshot.now)})"
-                    f"; its {view.row.running_jobs} running jobs are reclaimed when their "
-                    "leases expire",
+                    f"silent for {silent} (stale after {threshold}){fate}",
                 )
             )
     for queue in snapshot.queues:
