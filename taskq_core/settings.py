@@ -105,7 +105,8 @@ class TaskqSettings(BaseSettings):
     """PostgreSQL schema holding every TaskQ table (a plain identifier)."""
     redis_url: str | None = None
     """Redis holding the rate limiters' state (``redis://host:6379/0``; Lua scripts on
-    Redis's clock); unset, PostgreSQL holds it. Reservation slots are always in PostgreSQL."""
+    Redis's clock; unset, PostgreSQL holds it; reservation slots are always in PostgreSQL),
+    and carrying every progress report of a running job to live readers."""
     environment: str | None = None
     """Deployment environment label (``prod``, ``staging``) on telemetry."""
     admin_host: str = "127.0.0.1"
@@ -434,13 +435,8 @@ class TaskqSettings(BaseSettings):
 # Settings of the seeds' table whose subsystem is not built yet: parsed (so a deployment's
 # file stays valid) but read by nothing. A worker warns at start when one of them is set.
 NOT_YET_IN_EFFECT: dict[str, str] = {
-    "environment": "observability labels",
-    "worker_group": "observability labels",
     "admin_url": "the admin web UI's links",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
-    "health_port": "the TCP health port",
-    "health_host": "the TCP health port",
-    "progress_flush_interval": "job progress",
 }
 
 
