@@ -1,9 +1,11 @@
 """The dashboard's read model: what one refresh of ``taskq top`` shows and where it comes from.
 
 TopApp never touches a Backend: it asks a ``DashboardSource`` for a ``Snapshot`` (one per
-refresh), a ``JobDetail`` (the detail screen) and the three operator actions. ``BackendSource``
-implements the protocol over any Backend with the protocol's index-backed dashboard reads, so
-one refresh stays cheap on a large ``jobs`` table. Nothing here imports Textual.
+refresh), a ``JobDetail`` (the detail screen) and the three operator actions. The admin web UI
+reads through the same source, and also pages through jobs (``search_jobs``, the keyset read
+of ``taskq jobs list``), names a job by a piece of its id, and lists and shows batches.
+``BackendSource`` implements the protocol over any Backend with the protocol's index-backed
+reads, so one refresh stays cheap on a large ``jobs`` table. Nothing here imports Textual.
 
 Who paused a queue and why is not part of the dashboard read: ``BackendSource`` reads the
 note of a paused queue (``get_queue``) when it sees the queue paused, and again only after
@@ -20,7 +22,14 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
-from taskq_cli.batch_progress import BatchProgress, JobBatch, read_job_batch
+from taskq_cli.batch_progress import (
+    FAILED_STATUSES,
+    BatchProgress,
+    JobBatch,
+    read_job_batch,
+    read_progress,
+)
+from taskq_cli.job_ids import resolve_job_id
 from taskq_cli.operator import operator_id
 from taskq_core.backend.protocol import (
     ArchivedJob,
@@ -36,7 +45,9 @@ from taskq_core.backend.protocol import (
     QueueRow,
     WorkerRow,
 )
-from taskq_core.backend.protocol.admin import QueuePause  # not re-exported by the package
+
+# Not re-exported by the package.
+from taskq_core.backend.protocol.admin import JobPage, JobQuery, QueuePause
 from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.errors import TRANSIENT_ERRORS
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
@@ -201,6 +212,14 @@ class JobDetail:
     batch: JobBatch | None = None
 
 
+@dataclass(frozen=True)
+class BatchDetail:
+    """One batch's progress and its latest failed children (newest first)."""
+
+    progress: BatchProgress
+    failures: list[JobRow]
+
+
 class DashboardSource(Protocol):
     """What TopApp reads and changes. ``database`` and ``schema`` label the header."""
 
@@ -213,6 +232,21 @@ class DashboardSource(Protocol):
     async def job_detail(self, job_id: UUID) -> JobDetail | None:
         """One job with attempts and events (or archived, with attempts only); None when
         neither the jobs table nor the archive holds it."""
+
+    async def search_jobs(self, query: JobQuery) -> JobPage:
+        """One page of the jobs ``query`` selects, newest first, with the total and the
+        next page's position (``taskq jobs list``'s read)."""
+
+    async def resolve_job_id(self, text: str) -> UUID:
+        """The job a whole id or a unique prefix or suffix names (live or archived);
+        JobNotFoundError when none, ConfigError when the piece is ambiguous."""
+
+    async def list_batches(self, filter: BatchFilter) -> list[BatchProgress]:
+        """Batches with a row, newest first, with their children's counts."""
+
+    async def batch_detail(self, batch_id: UUID, failures: int = 5) -> BatchDetail | None:
+        """One batch's progress and its latest ``failures`` failed children; None when it
+        has neither a row nor a child in the jobs table."""
 
     async def cancel_job(self, job_id: UUID) -> CancelOutcome:
         """Cancel a waiting job at once or ask its worker to stop a running one."""
@@ -390,6 +424,30 @@ class BackendSource:
             read_job_batch(self.backend, job.metadata),
         )
         return JobDetail(job, attempts, events, batch=batch)
+
+    async def search_jobs(self, query: JobQuery) -> JobPage:
+        """``search_jobs`` of the backend: a keyset page, never an offset."""
+        return await self.backend.search_jobs(query)
+
+    async def resolve_job_id(self, text: str) -> UUID:
+        """As ``taskq jobs show`` names a job (``taskq_cli.job_ids``)."""
+        return await resolve_job_id(self.backend, text)
+
+    async def list_batches(self, filter: BatchFilter) -> list[BatchProgress]:
+        """``list_batches`` (one statement, its counts included)."""
+        listed = await self.backend.list_batches(filter)
+        return [BatchProgress(row.id, row, counts) for row, counts in listed]
+
+    async def batch_detail(self, batch_id: UUID, failures: int = 5) -> BatchDetail | None:
+        """The row and counts, then (when some failed) the latest failed children: a walk
+        of the batch's own index entries."""
+        progress = await read_progress(self.backend, batch_id)
+        if progress.row is None and progress.counts.total == 0:
+            return None
+        failed: list[JobRow] = []
+        if progress.failed and failures > 0:
+            failed = await self.backend.list_batch_jobs(batch_id, FAILED_STATUSES, failures)
+        return BatchDetail(progress, failed)
 
     async def cancel_job(self, job_id: UUID) -> CancelOutcome:
         """``write_cancel_request`` with a reason naming the dashboard."""
