@@ -34,7 +34,7 @@ from taskq_cli.ui.config import (
     UiDependency,
 )
 from taskq_cli.ui.format import FILTERS
-from taskq_cli.ui.pages import limits, login, overview, queues, workers
+from taskq_cli.ui.pages import batches, job_detail, jobs, limits, login, overview, queues, workers
 from taskq_cli.ui.pages import schedules as schedule_pages
 from taskq_cli.ui.security import SecurityMiddleware
 
@@ -112,6 +112,9 @@ def create_app(
         *workers.HANDLERS,
         *schedule_pages.HANDLERS,
         *limits.HANDLERS,
+        *jobs.HANDLERS,
+        *job_detail.HANDLERS,
+        *batches.HANDLERS,
     ]
     if metrics is not None:
         handlers.append(metrics_endpoint)

@@ -1,0 +1,280 @@
+"""``/jobs/{id}``: one job: its fields, payload, result or error with its traceback,
+progress, batch, the ``jobs explain`` answer, attempts and events; an archived job with a
+banner (the prune moved it: its events are gone by design). ``POST /jobs/{id}/retry`` and
+``POST /jobs/{id}/cancel`` act on it through the read model; ``/api/jobs/{id}`` and
+``POST /api/jobs/{id}/retry|cancel`` are the JSON twins.
+
+A job is named as the CLI names it: its whole id or a unique prefix or suffix (a piece
+redirects to the whole id's page, the stable URL). Text that cannot be part of an id
+answers 400, an id no job has 404, an ambiguous piece 400 naming how many match.
+
+An action answers a plain form with a redirect back to the page (which says the outcome);
+htmx gets the refreshed live part with the outcome beside it, or, when the action was
+refused (the job moved on), the reason with 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+from uuid import UUID
+
+from litestar import Request, Response, get, post
+from litestar.exceptions import (
+    ClientException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.params import FromPath, FromQuery
+from litestar.response import Redirect, Template
+from pydantic import BaseModel
+
+from taskq_cli.job_ids import full_job_id
+from taskq_cli.ui.config import Ui, UiDependency
+from taskq_cli.ui.pages.job_views import JobDetailView
+from taskq_cli.ui.render import LIVE, is_htmx, page
+from taskq_core.backend.protocol.admin import JobIdSearchTooSlowError, normalize_id_fragment
+from taskq_core.errors import ConfigError, JobNotFoundError
+from taskq_core.explain import Explanation
+
+READ_ONLY = "this admin UI is read-only (taskq ui serve --read-only)"
+
+Action = Literal["retry", "cancel"]
+# Each outcome an action can have: whether it did what was asked, and what to say.
+OUTCOMES: dict[str, tuple[bool, str]] = {
+    "retried": (True, "retried: back to pending with a fresh attempt budget"),
+    "not_retried": (False, "not retried: only a failed, crashed or cancelled job is retried"),
+    "cancelled": (True, "cancelled"),
+    "requested": (True, "cancel requested: its worker stops it at its next check"),
+    "already_requested": (False, "not cancelled again: a cancel was already requested"),
+    "terminal": (False, "not cancelled: it has already finished"),
+    "not_found": (False, "no such job any more"),
+    "archived": (False, "nothing done: the job is archived (the prune moved it)"),
+}
+
+
+class ActionOutcome(BaseModel):
+    """What an action did: ``done`` False when the job was not in a state it applies to
+    (``outcome`` says which), and the job's status after."""
+
+    job_id: UUID
+    action: Action
+    outcome: str
+    done: bool
+    message: str
+    status: str | None
+
+
+class BadJobRef(Exception):
+    """A job reference that names no job: ``status`` 400 (not an id, ambiguous) or 404."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def find_job(ui: Ui, ref: str) -> UUID:
+    """The job ``ref`` names (a whole id, or a unique piece); BadJobRef otherwise."""
+    whole = full_job_id(ref)
+    if whole is not None:
+        return whole
+    try:
+        normalize_id_fragment(ref)
+    except ValueError:
+        raise BadJobRef(400, f"{ref!r} is not a job id (a UUID, or a piece of one)") from None
+    try:
+        return await ui.source.resolve_job_id(ref)
+    except JobNotFoundError as exc:
+        raise BadJobRef(404, str(exc)) from None
+    except (ConfigError, JobIdSearchTooSlowError) as exc:  # ambiguous, or too slow a scan
+        raise BadJobRef(400, str(exc)) from None
+
+
+async def _explain(ui: Ui, job_id: UUID) -> Explanation | None:
+    try:
+        return await ui.source.explain(job_id)
+    except JobNotFoundError:  # gone between the two reads
+        return None
+
+
+async def read_job(ui: Ui, job_id: UUID) -> JobDetailView | None:
+    """Everything the page shows of the job (None: neither live nor archived)."""
+    detail, explanation = await asyncio.gather(ui.source.job_detail(job_id), _explain(ui, job_id))
+    return None if detail is None else JobDetailView.of(detail, explanation)
+
+
+def _missing(status: int, message: str, part: str | None) -> Template | Response[str]:
+    """The 400/404 answer for a page: a page saying so, or one line for htmx."""
+    if part == LIVE:
+        return Response(message, status_code=status, media_type="text/plain")
+    template = page("job_missing", None, page="jobs", message=message, status=status)
+    template.status_code = status
+    return template
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def shown_json(view: JobDetailView) -> dict[str, Any]:
+    """The payload, result, metadata and each event's detail as the page prints them
+    (JSON text, escaped by the template like any other value)."""
+    job = view.job
+    return {
+        "payload": _pretty(job.payload),
+        "result": _pretty(job.result),
+        "metadata": _pretty(job.metadata),
+        "events": {
+            event.id: json.dumps(event.detail, sort_keys=True, ensure_ascii=False, default=str)
+            for event in view.events
+        },
+    }
+
+
+def _detail_page(
+    view: JobDetailView, part: str | None, outcome: str | None, *, name: str = "job_detail"
+) -> Template:
+    done, said = OUTCOMES.get(outcome or "", (True, ""))
+    return page(
+        name,
+        part,
+        page="jobs",
+        view=view,
+        shown=shown_json(view),
+        outcome=said or None,
+        refused=not done,
+    )
+
+
+@get("/jobs/{ref:str}", include_in_schema=False)
+async def job_page(
+    ui: UiDependency,
+    ref: FromPath[str],
+    part: FromQuery[str | None] = None,
+    outcome: FromQuery[str | None] = None,
+) -> Template | Redirect | Response[str]:
+    """A job's page (``?part=live``: the part htmx polls; ``?outcome=``: what the last
+    action did, after a plain form's redirect)."""
+    try:
+        job_id = await find_job(ui, ref)
+    except BadJobRef as exc:
+        return _missing(exc.status, str(exc), part)
+    if str(job_id) != ref:
+        query = f"?part={LIVE}" if part == LIVE else ""
+        return Redirect(path=f"/jobs/{job_id}{query}", status_code=302)
+    view = await read_job(ui, job_id)
+    if view is None:
+        return _missing(404, f"no job with id {job_id}", part)
+    return _detail_page(view, part, outcome)
+
+
+async def act(ui: Ui, job_id: UUID, action: Action) -> str:
+    """Retry or cancel the job; the outcome's code (a key of OUTCOMES). BadJobRef (404)
+    when neither the jobs table nor the archive holds it."""
+    if ui.config.read_only:  # the security middleware refuses first; never act regardless
+        raise PermissionDeniedException(READ_ONLY)
+    detail = await ui.source.job_detail(job_id)
+    if detail is None:
+        raise BadJobRef(404, f"no job with id {job_id}")
+    if detail.archived is not None:
+        return "archived"
+    if action == "retry":
+        return "retried" if await ui.source.retry_job(job_id) else "not_retried"
+    return await ui.source.cancel_job(job_id)  # its reason names the web UI
+
+
+async def _page_action(
+    ui: Ui, request: Request[Any, Any, Any], ref: str, action: Action
+) -> Template | Redirect | Response[str]:
+    try:
+        job_id = await find_job(ui, ref)
+        outcome = await act(ui, job_id, action)
+    except BadJobRef as exc:
+        return _missing(exc.status, str(exc), LIVE if is_htmx(request) else None)
+    done, said = OUTCOMES[outcome]
+    if not is_htmx(request):
+        return Redirect(path=f"/jobs/{job_id}?outcome={outcome}", status_code=303)
+    view = await read_job(ui, job_id)
+    if not done or view is None:
+        return Response(f"job {job_id}: {said}", status_code=409, media_type="text/plain")
+    return _detail_page(view, None, outcome, name="job_detail_action")
+
+
+@post("/jobs/{ref:str}/retry", include_in_schema=False, status_code=200)
+async def retry_action(
+    ui: UiDependency, request: Request[Any, Any, Any], ref: FromPath[str]
+) -> Template | Redirect | Response[str]:
+    """Retry a failed, crashed or cancelled job: back to pending, a fresh attempt budget."""
+    return await _page_action(ui, request, ref, "retry")
+
+
+@post("/jobs/{ref:str}/cancel", include_in_schema=False, status_code=200)
+async def cancel_action(
+    ui: UiDependency, request: Request[Any, Any, Any], ref: FromPath[str]
+) -> Template | Redirect | Response[str]:
+    """Cancel a waiting job at once, or ask the worker running it to stop."""
+    return await _page_action(ui, request, ref, "cancel")
+
+
+def _api_error(exc: BadJobRef) -> ClientException:
+    if exc.status == 404:
+        return NotFoundException(str(exc))
+    return ValidationException(str(exc))
+
+
+@get("/api/jobs/{ref:str}", raises=[ValidationException, NotFoundException])
+async def job_api(ui: UiDependency, ref: FromPath[str]) -> JobDetailView:
+    """One job (its whole id, or a unique prefix or suffix): fields, payload, result or
+    error, progress, batch, attempts, events, the explain answer, archived or not."""
+    try:
+        job_id = await find_job(ui, ref)
+    except BadJobRef as exc:
+        raise _api_error(exc) from None
+    view = await read_job(ui, job_id)
+    if view is None:
+        raise NotFoundException(f"no job with id {job_id}")
+    return view
+
+
+async def _api_action(ui: Ui, ref: str, action: Action) -> ActionOutcome:
+    try:
+        job_id = await find_job(ui, ref)
+        outcome = await act(ui, job_id, action)
+    except BadJobRef as exc:
+        raise _api_error(exc) from None
+    done, said = OUTCOMES[outcome]
+    after = await ui.source.job_detail(job_id)
+    return ActionOutcome(
+        job_id=job_id,
+        action=action,
+        outcome=outcome,
+        done=done,
+        message=said,
+        status=None if after is None else after.job.status.value,
+    )
+
+
+@post(
+    "/api/jobs/{ref:str}/retry",
+    status_code=200,
+    raises=[ValidationException, NotFoundException, PermissionDeniedException],
+)
+async def retry_api(ui: UiDependency, ref: FromPath[str]) -> ActionOutcome:
+    """Retry a failed, crashed or cancelled job (``done`` False for any other)."""
+    return await _api_action(ui, ref, "retry")
+
+
+@post(
+    "/api/jobs/{ref:str}/cancel",
+    status_code=200,
+    raises=[ValidationException, NotFoundException, PermissionDeniedException],
+)
+async def cancel_api(ui: UiDependency, ref: FromPath[str]) -> ActionOutcome:
+    """Cancel a waiting job, or ask its worker to stop a running one (``done`` False for a
+    finished job)."""
+    return await _api_action(ui, ref, "cancel")
+
+
+HANDLERS = [job_page, retry_action, cancel_action, job_api, retry_api, cancel_api]

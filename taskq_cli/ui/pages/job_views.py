@@ -1,0 +1,376 @@
+"""What the jobs pages show of a job, as pydantic models: the JSON under ``/api/`` and the
+values the templates render are the same objects.
+
+``JobLine`` is a row of the jobs list; ``JobDetailView`` is everything on a job's page: the
+row, its attempts and events, the ``jobs explain`` answer, its batch and, for a job the
+prune moved to the archive, when that happened (its events were deleted then, by design).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from taskq_cli.batch_progress import BatchProgress, JobBatch
+from taskq_cli.tui.source import JobDetail
+from taskq_cli.tui.widgets.explain import verdict_label
+from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
+from taskq_core.backend.protocol.batches import batch_id_of
+from taskq_core.explain import Explanation, job_origin
+from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES
+
+
+def first_line(text: str | None) -> str | None:
+    """The first non-blank line of an error message (None for none)."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+class JobLine(BaseModel):
+    """A job as the list shows it. ``claimed``: running in the database but its body has
+    not started; ``error``: the error's class and the first line of its message."""
+
+    id: UUID
+    actor: str
+    queue: str
+    status: str
+    claimed: bool
+    attempt: int
+    max_attempts: int
+    priority: int
+    created_at: datetime
+    scheduled_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_class: str | None
+    error: str | None
+    batch_id: UUID | None
+
+    @classmethod
+    def of(cls, job: JobRow) -> JobLine:
+        message = first_line(job.error_message)
+        error = None
+        if job.error_class is not None:
+            error = f"{job.error_class}: {message}" if message else job.error_class
+        return cls(
+            id=job.id,
+            actor=job.actor,
+            queue=job.queue,
+            status=job.status.value,
+            claimed=job.is_claimed,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            priority=job.priority,
+            created_at=job.created_at,
+            scheduled_at=job.scheduled_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            error_class=job.error_class,
+            error=error,
+            batch_id=batch_id_of(job.metadata),
+        )
+
+
+class ProgressView(BaseModel):
+    """The latest progress a running job reported (``ctx.report_progress``): ``current``
+    of ``total`` (None: no total known), ``percent`` of it, a message, when."""
+
+    seq: int
+    current: float
+    total: float | None
+    percent: float | None
+    message: str | None
+    reported_at: str | None
+
+    @classmethod
+    def of(cls, job: JobRow) -> ProgressView | None:
+        """The report stored on the row; None when there is none or it cannot be read."""
+        state = job.progress_state
+        if job.progress_seq <= 0 or not isinstance(state, dict):
+            return None
+        current, total = _number(state.get("current")), _number(state.get("total"))
+        if current is None or (total is None and state.get("total") is not None):
+            return None
+        percent = None
+        if total:  # a total of 0 says nothing of how far it got
+            percent = min(100.0, max(0.0, current / total * 100.0))
+        message, moment = state.get("message"), state.get("ts")
+        return cls(
+            seq=job.progress_seq,
+            current=current,
+            total=total,
+            percent=percent,
+            message=message if isinstance(message, str) else None,
+            reported_at=moment if isinstance(moment, str) else None,
+        )
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+class JobView(BaseModel):
+    """Every field of a job an operator reads, payload and result included."""
+
+    id: UUID
+    actor: str
+    queue: str
+    status: str
+    claimed: bool
+    attempt: int
+    max_attempts: int
+    retry_kind: str
+    priority: int
+    origin: str | None
+    created_at: datetime
+    scheduled_at: datetime
+    claimed_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    locked_by_worker: UUID | None
+    lock_expires_at: datetime | None
+    identity_key: str | None
+    fairness_key: str | None
+    unique_key: str | None
+    schedule_to_close: datetime | None
+    cancel_phase: int
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    payload: dict[str, Any]
+    result: Any
+    result_expires_at: datetime | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+    metadata: dict[str, Any]
+    trace_id: str | None
+    progress: ProgressView | None
+
+    @classmethod
+    def of(cls, job: JobRow) -> JobView:
+        return cls(
+            id=job.id,
+            actor=job.actor,
+            queue=job.queue,
+            status=job.status.value,
+            claimed=job.is_claimed,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            retry_kind=job.retry_kind,
+            priority=job.priority,
+            origin=job_origin(job),
+            created_at=job.created_at,
+            scheduled_at=job.scheduled_at,
+            claimed_at=job.claimed_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            locked_by_worker=job.locked_by_worker,
+            lock_expires_at=job.lock_expires_at,
+            identity_key=job.identity_key,
+            fairness_key=job.fairness_key,
+            unique_key=job.unique_key,
+            schedule_to_close=job.schedule_to_close,
+            cancel_phase=job.cancel_phase,
+            cancel_requested_at=job.cancel_requested_at,
+            cancel_reason=job.cancel_reason,
+            payload=job.payload,
+            result=job.result,
+            result_expires_at=job.result_expires_at,
+            error_class=job.error_class,
+            error_message=job.error_message,
+            error_traceback=job.error_traceback,
+            metadata=job.metadata,
+            trace_id=job.trace_id,
+            progress=ProgressView.of(job),
+        )
+
+
+class AttemptView(BaseModel):
+    """One finished attempt: how it ended, on which worker, how long, with what error."""
+
+    attempt: int
+    outcome: str
+    worker_id: UUID | None
+    started_at: datetime | None
+    finished_at: datetime
+    duration_ms: float | None
+    error_class: str | None
+    error_message: str | None
+    error_traceback: str | None
+
+    @classmethod
+    def of(cls, attempt: AttemptRow) -> AttemptView:
+        return cls(
+            attempt=attempt.attempt,
+            outcome=attempt.outcome,
+            worker_id=attempt.worker_id,
+            started_at=attempt.started_at,
+            finished_at=attempt.finished_at,
+            duration_ms=attempt.duration_ms,
+            error_class=attempt.error_class,
+            error_message=attempt.error_message,
+            error_traceback=attempt.error_traceback,
+        )
+
+
+class EventView(BaseModel):
+    """One event of the timeline: a status change, a cancel request or a reclaim."""
+
+    id: int
+    occurred_at: datetime
+    kind: str
+    from_status: str | None
+    to_status: str | None
+    worker_id: UUID | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: EventRow) -> EventView:
+        return cls(
+            id=event.id,
+            occurred_at=event.occurred_at,
+            kind=event.kind,
+            from_status=None if event.from_status is None else event.from_status.value,
+            to_status=None if event.to_status is None else event.to_status.value,
+            worker_id=event.worker_id,
+            detail=event.detail,
+        )
+
+
+class CheckView(BaseModel):
+    """One blocker ``jobs explain`` checks (``code`` is stable), and whether it applies."""
+
+    code: str
+    applies: bool
+    message: str
+
+
+class ExplanationView(BaseModel):
+    """The ``taskq jobs explain`` answer: the verdict in one word (blocked, runnable, stuck,
+    running, finished, archived) and words, and for a waiting job every check in
+    dispatch order."""
+
+    situation: str
+    label: str
+    code: str
+    message: str
+    checks: list[CheckView]
+
+    @classmethod
+    def of(cls, explanation: Explanation) -> ExplanationView:
+        verdict = explanation.verdict
+        waiting = explanation.situation == "waiting"
+        return cls(
+            situation=explanation.situation,
+            label=verdict_label(explanation),
+            code=verdict.code,
+            message=verdict.message,
+            checks=[
+                CheckView(code=c.code, applies=c.applies, message=c.message)
+                for c in (explanation.checks if waiting else [])
+            ],
+        )
+
+
+class BatchSummary(BaseModel):
+    """A batch's progress: its status (active, complete, aborted; untracked without a row),
+    its children done of total, failed, cancelled, and archived (pruned)."""
+
+    id: UUID
+    queue: str | None
+    status: str
+    total: int
+    done: int
+    failed: int
+    cancelled: int
+    archived: int
+    by_status: dict[str, int]
+    consecutive_failures: int | None
+    failure_threshold: int | None
+    finalizer_actor: str | None
+    finalizer_job_id: UUID | None
+    created_at: datetime | None
+    completed_at: datetime | None
+    summary: str
+
+    @classmethod
+    def of(cls, progress: BatchProgress) -> BatchSummary:
+        row = progress.row
+        return cls(
+            id=progress.batch_id,
+            queue=None if row is None else row.queue,
+            status=progress.status,
+            total=progress.total,
+            done=progress.done,
+            failed=progress.failed,
+            cancelled=progress.cancelled,
+            archived=progress.archived,
+            by_status={s.value: n for s, n in sorted(progress.counts.by_status.items())},
+            consecutive_failures=None if row is None else row.consecutive_failures,
+            failure_threshold=None if row is None else row.failure_threshold,
+            finalizer_actor=None if row is None else row.finalizer_actor,
+            finalizer_job_id=None if row is None else row.finalizer_job_id,
+            created_at=None if row is None else row.created_at,
+            completed_at=None if row is None else row.completed_at,
+            summary=progress.summary(),
+        )
+
+
+class JobBatchView(BaseModel):
+    """The batch a job belongs to (``child``) or finalizes (``finalizer``)."""
+
+    role: Literal["child", "finalizer"]
+    batch: BatchSummary
+
+    @classmethod
+    def of(cls, batch: JobBatch) -> JobBatchView:
+        return cls(role=batch.role, batch=BatchSummary.of(batch.progress))
+
+
+class ArchivedView(BaseModel):
+    """When the prune moved the job to the archive and when the archive deletes it; its
+    events were deleted then (by design), its attempts kept."""
+
+    archived_at: datetime
+    expire_at: datetime
+    events_deleted: bool = True
+
+    @classmethod
+    def of(cls, archived: ArchivedJob) -> ArchivedView:
+        return cls(archived_at=archived.archived_at, expire_at=archived.expire_at)
+
+
+class JobDetailView(BaseModel):
+    """Everything the job's page shows, and which actions apply to it now."""
+
+    job: JobView
+    archived: ArchivedView | None
+    batch: JobBatchView | None
+    attempts: list[AttemptView]
+    events: list[EventView]
+    explanation: ExplanationView | None
+    can_retry: bool
+    can_cancel: bool
+
+    @classmethod
+    def of(cls, detail: JobDetail, explanation: Explanation | None) -> JobDetailView:
+        job = detail.job
+        live = detail.archived is None
+        return cls(
+            job=JobView.of(job),
+            archived=None if detail.archived is None else ArchivedView.of(detail.archived),
+            batch=None if detail.batch is None else JobBatchView.of(detail.batch),
+            attempts=[AttemptView.of(a) for a in detail.attempts],
+            events=[EventView.of(e) for e in detail.events],
+            explanation=None if explanation is None else ExplanationView.of(explanation),
+            can_retry=live and job.status in RETRYABLE_STATUSES,
+            can_cancel=live and job.status in ACTIVE_STATUSES,
+        )
