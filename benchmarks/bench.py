@@ -34,10 +34,12 @@ from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from benchmarks import batch_sections, pgbouncer_sections
+from benchmarks import batch_sections, pgbouncer_sections, telemetry_sections, ui_sections
 from benchmarks.batch_sections import BatchFigures
 from benchmarks.pgbouncer_sections import PoolerFigures
 from benchmarks.ratelimit_sections import RATE, WORKERS, LimitFigures, measure
+from benchmarks.telemetry_sections import TelemetryFigures
+from benchmarks.ui_sections import PageFigure
 from benchmarks.worker_sections import Latency, drain, latency
 
 LEASE = timedelta(minutes=5)
@@ -289,6 +291,46 @@ async def pgbouncer_section(bench: Bench) -> list[Measurement]:
     ]
 
 
+UI_PAGES: list[tuple[int, float, list[PageFigure]]] = []
+
+
+async def ui_section(bench: Bench) -> list[Measurement]:
+    """The admin UI's overview, queues and a filtered jobs page on a real `taskq ui serve`
+    over 1,000,000 jobs (reported in its own table)."""
+    rows = bench.size(ui_sections.ROWS)
+    async with bench.fresh_backend() as backend:
+        seeded, figures = await ui_sections.measure(bench.dsn, backend.schema, rows)
+    UI_PAGES.append((rows, seeded, figures))
+    return []
+
+
+TELEMETRY: list[TelemetryFigures] = []
+
+
+async def telemetry_section(bench: Bench) -> list[Measurement]:
+    """A worker's drain (concurrency 16) with no SDK, with the /metrics meters, and exporting
+    traces and metrics over OTLP/HTTP to a local receiver, in alternating rounds."""
+    figures = await telemetry_sections.measure(
+        bench.fresh_backend,
+        bench.settle,
+        bench.dsn,
+        jobs=bench.size(20_000),
+        rounds=1 if bench.quick else 3,
+    )
+    TELEMETRY.append(figures)
+    failed = "" if figures.exit_codes == {0} else f" (exits {sorted(figures.exit_codes)})"
+    concurrency = telemetry_sections.CONCURRENCY
+    return [
+        Measurement(
+            "telemetry",
+            f"worker drain, concurrency {concurrency}, {variant}{failed}",
+            figures.jobs,
+            figures.drain[variant],
+        )
+        for variant in telemetry_sections.VARIANTS
+    ]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
@@ -298,6 +340,8 @@ SECTIONS: list[tuple[str, Section]] = [
     ("ratelimit", ratelimit_section),
     ("batches", batches_section),
     ("pgbouncer", pgbouncer_section),
+    ("telemetry", telemetry_section),
+    ("ui", ui_section),
 ]
 
 
@@ -379,6 +423,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"pgbouncer: a worker whose pooled DSN goes through PgBouncer drained at "
                 f"{through / direct:.0%} of the direct rate ({through:,.0f}/s against "
                 f"{direct:,.0f}/s)"
+            )
+        for rows, seeded, figures in UI_PAGES:
+            console.print(
+                f"admin UI over {rows:,} jobs (seeded in {seeded:.0f} s), request time on "
+                f"loopback, {ui_sections.SAMPLES} requests each (best / p50 / p95 / max ms, goal "
+                f"{ui_sections.GOAL_MS:g} ms):"
+            )
+            for page in figures:
+                console.print(
+                    f"  {page.name:<26} {page.best:7.1f} / {page.p50:7.1f} / {page.p95:7.1f} / "
+                    f"{page.worst:7.1f}"
+                )
+            console.print(f"  load average: {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
+        for otel in TELEMETRY:
+            off, meters, on = (otel.rate(v) for v in telemetry_sections.VARIANTS)
+            console.print(
+                f"telemetry: exporting over OTLP drained at {on / meters:.0%} of the rate without "
+                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s; {otel.requests} requests "
+                f"received); the /metrics meters alone at {meters / off:.0%} of no SDK "
+                f"({off:,.0f}/s); load average {' / '.join(f'{x:.2f}' for x in otel.load)}"
             )
     finally:
         if root is not None:

@@ -1,9 +1,10 @@
 """A real ``taskq ui serve`` process on a free port of 127.0.0.1, for the UI tests.
 
-``UiServer.start(target)`` runs the installed ``taskq`` over a test's schema (its own
-environment, no inherited ``TASKQ_*``), waits until the port accepts connections and returns
-the running server; ``stop()`` sends SIGTERM and waits for it to exit. A server that dies on
-the way up raises with what it wrote on stderr.
+``UiServer.start(target)`` launches the installed ``taskq`` over a test's schema (its own
+environment, no inherited ``TASKQ_*``) and returns at once, so the server boots while the
+test seeds its jobs; the first use of ``url`` waits until the port accepts connections
+(a server that died on the way up raises with what it wrote). ``stop()`` sends SIGTERM and
+waits for the exit.
 """
 
 from __future__ import annotations
@@ -26,28 +27,22 @@ _BIND_TRIES = 3
 
 
 class UiServerFailed(RuntimeError):
-    """The server exited before it served."""
+    """The server exited before it served, or never listened."""
 
 
 @dataclass
 class UiServer:
-    """One running ``taskq ui serve`` and how to reach it."""
+    """One ``taskq ui serve`` and how to reach it."""
 
     target: PgTarget
-    port: int
     token: str | None
     read_only: bool
-    process: subprocess.Popen[bytes]
-    log: Path
+    command: list[str] = field(repr=False)
     env: dict[str, str] = field(repr=False)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def headers(self) -> dict[str, str]:
-        """What an API client sends: the token as a bearer header, when there is one."""
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="taskq-ui-")[1]))
+    _ready: bool = field(default=False, repr=False)
 
     @classmethod
     def start(
@@ -59,32 +54,52 @@ class UiServer:
         extra_args: tuple[str, ...] = (),
         **env: str,
     ) -> UiServer:
-        """Start a server over ``target`` and wait until it accepts connections."""
+        """Launch a server over ``target``; ``url`` waits for it."""
         if token is not None:
             env["TASKQ_ADMIN_TOKEN"] = token
-        full_env = target.env(**env)
-        failure = ""
-        for _ in range(_BIND_TRIES):
-            port = free_port()
-            log = Path(tempfile.mkstemp(prefix="taskq-ui-", suffix=".log")[1])
-            command = [TASKQ_BIN, "ui", "serve", "--port", str(port), *extra_args]
-            if read_only:
-                command.append("--read-only")
-            with log.open("wb") as sink:
-                process = subprocess.Popen(
-                    command, env=full_env, stdout=sink, stderr=subprocess.STDOUT
-                )
-            server = cls(target, port, token, read_only, process, log, full_env)
-            if server._wait_ready():
-                return server
-            failure = log.read_text(errors="replace")
-            log.unlink(missing_ok=True)
-            if "address already in use" not in failure.lower():
-                break
-        raise UiServerFailed(f"taskq ui serve exited before serving:\n{failure}")
+        command = [TASKQ_BIN, "ui", "serve", *extra_args]
+        if read_only:
+            command.append("--read-only")
+        server = cls(target, token, read_only, command, target.env(**env))
+        server._launch()
+        return server
 
-    def _wait_ready(self) -> bool:
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``, once the server accepts connections."""
+        self.wait_ready()
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> dict[str, str]:
+        """What an API client sends: the token as a bearer header, when there is one."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _launch(self) -> None:
+        self.port = free_port()
+        with self.log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                [*self.command, "--port", str(self.port)],
+                env=self.env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self) -> None:
+        """Return once the port accepts a connection; relaunch on another port when this
+        one was taken meanwhile; raise when the server exits or never listens."""
+        for _ in range(_BIND_TRIES):
+            if self._ready or self._poll_port():
+                self._ready = True
+                return
+            output = self.output()
+            if "in use" not in output:
+                break
+            self._launch()
+        raise UiServerFailed(f"taskq ui serve exited before serving:\n{self.output()}")
+
+    def _poll_port(self) -> bool:
         """True once the port accepts a connection; False when the process exited first."""
+        assert self.process is not None
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -93,22 +108,29 @@ class UiServer:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return True
             except OSError:
-                time.sleep(0.05)  # poll the port; uvicorn binds after the first read
+                time.sleep(0.05)  # poll the port until the server binds it
         self.stop()
         raise UiServerFailed(f"taskq ui serve did not listen within {_START_TIMEOUT:g} s")
 
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.process is not None and self.process.poll() is None
+
     def output(self) -> str:
         """What the server wrote (stdout and stderr) so far."""
-        return self.log.read_text(errors="replace")
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def stop(self) -> int:
+    def stop(self) -> int | None:
         """SIGTERM, then SIGKILL if it lingers; its exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(_STOP_TIMEOUT)
+                process.wait(_STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                process.kill()
+                process.wait()
         self.log.unlink(missing_ok=True)
-        return self.process.returncode
+        return process.returncode

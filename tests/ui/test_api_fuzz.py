@@ -33,9 +33,9 @@ CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance
 async def test_no_generated_request_gets_a_server_error(
     start_ui: StartUi, ui_backend: PostgresBackend, tmp_path: Path
 ) -> None:
+    server = start_ui(token=TOKEN)
     for status in (JobStatus.PENDING, JobStatus.FAILED, JobStatus.SUCCEEDED):
         await job_in(ui_backend, status, queue="media")
-    server = start_ui(token=TOKEN)
     command = [
         ST,
         "run",
@@ -67,4 +67,4 @@ async def test_no_generated_request_gets_a_server_error(
     output = out.decode(errors="replace")
     assert run.returncode == 0, output
     assert "No issues found" in output or "passed" in output, output
-    assert server.process.poll() is None, server.output()
+    assert server.alive(), server.output()

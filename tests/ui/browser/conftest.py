@@ -40,16 +40,24 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 class PageWatch:
-    """What a page did that a test did not ask for: dialogs it opened (an injected script's
-    ``alert``) and uncaught script errors."""
+    """What a page opened and threw: every dialog (type, message) and uncaught script
+    errors. Confirmations (``hx-confirm``) are accepted; any other dialog is dismissed, and
+    an ``alert`` is what an injected script would open."""
 
     def __init__(self) -> None:
-        self.dialogs: list[str] = []
+        self.dialogs: list[tuple[str, str]] = []
         self.errors: list[str] = []
 
     async def on_dialog(self, dialog: Dialog) -> None:
-        self.dialogs.append(dialog.message)
-        await dialog.dismiss()
+        self.dialogs.append((dialog.type, dialog.message))
+        if dialog.type == "confirm":
+            await dialog.accept()
+        else:
+            await dialog.dismiss()
+
+    @property
+    def alerts(self) -> list[str]:
+        return [message for kind, message in self.dialogs if kind == "alert"]
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -12,7 +12,7 @@ from tests.ui.browser.pages import keep_marker, marker_kept
 from tests.ui.server import UiServer
 from tests.ui.states import job_in, status_counts
 
-pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.slow]
 
 SEEDED = {
     JobStatus.PENDING: 3,
