@@ -17,7 +17,7 @@ from uuid import UUID
 
 from litestar import Response, get
 from litestar.exceptions import NotFoundException, ValidationException
-from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.params import FromPath, FromQuery, PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
@@ -189,7 +189,10 @@ async def batches_api(
 
 
 @get("/api/batches/{ref:str}", raises=[ValidationException, NotFoundException])
-async def batch_api(ui: UiDependency, ref: FromPath[str]) -> BatchDetailView:
+async def batch_api(
+    ui: UiDependency,
+    ref: Annotated[str, PathParameter(format="uuid", description="The batch's id.")],
+) -> BatchDetailView:
     """One batch by its id: progress, children by status, metadata, latest failures."""
     return await read_batch(ui, ref)
 

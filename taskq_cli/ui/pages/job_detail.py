@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Request, Response, get, post
@@ -27,7 +27,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath, FromQuery, PathParameter
 from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
@@ -53,6 +53,16 @@ OUTCOMES: dict[str, tuple[bool, str]] = {
     "not_found": (False, "no such job any more"),
     "archived": (False, "nothing done: the job is archived (the prune moved it)"),
 }
+
+
+# A job named in an API path: its id, or a unique prefix or suffix of its hex digits.
+JobRef = Annotated[
+    str,
+    PathParameter(
+        pattern=r"^[0-9A-Fa-f-]{1,36}$",
+        description="The job's id, or a unique prefix or suffix of it.",
+    ),
+]
 
 
 class ActionOutcome(BaseModel):
@@ -225,7 +235,7 @@ def _api_error(exc: BadJobRef) -> ClientException:
 
 
 @get("/api/jobs/{ref:str}", raises=[ValidationException, NotFoundException])
-async def job_api(ui: UiDependency, ref: FromPath[str]) -> JobDetailView:
+async def job_api(ui: UiDependency, ref: JobRef) -> JobDetailView:
     """One job (its whole id, or a unique prefix or suffix): fields, payload, result or
     error, progress, batch, attempts, events, the explain answer, archived or not."""
     try:
@@ -261,7 +271,7 @@ async def _api_action(ui: Ui, ref: str, action: Action) -> ActionOutcome:
     status_code=200,
     raises=[ValidationException, NotFoundException, PermissionDeniedException],
 )
-async def retry_api(ui: UiDependency, ref: FromPath[str]) -> ActionOutcome:
+async def retry_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
     """Retry a failed, crashed or cancelled job (``done`` False for any other)."""
     return await _api_action(ui, ref, "retry")
 
@@ -271,7 +281,7 @@ async def retry_api(ui: UiDependency, ref: FromPath[str]) -> ActionOutcome:
     status_code=200,
     raises=[ValidationException, NotFoundException, PermissionDeniedException],
 )
-async def cancel_api(ui: UiDependency, ref: FromPath[str]) -> ActionOutcome:
+async def cancel_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
     """Cancel a waiting job, or ask its worker to stop a running one (``done`` False for a
     finished job)."""
     return await _api_action(ui, ref, "cancel")
