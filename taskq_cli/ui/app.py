@@ -15,9 +15,6 @@ from typing import Annotated, Any
 from litestar import Litestar, MediaType, Response, get
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import HeaderParameter
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -34,6 +31,7 @@ from taskq_cli.ui.config import (
     UiDependency,
 )
 from taskq_cli.ui.format import FILTERS
+from taskq_cli.ui.openapi import document_refusals, openapi_config
 from taskq_cli.ui.pages import batches, job_detail, jobs, limits, login, overview, queues, workers
 from taskq_cli.ui.pages import schedules as schedule_pages
 from taskq_cli.ui.security import SecurityMiddleware
@@ -64,25 +62,6 @@ async def metrics_endpoint(
     assert ui.metrics is not None, "registered only with metrics"
     content_type, body = await ui.metrics.exposition(accept)
     return Response(body, media_type=content_type)
-
-
-def _openapi(config: UiConfig) -> OpenAPIConfig:
-    """The document at /api/openapi.json (no documentation site: it would load scripts from
-    elsewhere, which the pages' Content-Security-Policy refuses)."""
-    if config.token is None:
-        return OpenAPIConfig(
-            title="TaskQ admin", version="1", path="/api", render_plugins=[JsonRenderPlugin()]
-        )
-    return OpenAPIConfig(
-        title="TaskQ admin",
-        version="1",
-        path="/api",
-        render_plugins=[JsonRenderPlugin()],
-        components=Components(
-            security_schemes={"token": SecurityScheme(type="http", scheme="bearer")}
-        ),
-        security=[{"token": []}],
-    )
 
 
 def create_app(
@@ -118,7 +97,7 @@ def create_app(
     ]
     if metrics is not None:
         handlers.append(metrics_endpoint)
-    return Litestar(
+    app = Litestar(
         route_handlers=handlers,
         dependencies={"ui": Provide(_ui, sync_to_thread=False)},
         state=State({"ui": Ui(source, config, schedules, metrics)}),
@@ -127,6 +106,8 @@ def create_app(
         template_config=TemplateConfig(
             directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=configure
         ),
-        openapi_config=_openapi(config),
+        openapi_config=openapi_config(config),
         debug=debug,
     )
+    document_refusals(app, config)
+    return app

@@ -238,19 +238,19 @@ async def test_a_database_outage_answers_with_the_banner(pg: PgTarget) -> None:
 
 
 async def test_the_openapi_document_describes_the_json_twins(pg: PgTarget) -> None:
-    async with open_ui(pg) as ui:
-        document = (await ui.client.get("/api/openapi.json")).json()
+    async with open_ui(pg, UiConfig(token=TOKEN)) as ui:
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        document = (await ui.client.get("/api/openapi.json", headers=bearer)).json()
         paths = document["paths"]
-        for path in (
-            "/api/overview",
-            "/api/queues",
-            "/api/workers",
-            "/api/schedules",
-            "/api/limits",
-        ):
-            schema = paths[path]["get"]["responses"]["200"]["content"]["application/json"]
-            assert "$ref" in schema["schema"], path
-        assert "post" in paths["/api/queues/{name}/pause"]
+        assert "/api/overview" in paths
+        for page in PAGES[1:]:
+            path = f"/api{page}"
+            answers = paths[path]["get"]["responses"]
+            assert "$ref" in answers["200"]["content"]["application/json"]["schema"], path
+            assert {"401", "503"} <= set(answers), path  # the middleware's and the outage's
+        pause = paths["/api/queues/{name}/pause"]["post"]["responses"]
+        assert {"200", "401", "403", "404", "503"} <= set(pause)
+        assert document["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
         assert not any(path in paths for path in PAGES)  # pages are HTML, not API
         assert {"QueuesView", "WorkersView", "Overview"} <= set(document["components"]["schemas"])
 

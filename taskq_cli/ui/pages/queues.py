@@ -17,6 +17,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, URLEncodedBody
 from litestar.response import Redirect, Template
 from pydantic import BaseModel, Field
@@ -24,10 +25,12 @@ from pydantic import BaseModel, Field
 from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.why import PER_JOB, queue_blocker
 from taskq_cli.ui.config import Ui, UiDependency
+from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.render import back_to, is_htmx, page
 from taskq_core.backend.protocol import QueueActivity, QueueRow
 from taskq_core.statemachine import JobStatus
 
+UNKNOWN_QUEUE = {404: ResponseSpec(ErrorBody, description="No queue has that name.")}
 # A pause reason longer than this is refused (it is shown in a table cell).
 MAX_REASON = 500
 # taskq top names the key that explains a job; the web page names the page.
@@ -198,7 +201,7 @@ async def queues_api(ui: UiDependency) -> QueuesView:
     return await read_queues(ui)
 
 
-@post("/api/queues/{name:str}/pause", status_code=200)
+@post("/api/queues/{name:str}/pause", status_code=200, responses=UNKNOWN_QUEUE)
 async def pause_api(
     ui: UiDependency, name: FromPath[str], data: JSONBody[PauseRequest | None] = None
 ) -> QueueView:
@@ -208,7 +211,7 @@ async def pause_api(
     return await _known(ui, name)
 
 
-@post("/api/queues/{name:str}/resume", status_code=200)
+@post("/api/queues/{name:str}/resume", status_code=200, responses=UNKNOWN_QUEUE)
 async def resume_api(ui: UiDependency, name: FromPath[str]) -> QueueView:
     """Resume a paused queue; the queue after."""
     await _set_paused(ui, name, False, None)
