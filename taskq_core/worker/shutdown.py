@@ -30,6 +30,9 @@ from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS
 from taskq_core.worker.watchdog import dump_task_stacks
 
+# What SIGHUP applies at once; a change to any other setting is reported as needing a restart.
+_APPLIED_ON_RELOAD = frozenset({"log_level", "log_format"})
+
 
 class ShutdownOrchestrator:
     """Runs the shutdown phases once; counts signals for escalation."""
@@ -69,7 +72,8 @@ class ShutdownOrchestrator:
         loop.add_signal_handler(signal.SIGHUP, self.reload)
 
     def reload(self) -> None:
-        """SIGHUP: re-read settings; apply the log level, report what needs a restart."""
+        """SIGHUP: re-read settings; apply the log level and format, report what needs a
+        restart."""
         deps = self.deps
         try:
             fresh = TaskqSettings.load()
@@ -80,7 +84,8 @@ class ShutdownOrchestrator:
         changed = sorted(
             name
             for name in type(fresh).model_fields
-            if getattr(fresh, name) != getattr(deps.settings, name) and name != "log_level"
+            if getattr(fresh, name) != getattr(deps.settings, name)
+            and name not in _APPLIED_ON_RELOAD
         )
         deps.log.info("worker_reloaded", log_level=fresh.log_level, restart_required_for=changed)
 
