@@ -10,7 +10,7 @@ events were deleted when it was archived, by design.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -33,6 +33,11 @@ from taskq_core.backend.protocol.admin import JobPage, JobQuery
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job, job_origin
 from taskq_core.statemachine import JobStatus
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from taskq_core.settings import TaskqSettings
 
 app = typer.Typer(
     help="Inspect jobs: list, show one, explain why one is not running.", no_args_is_help=True
@@ -203,10 +208,17 @@ def show(
             }
         )
         return
-    _render_history(history)
+    _render_history(history, _web_url(load_settings(ctx, dsn, schema), history.job.id))
 
 
-def _render_history(history: _JobHistory) -> None:
+def _web_url(settings: TaskqSettings, job_id: UUID) -> str | None:
+    """The job's page in the admin web UI, when TASKQ_ADMIN_URL says where it is."""
+    if "admin_url" not in settings.model_fields_set:
+        return None
+    return f"{settings.admin_url.rstrip('/')}/jobs/{job_id}"
+
+
+def _render_history(history: _JobHistory, web_url: str | None = None) -> None:
     job = history.job
     when = output.timestamp
     archived = history.archived
@@ -225,6 +237,7 @@ def _render_history(history: _JobHistory) -> None:
     output.print_fields(
         [
             ("id", job.id),
+            *([("web", web_url)] if web_url else []),
             ("actor", job.actor),
             ("queue", job.queue),
             ("status", _status_line(job, archived)),
