@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 from taskq_core.backend.protocol.admin import JobQuery
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import BOOM, args, new_queue, running_job
+from tests.conformance.states import BOOM, args, job_in, new_queue, running_job
 
 
 async def three_ages(harness: Harness, queue: str) -> tuple[UUID, UUID, UUID]:
@@ -150,3 +150,15 @@ async def test_a_batch_filter_keeps_that_batch_s_children(harness: Harness) -> N
     rest = await backend.search_jobs(JobQuery(batch_id=batch, limit=2, after=page.next_after))
     assert sorted(j.id for j in page.jobs + rest.jobs) == sorted(children)
     assert (await backend.search_jobs(JobQuery(batch_id=uuid4()))).total == 0
+
+
+async def test_a_queue_filter_finds_its_jobs_in_every_status(harness: Harness) -> None:
+    made = [(await job_in(harness, status))[0] for status in JobStatus]  # a queue each
+    await harness.backend.enqueue(args(queue=new_queue()))
+    queues = tuple(job.queue for job in made)
+    page = await harness.backend.search_jobs(JobQuery(queues=queues))
+    assert {j.id for j in page.jobs} == {job.id for job in made}
+    assert page.total == len(JobStatus)
+    for job in made:
+        alone = await harness.backend.search_jobs(JobQuery(queues=(job.queue,)))
+        assert [j.id for j in alone.jobs] == [job.id], job.status

@@ -56,6 +56,8 @@ SEARCHES: list[tuple[Any, ...]] = [
     (["failed"], *_ANY[1:11], BATCH),
     # A status no job has: the planner sees the statuses (they must not hide in a cast).
     (["crashed"], *_ANY[1:]),
+    # A queue no job has: its waiting and its other jobs each have an index by queue.
+    (None, ["nowhere"], *_ANY[2:]),
 ]
 # A quarter of the table each, and the terminal jobs that finished over 20 hours ago.
 NOT_SELECTIVE = [SEARCHES[2], SEARCHES[3], SEARCHES[6]]

@@ -26,8 +26,8 @@ from taskq_core.statemachine import JobStatus
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 # The page says "more than N" past this many matches: counting further costs more than it
-# tells an operator.
-COUNT_MAX = 10_000
+# tells an operator (the count walks every match up to it).
+COUNT_MAX = 1_000
 TIME_PARAMS = ("created_since", "created_until", "finished_since", "finished_until")
 # Every parameter the page reads, in the order its URLs write them.
 PARAMS = ("status", "queue", "actor", *TIME_PARAMS, "batch", "limit", "cursor")

@@ -38,7 +38,7 @@ _TIME_HELP = "how long ago (30m, 2h, 7d) or an ISO-8601 time (UTC when it names 
 
 
 class JobsPage(BaseModel):
-    """One page of jobs, newest first: ``total`` matches in all (counted up to 10,000;
+    """One page of jobs, newest first: ``total`` matches in all (counted up to 1,000;
     ``total_exact`` is False past that), and the cursor of the next page (None: the last)."""
 
     jobs: list[JobLine]

@@ -542,12 +542,19 @@ SELECT set_config('statement_timeout', $1::text, true);
 -- statuses come as the enum array itself (a cast from text[] would hide the values from
 -- the planner). What else the finished bounds say lets indexes serve them: only terminal
 -- jobs have a finished_at (jobs_finished_idx leads with the status), and a job finished
--- before a moment was created before it. The batch test repeats jobs_batch_idx's predicate.
+-- before a moment was created before it. The queues are tested per status family, so a
+-- queue with few jobs is found along the pending dispatch indexes and jobs_status_queue_idx
+-- (its status list is every status but pending) rather than by walking the table. The batch
+-- test repeats jobs_batch_idx's predicate.
 -- The filter is repeated in count_search_jobs: keep the two alike.
 SELECT j.*
 FROM {schema}.jobs j
 WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
-  AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
+  AND ($2::text[] IS NULL
+       OR (j.status = 'pending' AND j.queue = ANY ($2::text[]))
+       OR (j.status IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled',
+                        'crashed', 'abandoned')
+           AND j.queue = ANY ($2::text[])))
   AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
   AND (($4::timestamptz IS NULL AND $5::interval IS NULL)
        OR j.created_at >= COALESCE($4::timestamptz, statement_timestamp() - $5::interval))
@@ -573,7 +580,11 @@ FROM (
     SELECT 1
     FROM {schema}.jobs j
     WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
-      AND ($2::text[] IS NULL OR j.queue = ANY ($2::text[]))
+      AND ($2::text[] IS NULL
+           OR (j.status = 'pending' AND j.queue = ANY ($2::text[]))
+           OR (j.status IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled',
+                            'crashed', 'abandoned')
+               AND j.queue = ANY ($2::text[])))
       AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
       AND (($4::timestamptz IS NULL AND $5::interval IS NULL)
            OR j.created_at >= COALESCE($4::timestamptz, statement_timestamp() - $5::interval))
