@@ -76,7 +76,12 @@ async def test_the_page_shows_what_the_job_carried_and_how_it_ended(pg: PgTarget
 async def test_a_running_job_shows_its_latest_progress(pg: PgTarget) -> None:
     async with open_ui(pg) as ui:
         running = await job_in(ui.backend, JobStatus.RUNNING)
-        state = {"current": 40, "total": 160, "message": "resizing <b>tiles</b>", "ts": "t"}
+        state = {
+            "current": 40,
+            "total": 160,
+            "message": "resizing <b>tiles</b>",
+            "ts": "2026-05-01T12:00:00+00:00",
+        }
         conn = await asyncpg.connect(pg.dsn)
         try:
             await conn.execute(
@@ -90,6 +95,7 @@ async def test_a_running_job_shows_its_latest_progress(pg: PgTarget) -> None:
         progress = _section((await ui.client.get(f"/jobs/{running.id}")).text, "progress")
         assert 'value="25.0"' in progress and "40 of 160" in progress
         assert "resizing &lt;b&gt;tiles&lt;/b&gt;" in progress
+        assert "reported 2026-05-01T12:00:00" in progress
         document = (await ui.client.get(f"/api/jobs/{running.id}")).json()
         assert document["job"]["progress"]["percent"] == 25.0
 

@@ -20,6 +20,7 @@ from taskq_cli.tui.widgets.explain import verdict_label
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
 from taskq_core.backend.protocol.batches import batch_id_of
 from taskq_core.explain import Explanation, job_origin
+from taskq_core.progress import ProgressReport
 from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES
 
 
@@ -78,43 +79,30 @@ class JobLine(BaseModel):
 
 class ProgressView(BaseModel):
     """The latest progress a running job reported (``ctx.report_progress``): ``current``
-    of ``total`` (None: no total known), ``percent`` of it, a message, when."""
+    of ``total`` (None: no total known), ``percent`` of it, a message, and when (the
+    reporting worker's clock)."""
 
     seq: int
     current: float
     total: float | None
     percent: float | None
     message: str | None
-    reported_at: str | None
+    reported_at: datetime
 
     @classmethod
     def of(cls, job: JobRow) -> ProgressView | None:
-        """The report stored on the row; None when there is none or it cannot be read."""
-        state = job.progress_state
-        if job.progress_seq <= 0 or not isinstance(state, dict):
+        """The report stored on the row; None when there is none."""
+        report = ProgressReport.of_row(job)
+        if report is None:
             return None
-        current, total = _number(state.get("current")), _number(state.get("total"))
-        if current is None or (total is None and state.get("total") is not None):
-            return None
-        percent = None
-        if total:  # a total of 0 says nothing of how far it got
-            percent = min(100.0, max(0.0, current / total * 100.0))
-        message, moment = state.get("message"), state.get("ts")
         return cls(
-            seq=job.progress_seq,
-            current=current,
-            total=total,
-            percent=percent,
-            message=message if isinstance(message, str) else None,
-            reported_at=moment if isinstance(moment, str) else None,
+            seq=report.seq,
+            current=report.current,
+            total=report.total,
+            percent=report.percent,
+            message=report.message,
+            reported_at=report.ts,
         )
-
-
-def _number(value: Any) -> float | None:
-    """A JSON number as a float; None for anything else."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 class JobView(BaseModel):
