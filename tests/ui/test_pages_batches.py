@@ -64,7 +64,7 @@ async def test_a_batch_s_page_links_its_children_and_names_its_failures(pg: PgTa
         await backend.enqueue(args(queue="images"))  # not a child
 
         html = (await ui.client.get(f"/batches/{batch.id}")).text
-        assert "active, 1 of 3 done (1 failed)" in html
+        assert "status-active" in html and "1 of 3 done (1 failed)" in html
         assert f'href="/jobs?status=failed&amp;batch={batch.id}"' in html
         assert f'href="/jobs?status=pending&amp;batch={batch.id}"' in html
         failures = html[html.index('id="failures"') :]

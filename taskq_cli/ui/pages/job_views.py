@@ -270,7 +270,8 @@ class ExplanationView(BaseModel):
 
 class BatchSummary(BaseModel):
     """A batch's progress: its status (active, complete, aborted; untracked without a row),
-    its children done of total, failed, cancelled, and archived (pruned)."""
+    its children done of total, failed, cancelled, and archived (pruned); ``children`` and
+    ``summary`` say it in words (``12 of 40 done (3 failed)``, with the status first)."""
 
     id: UUID
     queue: str | None
@@ -287,6 +288,7 @@ class BatchSummary(BaseModel):
     finalizer_job_id: UUID | None
     created_at: datetime | None
     completed_at: datetime | None
+    children: str
     summary: str
 
     @classmethod
@@ -308,6 +310,7 @@ class BatchSummary(BaseModel):
             finalizer_job_id=None if row is None else row.finalizer_job_id,
             created_at=None if row is None else row.created_at,
             completed_at=None if row is None else row.completed_at,
+            children=progress.children_text(),
             summary=progress.summary(),
         )
 
