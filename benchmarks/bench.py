@@ -309,7 +309,8 @@ TELEMETRY: list[TelemetryFigures] = []
 
 async def telemetry_section(bench: Bench) -> list[Measurement]:
     """A worker's drain (concurrency 16) with no SDK, with the /metrics meters, and exporting
-    traces and metrics over OTLP/HTTP to a local receiver, in alternating rounds."""
+    traces and metrics over OTLP/HTTP to a local receiver (all traces, then 10% sampled), in
+    alternating rounds."""
     figures = await telemetry_sections.measure(
         bench.fresh_backend,
         bench.settle,
@@ -437,12 +438,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             console.print(f"  load average: {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
         for otel in TELEMETRY:
-            off, meters, on = (otel.rate(v) for v in telemetry_sections.VARIANTS)
+            off, meters, on, sampled = (otel.rate(v) for v in telemetry_sections.VARIANTS)
             console.print(
                 f"telemetry: exporting over OTLP drained at {on / meters:.0%} of the rate without "
-                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s; {otel.requests} requests "
-                f"received); the /metrics meters alone at {meters / off:.0%} of no SDK "
-                f"({off:,.0f}/s); load average {' / '.join(f'{x:.2f}' for x in otel.load)}"
+                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s), {sampled / meters:.0%} with "
+                f"10% of traces sampled ({otel.requests} requests received); the /metrics "
+                f"meters alone at {meters / off:.0%} of no SDK ({off:,.0f}/s); load average "
+                f"{' / '.join(f'{x:.2f}' for x in otel.load)}"
             )
     finally:
         if root is not None:

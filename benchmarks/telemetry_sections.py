@@ -1,0 +1,145 @@
+"""Telemetry: a worker's drain with no OpenTelemetry SDK, with the meters /metrics reads, and
+exporting traces and metrics over OTLP/HTTP, side by side.
+
+Three variants of one `taskq worker --until-idle` (concurrency 16) over the same backlog, in
+alternating rounds (best of each):
+
+- ``no SDK``: TASKQ_OTEL_ENABLED=false; no provider is installed, no instrument records.
+- ``/metrics meters``: the default worker: its health server's Prometheus reader on an SDK
+  MeterProvider, no exporter; every job's counter and histogram record for real.
+- ``OTLP export``: the same, plus OTEL_TRACES_EXPORTER=otlp and OTEL_METRICS_EXPORTER=otlp
+  over HTTP to a local receiver that reads each request and throws it away.
+- ``OTLP export, 10% sampled``: the same with OTEL_TRACES_SAMPLER=traceidratio at 0.1 (each
+  CONSUMER span starts its own trace, so the ratio applies per job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from benchmarks.worker_sections import worker_process
+from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.protocol import EnqueueArgs
+
+CONCURRENCY = 16
+VARIANTS = ("no SDK", "/metrics meters", "OTLP export", "OTLP export, 10% sampled")
+
+FreshBackend = Callable[[], AbstractAsyncContextManager[PostgresBackend]]
+Settle = Callable[[PostgresBackend], Awaitable[None]]
+
+
+@dataclass
+class TelemetryFigures:
+    """Best drain seconds per variant, what the receiver got, and the load around the run."""
+
+    jobs: int
+    drain: dict[str, float] = field(default_factory=dict)
+    exit_codes: set[int] = field(default_factory=set)
+    requests: int = 0  # OTLP requests the receiver accepted
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def rate(self, variant: str) -> float:
+        return self.jobs / self.drain[variant]
+
+
+@contextmanager
+def discarding_receiver() -> Iterator[tuple[str, list[int]]]:
+    """An OTLP/HTTP endpoint that accepts every request and keeps only a count."""
+    count = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector serves the exporter
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            count[0] += 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="otlp-discard", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", count
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def variant_env(variant: str, endpoint: str) -> dict[str, str]:
+    if variant == "no SDK":
+        return {"TASKQ_OTEL_ENABLED": "false"}
+    env = {"TASKQ_HEALTH_ENABLED": "true"}  # the benchmark's default worker has it off
+    if variant.startswith("OTLP export"):
+        env.update(
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_METRICS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_METRIC_EXPORT_INTERVAL="1000",
+        )
+    if variant.endswith("sampled"):
+        env.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG="0.1")
+    return env
+
+
+async def _drain(
+    fresh: FreshBackend, settle: Settle, dsn: str, env: dict[str, str], jobs: int
+) -> tuple[float, int]:
+    """Seconds for one worker process to leave no active job of ``jobs`` no-ops.
+
+    Timed from the resume of the paused queue once the worker has registered, to the last
+    job written: its start-up (the exporter's imports) and its exit (the last export) are
+    not counted, they are no part of a drain rate.
+    """
+    async with fresh() as backend:
+        await backend.update_queue("default", paused=True)
+        await backend.enqueue_batch_fast([EnqueueArgs("noop", {"n": n}) for n in range(jobs)])
+        await settle(backend)
+        async with worker_process(
+            dsn, backend.schema, "--concurrency", str(CONCURRENCY), "--until-idle", extra_env=env
+        ) as proc:
+            while not await backend.list_workers():
+                await asyncio.sleep(0.02)
+            started = time.perf_counter()
+            await backend.update_queue("default", paused=False)  # wakes the worker
+            while await backend.has_active_jobs(["default"]):
+                await asyncio.sleep(0.02)
+            seconds = time.perf_counter() - started
+            return seconds, await proc.wait()
+
+
+async def measure(
+    fresh: FreshBackend, settle: Settle, dsn: str, jobs: int, rounds: int
+) -> TelemetryFigures:
+    """Each variant's best drain over ``rounds`` alternating rounds."""
+    figures = TelemetryFigures(jobs)
+    clean = {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+    for key in clean:  # the variants say what is exported, not the caller's shell
+        os.environ.pop(key)
+    try:
+        with discarding_receiver() as (endpoint, count):
+            for _ in range(rounds):
+                for variant in VARIANTS:
+                    env = variant_env(variant, endpoint)
+                    seconds, code = await _drain(fresh, settle, dsn, env, jobs)
+                    figures.exit_codes.add(code)
+                    figures.drain[variant] = min(figures.drain.get(variant, seconds), seconds)
+            figures.requests = count[0]
+    finally:
+        os.environ.update(clean)
+    figures.load = os.getloadavg()
+    return figures
