@@ -53,5 +53,8 @@ def find_chromium(*, install: bool = False) -> str:
 
 
 def launch_args() -> list[str]:
-    """Chromium's sandbox needs user namespaces it cannot have as root (containers)."""
-    return ["--no-sandbox"] if os.geteuid() == 0 else []
+    """Chromium's flags here: no sandbox as root (it needs user namespaces a root
+    process in a container cannot have), shared memory in /tmp."""
+    sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []
+    # Containers give /dev/shm 64 MB, too little for Chromium's shared memory.
+    return [*sandbox, "--disable-dev-shm-usage"]

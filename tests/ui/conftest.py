@@ -1,10 +1,14 @@
-"""UI fixtures: a real ``taskq ui serve`` process over the test's freshly migrated schema
-(plain, with a token, read-only), and a backend on the same schema to put jobs in known
-states (tests/ui/states.py).
+"""UI fixtures: a real ``taskq ui serve`` process over a freshly migrated schema of the
+test's own, and a backend on the same schema to put jobs in known states
+(tests/ui/states.py).
 
-The server fixtures are synchronous (a subprocess), so any test may use them whatever event
-loop it runs on; the browser tests (tests/ui/browser/) run on the session's loop and
-override ``ui_backend`` to open it there.
+``ui_server`` is a server with no token and every action on, made ahead while the previous
+test ran (tests/ui/spares.py); ``@pytest.mark.ui_server(token=TOKEN)`` or
+``(read_only=True)`` asks for a variant. ``ui_backend`` opens on that server's schema.
+``start_ui`` starts more servers over the ``pg`` fixture's schema. The server fixtures are
+synchronous (subprocesses), so any test may use them whatever event loop it runs on; the
+browser tests (tests/ui/browser/) run on the session's loop and override ``ui_backend`` to
+open it there.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conftest import PgTarget
 from tests.ui.server import UiServer
+from tests.ui.spares import SpareServers
 
 pytestmark = [pytest.mark.postgres]
 
@@ -24,6 +29,12 @@ pytestmark = [pytest.mark.postgres]
 TOKEN = "ui-test-token-5d1f0c"
 
 StartUi = Callable[..., UiServer]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "ui_server(token=None, read_only=False): the options of ui_server's server"
+    )
 
 
 @pytest.fixture
@@ -42,27 +53,28 @@ def start_ui(pg: PgTarget) -> Iterator[StartUi]:
         server.stop()
 
 
-@pytest.fixture
-def ui_server(start_ui: StartUi) -> UiServer:
-    """A server with no token and every action enabled."""
-    return start_ui()
+@pytest.fixture(scope="session")
+def ui_spares(pg_server_dsn: str) -> Iterator[SpareServers]:
+    spares = SpareServers(pg_server_dsn)
+    yield spares
+    spares.close()
 
 
 @pytest.fixture
-def ui_server_token(start_ui: StartUi) -> UiServer:
-    """A server whose every request must carry ``TOKEN``."""
-    return start_ui(token=TOKEN)
+def ui_server(ui_spares: SpareServers, request: pytest.FixtureRequest) -> Iterator[UiServer]:
+    """A server over a schema of this test's own, with the options of the test's
+    ``ui_server`` mark (none: no token, actions on)."""
+    marker = request.node.get_closest_marker("ui_server")
+    server = ui_spares.take(**(marker.kwargs if marker else {}))
+    yield server
+    ui_spares.release(server)
 
 
 @pytest.fixture
-def ui_server_read_only(start_ui: StartUi) -> UiServer:
-    """A server started with ``--read-only``: no retry, cancel, pause or resume."""
-    return start_ui(read_only=True)
-
-
-@pytest.fixture
-async def ui_backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
-    """A backend on the test's schema, to seed jobs and check what actions changed."""
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=3)
+async def ui_backend(ui_server: UiServer) -> AsyncIterator[PostgresBackend]:
+    """A backend on the schema ``ui_server`` serves, to seed jobs and check what actions
+    changed."""
+    target = ui_server.target
+    backend = await PostgresBackend.connect(target.dsn, target.schema, max_size=3)
     yield backend
     await backend.close()

@@ -18,22 +18,24 @@ import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.statemachine import JobStatus
-from tests.ui.conftest import TOKEN, StartUi
+from tests.ui.conftest import TOKEN
+from tests.ui.server import UiServer
 from tests.ui.states import job_in
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 ST = str(Path(sys.executable).parent / "st")
-EXAMPLES_PER_OPERATION = 25
+EXAMPLES_PER_OPERATION = 10
 SEED = 21
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.ui_server(token=TOKEN)
 async def test_no_generated_request_gets_a_server_error(
-    start_ui: StartUi, ui_backend: PostgresBackend, tmp_path: Path
+    ui_server: UiServer, ui_backend: PostgresBackend, tmp_path: Path
 ) -> None:
-    server = start_ui(token=TOKEN)
+    server = ui_server
     for status in (JobStatus.PENDING, JobStatus.FAILED, JobStatus.SUCCEEDED):
         await job_in(ui_backend, status, queue="media")
     command = [

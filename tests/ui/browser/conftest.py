@@ -17,8 +17,8 @@ import pytest_asyncio
 from playwright.async_api import Browser, Dialog, Page, async_playwright
 
 from taskq_core.backend.postgres.backend import PostgresBackend
-from tests.conftest import PgTarget
 from tests.ui.chromium import ChromiumUnavailable, find_chromium, launch_args
+from tests.ui.server import UiServer
 
 VIEWPORT = {"width": 1280, "height": 800}
 # How long a page step (a click, a wait for text) may take before the test fails: a live
@@ -79,8 +79,10 @@ async def page(browser: Browser, watch: PageWatch) -> AsyncIterator[Page]:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def ui_backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
-    """A backend on the test's schema, on the session's loop (where the tests run)."""
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=3)
+async def ui_backend(ui_server: UiServer) -> AsyncIterator[PostgresBackend]:
+    """A backend on the schema ``ui_server`` serves, on the session's loop (where the
+    tests run)."""
+    target = ui_server.target
+    backend = await PostgresBackend.connect(target.dsn, target.schema, max_size=3)
     yield backend
     await backend.close()

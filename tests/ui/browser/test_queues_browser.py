@@ -49,10 +49,11 @@ async def test_pause_with_a_reason_then_resume_in_place(
     assert queue is not None and not queue.paused
 
 
+@pytest.mark.ui_server(read_only=True)
 async def test_a_read_only_server_offers_no_action_and_refuses_one(
-    page: Page, ui_server_read_only: UiServer, ui_backend: PostgresBackend
+    page: Page, ui_server: UiServer, ui_backend: PostgresBackend
 ) -> None:
-    server = ui_server_read_only
+    server = ui_server
     failed = await job_in(ui_backend, JobStatus.FAILED, queue="media")
     waiting = await job_in(ui_backend, JobStatus.PENDING, queue="emails")
 

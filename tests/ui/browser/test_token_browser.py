@@ -18,10 +18,11 @@ from tests.ui.states import job_in
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.slow]
 
 
+@pytest.mark.ui_server(token=TOKEN)
 async def test_a_link_needs_the_token_then_opens_and_the_session_carries_on(
-    page: Page, ui_server_token: UiServer, ui_backend: PostgresBackend
+    page: Page, ui_server: UiServer, ui_backend: PostgresBackend
 ) -> None:
-    server = ui_server_token
+    server = ui_server
     job = await job_in(ui_backend, JobStatus.FAILED, queue="media")
     link = f"{server.url}/jobs/{job.id}"
 
