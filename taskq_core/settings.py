@@ -115,7 +115,8 @@ class TaskqSettings(BaseSettings):
     admin_port: int = Field(default=8080, ge=1, le=65535)
     """Bind port of the admin web UI."""
     admin_url: str = "http://localhost:8080"
-    """Public base URL of the admin web UI."""
+    """Public base URL of the admin web UI: trusted by its Host and Origin checks, and
+    ``taskq jobs show`` prints a job's link under it when set."""
     admin_token: str | None = None
     """Token every request to the admin web UI must carry (an ``Authorization: Bearer``
     header, or the cookie its login form sets); required to bind beyond loopback."""
@@ -435,7 +436,6 @@ class TaskqSettings(BaseSettings):
 # Settings of the seeds' table whose subsystem is not built yet: parsed (so a deployment's
 # file stays valid) but read by nothing. A worker warns at start when one of them is set.
 NOT_YET_IN_EFFECT: dict[str, str] = {
-    "admin_url": "the admin web UI's links",
     "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
 }
 
