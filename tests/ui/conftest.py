@@ -23,8 +23,6 @@ from tests.conftest import PgTarget
 from tests.ui.server import UiServer
 from tests.ui.spares import SpareServers
 
-pytestmark = [pytest.mark.postgres]
-
 # What the token variants are started with (TASKQ_ADMIN_TOKEN).
 TOKEN = "ui-test-token-5d1f0c"
 
