@@ -9,8 +9,7 @@ from rich.text import Text
 from taskq_cli.tui.formatting import Palette
 from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
-from taskq_core.backend.protocol import LimitDefinition, LimitUsage
-from taskq_core.durations import format_duration
+from taskq_core.backend.protocol import LimitUsage
 
 COLUMNS = (
     Column("limit"),
@@ -20,17 +19,6 @@ COLUMNS = (
     Column("state in", 4),
 )
 _BAR = 10  # cells of the use bar
-
-
-def rule(limit: LimitDefinition) -> str:
-    """``token bucket 10/s, burst 10``, ``window 100 per 1m``, ``2 slots``."""
-    keyed = " per key" if limit.keyed else ""
-    if limit.kind == "token_bucket":
-        return f"token bucket {limit.per_second:g}/s, burst {limit.capacity:g}{keyed}"
-    if limit.kind == "sliding_window":
-        span = format_duration(limit.span) if limit.span is not None else "?"
-        return f"window {limit.capacity:g} per {span}{keyed}"
-    return f"{limit.capacity:g} slots{keyed}"
 
 
 def _used(usage: LimitUsage) -> str:
@@ -65,7 +53,7 @@ class LimitsTable(FittedTable):
         meaning = _meaning(share)
         cells = [
             Text(usage.instance),
-            palette.text(rule(usage.limit), "muted"),
+            palette.text(usage.limit.rule(), "muted"),
             palette.text(_used(usage), meaning, right=True),
             palette.text("█" * filled + "░" * (_BAR - filled), meaning),
             palette.text(usage.limit.store, "muted"),

@@ -14,7 +14,6 @@ from litestar.response import Template
 from pydantic import BaseModel
 
 from taskq_cli.tui.source import Snapshot
-from taskq_cli.tui.widgets.limits_table import rule
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 from taskq_core.backend.protocol import LimitUsage
@@ -45,7 +44,7 @@ class LimitView(BaseModel):
             name=limit.name,
             instance=usage.instance,
             kind=limit.kind,
-            rule=rule(limit),
+            rule=limit.rule(),
             capacity=limit.capacity,
             used=usage.used,
             unit=_UNITS[limit.kind],

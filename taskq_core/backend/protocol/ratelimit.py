@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core.durations import format_duration
+
 LimitKind = Literal["token_bucket", "sliding_window", "reservation"]
 LimitStoreName = Literal["postgres", "redis"]
 
@@ -49,6 +51,16 @@ class LimitDefinition:
     span: timedelta | None = None
     keyed: bool = False
     store: LimitStoreName = "postgres"
+
+    def rule(self) -> str:
+        """``token bucket 10/s, burst 10``, ``window 100 per 1m``, ``2 slots`` (+ ``per key``)."""
+        keyed = " per key" if self.keyed else ""
+        if self.kind == "token_bucket":
+            return f"token bucket {self.per_second:g}/s, burst {self.capacity:g}{keyed}"
+        if self.kind == "sliding_window":
+            span = format_duration(self.span) if self.span is not None else "?"
+            return f"window {self.capacity:g} per {span}{keyed}"
+        return f"{self.capacity:g} slots{keyed}"
 
 
 class IdleStateSwept(NamedTuple):
