@@ -8,14 +8,20 @@ the binary is missing and this process is root (CI containers are); otherwise it
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 PACKAGE = "chromium"  # the Debian package
 BINARY = "/usr/bin/chromium"
 # apt-get update plus the package and its libraries on a slow mirror.
 _INSTALL_TIMEOUT = 900.0
+# Test processes running side by side (pytest-xdist) install one at a time: dpkg takes a
+# lock of its own and fails the second instead of waiting.
+_INSTALL_LOCK = Path(tempfile.gettempdir()) / "taskq-chromium-install.lock"
 
 
 class ChromiumUnavailable(RuntimeError):
@@ -31,6 +37,17 @@ def find_chromium(*, install: bool = False) -> str:
             f"{BINARY} is missing (Debian: apt-get install {PACKAGE}); the tests install it "
             "themselves only when run as root on a system with apt-get"
         )
+    with _INSTALL_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.access(BINARY, os.X_OK):  # another process may have installed it
+            _apt_install()
+    if not os.access(BINARY, os.X_OK):
+        raise ChromiumUnavailable(f"apt-get installed {PACKAGE} but {BINARY} is not there")
+    return BINARY
+
+
+def _apt_install() -> None:
+    """apt-get update, then install the package without its recommendations."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install_package = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
     for command in (["apt-get", "update"], install_package):
@@ -47,9 +64,6 @@ def find_chromium(*, install: bool = False) -> str:
             raise ChromiumUnavailable(f"{' '.join(command)} took over {exc.timeout:g} s") from exc
         if done.returncode != 0:
             raise ChromiumUnavailable(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
-    if not os.access(BINARY, os.X_OK):
-        raise ChromiumUnavailable(f"apt-get installed {PACKAGE} but {BINARY} is not there")
-    return BINARY
 
 
 def launch_args() -> list[str]:
