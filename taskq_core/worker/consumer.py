@@ -4,7 +4,9 @@ Per job: skip it if its lease was lost while it waited; look up the actor, valid
 payload (invalid = failed, never retried), admit it under the actor's rate limits and
 reservations (denied: back to ``scheduled`` at the limiter's retry_after, attempt given back,
 body never started; a keyed limit's key function that raises fails it), start the holding
-(its start mark goes to the completer), build the JobContext, resolve DI, run the actor in its
+(its start mark goes to the completer, batched; a job the reclaim sweep gave back unstarted
+before has it written here, awaited, before its body runs, so a body that kills its worker
+at once still counts as a crash), build the JobContext, resolve DI, run the actor in its
 own task (so a forced cancel can target it), give its reservation slots back as soon as the
 body ends, then write exactly one outcome, fenced by the job's lease:
 
@@ -42,7 +44,7 @@ from pydantic import BaseModel
 
 from taskq_core import jsontext
 from taskq_core.actors import ActorRef, JobContext
-from taskq_core.backend.protocol import ErrorInfo, Success
+from taskq_core.backend.protocol import ErrorInfo, Start, Success
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
@@ -224,7 +226,13 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
     )
     held.in_thread = not ref.is_async
     deps.active.start(held, deps.clock.monotonic())
-    deps.completer.submit_start(held)
+    if not job.unstarted_reclaims:
+        deps.completer.submit_start(held)  # batched: the hot path pays no round trip
+    elif not await _record_start(deps, held):
+        if limited:
+            await _release_slots(deps, held, abandoned=False)
+        deps.active.remove(held)
+        return "lost"
     outcome = "crashed"
     try:
         outcome, value = await _invoke(deps, ref, held, payload)
@@ -244,6 +252,37 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await _record(deps, ref, held, outcome, value, ran_for)
+
+
+async def _record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
+    """Write the start of a job reclaimed unstarted before, awaited before its body runs.
+
+    Such a job may be one whose body takes its worker down at once, before the completer's
+    batched start mark goes out: with its start on the row, the next reclaim counts that as a
+    crash and the poison rule can stop it. Retried with backoff while the database is away;
+    False when the lease is not this worker's any more (the body must not run then).
+    """
+    lease = held.lease
+    backoff = Backoff()
+    while held.lost is None:
+        start = Start(lease.job_id, lease.attempt, held.ran_for(deps.clock.monotonic()))
+        try:
+            written = await asyncio.shield(deps.backend.mark_started_many(deps.worker_id, [start]))
+        except TRANSIENT_ERRORS as exc:
+            deps.database.failed("consumer", exc)
+            await retry_pause(deps.database, backoff.next())
+            continue
+        deps.database.succeeded()
+        if lease.job_id in written:
+            return True
+        deps.log.warning(
+            "job_start_fenced",
+            job_id=str(lease.job_id),
+            attempt=lease.attempt,
+            note="the lease was lost before the body started: it does not run here",
+        )
+        return False
+    return False
 
 
 async def _admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) -> str | None:

@@ -10,7 +10,7 @@ from taskq_core.backend.protocol.admin import Audit
 from taskq_core.constants import CANCEL_RECLAIM_HEADROOM, POISON_JOB_ERROR, UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
-from tests.conformance.states import GRACE, LEASE, reload, running_job
+from tests.conformance.states import GRACE, LEASE, args, new_queue, reload, running_job
 
 EXPIRED = LEASE.total_seconds() + 1
 POISON = 3
@@ -194,3 +194,85 @@ async def test_the_default_limit_is_three(harness: Harness) -> None:
         if row.status is JobStatus.PENDING:
             await run_again(harness, job)
     assert statuses == [JobStatus.PENDING, JobStatus.PENDING, JobStatus.FAILED]
+
+
+async def claim(harness: Harness, job: JobRow) -> JobRow:
+    """A fresh worker claims the job (its body not started yet); the claimed row."""
+    [claimed] = await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    assert claimed.id == job.id
+    return claimed
+
+
+async def test_a_new_job_was_never_reclaimed_unstarted(harness: Harness) -> None:
+    backend = harness.backend
+    queue = new_queue()
+    one = await backend.enqueue(args(queue=queue))
+    [many] = await backend.enqueue_batch([args(queue=queue)])
+    assert (one.unstarted_reclaims, many.unstarted_reclaims) == (0, 0)
+    claimed = await backend.dispatch_batch(uuid4(), [queue], 2, LEASE)
+    assert [row.unstarted_reclaims for row in claimed] == [0, 0]
+
+
+async def test_a_job_reclaimed_unstarted_carries_the_count_on_its_next_claim(
+    harness: Harness,
+) -> None:
+    # The count tells its next worker to record the start before the body runs.
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=10)
+    row = await crash(harness, job)
+    assert (row.status, row.attempt, row.unstarted_reclaims) == (JobStatus.PENDING, 0, 1)
+    assert (await claim(harness, job)).unstarted_reclaims == 1
+    assert (await crash(harness, job)).unstarted_reclaims == 2
+    claimed = await claim(harness, job)
+    assert claimed.unstarted_reclaims == 2
+    # A reclaim of a started body is a crash, not an unstarted give-back: the count stays.
+    worker = claimed.lease().worker_id
+    assert await backend.mark_started_many(worker, [Start(job.id, claimed.attempt)]) == {job.id}
+    row = await crash(harness, job)
+    assert (row.status, row.error_class, row.unstarted_reclaims) == (
+        JobStatus.PENDING,
+        "WorkerCrashed",
+        2,
+    )
+    assert (await claim(harness, job)).unstarted_reclaims == 2
+
+
+async def test_a_give_back_by_its_own_worker_is_not_counted(harness: Harness) -> None:
+    backend = harness.backend
+    job, worker = await running_job(backend, started=False)
+    assert await backend.release_leases(worker, [job.lease()], reason="shutdown_drain") == 1
+    assert (await claim(harness, job)).unstarted_reclaims == 0
+
+
+async def test_the_count_stops_at_the_unstarted_reclaim_limit(harness: Harness) -> None:
+    # Past UNSTARTED_RECLAIM_LIMIT a reclaim counts as started (start_assumed): no give-back.
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=30)
+    for _ in range(UNSTARTED_RECLAIM_LIMIT + 2):
+        await crash(harness, job)
+        await claim(harness, job)
+    row = await reload(backend, job.id)
+    assert (row.unstarted_reclaims, row.attempt) == (UNSTARTED_RECLAIM_LIMIT, 3)
+
+
+async def test_a_job_first_reclaimed_unstarted_is_poison_once_its_started_runs_crash(
+    harness: Harness,
+) -> None:
+    # What a worker does with the count: the body that killed its worker before the start
+    # was written is reclaimed unstarted once; from then on each run's start is recorded
+    # before the body, so its crashes count and the POISON-th fails it.
+    backend = harness.backend
+    job, _ = await running_job(backend, started=False, max_attempts=10)
+    assert (await crash(harness, job)).status is JobStatus.PENDING
+    for _ in range(POISON - 1):
+        await run_again(harness, job)
+        assert (await crash(harness, job)).status is JobStatus.PENDING
+    await run_again(harness, job)
+    row = await crash(harness, job)
+    assert (row.status, row.error_class, row.error_message) == (
+        JobStatus.FAILED,
+        POISON_JOB_ERROR,
+        MESSAGE,
+    )
+    reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
+    assert [e.detail["started"] for e in reclaims] == [False] + [True] * POISON

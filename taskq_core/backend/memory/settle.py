@@ -161,6 +161,9 @@ class SettlePart(MemoryStore):
         """Write a decided settlement: the attempt row, the event and the row, once each."""
         if plan.attempt_outcome is not None:
             self._record_attempt(job, plan.attempt_outcome, worker_id, plan.attempt_error)
+        if kind == "reclaim" and not plan.counts:
+            # A reclaim of a body that never started: its next claim carries the count.
+            job.unstarted_reclaims += 1
         if not plan.counts:
             job.attempt = max(job.attempt - 1, 0)
         self._transition(job, plan.status, worker_id=worker_id, kind=kind, detail=detail)
@@ -191,14 +194,7 @@ class SettlePart(MemoryStore):
         """Whether a reclaim of ``job`` uses its attempt: its body started, or it was already
         reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (a job that kills its worker before
         its start is written must not loop forever)."""
-        unstarted_before = sum(
-            1
-            for event in self._events
-            if event.job_id == job.id
-            and event.kind == "reclaim"
-            and event.detail.get("started") is False
-        )
-        return job.started_at is not None or unstarted_before >= UNSTARTED_RECLAIM_LIMIT
+        return job.started_at is not None or job.unstarted_reclaims >= UNSTARTED_RECLAIM_LIMIT
 
     def _reclaim(self, job: JobRecord, now: datetime, poison_reclaims: int | None) -> None:
         """One expired lease (sweep 1): a 'reclaim' event; never started counts as started

@@ -115,6 +115,7 @@ class JobRecord:
     progress_state: dict[str, Any] | None = None
     unique_key: str | None = None
     unique_until: datetime | None = None
+    unstarted_reclaims: int = 0
 
     def snapshot(self) -> JobRow:
         """A frozen copy that shares nothing mutable with this record."""

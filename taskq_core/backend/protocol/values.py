@@ -90,6 +90,9 @@ class JobRow:
     job goes back to waiting (retry, snooze, reclaim, release, operator retry).
     ``claimed_at`` is when the last attempt was claimed; ``started_at`` when its body
     started: a running job whose ``started_at`` is None is claimed, waiting for a consumer.
+    ``unstarted_reclaims``: how often the reclaim sweep gave the job back because its body's
+    start was never recorded; a worker that claims it with a count above 0 records the start
+    before the body runs, so a body that kills its worker at once is counted as a crash.
     """
 
     id: UUID
@@ -128,6 +131,7 @@ class JobRow:
     updated_at: datetime
     unique_key: str | None  # as stored: a windowed key carries its window's start
     unique_until: datetime | None  # set: the key is held in every state (its window's end)
+    unstarted_reclaims: int
 
     @property
     def is_terminal(self) -> bool:

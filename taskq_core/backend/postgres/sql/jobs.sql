@@ -83,7 +83,7 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
        i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
        i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
        i.progress_seq, i.progress_state::text AS progress_state, i.updated_at, i.unique_key,
-       i.unique_until, i.created, (SELECT count(*) FROM woken) AS woken,
+       i.unique_until, i.unstarted_reclaims, i.created, (SELECT count(*) FROM woken) AS woken,
        h.id AS holder_id, h.unique_until AS holder_until, k.now
 FROM clock k
 LEFT JOIN found i ON true

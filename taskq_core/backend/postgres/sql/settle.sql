@@ -12,8 +12,10 @@
 --   * retries left (taskq_core.retry.retries_left): transient while attempt < max_attempts,
 --     indefinite until schedule_to_close, non_retryable never;
 --   * a give-back (release, reclaim) of a job whose body never started returns its attempt,
---     leaves it pending in its place and writes no attempt row; a reclaimed job counts as
---     started after $15 such reclaims (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
+--     leaves it pending in its place and writes no attempt row; such a reclaim adds one to
+--     jobs.unstarted_reclaims (its next worker then records the start before the body runs),
+--     and a reclaimed job counts as started once that count reached $15
+--     (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
 --   * a job reclaimed after its worker died running it for the $16-th time is a poison job:
 --     failed (PoisonJob) instead of handed to another worker (TASKQ_POISON_RECLAIMS; NULL or 0:
 --     never). Counted: reclaims with lock_expired whose body's start was recorded, since the
@@ -48,16 +50,14 @@ owned AS (
            i.fallback_ttl, i.ran_for, i.error_class, i.error_message, i.error_traceback,
            i.reason, j.started_at AS started_before, j.actor, j.queue, j.retry_kind,
            j.max_attempts, j.schedule_to_close, j.cancel_requested_at IS NOT NULL AS cancel,
-           -- Only a give-back asks whether the body started; a reclaim counts the job's
-           -- earlier unstarted reclaims (CASE: the count runs only for reclaims).
+           -- Only a give-back asks whether the body started; a reclaim also counts as
+           -- started after $15 earlier unstarted reclaims (the row's own count).
            CASE WHEN j.started_at IS NOT NULL THEN true
                 WHEN i.outcome <> 'reclaimed' THEN false
-                ELSE (SELECT count(*) FROM {schema}.job_events ev
-                      WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
-                        AND ev.detail ->> 'started' = 'false') >= $15::integer
+                ELSE j.unstarted_reclaims >= $15::integer
            END AS started,
            -- How often a worker died running this job before (poison count; NULL: not asked).
-           -- Both reads walk job_events_job_idx for this one job.
+           -- It walks job_events_job_idx for this one job.
            CASE WHEN i.outcome = 'reclaimed' AND $16::integer > 0 THEN
                (SELECT count(*) FROM {schema}.job_events ev
                 WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
@@ -171,6 +171,11 @@ moved AS (
                                 THEN 0
                             ELSE j.cancel_phase END,
         started_at = COALESCE(j.started_at, s.now - make_interval(secs => s.ran_for)),
+        -- A reclaim of a body that never started: the next claim carries the count, and the
+        -- worker then records the start before the body runs (its crash counts then).
+        unstarted_reclaims = CASE WHEN s.outcome = 'reclaimed' AND NOT s.started
+                                  THEN j.unstarted_reclaims + 1
+                                  ELSE j.unstarted_reclaims END,
         metadata = CASE WHEN s.outcome = 'snooze' AND s.status = 'scheduled'
                         THEN jsonb_set(j.metadata, '{snooze_count}', to_jsonb(
                             COALESCE((j.metadata ->> 'snooze_count')::integer, 0) + 1))
