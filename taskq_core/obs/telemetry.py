@@ -86,11 +86,17 @@ class Telemetry:
     span_exporters: tuple[str, ...] = ()  # ``otlp (grpc)``, ``console``
     metric_exporters: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()  # ``traces``/``metrics``: the application's provider was kept
+    # Only /metrics reads the meters: finished jobs are tallied in plain dicts (obs.job_tally).
+    jobs_counted_locally: bool = False
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT) -> None:
         """Flush what is buffered and stop the exporters, waiting ``timeout`` seconds at most
         (a collector that does not answer delays the exit by that much, no more: the
         exporters retry on their own threads, which the exit then ends). Never raises."""
+        if self.jobs_counted_locally:
+            from taskq_core.obs.job_tally import count_jobs_locally
+
+            count_jobs_locally(False)
         if self.tracer_provider is None and self.meter_provider is None:
             return
         flush = threading.Thread(
@@ -250,6 +256,11 @@ def build_telemetry(
 
         telemetry.registry = CollectorRegistry(auto_describe=True)
         readers.append(metrics_reader(telemetry.registry))
+        if not metric_pairs:  # only /metrics reads the meters: count jobs the cheap way
+            from taskq_core.obs.job_tally import JobTallyCollector
+
+            telemetry.registry.register(JobTallyCollector())
+            telemetry.jobs_counted_locally = True
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider
 
@@ -285,6 +296,9 @@ def setup_telemetry(settings: TaskqSettings, *, role: Role) -> Telemetry:
         metrics.set_meter_provider(telemetry.meter_provider)
     if telemetry.registry is not None:
         _endpoint_registry = telemetry.registry
+    from taskq_core.obs.job_tally import count_jobs_locally
+
+    count_jobs_locally(telemetry.jobs_counted_locally)
     if telemetry.span_exporters or telemetry.metric_exporters or telemetry.kept:
         log.info(
             "telemetry_configured",

@@ -35,6 +35,7 @@ def reset_globals() -> None:
     trace._TRACER_PROVIDER = None
     trace._PROXY_TRACER_PROVIDER = trace.ProxyTracerProvider()
     taskq_metrics.instruments.cache_clear()
+    taskq_metrics.set_job_sink(None)  # a set-up that tallied jobs locally: back to the SDK
     gauges._install.cache_clear()
 
 
