@@ -1,9 +1,9 @@
 """The admin UI over a big ``jobs`` table: how long the overview, the queues page and a
 filtered jobs page take to render on a real ``taskq ui serve``.
 
-``seed_big_table`` fills a schema with a day of history in one INSERT ... SELECT
-generate_series (most jobs succeeded, a backlog waiting, failures with errors, a few
-hundred running on four workers, a paused queue); the plan test of the pages
+``seed_big_table`` fills a schema with history (a job every 200 ms back from now) in one
+INSERT ... SELECT generate_series (most jobs succeeded, a backlog waiting, failures with
+errors, a few hundred running on four workers, a paused queue); the plan test of the pages
 (tests/ui/test_page_plans.py) seeds the same shape with fewer rows. ``measure`` starts the
 server over it and times requests to each page from a client on the same machine: the
 server's own time plus one loopback round trip.
