@@ -1,4 +1,5 @@
-"""Actors of the poison-job end-to-end test: one that takes down its own worker process."""
+"""Actors of the poison-job end-to-end tests: two that take down their own worker process (mid-body,
+and at the first line), and a harmless one."""
 
 from __future__ import annotations
 
@@ -39,10 +40,17 @@ async def take_down_worker(payload: dict[str, Any], ctx: JobContext[dict[str, An
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@actor(queue="poison", priority=100, retry=RetryPolicy(kind="transient", max_attempts=20))
+async def kill_at_once(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> None:
+    """Kills the worker process running it at its very first line, before any await: on its
+    first run the worker's batched start mark has not gone out yet."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 @actor(queue="poison")
 async def harmless(payload: dict[str, Any]) -> dict[str, int]:
     """An ordinary job in the same queue; it must still run."""
     return {"n": int(payload.get("n", 0))}
 
 
-registry = [take_down_worker, harmless]
+registry = [take_down_worker, kill_at_once, harmless]

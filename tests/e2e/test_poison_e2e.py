@@ -61,12 +61,13 @@ async def run_worker(pg: PgTarget) -> int:
 
 
 async def drain_with_restarts(
-    pg: PgTarget, backend: PostgresBackend, most: int
+    pg: PgTarget, backend: PostgresBackend, most: int, actor: str = "take_down_worker"
 ) -> tuple[JobRow, list[int]]:
-    """Enqueue the poison job and the harmless ones, then start workers one after another
-    (at most ``most``) until the queue has nothing left; the poison job and the exit codes."""
+    """Enqueue the poison job (of ``actor``) and the harmless ones, then start workers one
+    after another (at most ``most``) until the queue has nothing left; the poison job and the
+    exit codes."""
     poison = await backend.enqueue(
-        EnqueueArgs("take_down_worker", {}, queue="poison", priority=100, max_attempts=20)
+        EnqueueArgs(actor, {}, queue="poison", priority=100, max_attempts=20)
     )
     for n in range(HARMLESS):
         await backend.enqueue(EnqueueArgs("harmless", {"n": n}, queue="poison"))
@@ -109,3 +110,18 @@ async def test_a_job_that_kills_its_workers_mid_body_is_failed_as_poison_and_the
 ) -> None:
     poison, codes = await drain_with_restarts(pg, backend, POISON_RECLAIMS + 3)
     await assert_poisoned_and_drained(backend, poison, codes, POISON_RECLAIMS)
+
+
+async def test_a_job_that_kills_its_workers_at_its_first_line_is_failed_as_poison_too(
+    pg: PgTarget, backend: PostgresBackend
+) -> None:
+    # Its first run dies before the batched start mark goes out: that reclaim gives it back
+    # unstarted (no crash). Its next worker writes the start before the body runs, so each
+    # death from then on counts: one more death than the limit, not 10 + max_attempts.
+    poison, codes = await drain_with_restarts(pg, backend, POISON_RECLAIMS + 4, "kill_at_once")
+    await assert_poisoned_and_drained(backend, poison, codes, POISON_RECLAIMS + 1)
+    reclaims = await backend.poll_reclaim_events(0, visibility_delay=timedelta(0))
+    started = [e.detail["started"] for e in reclaims if e.job_id == poison.id]
+    assert started == [False] + [True] * POISON_RECLAIMS
+    row = await backend.get(poison.id)
+    assert row is not None and row.unstarted_reclaims == 1
