@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo bench bench-peers bench-scale chaos completions clean
+.PHONY: install system-packages test test-fast lint demo bench bench-peers bench-scale chaos completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,26 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/pytest
+# Debian packages the tests drive for real (PgBouncer, Chromium for the browser tests),
+# installed once before the parallel test processes start (as root, with apt-get; elsewhere
+# the tests that need a missing one say so). The fixtures install them too when run alone.
+SYSTEM_PACKAGES := pgbouncer:/usr/sbin/pgbouncer chromium:/usr/bin/chromium
+system-packages:
+	@missing=""; for entry in $(SYSTEM_PACKAGES); do \
+		test -x "$${entry#*:}" || missing="$$missing $${entry%%:*}"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
-test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow"
+# Two test processes (pytest-xdist), a file's tests in one of them (module fixtures built once).
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
+test: lint system-packages
+	$(BIN)/pytest $(PYTEST_PARALLEL)
+
+test-fast: $(STAMP) system-packages
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 
 # Enqueues the example jobs, drains them with
 # `taskq workgroup start workgroup.example.toml --until-idle`, prints a summary and the next
