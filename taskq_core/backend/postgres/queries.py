@@ -2,6 +2,10 @@
 
 A file holds blocks introduced by ``-- name: <query_name>``. The only interpolation is
 ``{schema}``, and ``render`` re-validates the identifier before every substitution.
+
+A block introduced by ``-- fragment: <name>`` is SQL that several queries share (CTEs two
+reads must keep alike); a query includes it with ``{fragment:<name>}``, substituted when the
+files are loaded.
 """
 
 from __future__ import annotations
@@ -12,23 +16,36 @@ from importlib import resources
 
 from taskq_core.constants import validate_identifier
 
-_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_BLOCK_RE = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.MULTILINE)
+_INCLUDE_RE = re.compile(r"\{fragment:(\w+)\}")
 
 
 @cache
 def _load_all() -> dict[str, str]:
     queries: dict[str, str] = {}
+    fragments: dict[str, str] = {}
     folder = resources.files("taskq_core.backend.postgres") / "sql"
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if not entry.name.endswith(".sql"):
             continue
         text = entry.read_text(encoding="utf-8")
-        pieces = _NAME_RE.split(text)
-        for name, body in zip(pieces[1::2], pieces[2::2], strict=True):
-            if name in queries:
-                raise RuntimeError(f"duplicate SQL query name {name!r} in {entry.name}")
-            queries[name] = body.strip().rstrip(";")
-    return queries
+        pieces = _BLOCK_RE.split(text)
+        for kind, name, body in zip(pieces[1::3], pieces[2::3], pieces[3::3], strict=True):
+            found = queries if kind == "name" else fragments
+            if name in found:
+                raise RuntimeError(f"duplicate SQL {kind} {name!r} in {entry.name}")
+            found[name] = body.strip().rstrip(";")
+    return {name: _include(body, fragments) for name, body in queries.items()}
+
+
+def _include(body: str, fragments: dict[str, str]) -> str:
+    def fragment(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise RuntimeError(f"unknown SQL fragment {name!r}")
+        return fragments[name]
+
+    return _INCLUDE_RE.sub(fragment, body)
 
 
 def render(name: str, schema: str) -> str:

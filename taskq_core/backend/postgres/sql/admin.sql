@@ -286,23 +286,12 @@ SELECT t.mode, (SELECT now FROM clock) AS now,
        (SELECT count(*) FROM ahead a WHERE a.cohort <> a.my_cohort) AS ahead_other_cohorts
 FROM target t;
 
--- name: dashboard_stats
--- The live dashboard's per-queue activity, on the database clock ($1 window for the
--- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
--- large table, so every read of jobs walks an index:
--- * the queues with pending jobs come from a loose index scan over jobs_fair_dispatch_idx,
---   one probe per queue; then a walk per queue stops once per priority, in the unkeyed
---   jobs' cohort of that index and in jobs_keyed_dispatch_idx: the first entry of each
---   group is that group's longest-waiting job, so the walk yields each queue's oldest;
--- * the queues with other jobs come from a loose index scan of jobs_status_queue_idx, one
---   probe per (status, queue) pair;
--- * the counts are per queue and status, each an index (only) scan of the matching partial
---   index, never one GROUP BY over the table (which the planner answers with a seq scan);
--- * finished jobs are read by (status, finished_at) from jobs_finished_idx, bounded by the
---   larger of the two windows.
-WITH RECURSIVE clock AS (
-    SELECT clock_timestamp() AS now
-),
+-- fragment: queue_names
+-- The CTEs that find every queue and the oldest pending job of each, shared by
+-- dashboard_stats and fleet_queues (fleet.sql): pending_queues (the queues with pending
+-- jobs), pending_heads (per queue and priority group, the head of the unkeyed and the keyed
+-- jobs), other_pairs (the (status, queue) pairs of every other job) and names (every queue
+-- with jobs or a row in queues). Included after WITH RECURSIVE (and the CTEs before it).
 pending_queues AS (
     -- Loose index scan over jobs_fair_dispatch_idx (every pending job): one probe per queue.
     (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
@@ -391,7 +380,26 @@ names AS (
     SELECT p.queue FROM other_pairs p
     UNION
     SELECT q.name FROM {schema}.queues q
+)
+
+-- name: dashboard_stats
+-- The live dashboard's per-queue activity, on the database clock ($1 window for the
+-- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
+-- large table, so every read of jobs walks an index:
+-- * the queues with pending jobs come from a loose index scan over jobs_fair_dispatch_idx,
+--   one probe per queue; then a walk per queue stops once per priority, in the unkeyed
+--   jobs' cohort of that index and in jobs_keyed_dispatch_idx: the first entry of each
+--   group is that group's longest-waiting job, so the walk yields each queue's oldest;
+-- * the queues with other jobs come from a loose index scan of jobs_status_queue_idx, one
+--   probe per (status, queue) pair;
+-- * the counts are per queue and status, each an index (only) scan of the matching partial
+--   index, never one GROUP BY over the table (which the planner answers with a seq scan);
+-- * finished jobs are read by (status, finished_at) from jobs_finished_idx, bounded by the
+--   larger of the two windows.
+WITH RECURSIVE clock AS (
+    SELECT clock_timestamp() AS now
 ),
+{fragment:queue_names},
 finished AS MATERIALIZED (
     SELECT j.queue, j.status,
            GREATEST(floor(extract(epoch FROM (SELECT now FROM clock) - j.finished_at) / 60),
