@@ -62,8 +62,11 @@ class LeaderBackend(Protocol):
 
         - a requested cancel -> cancelled (it wins over any retry);
         - never started (claimed only) -> pending in its place, its attempt given back, no
-          attempt row; after UNSTARTED_RECLAIM_LIMIT such reclaims it counts as started, so
-          a job that kills its worker before its start is written cannot loop forever;
+          attempt row, and ``unstarted_reclaims`` one more (the next claim returns it on the
+          JobRow; a worker then records the start before the body runs, so the job's next
+          crash counts); once that count reached UNSTARTED_RECLAIM_LIMIT it counts as
+          started, so a job that kills its worker before its start is written cannot loop
+          forever;
         - its start recorded, and this is the ``poison_reclaims``-th such reclaim of the job
           (what counts: ``backend.protocol.poison``; None or 0: never) -> failed as a poison
           job: error_class POISON_JOB_ERROR, a message naming how many

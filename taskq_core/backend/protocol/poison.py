@@ -5,7 +5,10 @@ The reclaim sweep counts a job's 'lock_expired' reclaims whose body's start was 
 since its last operator retry. No crash: an operator's requeue, a reclaim of a job whose body
 never started, nor one that only counts as started because it was reclaimed unstarted
 UNSTARTED_RECLAIM_LIMIT times (its event says ``start_assumed``): a job prefetched by workers
-that kept dying of another job looks just like that.
+that kept dying of another job looks just like that. A body that kills its worker before
+the batched start mark is written is still caught: its unstarted reclaim counts in
+``JobRow.unstarted_reclaims``, and a worker that claims a job with a count records its start
+before the body runs, so its later deaths are crashes.
 The memory backend and ``jobs explain`` read the rule here; PostgreSQL writes the same rule
 and message in ``sql/settle.sql``, held to this one by ``tests/conformance/test_poison.py``.
 """
