@@ -274,21 +274,40 @@ async def _run_live(manager: WorkgroupManager, output_dir: Path | None) -> int:
         return task.result()
 
 
+def child_environment(settings: TaskqSettings) -> dict[str, str]:
+    """The environment children start from: this one, with the database the supervisor was
+    given (a ``--dsn`` for another database drops the environment's split DSNs, as
+    TaskqSettings.load does) and its schema."""
+    env = {
+        **os.environ,
+        "TASKQ_PG_DSN": settings.pg_dsn,
+        "TASKQ_SCHEMA_NAME": settings.schema_name,
+    }
+    for variable, value in (
+        ("TASKQ_PG_DSN_DIRECT", settings.pg_dsn_direct),
+        ("TASKQ_PG_DSN_POOLED", settings.pg_dsn_pooled),
+    ):
+        if value is None:
+            env.pop(variable, None)
+        else:
+            env[variable] = value
+    return env
+
+
 async def _start(
     plan: WorkgroupPlan,
     *,
-    pg_dsn: str,
-    schema: str,
+    settings: TaskqSettings,
     output_dir: Path | None,
     live: bool,
     read_plan: PlanReader,
 ) -> int:
-    base_env = {**os.environ, "TASKQ_PG_DSN": pg_dsn, "TASKQ_SCHEMA_NAME": schema}
     async with open_workgroup(
         plan,
-        pg_dsn=pg_dsn,
-        schema=schema,
-        base_env=base_env,
+        # The supervisor's health checks are short reads: the pooled DSN serves them.
+        pg_dsn=settings.pooled_dsn,
+        schema=settings.schema_name,
+        base_env=child_environment(settings),
         output_dir=output_dir,
         read_plan=read_plan,
     ) as manager:
@@ -361,8 +380,7 @@ def start(
             code = run_async(
                 _start(
                     plan,
-                    pg_dsn=settings.pg_dsn,
-                    schema=settings.schema_name,
+                    settings=settings,
                     output_dir=output_dir,
                     live=live,
                     read_plan=read_plan,
