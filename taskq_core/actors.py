@@ -76,6 +76,8 @@ class JobContext(Generic[P]):
     cancel_observed: bool = field(default=False, repr=False)
     _open_connection: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
     _progress: ProgressSink | None = field(default=None, repr=False)
+    # Makes the sink on the first report (most jobs report none: a job pays nothing for it).
+    _progress_factory: Callable[[], ProgressSink] | None = field(default=None, repr=False)
 
     async def report_progress(
         self, current: float, total: float | None = None, message: str | None = None
@@ -87,6 +89,8 @@ class JobContext(Generic[P]):
         Redis error; bad values raise TypeError or ValueError here. Outside a worker it only
         checks its arguments."""
         checked = check_progress(current, total, message)
+        if self._progress is None and self._progress_factory is not None:
+            self._progress = self._progress_factory()
         if self._progress is not None:
             self._progress.report(*checked)
 

@@ -35,6 +35,7 @@ import asyncio
 import contextvars
 import functools
 import traceback
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import timedelta
@@ -202,17 +203,25 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             connection.append(await transaction.enter_async_context(deps.backend.transaction()))
         return connection[0]
 
-    progress = JobProgress(
-        lease,
-        seq=job.progress_seq,  # a new attempt goes on from the seq its row holds
-        backend=deps.backend,
-        clock=deps.clock,
-        interval=deps.settings.progress_flush_interval,
-        log=deps.log,
-        database=deps.database,
-        publisher=publisher_of(deps.worker_id),
-        lost=lambda: held.lost is not None,
-    )
+    made: list[JobProgress] = []
+
+    def new_progress() -> JobProgress:
+        made.append(
+            JobProgress(
+                lease,
+                seq=job.progress_seq,  # a new attempt goes on from the seq its row holds
+                backend=deps.backend,
+                clock=deps.clock,
+                interval=deps.settings.progress_flush_interval,
+                log=deps.log,
+                database=deps.database,
+                publisher=publisher_of(deps.worker_id),
+                # Weak: the progress lives on the job's context, which the holding keeps.
+                lost=functools.partial(_lease_lost, weakref.ref(held)),
+            )
+        )
+        return made[0]
+
     held.ctx = JobContext(
         job_id=job.id,
         attempt=job.attempt,
@@ -222,7 +231,9 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
         payload=payload,
         metadata=dict(job.metadata),
         _open_connection=open_connection,
-        _progress=progress,
+        # A plain def actor reports from its thread, which cannot make one: made here.
+        _progress=None if ref.is_async else new_progress(),
+        _progress_factory=new_progress,
     )
     held.in_thread = not ref.is_async
     deps.active.start(held, deps.clock.monotonic())
@@ -239,8 +250,8 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
     finally:
         if limited:
             await _release_slots(deps, held, abandoned=outcome == "abandoned")
-        if progress.used:  # the last report goes before the outcome, unless the job is gone
-            await progress.finish(write=outcome not in ("abandoned", "crashed"))
+        if made and made[0].used:  # the last report goes before the outcome, unless gone
+            await made[0].finish(write=outcome not in ("abandoned", "crashed"))
     ran_for = held.ran_for(deps.clock.monotonic())
     if outcome == "abandoned":
         if connection and held.task is not None:  # roll back once the body lets go of it
@@ -252,6 +263,11 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await _record(deps, ref, held, outcome, value, ran_for)
+
+
+def _lease_lost(held: weakref.ref[ActiveJob]) -> bool:
+    job = held()
+    return job is None or job.lost is not None
 
 
 async def _record_start(deps: WorkerDeps, held: ActiveJob) -> bool:

@@ -24,6 +24,8 @@ from taskq_core.di import ProviderRegistry, Scope
 from taskq_core.obs.logs import (
     bind_job_context,
     configure_logging,
+    job_context,
+    merge_job_context,
     reset_logging,
     resolve_format,
     unbind_job_context,
@@ -187,14 +189,12 @@ async def test_unbinding_restores_what_was_bound_before() -> None:
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request="r-1")
     tokens = bind_job_context(job_id="j", actor="a", queue="q", attempt=2, trace_id=None)
-    assert structlog.contextvars.get_contextvars() == {
-        "request": "r-1",
-        "job_id": "j",
-        "actor": "a",
-        "queue": "q",
-        "attempt": 2,
-    }
+    assert job_context() == {"job_id": "j", "actor": "a", "queue": "q", "attempt": 2}
+    assert structlog.contextvars.get_contextvars() == {"request": "r-1"}
+    line = merge_job_context(None, "info", {"event": "x", "queue": "own"})
+    assert line == {"event": "x", "queue": "own", "job_id": "j", "actor": "a", "attempt": 2}
     unbind_job_context(tokens)
+    assert job_context() == {}
     assert structlog.contextvars.get_contextvars() == {"request": "r-1"}
     structlog.contextvars.clear_contextvars()
 
