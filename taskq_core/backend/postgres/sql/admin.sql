@@ -540,23 +540,9 @@ LIMIT $3::bigint;
 -- Bound the rest of this transaction's statements ($1: a duration PostgreSQL reads, '5s').
 SELECT set_config('statement_timeout', $1::text, true);
 
--- name: search_jobs
--- A page of `jobs list` and of the admin UI's jobs page: $1 statuses, $2 queues, $3 actors
--- (NULL: any), created_at from $4 (a moment) or $5 (an age on the database clock) and before
--- $6 / $7, finished_at from $8 / $9 and before $10 / $11, $12 a batch's children, after the
--- cursor ($13 created_at, $14 id) of the previous page, newest first, $15 rows. Run with
--- custom plans: an absent bound's test folds away and a given one is a range the created_at
--- or finished_at index serves (statement_timestamp is one moment for the statement). The
--- statuses come as the enum array itself (a cast from text[] would hide the values from
--- the planner). What else the finished bounds say lets indexes serve them: only terminal
--- jobs have a finished_at (jobs_finished_idx leads with the status), and a job finished
--- before a moment was created before it. The queues are tested per status family, so a
--- queue with few jobs is found along the pending dispatch indexes and jobs_status_queue_idx
--- (its status list is every status but pending) rather than by walking the table. The batch
--- test repeats jobs_batch_idx's predicate.
--- The filter is repeated in count_search_jobs: keep the two alike.
-SELECT j.*
-FROM {schema}.jobs j
+-- fragment: job_search_filter
+-- The WHERE clause of search_jobs and count_search_jobs ($1..$12: statuses, queues,
+-- actors, created since/until, finished since/until, batch; see search_jobs).
 WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
   AND ($2::text[] IS NULL
        OR (j.status = 'pending' AND j.queue = ANY ($2::text[]))
@@ -577,6 +563,25 @@ WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_sta
            AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
   AND ($12::uuid IS NULL
        OR (j.metadata->>'batch_id' = $12::uuid::text AND j.metadata ? 'batch_id'))
+
+-- name: search_jobs
+-- A page of `jobs list` and of the admin UI's jobs page: $1 statuses, $2 queues, $3 actors
+-- (NULL: any), created_at from $4 (a moment) or $5 (an age on the database clock) and before
+-- $6 / $7, finished_at from $8 / $9 and before $10 / $11, $12 a batch's children, after the
+-- cursor ($13 created_at, $14 id) of the previous page, newest first, $15 rows. Run with
+-- custom plans: an absent bound's test folds away and a given one is a range the created_at
+-- or finished_at index serves (statement_timestamp is one moment for the statement). The
+-- statuses come as the enum array itself (a cast from text[] would hide the values from
+-- the planner). What else the finished bounds say lets indexes serve them: only terminal
+-- jobs have a finished_at (jobs_finished_idx leads with the status), and a job finished
+-- before a moment was created before it. The queues are tested per status family, so a
+-- queue with few jobs is found along the pending dispatch indexes and jobs_status_queue_idx
+-- (its status list is every status but pending) rather than by walking the table. The batch
+-- test repeats jobs_batch_idx's predicate.
+-- The filter is the job_search_filter fragment, shared with count_search_jobs.
+SELECT j.*
+FROM {schema}.jobs j
+{fragment:job_search_filter}
   AND ($13::timestamptz IS NULL OR (j.created_at, j.id) < ($13::timestamptz, $14::uuid))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $15::bigint;
@@ -587,26 +592,7 @@ SELECT count(*) AS count
 FROM (
     SELECT 1
     FROM {schema}.jobs j
-    WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
-      AND ($2::text[] IS NULL
-           OR (j.status = 'pending' AND j.queue = ANY ($2::text[]))
-           OR (j.status IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled',
-                            'crashed', 'abandoned')
-               AND j.queue = ANY ($2::text[])))
-      AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))
-      AND (($4::timestamptz IS NULL AND $5::interval IS NULL)
-           OR j.created_at >= COALESCE($4::timestamptz, statement_timestamp() - $5::interval))
-      AND (($6::timestamptz IS NULL AND $7::interval IS NULL)
-           OR j.created_at < COALESCE($6::timestamptz, statement_timestamp() - $7::interval))
-      AND (($8::timestamptz IS NULL AND $9::interval IS NULL)
-           OR (j.finished_at >= COALESCE($8::timestamptz, statement_timestamp() - $9::interval)
-               AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
-      AND (($10::timestamptz IS NULL AND $11::interval IS NULL)
-           OR (j.finished_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
-               AND j.created_at < COALESCE($10::timestamptz, statement_timestamp() - $11::interval)
-               AND j.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')))
-      AND ($12::uuid IS NULL
-           OR (j.metadata->>'batch_id' = $12::uuid::text AND j.metadata ? 'batch_id'))
+    {fragment:job_search_filter}
     LIMIT $13::bigint
 ) matched;
 
