@@ -3,6 +3,14 @@
 -- statement on the server's clock (one clock_timestamp() reading, in `k`), so the workers'
 -- clocks never matter; concurrent acquirers serialize on row locks, never on a count taken
 -- from a stale snapshot.
+--
+-- A token or window entry is taken with synchronous_commit off (set_config in `k`, local to
+-- the statement's transaction): acquirers queue on one row lock, and a synchronous commit
+-- would hold it through a WAL flush each, so a limit's admissions ran at the disk's flush rate
+-- while every waiting consumer sat idle. What a server crash can lose is the last fraction of
+-- a second of takes: the bucket or window forgets them and admits that many again, once.
+-- Reservation slots keep synchronous commits: a forgotten slot would let one more job run at
+-- once than the reservation allows, for as long as the job runs.
 
 -- name: acquire_token
 -- Take one token from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
@@ -15,7 +23,8 @@
 -- find updated_at later than its own now: it gets no refill and leaves updated_at where it
 -- was (GREATEST), so no interval is ever refilled twice.
 WITH k AS (
-    SELECT clock_timestamp() AS now
+    SELECT clock_timestamp() AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 taken AS (
     INSERT INTO {schema}.rate_limit_buckets AS b (key, tokens, updated_at)
@@ -45,7 +54,8 @@ SELECT (SELECT t.tokens FROM taken t) AS remaining,
 -- until the oldest entry leaves the window (a denied call's retry_after); NULL when the key
 -- has no entries at all (not sized yet).
 WITH k AS (
-    SELECT clock_timestamp() AS now
+    SELECT clock_timestamp() AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 free AS (
     SELECT e.id
