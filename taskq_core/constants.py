@@ -46,6 +46,10 @@ JOBS_VACUUM_MIN_DEAD: Final = 10_000
 JOBS_VACUUM_DEAD_FRACTION: Final = 0.01
 JOBS_VACUUM_TIMEOUT: Final = 600.0
 
+# The worker's youngest-generation threshold of the garbage collector (the default is 700: a
+# busy worker collected every few jobs). See worker/runtime.py, _tune_garbage_collector.
+GC_YOUNG_THRESHOLD: Final = 10_000
+
 # The leader's cron loop (worker/cron_loop.py): fires due schedules every CRON_TICK_INTERVAL
 # seconds, at most CRON_TICK_LIMIT per transaction, again at once while a tick is full.
 CRON_TICK_INTERVAL: Final = 1.0
