@@ -37,8 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from benchmarks import batch_sections, pgbouncer_sections, telemetry_sections, ui_sections
 from benchmarks.batch_sections import BatchFigures
 from benchmarks.pgbouncer_sections import PoolerFigures
-from benchmarks.ratelimit_sections import RATE, WORKERS, LimitFigures, measure
-from benchmarks.ratelimit_sections import ROUNDS as ratelimit_rounds
+from benchmarks.ratelimit_sections import RATE, ROUNDS, WORKERS, LimitFigures, measure
 from benchmarks.telemetry_sections import TelemetryFigures
 from benchmarks.ui_sections import PageFigure
 from benchmarks.worker_sections import Latency, drain, latency
@@ -198,13 +197,13 @@ LIMITS: list[LimitFigures] = []
 
 async def ratelimit_section(bench: Bench) -> list[Measurement]:
     """A 100/s TokenBucket over 4 workers for a minute, and unlimited jobs beside it (the
-    median of 5 drains on each side, alternating)."""
+    median of ROUNDS drains on each side, alternating)."""
     figures = await measure(
         bench.fresh_backend,
         bench.dsn,
         unlimited=bench.size(20_000),
         window=10.0 if bench.quick else 60.0,
-        rounds=1 if bench.quick else ratelimit_rounds,
+        rounds=1 if bench.quick else ROUNDS,
     )
     LIMITS.append(figures)
     return [

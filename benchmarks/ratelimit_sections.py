@@ -186,10 +186,10 @@ async def measure(
         # More than the window and every round after it admit: the limit binds throughout.
         await _load(beside, "limited_call", int(RATE * (window + 60 * rounds)))
         starts = await _limit_window(beside, dsn, window)
-        seconds: dict[bool, list[float]] = {False: [], True: []}
+        alone_seconds, beside_seconds = [], []
         for round_ in range(rounds):
-            for side, backend in ((False, alone), (True, beside)):
-                seconds[side].append(await _round(backend, dsn, unlimited, round_))
+            alone_seconds.append(await _round(alone, dsn, unlimited, round_))
+            beside_seconds.append(await _round(beside, dsn, unlimited, round_))
     first = starts[0]
     inside = [s for s in starts if s - first < timedelta(seconds=window)]
     return LimitFigures(
@@ -197,6 +197,6 @@ async def measure(
         len(inside),
         _peak(inside, timedelta(seconds=1)),
         unlimited,
-        statistics.median(seconds[False]),
-        statistics.median(seconds[True]),
+        statistics.median(alone_seconds),
+        statistics.median(beside_seconds),
     )
