@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from taskq_core.backend.protocol.ratelimit import LimiterStore, LimitGrant
 from taskq_core.clock import Clock
 from taskq_core.errors import TaskqError
+
+T = TypeVar("T")
 
 # How long Redis rests after an error before it is asked again.
 REDIS_RETRY_AFTER = 5.0
@@ -66,11 +68,17 @@ class FallbackLimiterStore:
         """One token, from Redis or, while it errors, from the fallback."""
         return await self._call(lambda store: store.acquire_token(key, rate, burst))
 
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, count: int
+    ) -> list[LimitGrant]:
+        """``count`` calls' tokens, from Redis or, while it errors, from the fallback."""
+        return await self._call(lambda store: store.acquire_tokens(key, rate, burst, count))
+
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
         """One window entry, from Redis or, while it errors, from the fallback."""
         return await self._call(lambda store: store.acquire_window(key, limit, window))
 
-    async def _call(self, acquire: Callable[[LimiterStore], Awaitable[LimitGrant]]) -> LimitGrant:
+    async def _call(self, acquire: Callable[[LimiterStore], Awaitable[T]]) -> T:
         if not self.degraded:
             try:
                 grant = await acquire(self.primary)

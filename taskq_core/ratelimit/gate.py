@@ -3,11 +3,16 @@
 Admission takes the job's reservation slots first, then one token (or window entry) of each
 rate limit, in declaration order. The first limit that says no denies the job: the slots it
 took are given back and the job returns to ``scheduled`` for the retry_after the limiter
-names, without using an attempt (the consumer writes that). A rate limit denied earlier is
-answered here without asking the store again until its retry_after has passed: no token can
-appear before then, since only time refills a bucket and empties a window.
+names, without using an attempt (the consumer writes that).
 
-Denied jobs come back in a paced line rather than all at once (``pacing.DenialLines``).
+The token takes of admissions that run together share one store call (``TokenRequests``).
+
+Denied jobs come back paced rather than all at once. A rate limit's store gives each denied
+call a place in the limit's line, fleet-wide (``LimitGrant``): one interval after the previous
+denied call's, so a backlog returns at about the rate the limit admits it, whichever workers
+denied it and whenever they started. A reservation's denials, and those of a store that is
+away, wait in this worker's own lines (``pacing.DenialLines``), spaced for the workers that run
+the actor.
 
 A queue whose ``queues.max_concurrent`` is set is a reservation too, fleet-wide, named by
 ``queue_concurrency_reservation_name``: every job of the queue takes one of its slots before
@@ -26,6 +31,7 @@ from uuid import UUID
 from taskq_core.backend.protocol.ratelimit import LimiterStore, RateLimitBackend
 from taskq_core.clock import Clock
 from taskq_core.obs.metrics import instruments, labels
+from taskq_core.ratelimit.coalesce import TokenRequests
 from taskq_core.ratelimit.fallback import LimiterStoreUnavailableError
 from taskq_core.ratelimit.pacing import DenialLines
 from taskq_core.ratelimit.primitives import ConcurrencyReservation, SlidingWindow, TokenBucket
@@ -94,8 +100,8 @@ class RateLimiter:
         self.slots = slots
         self.clock = clock
         self.lease = lease  # a slot's lease; the heartbeat renews it with the job's
-        self._closed: dict[str, float] = {}  # limit -> monotonic time a token may be there
         self.lines = DenialLines(clock)
+        self.tokens = TokenRequests(store)
         self.fleet: dict[str, int] = {}  # actor -> live workers running it (see set_fleet)
         self._holding: dict[UUID, tuple[tuple[str, ...], float]] = {}  # job -> (slots, since)
         self._hold_times: dict[str, float] = {}  # reservation -> moving average of holds (s)
@@ -187,43 +193,44 @@ class RateLimiter:
 
     async def _take(self, actor: str, use: LimitUse, name: str) -> Denial | None:
         limit = use.limit
-        now = self.clock.monotonic()
-        closed_until = self._closed.get(name)
-        interval = _interval(limit)
-        if closed_until is not None and now < closed_until:
-            wait = timedelta(seconds=closed_until - now)
-            return self._deny(actor, "rate_limit", name, wait, interval)
         try:
             if isinstance(limit, TokenBucket):
-                grant = await self.store.acquire_token(name, limit.per_second, limit.capacity)
+                grant = await self.tokens.take(name, limit.per_second, limit.capacity)
             else:
                 assert isinstance(limit, SlidingWindow)
                 grant = await self.store.acquire_window(name, limit.limit, limit.window)
         except LimiterStoreUnavailableError:
             return self._deny(
-                actor, "limit_store_unavailable", name, STORE_UNAVAILABLE_RETRY_AFTER, interval
+                actor,
+                "limit_store_unavailable",
+                name,
+                STORE_UNAVAILABLE_RETRY_AFTER,
+                _interval(limit),
             )
         if grant.allowed:
-            self._closed.pop(name, None)
             return None
-        self._closed[name] = now + grant.retry_after.total_seconds()
-        return self._deny(actor, "rate_limit", name, grant.retry_after, interval)
+        _count_denial(actor, "rate_limit")
+        return Denial("rate_limit", name, grant.retry_after)  # the store's line placed it
 
     def _deny(
         self, actor: str, kind: DenialKind, name: str, retry_after: timedelta, interval: float
     ) -> Denial:
-        """A denial at the next place of ``name``'s line (never before ``retry_after``),
-        spaced for the workers that run ``actor``."""
+        """A denial at the next place of this worker's line for ``name`` (never before
+        ``retry_after``), spaced for the workers that run ``actor``."""
+        _count_denial(actor, kind)
         spacing = interval * self.fleet.get(actor, 1)
-        instruments().rate_limit_denials.add(
-            1, labels(**{"taskq.actor": actor, "taskq.rate_limit.kind": kind})
-        )
         return Denial(kind, name, self.lines.place(name, retry_after, spacing))
 
     def set_fleet(self, workers_per_actor: dict[str, int]) -> None:
         """How many live workers run each actor (this one included): denied jobs are spaced
         that many intervals apart in this worker's lines."""
         self.fleet = {actor: max(count, 1) for actor, count in workers_per_actor.items()}
+
+
+def _count_denial(actor: str, kind: DenialKind) -> None:
+    instruments().rate_limit_denials.add(
+        1, labels(**{"taskq.actor": actor, "taskq.rate_limit.kind": kind})
+    )
 
 
 def _slots(use: LimitUse) -> int:

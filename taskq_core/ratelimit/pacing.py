@@ -1,12 +1,13 @@
-"""DenialLines: when each denied job comes back, so a backlog returns paced, not all at once.
+"""DenialLines: when each job a reservation denied comes back, so a backlog returns paced,
+not all at once.
 
-Each limit keeps a line end: each denial takes the next place, one interval after the
-previous one, never sooner than the store's retry_after. The interval is what the limit
-admits per job (1/rate for a bucket, window/limit for a window, a slot's turnover for a
-reservation) times the number of live workers that run the actor: every worker keeps its own
-lines, so together they bring a backlog back at about the rate the limit admits it, instead of
-claiming and denying every waiting job again every second (a dispatch and a write each),
-which would cost the queue what the limit saves.
+Each reservation keeps a line end: each denial takes the next place, one interval after the
+previous one, never sooner than its retry_after. The interval is a slot's turnover (or, for a
+limit whose store is away, the limit's own interval) times the number of live workers that
+run the actor: every worker keeps its own lines, so together they bring a backlog back at
+about the rate the reservation frees slots, instead of claiming and denying every waiting job
+again every second (a dispatch and a write each). Rate limits need none of this: their
+store keeps one line per limit for the whole fleet (``LimitGrant``).
 """
 
 from __future__ import annotations

@@ -20,38 +20,52 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from taskq_core.backend.protocol.ratelimit import LimitDefinition, LimitGrant, LimitUsage
+from taskq_core.backend.protocol.ratelimit import (
+    LimitDefinition,
+    LimitGrant,
+    LimitUsage,
+    grants_of,
+)
 
-# KEYS[1] bucket; ARGV rate (tokens/s), burst. Returns {allowed, retry_after_s, tokens_left}.
+# KEYS[1] bucket; ARGV rate (tokens/s), burst, calls. Returns {granted, first_wait_s,
+# tokens_left}: the tokens there go to the first calls; each other call gets the next place of
+# the bucket's line (field `line`: the place after the last one given), one refill interval
+# after the previous place and not before a token is there (first_wait_s is the first one's).
+# The key lives until the bucket is full again and the line has ended.
 _TOKEN_BUCKET = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local calls = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at', 'line')
 local tokens = tonumber(state[1])
 local at = tonumber(state[2])
+local line = tonumber(state[3]) or 0
 if tokens == nil or at == nil then
   tokens = burst
   at = now
 end
 tokens = math.min(burst, tokens + math.max(now - at, 0) * rate)
-local allowed = 0
-local retry = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  allowed = 1
-else
-  retry = (1 - tokens) / rate
+local granted = math.min(calls, math.max(math.floor(tokens), 0))
+tokens = tokens - granted
+local wait = 0
+if granted < calls then
+  local place = math.max(line, now + (1 - tokens) / rate)
+  line = place + (calls - granted) / rate
+  wait = place - now
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens),
-           'at', string.format('%.6f', now))
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
-return {allowed, string.format('%.6f', retry), string.format('%.6f', tokens)}
+           'at', string.format('%.6f', now), 'line', string.format('%.6f', line))
+local rest = math.max((burst - tokens) / rate, line - now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(rest * 1000) + 1000)
+return {granted, string.format('%.6f', wait), string.format('%.6f', tokens)}
 """
 
-# KEYS[1] window (sorted set), KEYS[2] its use counter; ARGV limit, window (microseconds).
-# Returns {allowed, retry_after_us, free_left}.
+# KEYS[1] window (sorted set), KEYS[2] its use counter, KEYS[3] its line (the place after the
+# last one given, microseconds); ARGV limit, window (microseconds).
+# Returns {allowed, retry_after_us, free_left}. A denied call gets the next place of the line:
+# window/limit after the previous place, not before the entry that must leave has left.
 _SLIDING_WINDOW = """
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -68,7 +82,12 @@ if used < limit then
   return {1, 0, limit - used - 1}
 end
 local blocking = redis.call('ZRANGE', KEYS[1], used - limit, used - limit, 'WITHSCORES')
-return {0, string.format('%.0f', tonumber(blocking[2]) + window - now), 0}
+local free_at = tonumber(blocking[2]) + window
+local place = math.max(tonumber(redis.call('GET', KEYS[3])) or 0, free_at)
+local line = place + window / limit
+redis.call('SET', KEYS[3], string.format('%.0f', line),
+           'PX', math.ceil((line - now) / 1000) + 1000)
+return {0, string.format('%.0f', place - now), 0}
 """
 
 
@@ -114,15 +133,27 @@ class RedisLimiterStore:
 
     async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
         """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
-        allowed, retry, left = await self._bucket(
-            keys=[f"{self.prefix}tb:{key}"], args=[repr(rate), repr(burst)]
+        return (await self.acquire_tokens(key, rate, burst, 1))[0]
+
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, count: int
+    ) -> list[LimitGrant]:
+        """``count`` calls' tokens from bucket ``key`` in one script run."""
+        granted, wait, left = await self._bucket(
+            keys=[f"{self.prefix}tb:{key}"], args=[repr(rate), repr(burst), count]
         )
-        return LimitGrant(bool(int(allowed)), timedelta(seconds=float(retry)), float(left))
+        return grants_of(
+            int(granted),
+            count,
+            remaining=float(left),
+            wait=timedelta(seconds=float(wait)),
+            step=timedelta(seconds=1.0 / rate),
+        )
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
         """One use of window ``key`` (``limit`` per ``window``)."""
         micros = max(math.ceil(window.total_seconds() * 1_000_000), 1)
-        keys = [f"{self.prefix}sw:{key}", f"{self.prefix}sq:{key}"]
+        keys = [f"{self.prefix}sw:{key}", f"{self.prefix}sq:{key}", f"{self.prefix}sl:{key}"]
         allowed, retry, left = await self._window(keys=keys, args=[limit, micros])
         return LimitGrant(
             bool(int(allowed)), timedelta(microseconds=max(int(retry), 0)), float(left)

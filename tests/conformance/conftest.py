@@ -45,6 +45,7 @@ _TIME_COLUMNS = {
     "reservation_slots": ["lease_expires_at"],
     "rate_limit_buckets": ["updated_at"],
     "rate_limit_window_entries": ["occurred_at"],
+    "rate_limit_lines": ["ends_at"],
     "schedules": ["next_fire_at", "last_fired_at", "created_at", "updated_at"],
     "batches": ["created_at", "completed_at"],
 }

@@ -201,10 +201,11 @@ async def test_idle_buckets_go_once_refilled_and_come_back_full(harness: Harness
             assert (await backend.acquire_token(key, 0.01, 10.0)).allowed
     assert not (await backend.acquire_token("api:a", 0.01, 10.0)).allowed
     await harness.travel(3600 + 900)  # idle, but api:a's tokens are not all back yet
-    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0)
+    # The line of api:a's denied call goes: its place (in 100 s) passed long enough ago.
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0, 1)
     await harness.travel(200)
     assert (await backend.acquire_token("api:b", 0.01, 10.0)).allowed  # in use again: kept
-    assert await backend.sweep_idle_limiter_state(IDLE) == (1, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE) == (1, 0, 0)
     # A bucket without state is full: the same answer as before the sweep.
     grant = await backend.acquire_token("api:a", 0.01, 10.0)
     assert grant.allowed and grant.remaining == 9.0
@@ -221,9 +222,9 @@ async def test_idle_window_keys_go_once_out_of_their_window(harness: Harness) ->
     for key in ("sms:a", "sms:a", "sms:b"):
         assert (await backend.acquire_window(key, 2, window)).allowed
     await harness.travel(3600 + 300)
-    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0)  # within idle + span
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 0, 0)  # within idle + span
     await harness.travel(301)
-    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 2)
+    assert await backend.sweep_idle_limiter_state(IDLE) == (0, 2, 0)
     for _ in range(2):  # the window is sized again at its next use: both uses free
         assert (await backend.acquire_window("sms:a", 2, window)).allowed
     assert not (await backend.acquire_window("sms:a", 2, window)).allowed
@@ -234,6 +235,6 @@ async def test_the_idle_sweep_is_bounded(harness: Harness) -> None:
     for key in ("x:1", "x:2", "x:3"):
         assert (await backend.acquire_token(key, 1.0, 1.0)).allowed
     await harness.travel(3601)  # no definition: idle alone counts
-    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (2, 0)
-    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (1, 0)
-    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (0, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (2, 0, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (1, 0, 0)
+    assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (0, 0, 0)

@@ -33,6 +33,7 @@ EXPECTED_TABLES = {
     "reservation_slots",
     "rate_limit_buckets",
     "rate_limit_window_entries",
+    "rate_limit_lines",
     "jobs_archive",
     "job_attempts_archive",
     "schema_migrations",

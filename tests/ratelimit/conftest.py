@@ -68,6 +68,8 @@ class LimiterTarget:
             )
             entries = f"{schema}.rate_limit_window_entries"
             await conn.execute(f"UPDATE {entries} SET occurred_at = occurred_at - {shift}", seconds)
+            lines = f"{schema}.rate_limit_lines"
+            await conn.execute(f"UPDATE {lines} SET ends_at = ends_at - {shift}", seconds)
         finally:
             await conn.close()
 

@@ -20,8 +20,46 @@ async def test_a_token_bucket_admits_its_burst_then_the_refill_only(limiter: Lim
     assert burst <= allowed <= burst + rate * elapsed
     denied = [grant for grant in grants if not grant.allowed]
     assert denied, "a burst of 5 cannot admit 20 calls at once"
-    # A denied call names when one token will be there: at most one refill interval away.
-    assert all(timedelta(0) < g.retry_after <= timedelta(seconds=1 / rate) for g in denied)
+    # The first denied call waits for the next token (one refill interval at most); each
+    # later one takes the next place of the bucket's line, one interval further.
+    assert timedelta(0) < denied[0].retry_after <= timedelta(seconds=1 / rate)
+    assert denied[-1].retry_after > timedelta(seconds=(len(denied) - 1) / rate - elapsed)
+
+
+async def test_denied_calls_take_places_one_interval_apart(limiter: LimiterTarget) -> None:
+    rate = 1.0
+    started = await limiter.now()
+    assert (await limiter.store.acquire_token("api", rate, 1.0)).allowed
+    waits = [(await limiter.store.acquire_token("api", rate, 1.0)).retry_after for _ in range(3)]
+    elapsed = timedelta(seconds=await limiter.now() - started)
+    # Places 1 s, 2 s and 3 s after the token was taken, whichever caller asks.
+    for place, wait in enumerate(waits, start=1):
+        assert timedelta(seconds=place) - elapsed <= wait <= timedelta(seconds=place)
+    started = await limiter.now()
+    assert (await limiter.store.acquire_window("sms", 2, timedelta(seconds=10))).allowed
+    assert (await limiter.store.acquire_window("sms", 2, timedelta(seconds=10))).allowed
+    waits = [
+        (await limiter.store.acquire_window("sms", 2, timedelta(seconds=10))).retry_after
+        for _ in range(3)
+    ]
+    elapsed = timedelta(seconds=await limiter.now() - started)
+    # The first waits for the oldest use to leave (10 s), then one place per 5 s (10 s / 2).
+    for place, wait in zip([10, 15, 20], waits, strict=True):
+        assert timedelta(seconds=place) - elapsed <= wait <= timedelta(seconds=place)
+
+
+async def test_a_line_that_ended_places_the_next_denial_at_the_next_token(
+    movable_limiter: LimiterTarget,
+) -> None:
+    limiter = movable_limiter
+    assert (await limiter.store.acquire_token("api", 1.0, 1.0)).allowed
+    for _ in range(3):
+        assert not (await limiter.store.acquire_token("api", 1.0, 1.0)).allowed
+    await limiter.travel(10)  # every place passed; the bucket refilled its one token
+    assert (await limiter.store.acquire_token("api", 1.0, 1.0)).allowed
+    denied = await limiter.store.acquire_token("api", 1.0, 1.0)
+    assert not denied.allowed
+    assert timedelta(0) < denied.retry_after <= timedelta(seconds=1)
 
 
 async def test_a_token_bucket_refills_at_its_rate(movable_limiter: LimiterTarget) -> None:
@@ -57,8 +95,8 @@ async def test_a_sliding_window_admits_its_limit_within_the_window(limiter: Limi
     grants = [await limiter.store.acquire_window("sms", 3, window) for _ in range(6)]
     assert await limiter.now() - started < window.total_seconds()
     assert [grant.allowed for grant in grants] == [True, True, True, False, False, False]
-    for grant in grants[3:]:
-        assert timedelta(0) < grant.retry_after <= window
+    for grant in grants[3:]:  # places of the line: a third of the window apart
+        assert timedelta(0) < grant.retry_after <= window * 5 / 3
 
 
 async def test_a_sliding_window_frees_an_entry_when_the_oldest_leaves(
@@ -144,3 +182,20 @@ async def test_redis_usage_reads_buckets_and_windows_on_its_clock(
     used_api = rows.pop(("api", "api"))
     assert used_api is not None and 4 - 0.5 * (elapsed + 1) <= used_api <= 4
     assert rows == {("sms", "sms:a"): 2.0, ("sms", "sms:b"): 1.0, ("idle", "idle"): 0.0}
+
+
+async def test_many_calls_at_once_get_the_tokens_there_and_places_for_the_rest(
+    limiter: LimiterTarget,
+) -> None:
+    rate, burst = 1.0, 3.0
+    started = await limiter.now()
+    grants = await limiter.store.acquire_tokens("api", rate, burst, 5)
+    elapsed = timedelta(seconds=await limiter.now() - started)
+    assert [grant.allowed for grant in grants] == [True, True, True, False, False]
+    # The two left over wait for the next token (1 s) and the one after (2 s).
+    for place, grant in zip([1, 2], grants[3:], strict=True):
+        assert timedelta(seconds=place) - elapsed <= grant.retry_after <= timedelta(seconds=place)
+    # The next call queues behind them, whichever caller makes it.
+    later = await limiter.store.acquire_token("api", rate, burst)
+    assert not later.allowed
+    assert timedelta(seconds=3) - elapsed <= later.retry_after <= timedelta(seconds=3)

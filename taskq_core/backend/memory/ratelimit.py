@@ -40,6 +40,7 @@ class _Slot:
 class _LimitTables:
     buckets: dict[str, _Bucket] = field(default_factory=dict)
     windows: dict[str, list[datetime]] = field(default_factory=dict)  # uses, oldest first
+    lines: dict[str, datetime] = field(default_factory=dict)  # limit -> end of its line
     slots: dict[tuple[str, int], _Slot] = field(default_factory=dict)
     definitions: dict[str, LimitDefinition] = field(default_factory=dict)
 
@@ -80,9 +81,16 @@ class RateLimitPart(MemoryStore):
         available = min(burst, bucket.tokens + rate * max(elapsed, 0.0))
         if available < 1:
             waits_for = 1 - min(burst, bucket.tokens + rate * elapsed)
-            return LimitGrant(False, timedelta(seconds=waits_for / rate), 0.0)
+            token_at = now + timedelta(seconds=waits_for / rate)
+            return self._placed(key, token_at, timedelta(seconds=1 / rate))
         bucket.tokens, bucket.updated_at = available - 1, max(bucket.updated_at, now)
         return LimitGrant(True, remaining=bucket.tokens)
+
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, count: int
+    ) -> list[LimitGrant]:
+        """``count`` calls' tokens at once (nothing else runs between them here)."""
+        return [await self.acquire_token(key, rate, burst) for _ in range(count)]
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
         """One use of window ``key`` when fewer than ``limit`` fall within ``window``."""
@@ -91,9 +99,17 @@ class RateLimitPart(MemoryStore):
         self._limits().windows[key] = uses
         if len(uses) >= limit:
             oldest = uses[len(uses) - limit]  # the use that must leave for one to be free
-            return LimitGrant(False, max(oldest + window - now, timedelta(0)), 0.0)
+            return self._placed(key, max(oldest + window, now), window / limit)
         uses.append(now)
         return LimitGrant(True, remaining=float(limit - len(uses)))
+
+    def _placed(self, key: str, free_at: datetime, step: timedelta) -> LimitGrant:
+        """A denial at the next place of ``key``'s line: ``step`` after the previous place,
+        not before ``free_at`` (as rate_limit_lines on PostgreSQL)."""
+        lines = self._limits().lines
+        place = max(lines[key], free_at) if key in lines else free_at
+        lines[key] = place + step
+        return LimitGrant(False, max(place - self._now(), timedelta(0)), 0.0)
 
     async def acquire_reservation(
         self, name: str, slots: int, job_id: UUID, worker_id: UUID, lease: timedelta
@@ -197,7 +213,10 @@ class RateLimitPart(MemoryStore):
             del tables.buckets[key]
         for key in windows:
             del tables.windows[key]
-        return IdleStateSwept(len(buckets), len(windows))
+        ended = [key for key, end in tables.lines.items() if end < before][:limit]
+        for key in ended:
+            del tables.lines[key]
+        return IdleStateSwept(len(buckets), len(windows), len(ended))
 
     async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
         """Every registered limit and its instances' use now, on the injected clock."""

@@ -18,6 +18,7 @@ from taskq_core.backend.protocol.ratelimit import (
     LimitDefinition,
     LimitGrant,
     LimitUsage,
+    grants_of,
 )
 
 from .core import BackendCore
@@ -51,30 +52,39 @@ class RateLimitPart(BackendCore):
         return self._sized_reservations
 
     async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``), or when one
-        will be there."""
-        record = await self._one(self._queries["acquire_token"], key, rate, burst)
-        remaining = record["remaining"]
-        if remaining is not None:
-            return LimitGrant(True, remaining=float(remaining))
-        available = record["available"]
-        # Not in this statement's snapshot (created by a concurrent first acquire): a token
-        # comes within one refill interval at most.
-        missing = 1.0 if available is None else 1.0 - float(available)
-        return LimitGrant(False, _seconds(missing / rate, 1.0 / rate), remaining=0.0)
+        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``), or the
+        call's place in the bucket's line."""
+        return (await self.acquire_tokens(key, rate, burst, 1))[0]
+
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, count: int
+    ) -> list[LimitGrant]:
+        """``count`` calls' tokens from bucket ``key`` in one statement: the first ones
+        granted while tokens last, the others placed in the bucket's line."""
+        record = await self._one(self._queries["acquire_tokens"], key, rate, burst, count)
+        return grants_of(
+            int(record["granted"]),
+            count,
+            remaining=record["remaining"],
+            wait=_seconds(record["wait"], 1.0 / rate),
+            step=timedelta(seconds=1.0 / rate),
+        )
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """One entry of window ``key`` (``limit`` per ``window``), or when the oldest frees."""
+        """One entry of window ``key`` (``limit`` per ``window``), or the call's place in
+        the window's line."""
         sizes = self._window_sizes()
         if (key, limit) not in sizes:
             await self._size_window(key, limit)
-        record = await self._one(self._queries["acquire_window_entry"], key, window)
-        if record["oldest"] is None and not record["allowed"]:
+        step = window / limit
+        query = self._queries["acquire_window_entry"]
+        record = await self._one(query, key, window, step)
+        if not record["entries"] and not record["allowed"]:
             await self._size_window(key, limit)  # its entries were removed: size it again
-            record = await self._one(self._queries["acquire_window_entry"], key, window)
+            record = await self._one(query, key, window, step)
         if record["allowed"]:
             return _ALLOWED
-        return LimitGrant(False, _seconds(record["oldest"], window.total_seconds()), 0.0)
+        return LimitGrant(False, _seconds(record["wait"], window.total_seconds()), 0.0)
 
     async def _size_window(self, key: str, limit: int) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
@@ -130,7 +140,7 @@ class RateLimitPart(BackendCore):
     async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
         """Delete buckets and window keys unused past ``idle`` and their rest time."""
         record = await self._one(self._queries["sweep_idle_limiter_state"], idle, limit)
-        return IdleStateSwept(int(record["buckets"]), int(record["windows"]))
+        return IdleStateSwept(int(record["buckets"]), int(record["windows"]), int(record["lines"]))
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now, by name and slot."""

@@ -25,14 +25,29 @@ LimitStoreName = Literal["postgres", "redis"]
 class LimitGrant:
     """One acquire's answer.
 
-    ``allowed``: the call took a token (or a window entry). Denied, ``retry_after`` is how long
-    until one is free on the store's clock (zero when allowed). ``remaining`` is what is left
-    after this call when the store knows it cheaply (tokens, free window entries), else None.
+    ``allowed``: the call took a token (or a window entry). Denied, ``retry_after`` is the
+    call's place in the limit's line, on the store's clock: one interval (1/rate, or
+    window/limit) after the previous denied call's place, whichever worker made it, and never
+    before a token or entry is free; zero when allowed. The line is kept with the limit's
+    state, so denied calls come back at about the rate the limit admits them. ``remaining``
+    is what is left after this call when the store knows it cheaply (tokens, free window
+    entries), else None.
     """
 
     allowed: bool
     retry_after: timedelta = timedelta(0)
     remaining: float | None = None
+
+
+def grants_of(
+    granted: int, count: int, *, remaining: float | None, wait: timedelta, step: timedelta
+) -> list[LimitGrant]:
+    """The answers to ``count`` calls of which the first ``granted`` took a token: the
+    others wait from ``wait``, one ``step`` apart (their places in the line)."""
+    left = None if remaining is None else float(remaining)
+    allowed = [LimitGrant(True, remaining=left)] * granted
+    denied = [LimitGrant(False, wait + step * n, 0.0) for n in range(count - granted)]
+    return allowed + denied
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +79,12 @@ class LimitDefinition:
 
 
 class IdleStateSwept(NamedTuple):
-    """What ``sweep_idle_limiter_state`` deleted: buckets, and window keys (all their
-    entries)."""
+    """What ``sweep_idle_limiter_state`` deleted: buckets, window keys (all their entries),
+    and lines of denied calls that ended."""
 
     buckets: int
     windows: int
+    lines: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +122,20 @@ class LimiterStore(Protocol):
 
     async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
         """Take one token from bucket ``key``, which refills ``rate`` tokens a second up to
-        ``burst`` (a bucket never seen is full). Denied: retry_after is when one token will be
-        there."""
+        ``burst`` (a bucket never seen is full). Denied: retry_after is the call's place in
+        the bucket's line (``LimitGrant``), no sooner than one token will be there."""
+
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, count: int
+    ) -> list[LimitGrant]:
+        """``count`` calls of ``acquire_token`` at once, in one atomic step: a grant for each,
+        in order (the tokens there go to the first ones, the others get successive places
+        in the line)."""
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
         """Record one use in window ``key`` if fewer than ``limit`` uses fall within the last
-        ``window``. Denied: retry_after is when the oldest use leaves the window."""
+        ``window``. Denied: retry_after is the call's place in the window's line
+        (``LimitGrant``), no sooner than the oldest use leaves the window."""
 
 
 @runtime_checkable

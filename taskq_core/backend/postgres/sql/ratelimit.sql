@@ -12,47 +12,96 @@
 -- Reservation slots keep synchronous commits: a forgotten slot would let one more job run at
 -- once than the reservation allows, for as long as the job runs.
 
--- name: acquire_token
--- Take one token from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
--- seen is full). The upsert locks the bucket row and reads its newest version, so concurrent
--- acquirers each see the tokens the previous one left; the DO UPDATE's WHERE leaves a bucket
--- with less than one token untouched, and then `taken` returns no row. Returns `remaining`
--- (tokens left; NULL: denied) and `available` (tokens now as of this statement's snapshot,
--- read to compute a denied call's retry_after).
+-- name: acquire_tokens
+-- Take $4 tokens from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
+-- seen is full), as many as there are: `granted` of them (the first $4 callers' share, in
+-- order), `remaining` the tokens left. Each call not granted gets a place in the bucket's line
+-- (rate_limit_lines): `wait` is the first one's, in seconds, the later of when the next token
+-- is there and one refill interval after the previous denied call's place; the others follow
+-- one interval apart. The bucket row is locked (FOR UPDATE reads its newest version) before
+-- the line's row, by every acquirer, so concurrent calls see the tokens the previous one left
+-- and get distinct places.
 -- `k.now` is read when the statement starts, so an acquirer that waited for the row lock may
 -- find updated_at later than its own now: it gets no refill and leaves updated_at where it
--- was (GREATEST), so no interval is ever refilled twice.
+-- was (GREATEST), so no interval is ever refilled twice. A bucket created by a concurrent
+-- first acquire after this statement's snapshot is not seen: nothing is granted, and the
+-- next token is taken to come within one refill interval, as from an empty bucket.
 WITH k AS (
     SELECT clock_timestamp() AS now,
+           make_interval(secs => 1 / $2::float8) AS step,
            set_config('synchronous_commit', 'off', true) AS async_commit
 ),
+seeded AS (
+    INSERT INTO {schema}.rate_limit_buckets (key, tokens, updated_at)
+    SELECT $1::text, $3::float8 - LEAST($4::integer, floor($3::float8)), k.now FROM k
+    ON CONFLICT (key) DO NOTHING
+    RETURNING tokens
+),
+bucket AS (
+    SELECT b.tokens, b.updated_at
+    FROM {schema}.rate_limit_buckets b
+    WHERE b.key = $1::text
+    FOR UPDATE
+),
+share AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM seeded)
+                THEN LEAST($4::integer, floor($3::float8))::integer
+                ELSE LEAST($4::integer, GREATEST(floor(a.available), 0))::integer
+           END AS granted,
+           COALESCE((SELECT s.tokens FROM seeded s), a.available) AS available,
+           a.counted
+    FROM (SELECT (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
+                     EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0))
+                  FROM bucket b) AS available,
+                 -- Without the clamp: below the tokens when the bucket counted ahead.
+                 (SELECT LEAST($3::float8, b.tokens + $2::float8 *
+                     EXTRACT(EPOCH FROM k.now - b.updated_at)::float8)
+                  FROM bucket b) AS counted
+          FROM k) a
+),
 taken AS (
-    INSERT INTO {schema}.rate_limit_buckets AS b (key, tokens, updated_at)
-    SELECT $1::text, $3::float8 - 1, k.now FROM k
-    ON CONFLICT (key) DO UPDATE
-    SET tokens = LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
-            EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) - 1,
+    UPDATE {schema}.rate_limit_buckets b
+    SET tokens = s.available - s.granted,
         updated_at = GREATEST(b.updated_at, (SELECT k.now FROM k))
-    WHERE LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
-            EXTRACT(EPOCH FROM (SELECT k.now FROM k) - b.updated_at)::float8, 0)) >= 1
+    FROM share s
+    WHERE b.key = $1::text AND s.granted > 0 AND NOT EXISTS (SELECT 1 FROM seeded)
     RETURNING b.tokens
+),
+-- Tokens left once the share is taken, as a denied call counts them (NULL: the bucket is
+-- not in this snapshot). May be negative: time the bucket already counted ahead of this
+-- reading is still to come, and a denied call waits for it too.
+left_over AS (
+    SELECT COALESCE((SELECT s.tokens FROM seeded s),
+                    (SELECT s.counted - s.granted FROM share s)) AS tokens
+),
+placed AS (
+    INSERT INTO {schema}.rate_limit_lines AS l (key, ends_at)
+    SELECT $1::text,
+           k.now + make_interval(secs => (1 - COALESCE(o.tokens, 0)) / $2::float8)
+               + k.step * ($4::integer - s.granted)
+    FROM share s CROSS JOIN left_over o CROSS JOIN k
+    WHERE s.granted < $4::integer
+    ON CONFLICT (key) DO UPDATE
+    SET ends_at = GREATEST(
+            l.ends_at + (SELECT k.step * ($4::integer - s.granted) FROM share s CROSS JOIN k),
+            EXCLUDED.ends_at)
+    RETURNING l.ends_at
 )
--- `available` may be negative: time the bucket already counted ahead of this reading (see
--- above) is still to come, and a denied call waits for it too.
-SELECT (SELECT t.tokens FROM taken t) AS remaining,
-       (SELECT LEAST($3::float8, b.tokens + $2::float8 *
-                   EXTRACT(EPOCH FROM k.now - b.updated_at)::float8)
-        FROM {schema}.rate_limit_buckets b CROSS JOIN k
-        WHERE b.key = $1::text) AS available;
+SELECT s.granted,
+       COALESCE((SELECT s2.tokens FROM seeded s2), (SELECT t.tokens FROM taken t)) AS remaining,
+       (SELECT EXTRACT(EPOCH FROM p.ends_at - k.step * ($4::integer - s.granted) - k.now)::float8
+        FROM placed p CROSS JOIN k) AS wait
+FROM share s;
 
 -- name: acquire_window_entry
 -- Sliding window $1 of $2 (the window) holds exactly `limit` entry rows (see
 -- size_window_entries); an entry is free when its last use is older than the window. Taking
 -- the oldest free entry with FOR UPDATE SKIP LOCKED is the acquire: a concurrent acquirer
 -- skips the row being taken, and a row taken since this statement's snapshot is re-checked
--- on its new version and no longer qualifies. Returns `allowed` and `oldest`: the seconds
--- until the oldest entry leaves the window (a denied call's retry_after); NULL when the key
--- has no entries at all (not sized yet).
+-- on its new version and no longer qualifies. Returns `allowed` and `entries` (whether the key
+-- has any entry row: none means not sized yet) and, denied, `wait`: the seconds until the
+-- call's place in the window's line (rate_limit_lines), the later of when the oldest entry
+-- leaves the window and $3 (window / limit) after the previous denied call's place.
 WITH k AS (
     SELECT clock_timestamp() AS now,
            set_config('synchronous_commit', 'off', true) AS async_commit
@@ -73,13 +122,27 @@ taken AS (
     FROM free f
     WHERE e.id = f.id
     RETURNING e.id
+),
+oldest AS (
+    SELECT e.occurred_at + $2::interval AS frees_at
+    FROM {schema}.rate_limit_window_entries e
+    WHERE e.key = $1::text
+    ORDER BY e.occurred_at
+    LIMIT 1
+),
+placed AS (
+    INSERT INTO {schema}.rate_limit_lines AS l (key, ends_at)
+    SELECT $1::text, GREATEST(o.frees_at, k.now) + $3::interval
+    FROM oldest o CROSS JOIN k
+    WHERE NOT EXISTS (SELECT 1 FROM taken)
+    ON CONFLICT (key) DO UPDATE
+    SET ends_at = GREATEST(l.ends_at + $3::interval, EXCLUDED.ends_at)
+    RETURNING l.ends_at
 )
 SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
-       (SELECT EXTRACT(EPOCH FROM e.occurred_at + $2::interval - k.now)::float8
-        FROM {schema}.rate_limit_window_entries e CROSS JOIN k
-        WHERE e.key = $1::text
-        ORDER BY e.occurred_at
-        LIMIT 1) AS oldest;
+       EXISTS (SELECT 1 FROM oldest) AS entries,
+       (SELECT EXTRACT(EPOCH FROM p.ends_at - $3::interval - k.now)::float8
+        FROM placed p CROSS JOIN k) AS wait;
 
 -- name: lock_window_key
 -- Serializes the sizing of window $1 (transaction-scoped advisory lock).
@@ -316,6 +379,16 @@ gone_windows AS (
     USING idle_windows i
     WHERE e.key = i.key
     RETURNING e.key
+),
+-- A line whose last place passed longer than $1 ago holds nobody.
+gone_lines AS (
+    DELETE FROM {schema}.rate_limit_lines l
+    WHERE l.key IN (SELECT x.key FROM {schema}.rate_limit_lines x
+                    WHERE x.ends_at < (SELECT k.before FROM k)
+                    LIMIT $2::integer
+                    FOR UPDATE SKIP LOCKED)
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone_buckets) AS buckets,
-       (SELECT count(DISTINCT g.key) FROM gone_windows g) AS windows;
+       (SELECT count(DISTINCT g.key) FROM gone_windows g) AS windows,
+       (SELECT count(*) FROM gone_lines) AS lines;
