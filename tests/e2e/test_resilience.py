@@ -212,10 +212,14 @@ async def test_worker_reconnects_after_its_connections_are_terminated(
     await until(lambda: terminal(backend, first.id))
     conn = await asyncpg.connect(pg.dsn)
     try:
+        # Every session of this schema's TaskQ processes (pool, LISTEN, leader), and only
+        # those: tests running beside this one share the database.
         killed = await conn.fetchval(
             """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
                WHERE datname = current_database() AND pid <> pg_backend_pid()
-                 AND backend_type = 'client backend'"""
+                 AND backend_type = 'client backend'
+                 AND application_name = ANY ($1::text[])""",
+            [f"taskq_{pg.schema}", f"taskq_listen_{pg.schema}", f"taskq_leader_{pg.schema}"],
         )
     finally:
         await conn.close()
