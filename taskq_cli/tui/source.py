@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from taskq_cli.batch_progress import (
@@ -62,6 +62,8 @@ _STATE_ORDER: dict[WorkerState, int] = {"running": 0, "stale": 1, "stopped": 2}
 # Failures that mean "the database cannot be reached right now" rather than a bug: the app
 # says so in its banner and keeps retrying.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -322,12 +324,22 @@ class BackendSource:
         settings = self.settings
         # One more batch than shown, to tell whether more are active.
         batch_filter = BatchFilter(active=True, limit=settings.batches_limit + 1)
-        stats, workers, rows, limits, batches = await asyncio.gather(
+        # Every read ends before one's error goes up: the backend is closed after it, and a
+        # read still running then would fail with nobody to hear it.
+        read = await asyncio.gather(
             self.backend.dashboard_stats(settings.window, settings.minutes),
             self.backend.list_workers(),
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
             self.backend.rate_limit_usage(),
             self.backend.list_batches(batch_filter),
+            return_exceptions=True,
+        )
+        stats, workers, rows, limits, batches = (
+            _value(read[0]),
+            _value(read[1]),
+            _value(read[2]),
+            _value(read[3]),
+            _value(read[4]),
         )
         return Snapshot(
             now=stats.now,
@@ -485,3 +497,10 @@ def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:
     if isinstance(error, CONNECTION_ERRORS):
         return True, text
     return False, f"{type(error).__name__}: {text}"
+
+
+def _value(result: T | BaseException) -> T:
+    """A gathered read's value, or its error raised."""
+    if isinstance(result, BaseException):
+        raise result
+    return result
