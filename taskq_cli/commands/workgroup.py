@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -214,11 +214,8 @@ def init(
 # --- start --------------------------------------------------------------------------------
 
 
-def _age(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    seconds = max(0.0, (datetime.now(UTC) - moment).total_seconds())
-    return f"{seconds:.0f}s ago"
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{max(0.0, seconds):.0f}s ago"
 
 
 def _state(status: ChildStatus) -> str:
@@ -254,7 +251,7 @@ def children_table(manager: WorkgroupManager, *, output_dir: Path | None = None)
             str(status.pid) if status.pid is not None else "-",
             _seconds(status.uptime) if status.uptime is not None else "-",
             str(status.restarts),
-            _age(status.last_seen_at),
+            _age(status.last_seen_ago),
             str(status.last_exit_code) if status.last_exit_code is not None else "-",
         )
     return table

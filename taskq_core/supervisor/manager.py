@@ -333,6 +333,9 @@ class WorkgroupManager:
                 uptime=now - slot.started_at if slot.process is not None else None,
                 restarts=slot.restarts,
                 last_seen_at=slot.last_seen_at,
+                last_seen_ago=(
+                    now - slot.watch.moved_at if slot.watch.last_seen_at is not None else None
+                ),
                 last_exit_code=slot.last_exit_code,
                 restart_in=(
                     max(0.0, slot.restart_at - now) if slot.restart_at is not None else None

@@ -56,5 +56,8 @@ class ChildStatus:
     uptime: float | None
     restarts: int
     last_seen_at: datetime | None
+    # Seconds since the supervisor saw last_seen_at move, on its monotonic clock (this host's
+    # and the database's wall clocks may disagree); None until the child registered.
+    last_seen_ago: float | None
     last_exit_code: int | None
     restart_in: float | None

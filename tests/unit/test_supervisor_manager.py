@@ -531,3 +531,22 @@ async def test_an_error_inside_a_pass_stops_the_group_gracefully() -> None:
 
 async def _raise_once() -> None:
     raise RuntimeError("unexpected")
+
+
+async def test_last_seen_counts_from_when_the_heartbeat_last_moved_on_the_supervisors_clock() -> (
+    None
+):
+    # The rows' clock (T0, the database's) is not this host's: the age never reads it.
+    harness = Harness(make_plan({"api": 1}))
+    await harness.step()
+    (status,) = harness.manager.snapshot()
+    assert status.last_seen_ago is None  # not registered yet
+    for second in range(1, 4):
+        harness.heartbeat("api-1", second)
+        await harness.step(1.0)
+    (status,) = harness.manager.snapshot()
+    assert status.last_seen_ago == 0.0  # seen moving at this very step
+    await harness.step(1.0)
+    await harness.step(1.0)  # the row stopped moving two seconds ago
+    (status,) = harness.manager.snapshot()
+    assert status.last_seen_ago == 2.0
