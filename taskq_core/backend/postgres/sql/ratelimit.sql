@@ -48,16 +48,14 @@ share AS (
                 THEN LEAST($4::integer, floor($3::float8))::integer
                 ELSE LEAST($4::integer, GREATEST(floor(a.available), 0))::integer
            END AS granted,
-           COALESCE((SELECT s.tokens FROM seeded s), a.available) AS available,
-           a.counted
-    FROM (SELECT (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(
-                     EXTRACT(EPOCH FROM k.now - b.updated_at)::float8, 0))
-                  FROM bucket b) AS available,
+           a.available, a.counted
+    FROM (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(e.elapsed, 0)) AS available,
                  -- Without the clamp: below the tokens when the bucket counted ahead.
-                 (SELECT LEAST($3::float8, b.tokens + $2::float8 *
-                     EXTRACT(EPOCH FROM k.now - b.updated_at)::float8)
-                  FROM bucket b) AS counted
-          FROM k) a
+                 LEAST($3::float8, b.tokens + $2::float8 * e.elapsed) AS counted
+          FROM k
+          LEFT JOIN bucket b ON true
+          CROSS JOIN LATERAL (
+              SELECT EXTRACT(EPOCH FROM k.now - b.updated_at)::float8 AS elapsed) e) a
 ),
 taken AS (
     UPDATE {schema}.rate_limit_buckets b
