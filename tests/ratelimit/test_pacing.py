@@ -11,7 +11,7 @@ import heapq
 from datetime import timedelta
 from uuid import UUID, uuid4
 
-from taskq_core import TokenBucket, actor
+from taskq_core import ConcurrencyReservation, TokenBucket, actor
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.clock import FakeClock
 from taskq_core.ratelimit.gate import Denial, RateLimiter
@@ -23,6 +23,10 @@ RATE = 10.0
 
 @actor(rate_limits=[TokenBucket("api", RATE)])
 async def call(payload: dict) -> None: ...
+
+
+@actor(reservations=[ConcurrencyReservation("gpu", 1)])
+async def render(payload: dict) -> None: ...
 
 
 async def simulate(
@@ -91,3 +95,22 @@ def test_a_line_places_each_denial_one_interval_after_the_last() -> None:
     assert waits == [timedelta(seconds=0.5), timedelta(seconds=0.6), timedelta(seconds=0.7)]
     clock.advance(10)  # the line emptied meanwhile: the next waits only its retry_after
     assert lines.place("api", timedelta(seconds=0.2), 0.1) == timedelta(seconds=0.2)
+
+
+async def test_a_reservations_denials_are_spaced_for_the_workers_that_run_the_actor() -> None:
+    # A reservation's line is the worker's own: four workers each space their denials four
+    # slot turnovers apart (1 s assumed until a hold was seen), so together they bring jobs
+    # back about as fast as the slot frees.
+    clock = FakeClock()
+    store = InMemoryBackend(clock=clock)
+    limiter = RateLimiter(
+        RateLimitRegistry().resolve([render]), store, store, clock=clock, lease=timedelta(minutes=1)
+    )
+    limiter.set_fleet({"render": 4})
+    assert not isinstance(await limiter.admit("render", {}, uuid4(), uuid4()), Denial)
+    waits = []
+    for _ in range(2):
+        denial = await limiter.admit("render", {}, uuid4(), uuid4())
+        assert isinstance(denial, Denial) and denial.reason == "reservation:gpu"
+        waits.append(denial.retry_after)
+    assert waits == [timedelta(seconds=1), timedelta(seconds=5)]
