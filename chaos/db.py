@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -33,6 +34,30 @@ async def prepare_schema(dsn: str, schema: str) -> None:
         )
     finally:
         await conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class FailureCause:
+    """How many jobs of one actor ended with one status and one error."""
+
+    actor: str
+    status: str
+    error_class: str | None
+    message: str | None
+    count: int
+
+    def describe(self) -> str:
+        cause = f"{self.error_class or '-'}: {self.message or '-'}"
+        return f"{self.count} {self.actor} {self.status} ({cause})"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """One ``job_attempts`` row: which body of which job, and how it ended."""
+
+    job_id: UUID
+    attempt: int
+    outcome: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +106,20 @@ class Probe:
             return None
         return sum(n for status, n in counts.items() if status not in TERMINAL)
 
+    async def pending(self, queue: str) -> int | None:
+        """How many jobs wait in ``queue``."""
+        rows = await self.fetch(
+            "SELECT count(*) AS n FROM {s}.jobs WHERE queue = $1 AND status = 'pending'", queue
+        )
+        return None if rows is None else int(rows[0]["n"])
+
+    async def running_in(self, queue: str) -> int | None:
+        """How many jobs of ``queue`` are claimed or running."""
+        rows = await self.fetch(
+            "SELECT count(*) AS n FROM {s}.jobs WHERE queue = $1 AND status = 'running'", queue
+        )
+        return None if rows is None else int(rows[0]["n"])
+
     async def statuses(self, ids: list[UUID]) -> dict[UUID, str] | None:
         rows = await self.fetch(
             "SELECT id, status::text AS s FROM {s}.jobs WHERE id = ANY($1::uuid[])", ids
@@ -123,6 +162,17 @@ class Probe:
         )
         return None if rows is None else {r["id"]: r["t"] for r in rows}
 
+    async def ended_at(self) -> dict[UUID, float] | None:
+        """When each job ended, epoch seconds: its finish, or its first succeeded attempt's
+        if earlier (a job that succeeded has ended, whatever its row says later)."""
+        rows = await self.fetch(
+            "SELECT j.id, extract(epoch FROM least(j.finished_at, s.first))::float8 AS t "
+            "FROM {s}.jobs j LEFT JOIN LATERAL (SELECT min(a.finished_at) AS first "
+            "FROM {s}.job_attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded') s "
+            "ON true WHERE j.finished_at IS NOT NULL OR s.first IS NOT NULL"
+        )
+        return None if rows is None else {r["id"]: r["t"] for r in rows}
+
     async def reclaims(self, ids: list[UUID]) -> list[tuple[UUID, float]] | None:
         """(job, epoch seconds) of every reclaim event of ``ids``."""
         rows = await self.fetch(
@@ -143,6 +193,48 @@ class Probe:
             "SELECT id FROM {s}.jobs WHERE status = 'succeeded' AND actor = $1", actor
         )
         return None if rows is None else {r["id"] for r in rows}
+
+    async def failure_causes(self) -> list[FailureCause] | None:
+        """Jobs that ended other than succeeded, counted per actor, status and cause."""
+        rows = await self.fetch(
+            "SELECT actor, status::text AS status, error_class, left(error_message, 240) AS msg, "
+            "count(*) AS n FROM {s}.jobs "
+            "WHERE status::text IN ('failed', 'cancelled', 'crashed', 'abandoned') "
+            "GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC, 1, 2"
+        )
+        if rows is None:
+            return None
+        return [
+            FailureCause(r["actor"], r["status"], r["error_class"], r["msg"], r["n"]) for r in rows
+        ]
+
+    async def attempts(self, ids: list[UUID] | None = None) -> list[AttemptInfo] | None:
+        """The attempt history (``job_attempts``) of ``ids``, or of every job, in order."""
+        rows = await self.fetch(
+            "SELECT job_id, attempt, outcome FROM {s}.job_attempts "
+            "WHERE $1::uuid[] IS NULL OR job_id = ANY($1::uuid[]) ORDER BY job_id, id",
+            ids,
+        )
+        if rows is None:
+            return None
+        return [AttemptInfo(r["job_id"], r["attempt"], r["outcome"]) for r in rows]
+
+    async def dump(self, directory: Path) -> list[str]:
+        """Copy the tables an investigation reads (jobs, attempts, events, workers) to CSV
+        files in ``directory`` (the schema goes with the private server); the files written."""
+        written: list[str] = []
+        for table in ("jobs", "job_attempts", "job_events", "workers"):
+            path = directory / f"{table}.csv"
+            try:
+                if self._conn is None or self._conn.is_closed():
+                    self._conn = await asyncpg.connect(self.dsn, timeout=2, command_timeout=60)
+                await self._conn.copy_from_query(
+                    f"SELECT * FROM {self.s}.{table}", output=path, format="csv", header=True
+                )
+            except UNREACHABLE:
+                continue
+            written.append(path.name)
+        return written
 
     async def leader(self) -> UUID | None:
         rows = await self.fetch(

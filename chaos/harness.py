@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
+from chaos.actors import NEVER_FAIL
 from chaos.db import Probe, prepare_schema
 from chaos.markers import ENV_VAR, Markers
 from chaos.pgserver import PrivateServer
 from chaos.procs import TERMINATION_GRACE, WORKER_SETTINGS, Fleet, Proc, pid_alive
 from taskq_core.actors import ActorRef
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.client import JobsClient
+from taskq_core.client import EnqueueItem, JobsClient
 
 T = TypeVar("T")
 
@@ -50,6 +51,7 @@ class ScenarioResult:
     crashed_without_body: int | None = None
     recover_first: float | None = None
     recover_drain: float | None = None
+    failed_by_cause: list[str] = field(default_factory=list)  # FailureCause.describe() lines
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
@@ -86,6 +88,8 @@ class Harness:
         }
         self.fleet = Fleet(directory, env)
         self.probe = Probe(self.dsn, schema)
+        # A scenario may name groups of its jobs (its phases): the checks count per group.
+        self.job_groups: dict[UUID, str] = {}
 
     async def open(self) -> None:
         await prepare_schema(self.dsn, self.schema)
@@ -106,8 +110,18 @@ class Harness:
     def markers(self) -> Markers:
         return Markers.read(self.markers_path)
 
+    async def keep_evidence(self) -> None:
+        """When an invariant failed, copy the scenario's tables next to its logs and markers
+        (the schema goes with the private server), and say where they are."""
+        if self.result.passed or self.result.skipped:
+            return
+        written = await self.probe.dump(self.directory)
+        self.note(f"evidence in {self.directory}: logs/, markers.txt, {', '.join(written)}")
+
     # --- jobs --------------------------------------------------------------------------------
-    async def enqueue(self, items: list[tuple[ActorRef, dict[str, Any]]]) -> list[UUID]:
+    async def enqueue(
+        self, items: list[tuple[ActorRef, dict[str, Any]]] | list[EnqueueItem]
+    ) -> list[UUID]:
         """Enqueue ``items`` in one batch (with each actor's options); their ids, in order."""
         backend = await PostgresBackend.connect(self.dsn, self.schema, min_size=1, max_size=2)
         try:
@@ -241,6 +255,7 @@ class Harness:
             "" if drained else f"{_counts(left)} left; {reason}",
         )
         await self._check_owners()
+        await self._check_failures()
         await self._check_markers()
         if transactional:
             await self._check_effects()
@@ -252,6 +267,7 @@ class Harness:
             "; ".join(p.describe_exit() for p in died),
         )
         await self.stop_cleanly(self.fleet.alive())
+        await self._check_bodies()
 
     async def stop_cleanly(self, procs: list[Proc]) -> None:
         """SIGTERM ``procs``; each must exit 0 within the termination grace (plus 5 s)."""
@@ -277,6 +293,22 @@ class Harness:
             else "",
         )
 
+    async def _check_failures(self) -> None:
+        """Every job that did not succeed, grouped by cause; none of an actor that never
+        fails (a poison verdict on a healthy job, a shutdown that drops one, ...)."""
+        causes = await self.probe.failure_causes()
+        if causes is None:
+            self.check("no job fails whose actor never fails", False, "database unreachable")
+            return
+        self.result.failed_by_cause = [cause.describe() for cause in causes]
+        healthy = [cause for cause in causes if cause.actor in NEVER_FAIL]
+        self.check(
+            "no job fails whose actor never fails",
+            not healthy,
+            f"{sum(c.count for c in healthy)} job(s): "
+            + "; ".join(cause.describe() for cause in healthy),
+        )
+
     async def _check_markers(self) -> None:
         markers = self.markers()
         self.result.completed_twice = markers.completed_twice()
@@ -294,6 +326,51 @@ class Harness:
         )
         if crashed:
             self.note(f"{len(crashed)} crashed attempt(s) in all")
+
+    async def _check_bodies(self) -> None:
+        """The execution guarantee, read from the per-body ledger once every worker stopped:
+        no two bodies of one job at once in one process, no body started after its job
+        ended, no attempt number under two bodies (a kill may lose a body's attempt row, never
+        reuse its number)."""
+        markers = self.markers()
+        overlaps = markers.overlapping()
+        self.check(
+            "no two bodies of one job at once in one worker",
+            not overlaps,
+            self.tally([a.job_id for a, _ in overlaps])
+            + example([f"{a.describe()} and {b.describe()}" for a, b in overlaps]),
+        )
+        ended = await self.probe.ended_at()
+        if ended is None:
+            self.check("no body starts after its job ended", False, "database unreachable")
+        else:
+            late = markers.started_after(ended)
+            self.check(
+                "no body starts after its job ended",
+                not late,
+                self.tally([b.job_id for b, _ in late])
+                + example(
+                    [f"job {b.job_id} ended {at:.3f}, body {b.describe()} "
+                     f"({b.started - at:.2f}s later)" for b, at in late]
+                ),
+            )  # fmt: skip
+        reused = markers.attempts_reused()
+        self.check(
+            "no attempt number used by two bodies",
+            not reused,
+            self.tally([job for job, _ in reused])
+            + example(
+                [f"job {job} attempt {n}: {'; '.join(b.describe() for b in bodies)}"
+                 for (job, n), bodies in reused.items()]
+            ),
+        )  # fmt: skip
+
+    def tally(self, jobs: list[UUID]) -> str:
+        """How many distinct jobs, per group when the scenario named groups (``job_groups``)."""
+        groups: dict[str, set[UUID]] = {}
+        for job in jobs:
+            groups.setdefault(self.job_groups.get(job, "all"), set()).add(job)
+        return ", ".join(f"{len(ids)} jobs ({name})" for name, ids in sorted(groups.items()))
 
     async def _check_effects(self) -> None:
         effects = await self.probe.effects() or {}
@@ -318,6 +395,11 @@ class Harness:
         finishes = await self.probe.finish_times() or []
         if drained and finishes:
             self.result.recover_drain = max(0.0, finishes[-1] - fault_at)
+
+
+def example(lines: list[str]) -> str:
+    """``; e.g. <the first line>``, or nothing when there is none."""
+    return f"; e.g. {lines[0]}" if lines else ""
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -188,8 +188,12 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str, *, concurrency: int, **env: str) -> Proc:
+    def worker(
+        self, name: str, *, concurrency: int, queues: tuple[str, ...] = (), **env: str
+    ) -> Proc:
+        """A `taskq worker` of the chaos actors (on ``queues``, else the default queue)."""
         argv = [TASKQ_BIN, "worker", "--actors", ACTORS, "--concurrency", str(concurrency)]
+        argv += [arg for queue in queues for arg in ("--queues", queue)]
         return self._spawn([*argv, "--label", name], name, env, Proc)
 
     def workgroup(self, name: str, toml: str, **env: str) -> Workgroup:
@@ -211,8 +215,11 @@ class Fleet:
         return dict(zip(procs, codes, strict=True))
 
     async def close(self) -> None:
-        """Stop everything still running: SIGTERM, then SIGKILL; then any stray children."""
+        """Stop everything still running: SIGTERM, then SIGKILL; then any stray children.
+        A process a scenario left SIGSTOPped is continued first, so it can see its SIGTERM."""
         running = [p for p in self.procs if p.alive()]
+        for proc in running:
+            proc.signal(signal.SIGCONT)
         await self.stop(running, timeout=TERMINATION_GRACE + 5)
         for proc in running:
             proc.signal(signal.SIGKILL)

@@ -60,6 +60,9 @@ def details(console: Console, results: list[ScenarioResult]) -> None:
         for check in r.failures():
             kind = " (timed)" if check.timed else ""
             console.print(f"[bold red]{r.name}[/]: FAILED{kind} {check.name}: {check.detail}")
+        if r.failed_by_cause:
+            causes = "; ".join(r.failed_by_cause)
+            console.print(f"{r.name}: jobs not succeeded, by cause: {causes}")
         if r.notes:
             console.print(f"[dim]{r.name}: " + "; ".join(r.notes) + "[/]")
 

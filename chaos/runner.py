@@ -56,7 +56,10 @@ async def run_scenario(
     except Exception as exc:  # a runner bug or an unreachable database: report, go on
         harness.check("scenario runs to its end", False, f"{type(exc).__name__}: {exc}")
     finally:
-        await harness.close()
+        try:
+            await harness.keep_evidence()
+        finally:
+            await harness.close()
         result.elapsed = time.monotonic() - started
     return result
 
@@ -82,8 +85,14 @@ async def run_all(
 
 
 def keep_or_remove(directory: Path, results: list[ScenarioResult], keep: bool) -> bool:
-    """Remove the logs of an all-passing run unless asked to keep them; whether they remain."""
-    if keep or not all(r.passed or r.skipped for r in results):
+    """Unless asked to keep everything, remove the logs of every scenario that passed (or was
+    skipped), and the directory itself when nothing failed; whether any logs remain."""
+    if keep:
         return True
-    shutil.rmtree(directory, ignore_errors=True)
-    return False
+    for result in results:
+        if result.passed or result.skipped:
+            shutil.rmtree(directory / result.name, ignore_errors=True)
+    if all(r.passed or r.skipped for r in results):
+        shutil.rmtree(directory, ignore_errors=True)
+        return False
+    return True

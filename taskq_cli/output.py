@@ -309,6 +309,7 @@ def job_summary(job: JobRow) -> dict[str, Any]:
         "status": job.status,
         "priority": job.priority,
         "attempt": job.attempt,
+        "attempts_used": job.attempts_used,
         "max_attempts": job.max_attempts,
         "retry_kind": job.retry_kind,
         "created_at": job.created_at,
@@ -408,6 +409,13 @@ def shown_status(job: JobRow) -> str:
     return "claimed" if job.is_claimed else job.status.value
 
 
+def attempt_summary(job: JobRow) -> str:
+    """The attempt in words: the last body's number, and the retry budget used of its
+    size (numbers count every claim; only some use the budget: docs/reliability.md)."""
+    used = f"{job.attempts_used} of {job.max_attempts} used ({job.retry_kind})"
+    return used if job.attempt == 0 else f"#{job.attempt}, {used}"
+
+
 def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[list[Any]]:
     """Table rows with the fields an operator needs first (see JOB_COLUMNS)."""
     return [
@@ -416,7 +424,7 @@ def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[
             job.actor,
             job.queue,
             status_cell(shown_status(job)),
-            f"{job.attempt}/{job.max_attempts}",
+            f"{job.attempts_used}/{job.max_attempts}",
             age(job.created_at, reference),
             error_text(job.error_class, job.error_message),
         ]

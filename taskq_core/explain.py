@@ -260,7 +260,7 @@ async def explain_job(
 def _terminal(c: _Context) -> Check:
     job = c.job
     finished = _when(c.now, job.finished_at) if job.finished_at else "at an unknown time"
-    attempts = f"{job.attempt} of {job.max_attempts} attempt(s) used"
+    attempts = f"{job.attempts_used} of {job.max_attempts} attempt(s) used"
     facts = _ended_facts(job, retryable=job.status in RETRYABLE_STATUSES)
     error = f"{job.error_class}: {job.error_message}" if job.error_class else None
     if job.status is JobStatus.SUCCEEDED:
@@ -303,6 +303,7 @@ def _ended_facts(job: JobRow, *, retryable: bool) -> dict[str, Any]:
     return {
         "finished_at": job.finished_at,
         "attempt": job.attempt,
+        "attempts_used": job.attempts_used,
         "max_attempts": job.max_attempts,
         "error_class": job.error_class,
         "error_message": job.error_message,
@@ -328,6 +329,7 @@ def _archived(archived: ArchivedJob) -> Check:
         "expire_at": archived.expire_at,
         "finished_at": job.finished_at,
         "attempt": job.attempt,
+        "attempts_used": job.attempts_used,
         "max_attempts": job.max_attempts,
         "error_class": job.error_class,
         "error_message": job.error_message,
@@ -358,12 +360,12 @@ def _running(c: _Context) -> Check:
             since = _when(c.now, job.claimed_at) if job.claimed_at else "an unknown time"
             message = (
                 f"it is claimed by {where} since {since}, waiting for a free consumer "
-                f"(prefetched; its body has not started), attempt {job.attempt}"
+                f"(prefetched; its body has not started), attempt #{job.attempt}"
             )
         else:
             since = _when(c.now, job.started_at)
-            message = f"it is running on {where} since {since}, attempt {job.attempt}"
-        message += f" of {job.max_attempts}"
+            message = f"it is running on {where} since {since}, attempt #{job.attempt}"
+        message += f" ({job.attempts_used} of {job.max_attempts} used)"
         if job.cancel_requested_at is not None:
             message += f"; a cancel was requested {_ago(c.now, job.cancel_requested_at)}"
         return Check("running", True, message, facts)

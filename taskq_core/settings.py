@@ -149,7 +149,8 @@ class TaskqSettings(BaseSettings):
     heartbeat_interval: Seconds = Field(default=10.0, gt=0)
     """How often a worker renews its row and the leases of the jobs it holds."""
     lock_lease: Seconds = Field(default=60.0, gt=0)
-    """How long a job's lease lasts without renewal before the leader may reclaim it; at
+    """How long a job's lease lasts without renewal before the leader may reclaim it, and
+    the maintenance leader's own lease (a leader silent that long loses leadership); at
     least 4 x TASKQ_HEARTBEAT_INTERVAL."""
     max_heartbeat_failures: int = Field(default=3, ge=1)
     """Failed heartbeats in a row a worker tolerates; one more and it gives up its jobs."""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from chaos.harness import Harness
-from chaos.scenarios import database, leader, shutdown, storm, workgroup
+from chaos.scenarios import database, leader, pause, shutdown, storm, workgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("sigstop-child", workgroup.SUMMARY_STOP, workgroup.run_sigstop),
         Scenario("kill9-supervisor", workgroup.SUMMARY_KILL, workgroup.run_supervisor_kill),
         Scenario("sigterm-inflight", shutdown.SUMMARY, shutdown.run),
+        Scenario("pause", pause.SUMMARY, pause.run),
         Scenario("kill9-leader", leader.SUMMARY, leader.run),
+        Scenario("leader-pause", leader.SUMMARY_PAUSE, leader.run_pause),
     )
 }

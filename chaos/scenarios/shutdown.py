@@ -1,9 +1,11 @@
-"""SIGTERM of a worker with cooperative and non-cooperative jobs in flight.
+"""SIGTERM of a worker with cooperative and non-cooperative jobs in flight: a deploy.
 
-Cooperative bodies watch ``ctx.cancel_event``: they stop, their jobs go back to the queue and
-later succeed on another worker. Non-cooperative ones (an async body that swallows its
-cancellation, a plain ``def`` in a thread) cannot be stopped: they must end ``abandoned``, and
-the worker must still exit 0 within its termination grace, leaving no job ``running``.
+Cooperative bodies watch ``ctx.cancel_event``: they stop, their attempts end ``interrupted``
+(no retry budget used). Non-cooperative ones (an async body that swallows its cancellation, a
+plain ``def`` in a thread) cannot be stopped: their attempts end ``abandoned`` and the worker
+still exits 0 within its termination grace, leaving no job ``running``. A graceful shutdown
+never ends a job for good: every one of them goes back to the queue and later succeeds on
+another worker, each body under its own attempt number.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import time
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from chaos import actors
 from chaos.harness import Harness
@@ -29,6 +32,8 @@ class Size:
     recovery: float
 
 
+# A stubborn job's next body (on the rescuer) takes RETRY_SECONDS, not its first's seconds.
+RETRY_SECONDS = 0.5
 FULL = Size(cooperative=4, stubborn=2, cooperative_seconds=8, stubborn_seconds=40, recovery=60)
 SHORT = Size(cooperative=3, stubborn=2, cooperative_seconds=4, stubborn_seconds=30, recovery=45)
 AWAY = ("pending", "scheduled")
@@ -43,9 +48,10 @@ async def run(h: Harness, short: bool) -> None:
     coop = await h.enqueue(
         [(actors.cooperative, {"seconds": size.cooperative_seconds})] * size.cooperative
     )
+    payload = {"seconds": size.stubborn_seconds, "retry_seconds": RETRY_SECONDS}
     stubborn = await h.enqueue(
-        [(actors.stubborn, {"seconds": size.stubborn_seconds})] * size.stubborn
-        + [(actors.stubborn_thread, {"seconds": size.stubborn_seconds})] * size.stubborn
+        [(actors.stubborn, payload)] * size.stubborn
+        + [(actors.stubborn_thread, payload)] * size.stubborn
     )
     if not h.check("every body started", await h.started_bodies(total, timeout=20)):
         return
@@ -71,38 +77,53 @@ async def run(h: Harness, short: bool) -> None:
     statuses: dict[Any, str] = await h.probe.statuses([*coop, *stubborn]) or {}
     running = [job for job, s in statuses.items() if s == "running"]
     h.check("no job left running by the stopped worker", not running, f"{len(running)} running")
-    back = [job for job in coop if statuses.get(job) in AWAY]
+    everyone = [*coop, *stubborn]
+    back = [job for job in everyone if statuses.get(job) in AWAY]
     h.check(
-        "cooperative jobs go back to the queue",
-        len(back) == len(coop),
-        _tally(statuses, coop),
+        "every job goes back to the queue (none ends for good)",
+        len(back) == len(everyone),
+        f"cooperative {_tally(statuses, coop)}; non-cooperative {_tally(statuses, stubborn)}",
     )
-    abandoned = [job for job in stubborn if statuses.get(job) == "abandoned"]
+    outcomes = await _outcomes(h, everyone)  # only the stopped worker ran them so far
     h.check(
-        "non-cooperative jobs end abandoned",
-        len(abandoned) == len(stubborn),
-        _tally(statuses, stubborn),
+        "cooperative attempts end interrupted",
+        all(outcomes.get(job) == "interrupted" for job in coop),
+        _tally(outcomes, coop),
+    )
+    h.check(
+        "non-cooperative attempts end abandoned",
+        all(outcomes.get(job) == "abandoned" for job in stubborn),
+        _tally(outcomes, stubborn),
     )
     rescuer = h.fleet.worker("rescuer", concurrency=total + 1)
     await h.registered([rescuer])
 
-    async def coop_settled() -> dict[Any, str] | None:
-        now = await h.probe.statuses(coop)
+    async def settled() -> dict[Any, str] | None:
+        now = await h.probe.statuses(everyone)
         return now if now and all(s not in (*AWAY, "running") for s in now.values()) else None
 
-    settled = await h.wait_for(coop_settled, size.recovery, step=0.2) or {}
+    final = await h.wait_for(settled, size.recovery, step=0.2) or {}
     markers = h.markers()
     elsewhere = [
         job
-        for job in coop
-        if settled.get(job) == "succeeded" and markers.finished_by(job) == {rescuer.pid}
+        for job in everyone
+        if final.get(job) == "succeeded" and markers.finished_by(job) == {rescuer.pid}
     ]
     h.check(
-        "cooperative jobs later succeed on another worker",
-        len(elsewhere) == len(coop),
-        f"{len(elsewhere)}/{len(coop)} succeeded on the rescuer; {_tally(settled, coop)}",
+        "every job later succeeds on another worker",
+        len(elsewhere) == len(everyone),
+        f"{len(elsewhere)}/{len(everyone)} succeeded on the rescuer; cooperative "
+        f"{_tally(final, coop)}; non-cooperative {_tally(final, stubborn)}",
     )
     await h.finish(fault_at=sent, recovery=size.recovery)
+
+
+async def _outcomes(h: Harness, jobs: list[UUID]) -> dict[Any, str]:
+    """Each job's last attempt outcome (job_attempts; "none": no row)."""
+    outcomes: dict[Any, str] = dict.fromkeys(jobs, "none")
+    for row in await h.probe.attempts(jobs) or []:
+        outcomes[row.job_id] = row.outcome
+    return outcomes
 
 
 def _tally(statuses: dict[Any, str], jobs: list[Any]) -> str:

@@ -61,6 +61,7 @@ def _settle_fields(job: JobRow | None) -> dict[str, Any]:
     return {
         "status": job.status,
         "attempt": job.attempt,
+        "attempts_used": job.attempts_used,
         "locked_by_worker": job.locked_by_worker,
         "error_class": job.error_class,
     }
@@ -131,10 +132,10 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
     if end == "fail":
         return f"failed {ident} ({worker})"
     if status is JobStatus.PENDING:
-        used = f"{after.attempt}/{after.max_attempts}"
+        used = f"{after.attempts_used}/{after.max_attempts}"
         return f"requeued {ident}: pending, due now ({worker}; attempts used {used})"
     return (
-        f"{ident} was on its last attempt ({before.attempt}/{before.max_attempts}): it ended "
+        f"{ident} was on its last attempt ({before.attempts_used}/{before.max_attempts}): it ended "
         f"{status.value}, as a reclaim would end it ({worker}); taskq retry {ident} re-pends "
         "it with a fresh attempt budget"
     )

@@ -242,7 +242,7 @@ def _render_history(history: _JobHistory, web_url: str | None = None) -> None:
             ("queue", job.queue),
             ("status", _status_line(job, archived)),
             ("progress", progress_line(job, output.age(reported_at(job)))),
-            ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
+            ("attempt", output.attempt_summary(job)),
             ("priority", job.priority),
             ("origin", job_origin(job)),
             ("batch", None if history.batch is None else history.batch.field()),

@@ -92,6 +92,8 @@ CATALOGUE: tuple[Spec, ...] = (
          ("taskq.lease.reason",)),
     Spec("isolations", "taskq.worker.isolations", "counter", "{isolation}",
          "Times the worker gave up its jobs after losing its heartbeat"),
+    Spec("stalls", "taskq.worker.stalls", "counter", "{stall}",
+         "Times the process or its event loop did not run for longer than a heartbeat"),
     Spec("heartbeat_duration", "taskq.heartbeat.duration", "histogram", "s",
          "Latency of one heartbeat (the worker row, the held leases, the cancel flags)",
          (), FAST_BUCKETS),
@@ -195,6 +197,7 @@ class Instruments:
     cancellation_phase_transitions: Counter
     leases_lost: Counter
     isolations: Counter
+    stalls: Counter
     heartbeat_duration: Histogram
     notify_received: Counter
     notify_cancel_received: Counter

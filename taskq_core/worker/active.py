@@ -12,11 +12,23 @@ exactly which (job, attempt) pairs this worker still holds. A holding whose leas
 claimed one is skipped, a running one is cancelled, and no write is made for it; the
 reclaimed attempt wins. A second claim of a job still held here supersedes the stale
 holding the same way, so the worker never writes twice for one lease.
+
+The worker also knows, on its own monotonic clock, how long each lease surely lasts: the
+database keeps it at least TASKQ_LOCK_LEASE past the start of its last confirmed renewal
+(``renewed_at``). ``LeaseTerms.deadline`` takes one heartbeat interval off that: past it the
+lease may be gone (the leader may have reclaimed the job, another worker may run it), so
+no body starts on it and a stall past it loses it.
+
+A body is tracked apart from its holding (``body_of``), from its start until it really
+ended: an async body once its task is done, a plain ``def`` body once its thread returned,
+even when its holding was superseded or written off meanwhile. A job claimed again while an
+earlier body of it still runs here waits for that body before its own starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any
@@ -46,6 +58,20 @@ class Stage(StrEnum):
     SETTLING = "settling"
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseTerms:
+    """How long the database keeps a lease past its renewal (TASKQ_LOCK_LEASE), and the
+    margin the worker keeps off its end (one heartbeat interval: the time a renewal may take
+    to be confirmed). The default never expires: for holdings no heartbeat renews."""
+
+    lease: float = math.inf
+    margin: float = 0.0
+
+    def deadline(self, renewed_at: float) -> float:
+        """The monotonic time past which a lease renewed at ``renewed_at`` may be gone."""
+        return renewed_at + self.lease - self.margin
+
+
 @dataclass(eq=False)
 class ActiveJob:
     """One held job: its row and lease, when the lease was last renewed, and, once running,
@@ -65,6 +91,10 @@ class ActiveJob:
     started_monotonic: float = 0.0
     settled: asyncio.Future[None] | None = None  # the consumer waits on it
     dispatch_span: SpanContext | None = None  # the claim's DISPATCH span, linked from CONSUMER
+    thread: asyncio.Future[Any] | None = None  # a plain ``def`` body's thread, once it runs
+    body_ran: bool = False  # the actor's function was called (its lease checked just before)
+    ended_monotonic: float | None = None  # when the body really stopped
+    body_ended: asyncio.Future[None] | None = None  # made only for a claim that waits on it
 
     def ran_for(self, now: float) -> float:
         """Seconds the body has run by ``now`` (monotonic)."""
@@ -80,8 +110,10 @@ class ActiveJobs:
     """Every job this worker holds. ``len()`` counts the running ones; ``idle`` is set
     whenever none runs; ``slot_freed`` whenever a consumer or a held job's slot frees up."""
 
-    def __init__(self) -> None:
+    def __init__(self, terms: LeaseTerms | None = None) -> None:
+        self.terms = terms or LeaseTerms()
         self._held: dict[UUID, ActiveJob] = {}
+        self._bodies: dict[UUID, ActiveJob] = {}  # job id -> the holding whose body runs
         self._running = 0
         self._settling = 0  # held jobs in SETTLING: in_flight is read per dispatch, kept O(1)
         self.changes = 0  # claims and releases so far: a reader can tell whether any happened
@@ -109,6 +141,38 @@ class ActiveJobs:
         held.started_monotonic = now
         self._running += 1
         self.idle.clear()
+
+    def expired(self, held: ActiveJob, now: float) -> bool:
+        """Whether ``held``'s lease may be gone by ``now`` (monotonic): see ``LeaseTerms``."""
+        return now >= self.terms.deadline(held.renewed_at)
+
+    def body_began(self, held: ActiveJob) -> None:
+        """Track ``held``'s body from now until ``body_stopped``."""
+        self._bodies[held.job.id] = held
+
+    def body_stopped(self, held: ActiveJob, now: float) -> None:
+        """``held``'s body really stopped (idempotent)."""
+        if held.ended_monotonic is not None:
+            return
+        held.ended_monotonic = now
+        if self._bodies.get(held.job.id) is held:
+            del self._bodies[held.job.id]
+        if held.body_ended is not None:
+            held.body_ended.set_result(None)
+
+    def body_of(self, job_id: UUID) -> ActiveJob | None:
+        """The holding whose body of ``job_id`` still runs here, superseded or not."""
+        return self._bodies.get(job_id)
+
+    @staticmethod
+    def body_end(held: ActiveJob) -> asyncio.Future[None]:
+        """A future done once ``held``'s body stopped (made on demand: bodies nobody waits
+        for cost no future)."""
+        if held.body_ended is None:
+            held.body_ended = asyncio.get_running_loop().create_future()
+            if held.ended_monotonic is not None:
+                held.body_ended.set_result(None)
+        return held.body_ended
 
     def settle(self, held: ActiveJob) -> None:
         """RUNNING -> SETTLING: the body ended; its consumer slot is free."""

@@ -29,6 +29,7 @@ from taskq_core.backend.protocol.batches import BatchOutcome, batch_id_of
 from taskq_core.obs.metrics import count_batch_end, instruments
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
+from taskq_core.worker.transient import shielded
 from taskq_core.worker.waits import wait_any
 
 # How long outcomes gather before one hook call applies them all, and how many make a call
@@ -55,6 +56,11 @@ def status_of_row(row: JobRow | None) -> JobStatus | None:
     return None if row is None else row.status
 
 
+def status_as_written(status: JobStatus | None) -> JobStatus | None:
+    """The answer of a write that returns the job's new status (``mark_interrupted``)."""
+    return status
+
+
 def status_if_cancelled(written: bool) -> JobStatus | None:
     """``mark_cancelled``'s answer as a status."""
     return JobStatus.CANCELLED if written else None
@@ -73,7 +79,7 @@ async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[BatchOut
     if not outcomes:
         return
     try:
-        transitions = await asyncio.shield(backend.apply_batch_outcomes(outcomes))
+        transitions = await shielded(backend.apply_batch_outcomes(outcomes))
     except Exception as exc:
         log.warning(
             "batch_hook_failed",

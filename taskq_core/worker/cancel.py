@@ -12,9 +12,14 @@ State model, per job (driven by the heartbeat loop):
 If the database already says FORCED (another controller escalated), the job fast-advances
 without a write. The consumer skips its own terminal write for ABANDON_PENDING jobs.
 
-``lose`` ends the worker's part in a job whose lease is gone (refused by the heartbeat, or
-given up after lost heartbeats): a claimed job is dropped, a running one cancelled at once,
-and nothing is written for either; whoever holds the lease now settles the job.
+``lose`` ends the worker's part in a job whose lease is gone (refused by the heartbeat,
+given up after lost heartbeats, or past its deadline after a stall): a claimed job is
+dropped, a running one cancelled at once, and nothing is written for either; whoever holds
+the lease now settles the job.
+
+An abandon after a shutdown's forced cancel is not the end of the job: the attempt is
+abandoned and the job goes back to the queue under its retry policy (``mark_abandoned``
+answers where it went); an operator's cancel ends it abandoned.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from collections import deque
 from taskq_core.backend.protocol import CancelFlag
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.obs.metrics import labels
-from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase, Stage
 from taskq_core.worker.deps import WorkerDeps
 
@@ -40,6 +44,29 @@ def count_transition(deps: WorkerDeps, held: ActiveJob, phase: CancelPhase) -> N
     attributes = labels(**{"taskq.cancel.phase": phase.name.lower(),
                            "taskq.cancel.reason": held.cancel_reason})  # fmt: skip
     deps.meters.cancellation_phase_transitions.add(1, attributes)
+
+
+def lose(deps: WorkerDeps, held: ActiveJob, reason: str) -> None:
+    """The lease of ``held`` is gone: stop it locally and write nothing for it."""
+    if held.lost is not None:
+        return
+    held.lost = reason
+    deps.meters.leases_lost.add(1, labels(**{"taskq.lease.reason": reason}))
+    deps.log.warning(
+        "job_lease_lost",
+        job_id=str(held.job.id),
+        attempt=held.lease.attempt,
+        stage=held.stage.value,
+        reason=reason,
+    )
+    if held.stage is Stage.CLAIMED:
+        deps.active.remove(held)  # its consumer skips it when it comes up
+    elif held.stage is Stage.RUNNING:
+        held.cancel_reason = "lease_lost"
+        if held.ctx is not None:
+            held.ctx.signal_cancel()
+        if held.task is not None:
+            held.task.cancel()
 
 
 def abandon_reason(held: ActiveJob) -> str:
@@ -93,25 +120,7 @@ class CancelController:
 
     def lose(self, held: ActiveJob, reason: str) -> None:
         """The lease of ``held`` is gone: stop it locally and write nothing for it."""
-        if held.lost is not None:
-            return
-        held.lost = reason
-        self.deps.meters.leases_lost.add(1, labels(**{"taskq.lease.reason": reason}))
-        self.deps.log.warning(
-            "job_lease_lost",
-            job_id=str(held.job.id),
-            attempt=held.lease.attempt,
-            stage=held.stage.value,
-            reason=reason,
-        )
-        if held.stage is Stage.CLAIMED:
-            self.deps.active.remove(held)  # its consumer skips it when it comes up
-        elif held.stage is Stage.RUNNING:
-            held.cancel_reason = "lease_lost"
-            if held.ctx is not None:
-                held.ctx.signal_cancel()
-            if held.task is not None:
-                held.task.cancel()
+        lose(self.deps, held, reason)
 
     async def advance(self) -> None:
         """Escalate jobs whose grace ran out; queue those past the cleanup grace."""
@@ -153,14 +162,21 @@ class CancelController:
 
 
 async def write_abandoned(deps: WorkerDeps, held: ActiveJob) -> None:
-    """Write a job off as abandoned (it ignored even its forced cancel) and release the
+    """Write an attempt off as abandoned (it ignored even its forced cancel) and release the
     consumer still waiting on it. Raises on a transient error, before releasing anything."""
     reason = abandon_reason(held)
     hooked = False
-    if await deps.backend.mark_abandoned(held.lease, reason):
-        deps.log.error("job_abandoned", job_id=str(held.job.id), reason=reason)
+    status = await deps.backend.mark_abandoned(held.lease, reason)
+    if status is not None:
+        deps.log.error(
+            "job_abandoned",
+            job_id=str(held.job.id),
+            attempt=held.lease.attempt,
+            reason=reason,
+            status=status.value,  # pending: back in the queue (a shutdown's, retries left)
+        )
         if BATCH_ID_KEY in held.job.metadata:  # a batch child: the batch hook releases it
-            hooked = deps.completer.hooks.submit_write(held, JobStatus.ABANDONED) is not None
+            hooked = deps.completer.hooks.submit_write(held, status) is not None
     held.cancel_phase = CancelPhase.ABANDON_PENDING
     held.abandon()  # releases the consumer still waiting on the task
     if not hooked:

@@ -10,8 +10,10 @@ start itself, awaited, before the body runs; see ``consumer._record_start``.)
 
 Every write is fenced by the job's lease, so a success whose lease was lost meanwhile (the
 job was reclaimed; another attempt may be running) is dropped with a log line: the reclaimed
-attempt wins. While the database is away the flusher backs off and keeps what waits; the
-producer claims nothing new past ``backlog_limit`` waiting successes, which bounds memory.
+attempt wins. Such a body still ran, so it is recorded in the attempt history as ``lost``
+(``submit_lost``, also for bodies the consumer could not settle), with the next flush.
+While the database is away the flusher backs off and keeps what waits; the producer claims
+nothing new past ``backlog_limit`` waiting successes, which bounds memory.
 
 The successes of batch children written by a flush go to the worker's batch hook
 (``HookPipe``, owned here as ``hooks``) once the flush committed; those jobs are released
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from taskq_core.backend.protocol import Backend, ErrorInfo, Start, Success
+from taskq_core.backend.protocol import Backend, ErrorInfo, LostAttempt, Start, Success
 from taskq_core.backend.protocol.batches import BatchOutcome
 from taskq_core.clock import Clock
 from taskq_core.statemachine import JobStatus
@@ -44,7 +46,19 @@ from taskq_core.worker.transient import (
     DatabaseOutage,
     UnexpectedErrorGuard,
     retry_pause,
+    shielded,
 )
+
+# Why a body's lease was lost, as its 'lost' attempt row says (ActiveJob.lost codes).
+LOST_BECAUSE = {
+    "stalled": "its worker stalled (the process stopped, or its event loop blocked) past the "
+    "lease: the job may have been reclaimed and run again",
+    "lease_expired": "its lease ran out on its worker's clock: the job may have been "
+    "reclaimed and run again",
+    "lease_refused": "the database refused its lease at a heartbeat: the job was reclaimed",
+    "claimed_again": "the job was reclaimed and claimed again while this body ran",
+}
+LOST_OTHERWISE = "its lease was lost before its outcome was written: the job was reclaimed"
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,7 @@ class Completer:
         self.backlog_limit = 4 * max_batch
         self._starts: deque[ActiveJob] = deque()
         self._successes: deque[tuple[ActiveJob, Success]] = deque()
+        self._lost: deque[ActiveJob] = deque()  # bodies that ran under leases lost since
         self._waiting: set[UUID] = set()  # jobs whose success waits
         self._ready = asyncio.Event()
         self._closing = False
@@ -100,6 +115,11 @@ class Completer:
         self._waiting.add(held.job.id)
         self._ready.set()
 
+    def submit_lost(self, held: ActiveJob) -> None:
+        """Queue the attempt row of a body that ran under a lease this worker lost."""
+        self._lost.append(held)
+        self._ready.set()
+
     @property
     def backlog(self) -> int:
         """Successes not written yet."""
@@ -116,7 +136,7 @@ class Completer:
                 await asyncio.wait({ready, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 ready.cancel()
                 self._ready.clear()
-                while (self._successes or self._starts) and not self._closing:
+                while (self._successes or self._starts or self._lost) and not self._closing:
                     try:
                         await self._flush_until_written()
                         self._guard.succeeded()
@@ -151,6 +171,8 @@ class Completer:
         count = min(self.max_batch, len(self._successes))
         batch = [self._successes[i] for i in range(count)]
         now = self.clock.monotonic()
+        if self._lost:
+            await self._write_lost(now)
         starts = [
             Start(held.job.id, held.lease.attempt, held.ran_for(now))
             for held in self._starts
@@ -158,7 +180,7 @@ class Completer:
         ]
         start_count = len(self._starts)
         if starts:
-            await asyncio.shield(self.backend.mark_started_many(self.worker_id, starts))
+            await shielded(self.backend.mark_started_many(self.worker_id, starts))
         for _ in range(start_count):
             self._starts.popleft()
         if not batch:
@@ -167,9 +189,7 @@ class Completer:
         successes = [success for held, success in batch if held.lost is None]
         refused: list[tuple[BatchOutcome, ActiveJob]] = []
         try:
-            written = await asyncio.shield(
-                self.backend.mark_succeeded_many(self.worker_id, successes)
-            )
+            written = await shielded(self.backend.mark_succeeded_many(self.worker_id, successes))
         except TRANSIENT_ERRORS:
             raise
         except Exception as exc:
@@ -183,6 +203,7 @@ class Completer:
             held, success = self._successes.popleft()
             self._waiting.discard(held.job.id)
             if success.job_id not in written:
+                self._lost.append(held)  # the body ran: its row goes with the next flush
                 self.log.warning(
                     "completion_dropped",
                     job_id=str(success.job_id),
@@ -194,6 +215,26 @@ class Completer:
             if not kept or held not in kept:
                 self.holdings.remove(held)
         return FlushResult(count, len(written), len(starts))
+
+    async def _write_lost(self, now: float) -> None:
+        """The attempt rows of bodies that ran under lost leases (taken off the queue once
+        written)."""
+        count = len(self._lost)
+        lost = [
+            LostAttempt(
+                held.job.id,
+                held.lease.attempt,
+                started_ago=max(0.0, now - held.started_monotonic),
+                ended_ago=0.0
+                if held.ended_monotonic is None
+                else max(0.0, now - held.ended_monotonic),
+                reason=LOST_BECAUSE.get(held.lost or "", LOST_OTHERWISE),
+            )
+            for held in list(self._lost)[:count]
+        ]
+        await shielded(self.backend.record_lost_attempts(self.worker_id, lost))
+        for _ in range(count):
+            self._lost.popleft()
 
     @staticmethod
     def _batch_outcomes(
@@ -246,7 +287,7 @@ class Completer:
         self._ready.set()
         deadline = None if within is None else self.clock.monotonic() + within
         try:
-            while self._successes or self._starts:
+            while self._successes or self._starts or self._lost:
                 await self._flush_until_written(deadline)
         except TRANSIENT_ERRORS as exc:
             self.log.error(

@@ -2,8 +2,11 @@
 
 Per job: skip it if its lease was lost while it waited; look up the actor, validate the
 payload (invalid = failed, never retried), admit it under the actor's rate limits and
-reservations (denied: back to ``scheduled`` at the limiter's retry_after, attempt given back,
-body never started; a keyed limit's key function that raises fails it), start the holding
+reservations (denied: back to ``scheduled`` at the limiter's retry_after, the attempt
+uncounted, body never started; a keyed limit's key function that raises fails it); make sure
+the body may start (``_clear_to_start``: no earlier body of the job still runs in this worker,
+and the lease is surely live on the worker's clock, else the holding is dropped unrun), start
+the holding
 (its start mark goes to the completer, batched; a job the reclaim sweep gave back unstarted
 before has it written here, awaited, before its body runs, so a body that kills its worker
 at once still counts as a crash), build the JobContext, resolve DI, run the actor in its
@@ -15,7 +18,12 @@ body ends, then write exactly one outcome, fenced by the job's lease:
 - a success goes to the completer (batched); when the actor used ``ctx.connection()``, the
   success is written in that transaction and commits with the actor's own writes;
 - any other outcome is written here, retried with backoff while the database is away, and
-  dropped only if the lease is lost meanwhile (the reclaimed attempt wins).
+  dropped only if the lease is lost meanwhile (the reclaimed attempt wins);
+- a body a graceful shutdown stopped is written ``interrupted`` (back to the queue, its
+  budget unspent);
+- a body that ran but whose outcome could not be written because the lease was lost still
+  gets its row in the attempt history (``Completer.submit_lost``).
+
 
 A batch child's terminal write goes to the batch hook (``batch_hook.HookPipe``), which
 releases the job once it applied the outcome: the until-idle drain never sees the last child
@@ -59,13 +67,15 @@ from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.batch_hook import (
+    status_as_written,
     status_if_cancelled,
     status_of_reschedule,
     status_of_row,
 )
+from taskq_core.worker.cancel import lose
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.progress import JobProgress, held_publisher, publisher_of
-from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause
+from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause, shielded
 
 UNKNOWN_ACTOR_SNOOZE = timedelta(seconds=10)
 T = TypeVar("T")
@@ -195,6 +205,10 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
         refused = await _admit(deps, ref, held, payload)
         if refused is not None:
             return refused
+    if not await _clear_to_start(deps, held):
+        if limited:
+            await _release_slots(deps, held, abandoned=False)
+        return "lost"
     transaction = AsyncExitStack()
     connection: list[Any] = []
 
@@ -253,6 +267,10 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
         if made and made[0].used:  # the last report goes before the outcome, unless gone
             await made[0].finish(write=outcome not in ("abandoned", "crashed"))
     ran_for = held.ran_for(deps.clock.monotonic())
+    if outcome == "unstarted":  # nothing ran: dropped unwritten, as a claim past its deadline
+        lose(deps, held, "lease_expired")
+        deps.active.remove(held)
+        return "lost"
     if outcome == "abandoned":
         if connection and held.task is not None:  # roll back once the body lets go of it
             held.task.add_done_callback(lambda _: _roll_back_later(transaction))
@@ -263,6 +281,53 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await _record(deps, ref, held, outcome, value, ran_for)
+
+
+async def _clear_to_start(deps: WorkerDeps, held: ActiveJob) -> bool:
+    """Whether ``held``'s body may start now; otherwise the holding is dropped and written
+    nothing for (False).
+
+    One body per job per worker: an earlier body of the job that still runs here (its
+    holding was lost or superseded, say after a stall; an async body unwinding its cancel, a
+    thread that cannot be stopped) is waited for, for up to the two cancel graces; past
+    them the job is handed back unstarted, to run once that body is over or elsewhere. And a
+    body starts only on a lease the worker can vouch for: past its deadline (the last
+    confirmed renewal + the lease - one heartbeat) the leader may have reclaimed the job and
+    another worker may run it.
+    """
+    earlier = deps.active.body_of(held.job.id)
+    if earlier is not None and earlier is not held:
+        settings = deps.settings
+        patience = settings.cancellation_grace_period + settings.cleanup_grace_period
+        ended = deps.active.body_end(earlier)
+        await asyncio.wait({ended}, timeout=patience)  # never cancels it
+        if not ended.done() and held.lost is None:
+            await _hand_back_unstarted(deps, held)
+            return False
+    if held.lost is None and deps.active.expired(held, deps.clock.monotonic()):
+        lose(deps, held, "lease_expired")
+    if held.lost is not None:
+        deps.active.remove(held)
+        return False
+    return True
+
+
+async def _hand_back_unstarted(deps: WorkerDeps, held: ActiveJob) -> None:
+    """Give a job back unstarted (fenced) while an earlier body of it still runs here."""
+    deps.log.warning(
+        "job_earlier_body_running",
+        job_id=str(held.job.id),
+        attempt=held.lease.attempt,
+        note="an earlier body of this job still runs in this worker: the claim is handed "
+        "back unstarted instead of running a second body beside it",
+    )
+    deps.active.remove(held)
+    try:
+        await shielded(
+            deps.backend.release_leases(deps.worker_id, [held.lease], reason="earlier_body_running")
+        )
+    except TRANSIENT_ERRORS as exc:  # its lease expires and the leader reclaims it
+        deps.database.failed("consumer", exc)
 
 
 def _lease_lost(held: weakref.ref[ActiveJob]) -> bool:
@@ -283,7 +348,7 @@ async def _record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
     while held.lost is None:
         start = Start(lease.job_id, lease.attempt, held.ran_for(deps.clock.monotonic()))
         try:
-            written = await asyncio.shield(deps.backend.mark_started_many(deps.worker_id, [start]))
+            written = await shielded(deps.backend.mark_started_many(deps.worker_id, [start]))
         except TRANSIENT_ERRORS as exc:
             deps.database.failed("consumer", exc)
             await retry_pause(deps.database, backoff.next())
@@ -378,7 +443,7 @@ async def _release_slots(deps: WorkerDeps, held: ActiveJob, *, abandoned: bool) 
         limiter.forget([held.job.id])
         return
     try:
-        await asyncio.shield(limiter.release(held.job.id, deps.worker_id))
+        await shielded(limiter.release(held.job.id, deps.worker_id))
     except Exception as exc:
         limiter.forget([held.job.id])
         deps.log.warning(
@@ -417,11 +482,18 @@ async def _invoke(
     async def call(di_kwargs: dict[str, Any]) -> Any:
         kwargs = arguments(di_kwargs)
         if ref.is_async:
+            _check_lease_at_start(deps, held)
             return await ref.fn(**kwargs)
         loop = asyncio.get_running_loop()
         # The thread runs in a copy of this task's context: the job's log fields go with it.
-        body = functools.partial(contextvars.copy_context().run, ref.fn, **kwargs)
-        thread = loop.run_in_executor(deps.executor, body)
+        body = functools.partial(
+            contextvars.copy_context().run,
+            _start_in_thread,
+            deps,
+            held,
+            functools.partial(ref.fn, **kwargs),
+        )
+        thread = held.thread = loop.run_in_executor(deps.executor, body)
         return await _until_thread_ends(deps, held, thread)
 
     async def call_with_dependencies() -> Any:
@@ -431,11 +503,12 @@ async def _invoke(
         # THREAD-scoped values belong to the thread that runs the body: hold one first.
         loop = asyncio.get_running_loop()
         seat = ActorThread(loop, contextvars.copy_context())
-        thread = loop.run_in_executor(deps.executor, seat.serve)
+        thread = held.thread = loop.run_in_executor(deps.executor, seat.serve)
         try:
             await seat.claimed()
             async with actor_scope(deps.scopes, ref.dependency_params, seat) as di_kwargs:
-                seat.run(functools.partial(ref.fn, **arguments(di_kwargs)))
+                fn = functools.partial(ref.fn, **arguments(di_kwargs))
+                seat.run(functools.partial(_start_in_thread, deps, held, fn))
                 return await _until_thread_ends(deps, held, thread)
         finally:
             seat.release()
@@ -445,10 +518,11 @@ async def _invoke(
         body = _with_timeout(body, ref.timeout.total_seconds())
     task = asyncio.create_task(body)
     held.task = task
+    deps.active.body_began(held)
     # Settled when the task ends or the heartbeat abandons it: a plain future and a done
     # callback cost far less per job than asyncio.wait over two awaitables.
     settled = held.settled = asyncio.get_running_loop().create_future()
-    task.add_done_callback(lambda _: held.abandon())
+    task.add_done_callback(lambda _: _task_ended(deps, held))
     try:
         await settled
     except asyncio.CancelledError:
@@ -460,6 +534,8 @@ async def _invoke(
         return "abandoned", None  # ignored even the forced cancel; its write is done already
     try:
         value = task.result()
+    except _LeaseGoneAtStart:
+        return "unstarted", None  # the body was not called: its lease may have run out
     except asyncio.CancelledError:
         return "cancelled", None  # the job task was cancelled: a forced cancel
     except Snooze as exc:
@@ -473,6 +549,37 @@ async def _invoke(
     if ctx.interrupted:
         return "cancelled", None  # a cooperative exit: the actor saw the signal and stopped
     return "returned", value
+
+
+class _LeaseGoneAtStart(Exception):
+    """The body was about to be called on a lease that may have run out."""
+
+
+def _check_lease_at_start(deps: WorkerDeps, held: ActiveJob) -> None:
+    """The last check before the actor's function is called (its DI resolved, its thread
+    free): the lease is still this worker's to vouch for. A thread may take its work up long
+    after it was queued, a stopped process resumes its threads with the loop, and providers
+    may await: so the check is made again right here, in the thread that runs the body."""
+    if held.lost is not None or deps.active.expired(held, deps.clock.monotonic()):
+        raise _LeaseGoneAtStart
+    held.body_ran = True
+
+
+def _start_in_thread(deps: WorkerDeps, held: ActiveJob, fn: Callable[[], T]) -> T:
+    """Run a plain ``def`` body in its thread, its lease checked first."""
+    _check_lease_at_start(deps, held)
+    return fn()
+
+
+def _task_ended(deps: WorkerDeps, held: ActiveJob) -> None:
+    """The body's task is done: the body is over, unless its thread still runs (a written
+    off ``def`` body), which then ends it when it returns."""
+    held.abandon()
+    thread = held.thread
+    if thread is None or thread.done():
+        deps.active.body_stopped(held, deps.clock.monotonic())
+    else:
+        thread.add_done_callback(lambda _: deps.active.body_stopped(held, deps.clock.monotonic()))
 
 
 async def _until_thread_ends(deps: WorkerDeps, held: ActiveJob, thread: Awaitable[T]) -> T:
@@ -527,6 +634,7 @@ async def _record(
         return "abandoned"
     if held.lost is not None:
         deps.active.remove(held)
+        _note_lost_body(deps, held)
         return "lost"
     if outcome == "cancelled":
         return await _record_cancel(deps, held, ran_for)
@@ -591,7 +699,7 @@ async def _record_in_transaction(
         await transaction.__aexit__(type(exc), exc, None)
         return await _record_unstorable(deps, held, exc, ran_for)
     try:
-        written = await asyncio.shield(
+        written = await shielded(
             deps.backend.mark_succeeded_with_conn(
                 connection, lease, result, fallback_result_ttl=ref.result_ttl, ran_for=ran_for
             )
@@ -610,6 +718,7 @@ async def _record_in_transaction(
     if not written:
         await transaction.__aexit__(RuntimeError, RuntimeError("lease lost"), None)
         deps.active.remove(held)
+        _note_lost_body(deps, held)
         deps.log.warning(
             "transactional_completion_fenced",
             job_id=str(lease.job_id),
@@ -617,7 +726,7 @@ async def _record_in_transaction(
         )
         return "lost"
     try:
-        await asyncio.shield(transaction.aclose())  # COMMIT: the writes and the success
+        await shielded(transaction.aclose())  # COMMIT: the writes and the success
     except TRANSIENT_ERRORS as exc:
         deps.log.error(
             "transactional_commit_failed",
@@ -658,7 +767,9 @@ async def _record_error(
     deps: WorkerDeps, ref: ActorRef, held: ActiveJob, exc: BaseException, ran_for: float
 ) -> str:
     job = held.job
-    delay = ref.retry.next_delay(job.attempt, max_retry_backoff=deps.settings.max_retry_backoff)
+    delay = ref.retry.next_delay(
+        job.attempts_used, max_retry_backoff=deps.settings.max_retry_backoff
+    )
     row = await _settle(
         deps,
         held,
@@ -685,10 +796,19 @@ async def _record_error(
     return "retried"
 
 
+def _note_lost_body(deps: WorkerDeps, held: ActiveJob) -> None:
+    """A body ran under a lease this worker lost: its row in the attempt history (a lease
+    given up while the database was away is handed back by the heartbeat, which records
+    the body itself)."""
+    if held.body_ran and held.lost != "heartbeat_lost":
+        deps.completer.submit_lost(held)
+
+
 async def _record_cancel(deps: WorkerDeps, held: ActiveJob, ran_for: float) -> str:
-    """A cancelled run: a shutdown interruption goes back to the queue (a requested cancel
-    still wins there: the database ends it cancelled); a requested cancel ends ``cancelled``
-    unless the heartbeat already owns the (abandoned) terminal write."""
+    """A cancelled run: a shutdown's interruption goes back to the queue, its budget
+    unspent (a requested cancel still wins there: the database ends it cancelled); a
+    requested cancel ends ``cancelled`` unless the heartbeat already owns the (abandoned)
+    terminal write."""
     if held.cancel_phase >= CancelPhase.ABANDON_PENDING:
         return "abandoned"
     lease = held.lease
@@ -696,12 +816,10 @@ async def _record_cancel(deps: WorkerDeps, held: ActiveJob, ran_for: float) -> s
         await _settle(
             deps,
             held,
-            lambda: deps.backend.mark_retry_after(
-                lease, timedelta(0), consume_budget=False, ran_for=ran_for
-            ),
-            status_of_reschedule,
+            lambda: deps.backend.mark_interrupted(lease, reason="shutdown", ran_for=ran_for),
+            status_as_written,
         )
-        return "released"
+        return "interrupted"
     await _settle(
         deps,
         held,
@@ -727,11 +845,12 @@ async def _settle(
     try:
         while True:
             try:
-                result = await asyncio.shield(write())
+                result = await shielded(write())
             except TRANSIENT_ERRORS as exc:
                 deps.database.failed("consumer", exc)
                 if held.lost is not None:
                     deps.log.warning("outcome_dropped", job_id=str(held.job.id), reason=held.lost)
+                    _note_lost_body(deps, held)
                     return None
                 await retry_pause(deps.database, backoff.next())
                 continue
@@ -742,7 +861,7 @@ async def _settle(
                 hooked = applied is not None
                 if applied is not None and ended is JobStatus.FAILED:
                     # It may abort the batch: this consumer starts no other child before.
-                    await asyncio.shield(applied)
+                    await shielded(applied)
             return result
     finally:
         if not hooked:

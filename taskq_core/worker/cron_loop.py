@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from taskq_core.backend.protocol import FiredSchedule
 from taskq_core.constants import CRON_TICK_LIMIT
 from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.leader import still_leading
 from taskq_core.worker.sweeps import batch_beat
 
 
@@ -44,7 +45,7 @@ class CronLoop:
 
     async def run_once(self) -> CronTickResult:
         """Fire batches until one comes back short (nothing more is due), or this worker
-        stops leading or begins to shut down; log each fire."""
+        stops leading (its lease lapsed included) or begins to shut down; log each fire."""
         deps = self.deps
         committed = batch_beat(deps, self.beat)
         fired: list[FiredSchedule] = []
@@ -56,7 +57,7 @@ class CronLoop:
             fired.extend(batch)
             if len(batch) < self.limit:
                 break
-            if not deps.is_leader.is_set() or deps.shutdown_event.is_set():
+            if not still_leading(deps) or deps.shutdown_event.is_set():
                 break
         return CronTickResult(fired)
 

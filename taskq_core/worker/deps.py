@@ -71,6 +71,7 @@ class WorkerDeps:
     info: WorkerInfo | None = None  # the row registered at start, written again if deleted
     limiter: RateLimiter | None = None  # admission under rate limits and queue caps
     leader_since: float = 0.0  # monotonic time this worker last became the leader
+    leader_renewed_at: float = 0.0  # monotonic start of its last renewal that succeeded
     shutdown_phase: ShutdownPhase = ShutdownPhase.NONE
     shutdown_started_at: float | None = None
     exit_code: int = 0

@@ -23,6 +23,7 @@ the worker carries on.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, Lease
@@ -33,18 +34,28 @@ from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.transient import TRANSIENT_ERRORS, UnexpectedErrorGuard
 from taskq_core.worker.waits import wait_any
 
+if TYPE_CHECKING:
+    from taskq_core.worker.stall import StallGuard
+
 ISOLATION_RETRY_DELAY = timedelta(seconds=5)
 
 
 class HeartbeatLoop:
     """Heartbeat plus cancel polling for one worker."""
 
-    def __init__(self, deps: WorkerDeps, controller: CancelController) -> None:
+    def __init__(
+        self,
+        deps: WorkerDeps,
+        controller: CancelController,
+        stall_guard: StallGuard | None = None,
+    ) -> None:
         self.deps = deps
         self.controller = controller
+        self.stall_guard = stall_guard  # told when a wait ends a whole interval late
         self.failures = 0
         self.isolated = False
         self.to_release: list[Lease] = []
+        self.ran: set[UUID] = set()  # of those, the jobs whose bodies ran here
         self._guard = UnexpectedErrorGuard("heartbeat", deps.log, meters=deps.meters)
 
     async def run_once(self) -> int:
@@ -157,11 +168,14 @@ class HeartbeatLoop:
                 deadline = self.controller.next_deadline()
                 if deadline is not None:
                     wake_at = min(wake_at, deadline)
-                timeout = max(0.0, wake_at - deps.clock.monotonic())
+                waited_from = deps.clock.monotonic()
+                timeout = max(0.0, wake_at - waited_from)
                 wakers = [cancel_wake, deps.shutdown_event]
                 if self.failures:  # beat again as soon as another loop sees the database
                     wakers.append(deps.database.available)
                 await wait_any(*wakers, timeout=timeout)
+                if self.stall_guard is not None:
+                    self.stall_guard.check_wake(waited_from + timeout, deps.clock.monotonic())
         deps.liveness.forget("heartbeat")
 
     def _must_isolate(self) -> bool:
@@ -169,10 +183,11 @@ class HeartbeatLoop:
         deps = self.deps
         if self.failures > deps.settings.max_heartbeat_failures:
             return True
-        settings = deps.settings
-        at_risk = deps.clock.monotonic() - (settings.lock_lease - settings.heartbeat_interval)
+        now = deps.clock.monotonic()
         return any(
-            h.renewed_at < at_risk for h in deps.active.leases() if h.stage is not Stage.SETTLING
+            deps.active.expired(h, now)
+            for h in deps.active.leases()
+            if h.stage is not Stage.SETTLING
         )
 
     def isolate(self) -> None:
@@ -191,6 +206,8 @@ class HeartbeatLoop:
                 note="the jobs are cancelled here and handed back once the database answers",
             )
         for holding in given_up:
+            if holding.stage is Stage.RUNNING:  # it ran, its start written or not
+                self.ran.add(holding.job.id)
             self.controller.lose(holding, "heartbeat_lost")
             self.to_release.append(holding.lease)
 
@@ -207,7 +224,9 @@ class HeartbeatLoop:
             reason="heartbeat_lost",
             retry_delay=ISOLATION_RETRY_DELAY,
             error=error,
+            ran=self.ran,
         )
         self.to_release = []
+        self.ran = set()
         self.isolated = False
         deps.log.info("isolation_ended", given_back=released, leases=len(leases))

@@ -1,20 +1,30 @@
 """Leader election and the maintenance loops that only the leader runs.
 
-Every worker tries ``try_acquire_leadership`` once per heartbeat interval (Postgres: a session
-advisory lock on a dedicated connection). While it holds the lock, ``deps.is_leader`` is set
-and the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL, the fire of
-due cron schedules every second (``cron_loop``), the sweeps every TASKQ_SWEEP_INTERVAL (ending
-batches whose children are all terminal among them), the stranded-queue check every minute,
-the stale-worker cleanup every five minutes; the prune (then the ended batches past its
-longest retention) and the archive expiry at the fire times of their schedules
-(``run_scheduled``). If the leader
-dies, its connection closes, the lock is released, and another worker wins within one
-heartbeat interval.
+A worker is a follower or the leader. Every worker campaigns once per heartbeat interval
+(``try_acquire_leadership`` with TASKQ_LOCK_LEASE as the lease; Postgres: a session advisory
+lock on a dedicated connection whose ``idle_session_timeout`` is the lease). A won campaign
+makes it the leader (``deps.is_leader``) and records when it began
+(``deps.leader_renewed_at``); a lost one, or the database away, makes it a follower again.
+
+The leadership is a lease the leader must keep renewing. Locally it lapses at the start of
+the last renewal that succeeded + the lease - one heartbeat interval (``leadership_lapsed``):
+past that, no leader loop starts a pass, and the worker steps down (``leader_lease_lapsed``,
+``drop_lapsed_leadership``) and campaigns again. That is what a leader resumed from a freeze
+(SIGSTOP, a VM pause) does before anything else. On the server, the session of a leader that
+sends nothing for one whole lease is ended with its lock, so another worker wins within a
+heartbeat interval after that: the frozen leader's local lapse always comes first. A killed
+leader's session ends at once, and so does its lock.
+
+While it leads, the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL,
+the fire of due cron schedules every second (``cron_loop``), the sweeps every
+TASKQ_SWEEP_INTERVAL (ending batches whose children are all terminal among them), the
+stranded-queue check every minute, the stale-worker cleanup every five minutes; the prune
+(then the ended batches past its longest retention) and the archive expiry at the fire times
+of their schedules (``run_scheduled``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -28,11 +38,45 @@ from taskq_core.worker.transient import (
     Backoff,
     UnexpectedErrorGuard,
     retry_pause,
+    shielded,
 )
 from taskq_core.worker.waits import wait_any
 
 STRANDED_CHECK_INTERVAL = 60.0
 STALE_WORKER_CHECK_INTERVAL = 300.0
+
+
+def leadership_lapsed(deps: WorkerDeps) -> bool:
+    """Whether this worker holds leadership on a lease it can no longer vouch for: its last
+    renewal that succeeded began a lease minus one heartbeat interval ago, or longer (the
+    process or its loop was stopped, or its campaigns failed meanwhile)."""
+    if not deps.is_leader.is_set():
+        return False
+    settings = deps.settings
+    deadline = deps.leader_renewed_at + settings.lock_lease - settings.heartbeat_interval
+    return deps.clock.monotonic() >= deadline
+
+
+def drop_lapsed_leadership(deps: WorkerDeps) -> None:
+    """Step down when the lease lapsed (``leadership_lapsed``): clear ``is_leader`` and log
+    ``leader_lease_lapsed``; nothing otherwise. The next campaign decides who leads."""
+    if not leadership_lapsed(deps):
+        return
+    deps.is_leader.clear()
+    deps.log.warning(
+        "leader_lease_lapsed",
+        worker_id=str(deps.worker_id),
+        since_renewal=round(deps.clock.monotonic() - deps.leader_renewed_at, 3),
+        lease=deps.settings.lock_lease,
+    )
+    deps.meters.leader_lost.add(1)
+
+
+def still_leading(deps: WorkerDeps) -> bool:
+    """Whether a leader loop may start a pass now: this worker leads on a live lease (a lapsed
+    one is dropped here)."""
+    drop_lapsed_leadership(deps)
+    return deps.is_leader.is_set()
 
 
 class LeaderElection:
@@ -45,9 +89,16 @@ class LeaderElection:
         )
 
     async def run_once(self) -> bool:
-        """One campaign; returns whether this worker leads now."""
+        """One campaign; returns whether this worker leads now. It returns only once the
+        database answered (database trouble raises): a lost campaign is not an outage."""
         deps = self.deps
-        leading = await deps.backend.try_acquire_leadership(deps.worker_id)
+        drop_lapsed_leadership(deps)  # a resumed leader steps down before anything else
+        began = deps.clock.monotonic()
+        leading = await deps.backend.try_acquire_leadership(
+            deps.worker_id, lease=deps.settings.lock_lease_delta
+        )
+        if leading:
+            deps.leader_renewed_at = began
         if leading and not deps.is_leader.is_set():
             deps.leader_since = deps.clock.monotonic()
             deps.is_leader.set()
@@ -72,7 +123,7 @@ class LeaderElection:
                 deps.liveness.tick("leader_election", period=deps.settings.heartbeat_interval)
                 try:
                     await self.run_once()
-                    deps.database.succeeded()
+                    deps.database.succeeded()  # the campaign's statement answered
                     self._guard.succeeded()
                 except TRANSIENT_ERRORS as exc:
                     self._step_down()
@@ -90,7 +141,7 @@ class LeaderElection:
             deps.liveness.forget("leader_election")
             deps.is_leader.clear()
             try:
-                await asyncio.shield(deps.backend.release_leadership(deps.worker_id))
+                await shielded(deps.backend.release_leadership(deps.worker_id))
             except Exception as exc:
                 deps.log.warning("leader_release_failed", error=repr(exc))
 
@@ -102,7 +153,7 @@ async def run_gated(
     guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     backoff = Backoff()
     while not deps.shutdown_event.is_set():
-        if deps.is_leader.is_set():
+        if still_leading(deps):
             deps.liveness.tick(name, period=interval)
             try:
                 await timed(deps, name, step)
@@ -145,7 +196,7 @@ async def run_scheduled(
     try:
         while not deps.shutdown_event.is_set():
             deps.liveness.forget(name)
-            if not deps.is_leader.is_set():
+            if not still_leading(deps):
                 await wait_any(deps.is_leader, deps.shutdown_event)
                 continue
             term = deps.leader_since  # a new term (lost and won again) re-plans too
@@ -160,8 +211,8 @@ async def run_scheduled(
 
 
 def _leading(deps: WorkerDeps, term: float) -> bool:
-    """Whether this worker still leads in the term that began at ``term``."""
-    return deps.is_leader.is_set() and deps.leader_since == term
+    """Whether this worker still leads, on a live lease, in the term that began at ``term``."""
+    return still_leading(deps) and deps.leader_since == term
 
 
 async def _wait_for_fire(deps: WorkerDeps, fire: datetime, term: float, recheck: float) -> bool:

@@ -30,7 +30,13 @@ from taskq_core.backend.protocol.progress import ProgressBackend
 from taskq_core.clock import Clock
 from taskq_core.progress import MAX_SEQ, ProgressReport
 from taskq_core.settings import TaskqSettings
-from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, DatabaseOutage, retry_pause
+from taskq_core.worker.transient import (
+    TRANSIENT_ERRORS,
+    Backoff,
+    DatabaseOutage,
+    retry_pause,
+    shielded,
+)
 
 
 class ProgressPublisher(Protocol):
@@ -253,7 +259,7 @@ class JobProgress:
             self._timer.cancel()
             self._timer = None
         if self._flushing is not None:
-            await asyncio.shield(self._flushing)  # never two writes of one job at once
+            await shielded(self._flushing)  # never two writes of one job at once
         backoff = Backoff()
         while write and not self._lost() and await self._attempt() == "transient":
             await retry_pause(self._database, backoff.next())

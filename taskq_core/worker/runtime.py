@@ -43,7 +43,7 @@ from taskq_core.ratelimit.bootstrap import actor_limits, close_limiter, start_li
 from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.schedule import sweep_schedule
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
-from taskq_core.worker.active import ActiveJobs
+from taskq_core.worker.active import ActiveJobs, LeaseTerms
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.completer import Completer
 from taskq_core.worker.consumer import ConsumerLoop
@@ -63,6 +63,7 @@ from taskq_core.worker.leader_sample import LEADER_SAMPLE_INTERVAL, LeaderSample
 from taskq_core.worker.parent import ParentWatch
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
+from taskq_core.worker.stall import StallGuard, StallSensor
 from taskq_core.worker.sweeps import (
     ArchiveExpirySweep,
     JobsVacuum,
@@ -72,7 +73,7 @@ from taskq_core.worker.sweeps import (
     StaleWorkerCleanup,
     StrandedQueues,
 )
-from taskq_core.worker.transient import DatabaseOutage
+from taskq_core.worker.transient import DatabaseOutage, shielded
 from taskq_core.worker.watchdog import (
     LoopLagWatchdog,
     LoopLiveness,
@@ -108,6 +109,7 @@ class Worker:
         until_idle: bool = False,
         install_signal_handlers: bool = True,
         rate_limits: RateLimitRegistry | None = None,
+        stall_sensor: StallSensor | None = None,
     ) -> None:
         self.settings = settings
         self.registry = dict(registry)
@@ -118,6 +120,9 @@ class Worker:
         self.clock = clock or SystemClock()
         self.until_idle = until_idle
         self.install_signal_handlers = install_signal_handlers
+        # The event loop's stall sensor, when the loop was built with it (``run_worker``);
+        # otherwise the heartbeat notices stalls by its own late wakes.
+        self.stall_sensor = stall_sensor
         self.worker_id = uuid7()
         self.log = get_logger("worker").bind(worker_id=str(self.worker_id))
         self.deps: WorkerDeps | None = None
@@ -195,12 +200,12 @@ class Worker:
             finally:
                 # Every success made durable, waiting for the database while the shutdown
                 # budget allows (the leader reclaims whatever stays unwritten).
-                await asyncio.shield(deps.completer.close(within=self._write_budget(deps)))
+                await shielded(deps.completer.close(within=self._write_budget(deps)))
                 for task in watchdogs:
                     task.cancel()
                 if health is not None:
                     await health.stop()
-                await asyncio.shield(self._teardown(deps))
+                await shielded(self._teardown(deps))
                 started = deps.shutdown_started_at
                 if started is not None:
                     deps.meters.shutdown_duration.record(deps.clock.monotonic() - started)
@@ -221,7 +226,7 @@ class Worker:
 
     def _build_deps(self, backend: Backend) -> WorkerDeps:
         s = self.settings
-        holdings = ActiveJobs()
+        holdings = ActiveJobs(LeaseTerms(s.lock_lease, margin=s.heartbeat_interval))
         database = DatabaseOutage(self.clock, self.log, meters_for(s.otel_enabled))
         self.deps = WorkerDeps(
             worker_id=self.worker_id,
@@ -362,6 +367,9 @@ class Worker:
             shutdown.install_signal_handlers()
         s = self.settings
         controller = CancelController(deps)
+        stall_guard = StallGuard(deps, controller)
+        if self.stall_sensor is not None:
+            self.stall_sensor.watch(stall_guard.threshold, stall_guard.stalled)
         maintenance = MaintenanceSweep(deps)
         promotion = ScheduledPromotion(deps)
         stranded = StrandedQueues(deps, stale_after=worker_stale_after(s))
@@ -374,7 +382,7 @@ class Worker:
         siblings: dict[str, Callable[[], Awaitable[Any]]] = {
             "producer": ProducerLoop(deps).run,
             "completer": lambda: deps.completer.run(deps.shutdown_event),
-            "heartbeat": HeartbeatLoop(deps, controller).run,
+            "heartbeat": HeartbeatLoop(deps, controller, stall_guard).run,
             "leader_election": LeaderElection(deps).run,
             "scheduled_wake": lambda: run_gated(
                 deps, "scheduled_wake", s.scheduled_wake_interval, promotion.run_once
@@ -499,9 +507,14 @@ def run_worker(
     its task. The interpreter would wait for them at exit; the process exits at once
     instead, with the exit code the worker decided.
     """
-    worker = Worker(settings, registry, until_idle=until_idle, providers=providers)
+    sensor = StallSensor()
+    worker = Worker(
+        settings, registry, until_idle=until_idle, providers=providers, stall_sensor=sensor
+    )
     _tune_garbage_collector()
-    with asyncio.Runner() as runner:
+    with asyncio.Runner(
+        loop_factory=lambda: asyncio.SelectorEventLoop(sensor.selector())
+    ) as runner:
         code = runner.run(worker.run())
         stuck = _unstoppable(runner.get_loop())
         if stuck:

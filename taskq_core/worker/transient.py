@@ -8,14 +8,16 @@ how long it lasted, and ``/ready`` answers 503 in between. Each loop waits betwe
 with its own ``Backoff`` (bounded, jittered), cut short as soon as any loop sees the database
 again. Anything else goes through UnexpectedErrorGuard: tolerated with a loud record, but
 re-raised after ``max_consecutive`` unexpected errors in a row, so a permanent fault kills
-the worker instead of leaving a zombie that ticks but does no work.
+the worker instead of leaving a zombie that ticks but does no work. Writes that must outlive
+their caller's cancellation go through ``shielded``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from taskq_core.clock import Clock
 from taskq_core.errors import TRANSIENT_ERRORS, DatabaseUnavailableError
@@ -28,7 +30,10 @@ __all__ = [
     "DatabaseOutage",
     "UnexpectedErrorGuard",
     "retry_pause",
+    "shielded",
 ]
+
+T = TypeVar("T")
 
 
 class Backoff:
@@ -130,6 +135,25 @@ async def retry_pause(database: DatabaseOutage, seconds: float, *stop: asyncio.E
         await wait_any(database.available, *stop, timeout=seconds)
     else:
         await wait_any(*stop, timeout=seconds)
+
+
+def shielded(awaitable: Awaitable[T]) -> asyncio.Future[T]:
+    """``asyncio.shield(awaitable)`` for a write that must finish even when its caller is
+    cancelled, whose exception is always retrieved.
+
+    When the caller's await is cancelled (shutdown, a lost lease), nobody awaits the write any
+    more; if it then fails (the database went away meanwhile), asyncio would report "Task
+    exception was never retrieved" at garbage collection. That failure needs no handling: a
+    write that did not happen changes nothing, and the lease decides who settles the job.
+    """
+    inner = asyncio.ensure_future(awaitable)
+    inner.add_done_callback(_retrieve)
+    return asyncio.shield(inner)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # marks it retrieved; whoever still awaits it gets it as well
 
 
 class UnexpectedErrorGuard:

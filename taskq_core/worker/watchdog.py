@@ -8,6 +8,12 @@
 4. LoopLagWatchdog (a daemon thread): the event loop has not run a scheduled beat within
    TASKQ_WATCHDOG_LOOP_LAG_BUDGET, i.e. something blocks it.
 
+A stopped process is not a hung one: after a SIGSTOP, a VM pause or a suspended host, every
+loop's last tick is old, but so is the detector's own last check. Detectors 2 and 4 tell the
+two apart by their own lateness: one that finds it did not run for longer than
+``STOPPED_AFTER`` past its period counts the gap as a stop, gives every loop a fresh budget
+and checks again next time (the worker's stall handler does the same, ``LoopLiveness.restart``).
+
 A trip logs at CRITICAL, dumps every task's stack (names and await sites only, never locals
 or payloads), flushes, and calls ``os._exit(2)`` with no further awaits: a wedged process
 cannot be trusted to unwind. Its jobs are reclaimed by the leader when their leases expire.
@@ -34,6 +40,14 @@ from taskq_core.obs.metrics import flush, instruments, labels
 
 # How long a trip waits for the telemetry SDK to push the trip before the process exits.
 TRIP_FLUSH_SECONDS = 1.0
+# A detector that ran this many seconds later than its period was stopped with its process.
+STOPPED_AFTER = 1.0
+
+
+def overslept(started: float, now: float, period: float) -> bool:
+    """Whether a wait of ``period`` that began at ``started`` ended so late (at ``now``) that the
+    process itself did not run meanwhile: a stop, not a hang."""
+    return now - started > period + max(period, STOPPED_AFTER)
 
 
 class LoopLiveness:
@@ -61,6 +75,13 @@ class LoopLiveness:
         now = self.clock.monotonic()
         with self._lock:
             return {name: now - at for name, (at, _) in self._ticks.items()}
+
+    def restart(self) -> None:
+        """Count every tracked loop as having ticked now: the process did not run for a while
+        (a stop, a pause), so no loop could have ticked; each gets a fresh budget."""
+        now = self.clock.monotonic()
+        with self._lock:
+            self._ticks = {name: (now, period) for name, (_, period) in self._ticks.items()}
 
     def any_ticked(self) -> bool:
         """Whether any loop has ticked yet (arms the lag detector early)."""
@@ -173,10 +194,20 @@ class LoopLagWatchdog:
             return f"event loop blocked for {blocked:.1f}s"
         return None
 
+    def check_after_wait(self, waited_from: float) -> str | None:
+        """``check`` after this thread's wait that began at ``waited_from``: a wait that ended
+        far too late means the whole process was stopped, which counts as a beat."""
+        if overslept(waited_from, self.clock.monotonic(), self.check_interval):
+            self._last_beat = self.clock.monotonic()
+        return self.check()
+
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.check_interval):
-                reason = self.check()
+            while True:
+                waited_from = self.clock.monotonic()
+                if self._stop.wait(self.check_interval):
+                    return
+                reason = self.check_after_wait(waited_from)
                 if reason is not None:
                     trip(self.log, "loop-lag", reason, dump=False)
                 try:
@@ -190,15 +221,20 @@ class LoopLagWatchdog:
 async def stale_loop_watchdog(
     liveness: LoopLiveness, log: Any, *, check_interval: float, shutdown: asyncio.Event
 ) -> None:
-    """Detector 2: trip when any interval-driven loop stops ticking."""
+    """Detector 2: trip when any interval-driven loop stops ticking (but not when the whole
+    process stopped: see the module docstring)."""
+    clock = liveness.clock
     while not shutdown.is_set():
         stale = liveness.stale()
         if stale:
             trip(log, "stale-loop", f"loops stopped ticking: {', '.join(stale)}")
+        waited_from = clock.monotonic()
         try:
             await asyncio.wait_for(shutdown.wait(), check_interval)
         except TimeoutError:
             pass
+        if overslept(waited_from, clock.monotonic(), check_interval):
+            liveness.restart()
 
 
 @dataclass(frozen=True)

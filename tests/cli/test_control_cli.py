@@ -128,7 +128,7 @@ def test_retrying_a_failed_job_re_pends_it_with_a_fresh_budget(cli: Cli, db: Db)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == f"re-pended {job.id}"
     row = db.get(job.id)
-    assert (row.status, row.attempt, row.error_class) == (JobStatus.PENDING, 0, None)
+    assert (row.status, row.attempts_used, row.error_class) == (JobStatus.PENDING, 0, None)
     detail = db.call(lambda b: b.get_events(job.id))[-1].detail
     assert detail["reason"] == "operator_retry"
     assert detail["by"].endswith(f"@{socket.gethostname()}")  # who retried it

@@ -76,7 +76,7 @@ def test_a_by_name_job_of_a_two_attempt_actor_fails_after_two_of_two(
     shown = cli("jobs", "show", str(job.id))
     assert shown.exit_code == 0, shown.stderr
     (attempt_line,) = [line for line in shown.stdout.splitlines() if line.startswith("attempt ")]
-    assert attempt_line.split()[1:] == ["2/2", "(transient)"]
+    assert attempt_line.split(maxsplit=1)[1] == "#2, 2 of 2 used (transient)"
 
 
 def test_actor_config_get_shows_the_stored_policy_or_that_none_is_stored_yet(

@@ -23,6 +23,7 @@ SUMMARY_FIELDS = {
     "status",
     "priority",
     "attempt",
+    "attempts_used",
     "max_attempts",
     "retry_kind",
     "created_at",

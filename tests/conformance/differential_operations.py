@@ -21,6 +21,7 @@ from taskq_core.backend.protocol import (
     EnqueueArgs,
     ErrorInfo,
     Lease,
+    LostAttempt,
     PrunePolicy,
     Start,
     Success,
@@ -117,6 +118,8 @@ _BY_KIND = dict(
         ),
         _op("escalate", **_leased, reason=st.sampled_from(["requested", "shutdown"])),
         _op("abandon", **_leased),
+        _op("interrupt", **_leased, ran_for=_ran_for),
+        _op("record_lost", **_leased),
         _op(
             "release",
             worker=_worker,
@@ -299,6 +302,11 @@ class Walk:
                 )
             if kind == "escalate":
                 return await backend.write_cancel_escalation(held, reason=op["reason"])
+            if kind == "interrupt":
+                return await backend.mark_interrupted(held, ran_for=op["ran_for"])
+            if kind == "record_lost":
+                lost = LostAttempt(held.job_id, held.attempt, 2.0, 1.0, "its lease was lost")
+                return await backend.record_lost_attempts(held.worker_id, [lost])
             assert kind == "abandon", kind
             return await backend.mark_abandoned(held, "ignored its cancel")
 

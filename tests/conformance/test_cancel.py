@@ -236,7 +236,7 @@ async def test_a_requested_cancel_wins_over_releasing_an_unstarted_lease(
     worker = job.lease().worker_id
     assert await harness.backend.release_leases(worker, [job.lease()], reason="shutdown") == 1
     row = await reload(harness.backend, job.id)
-    assert (row.status, row.attempt) == (JobStatus.CANCELLED, 0)
+    assert (row.status, row.attempt, row.attempts_used) == (JobStatus.CANCELLED, 1, 0)
     assert await harness.backend.get_attempts(job.id) == []
     assert await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
 
@@ -267,8 +267,37 @@ async def test_a_shutdown_escalates_a_job_without_a_cancel_request_from_phase_ze
     assert last.detail == {"cancel_phase_from": 0, "cancel_phase_to": 2, "reason": "shutdown"}
 
 
+async def test_an_attempt_a_shutdown_abandons_goes_back_to_the_queue_like_a_crash(
+    harness: Harness,
+) -> None:
+    """A deploy must not drop a long job: the attempt is abandoned (and counts), the job
+    goes back to pending while retries remain, and runs again."""
+    job, worker = await running_job(harness.backend, max_attempts=3)
+    assert await harness.backend.write_cancel_escalation(job.lease(), reason="shutdown")
+    reason = "did not stop within the 5s shutdown grace (a thread cannot be killed)"
+    assert await harness.backend.mark_abandoned(job.lease(), reason)
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.error_class, row.error_message) == (
+        JobStatus.PENDING,
+        "Abandoned",
+        reason,
+    )
+    assert (row.attempts_used, row.locked_by_worker, row.cancel_phase) == (1, None, 0)
+    [attempt] = await harness.backend.get_attempts(job.id)
+    assert (attempt.outcome, attempt.worker_id, attempt.error_message) == (
+        "abandoned",
+        worker,
+        reason,
+    )
+    last = (await harness.backend.get_events(job.id))[-1]
+    assert (last.to_status, last.detail) == (JobStatus.PENDING, {"reason": reason})
+    [again] = await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    assert (again.id, again.attempt, again.cancel_phase) == (job.id, 2, 0)
+
+
 async def test_an_abandoned_job_keeps_the_reason_it_was_given_up(harness: Harness) -> None:
-    job, worker = await running_job(harness.backend)
+    """On its last attempt a shutdown's abandon ends the job abandoned."""
+    job, worker = await running_job(harness.backend, max_attempts=1)
     assert await harness.backend.write_cancel_escalation(job.lease(), reason="shutdown")
     reason = "did not stop within the 5s shutdown grace (a thread cannot be killed)"
     assert await harness.backend.mark_abandoned(job.lease(), reason)
@@ -288,6 +317,53 @@ async def test_an_abandoned_job_keeps_the_reason_it_was_given_up(harness: Harnes
     )
     last = (await harness.backend.get_events(job.id))[-1]
     assert (last.to_status, last.detail) == (JobStatus.ABANDONED, {"reason": reason})
+
+
+async def test_an_operator_cancel_whose_body_ignores_it_ends_abandoned_for_good(
+    harness: Harness,
+) -> None:
+    job = await requested(harness, max_attempts=3)
+    assert await harness.backend.write_cancel_escalation(job.lease())
+    assert await harness.backend.mark_abandoned(job.lease(), "ignored its forced cancel")
+    row = await reload(harness.backend, job.id)
+    assert (row.status, row.error_class) == (JobStatus.ABANDONED, "Abandoned")
+    assert [a.outcome for a in await harness.backend.get_attempts(job.id)] == ["abandoned"]
+    assert await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
+
+
+async def test_an_interrupted_attempt_goes_back_in_its_place_without_using_the_budget(
+    harness: Harness,
+) -> None:
+    """A graceful shutdown stopped the body: its attempt is recorded as interrupted (not a
+    failure, not a retry-after), the job waits in its place and its next body has the next
+    number, with its whole budget still there."""
+    backend = harness.backend
+    job, worker = await running_job(backend, max_attempts=1)
+    assert await backend.mark_interrupted(job.lease(), reason="shutdown", ran_for=1.0)
+    row = await reload(backend, job.id)
+    assert (row.status, row.attempt, row.attempts_used) == (JobStatus.PENDING, 1, 0)
+    assert (row.scheduled_at, row.locked_by_worker, row.error_class) == (
+        job.scheduled_at,
+        None,
+        None,
+    )
+    [attempt] = await backend.get_attempts(job.id)
+    assert (attempt.attempt, attempt.outcome, attempt.worker_id) == (1, "interrupted", worker)
+    last = (await backend.get_events(job.id))[-1]
+    assert (last.from_status, last.to_status, last.detail) == (
+        JobStatus.RUNNING,
+        JobStatus.PENDING,
+        {"reason": "shutdown"},
+    )
+    assert not await backend.mark_interrupted(job.lease())  # that lease is gone
+    [again] = await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
+    assert (again.id, again.attempt, again.attempts_used) == (job.id, 2, 1)
+
+
+async def test_a_requested_cancel_wins_over_an_interrupt(harness: Harness) -> None:
+    job = await requested(harness)
+    assert await harness.backend.mark_interrupted(job.lease(), ran_for=0.5)
+    await assert_cancelled_for_good(harness, job, "cancelled")
 
 
 async def test_a_retry_after_a_shutdown_escalation_starts_the_next_attempt_unforced(

@@ -288,7 +288,7 @@ async def test_jobs_without_an_identity_key_are_not_serialized(harness: Harness)
     assert len(await dispatch(harness.backend, "q")) == 3
 
 
-async def test_releasing_unstarted_leases_gives_the_claim_and_the_attempt_back(
+async def test_releasing_unstarted_leases_gives_the_claim_back_without_using_the_budget(
     harness: Harness,
 ) -> None:
     await harness.backend.enqueue_batch([args(queue="q") for _ in range(3)])
@@ -300,7 +300,7 @@ async def test_releasing_unstarted_leases_gives_the_claim_and_the_attempt_back(
     assert released == 2
     row = await reload(harness.backend, claimed[0].id)
     assert row.status is JobStatus.PENDING
-    assert row.attempt == 0
+    assert (row.attempt, row.attempts_used) == (1, 0)
     assert row.locked_by_worker is None and row.lock_expires_at is None and row.started_at is None
     assert row.scheduled_at == claimed[0].scheduled_at  # back in its place
     assert await harness.backend.get_attempts(row.id) == []
@@ -309,7 +309,8 @@ async def test_releasing_unstarted_leases_gives_the_claim_and_the_attempt_back(
     assert events[-1].detail == {"reason": "shutdown", "started": False}
     again = await dispatch(harness.backend, "q")
     assert {r.id for r in again} == {r.id for r in claimed[:2]}
-    assert {r.attempt for r in again} == {1}
+    # A new claim, a new number (the lease changes with it); the budget is still whole.
+    assert {(r.attempt, r.attempts_used) for r in again} == {(2, 1)}
 
 
 async def test_releasing_leases_ignores_jobs_of_other_workers(harness: Harness) -> None:

@@ -374,7 +374,7 @@ async def test_releasing_leases_treats_each_job_by_whether_its_body_started(
     assert await backend.release_leases(worker, [started.lease(), claimed.lease()], reason="x") == 2
     assert (await reload(backend, started.id)).status is JobStatus.SCHEDULED
     row = await reload(backend, claimed.id)
-    assert (row.status, row.attempt) == (JobStatus.PENDING, 0)
+    assert (row.status, row.attempt, row.attempts_used) == (JobStatus.PENDING, 1, 0)
     assert await reload(backend, untouched.id) == untouched  # not named: still held
 
 

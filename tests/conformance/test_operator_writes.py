@@ -102,14 +102,14 @@ async def test_requeue_on_the_last_attempt_ends_crashed_as_a_reclaim_would(
     await assert_lease_lost(backend, job.lease())
 
 
-async def test_requeue_of_a_claimed_job_gives_its_attempt_back(harness: Harness) -> None:
+async def test_requeue_of_a_claimed_job_uses_none_of_its_budget(harness: Harness) -> None:
     backend = harness.backend
     job, _ = await running_job(backend, started=False)
 
     assert (await backend.end_running_job(job.id, "requeue", AUDIT)).settled
 
     row = await reload(backend, job.id)
-    assert (row.status, row.attempt, row.locked_by_worker) == (JobStatus.PENDING, 0, None)
+    assert (row.status, row.attempts_used, row.locked_by_worker) == (JobStatus.PENDING, 0, None)
     assert await backend.get_attempts(job.id) == []  # no body ran: no attempt row
     event = (await backend.get_events(job.id))[-1]
     assert event.detail["started"] is False and event.detail["by"] == "alice@ops-1"

@@ -62,6 +62,7 @@ async def test_the_nth_crash_fails_the_job_as_poison(harness: Harness) -> None:
         "reason": "lock_expired",
         "worker_id": str(workers[-1]),
         "started": True,
+        "blamed": True,  # its body ran alone on that worker
         "poison": True,
         "crashes": 3,
     }
@@ -122,7 +123,7 @@ async def test_reclaims_of_a_job_whose_start_was_never_recorded_are_no_crashes(
     reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
     assumed = [e.detail.get("start_assumed", False) for e in reclaims]
     assert assumed == [False] * UNSTARTED_RECLAIM_LIMIT + [True] * (POISON + 1)
-    assert (await reload(backend, job.id)).attempt == POISON + 2
+    assert (await reload(backend, job.id)).attempts_used == POISON + 2
 
 
 async def test_assumed_starts_do_not_add_to_recorded_crashes(harness: Harness) -> None:
@@ -220,7 +221,7 @@ async def test_a_job_reclaimed_unstarted_carries_the_count_on_its_next_claim(
     backend = harness.backend
     job, _ = await running_job(backend, started=False, max_attempts=10)
     row = await crash(harness, job)
-    assert (row.status, row.attempt, row.unstarted_reclaims) == (JobStatus.PENDING, 0, 1)
+    assert (row.status, row.attempts_used, row.unstarted_reclaims) == (JobStatus.PENDING, 0, 1)
     assert (await claim(harness, job)).unstarted_reclaims == 1
     assert (await crash(harness, job)).unstarted_reclaims == 2
     claimed = await claim(harness, job)
@@ -252,7 +253,8 @@ async def test_the_count_stops_at_the_unstarted_reclaim_limit(harness: Harness) 
         await crash(harness, job)
         await claim(harness, job)
     row = await reload(backend, job.id)
-    assert (row.unstarted_reclaims, row.attempt) == (UNSTARTED_RECLAIM_LIMIT, 3)
+    assert (row.unstarted_reclaims, row.attempts_used) == (UNSTARTED_RECLAIM_LIMIT, 3)
+    assert row.attempt == UNSTARTED_RECLAIM_LIMIT + 3  # one number per claim, none reused
 
 
 async def test_a_job_first_reclaimed_unstarted_is_poison_once_its_started_runs_crash(
@@ -276,3 +278,57 @@ async def test_a_job_first_reclaimed_unstarted_is_poison_once_its_started_runs_c
     )
     reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
     assert [e.detail["started"] for e in reclaims] == [False] + [True] * POISON
+
+
+async def reclaim_all(harness: Harness, expected: int) -> None:
+    """Every held lease runs out and the leader reclaims them in one sweep."""
+    await harness.travel(EXPIRED)
+    assert (
+        await harness.backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=POISON)
+        == expected
+    )
+
+
+async def last_reclaim(harness: Harness, job: JobRow) -> dict[str, object]:
+    events = [e for e in await harness.backend.get_events(job.id) if e.kind == "reclaim"]
+    return events[-1].detail
+
+
+async def test_a_death_is_blamed_only_on_the_body_that_started_last(harness: Harness) -> None:
+    """A worker that dies takes every body it ran with it, but at most one killed it: the
+    one that started last (a job that kills its worker at once never lets another start)."""
+    backend = harness.backend
+    worker = uuid4()
+    earlier, _ = await running_job(backend, worker=worker, max_attempts=10)
+    await harness.travel(1)
+    later, _ = await running_job(backend, worker=worker, max_attempts=10)
+    unstarted, _ = await running_job(backend, worker=worker, started=False, max_attempts=10)
+    await reclaim_all(harness, 3)
+    assert (await last_reclaim(harness, earlier))["blamed"] is False
+    assert (await last_reclaim(harness, later))["blamed"] is True
+    assert "blamed" not in await last_reclaim(harness, unstarted)  # no body, no blame
+
+
+async def test_deaths_a_job_only_happened_to_see_do_not_make_it_poison(harness: Harness) -> None:
+    """A kill storm: the job is blamed twice, then its worker dies while another body started
+    after it there, which breaks the row: two more blamed deaths are not yet the third in a
+    row."""
+    backend = harness.backend
+    job, _ = await running_job(backend, max_attempts=20)
+    for _ in range(POISON - 1):
+        assert (await crash(harness, job)).status is JobStatus.PENDING
+        await run_again(harness, job)
+    worker = (await reload(backend, job.id)).locked_by_worker
+    assert worker is not None
+    await harness.travel(1)
+    bystander, _ = await running_job(backend, worker=worker, max_attempts=10)  # started later
+    await reclaim_all(harness, 2)
+    assert (await reload(backend, job.id)).status is JobStatus.PENDING
+    assert (await last_reclaim(harness, job))["blamed"] is False
+    for _ in range(POISON - 1):
+        await run_again(harness, job)
+        assert (await crash(harness, job)).status is JobStatus.PENDING
+    await run_again(harness, job)
+    row = await crash(harness, job)  # the third blamed death in a row
+    assert (row.status, row.error_class) == (JobStatus.FAILED, POISON_JOB_ERROR)
+    assert (await reload(backend, bystander.id)).status is JobStatus.PENDING

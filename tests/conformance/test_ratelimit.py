@@ -112,17 +112,17 @@ async def test_a_job_held_back_by_a_limit_goes_back_scheduled_without_an_attempt
     after = await harness.now()
     assert outcome == "scheduled"
     row = await reload(backend, job.id)
-    assert (row.status, row.attempt, row.started_at) == (JobStatus.SCHEDULED, 0, None)
+    assert (row.status, row.attempts_used, row.started_at) == (JobStatus.SCHEDULED, 0, None)
     assert between(row.scheduled_at, before + timedelta(seconds=3), after + timedelta(seconds=3))
     assert await backend.get_attempts(job.id) == []  # the body never began
     last = (await backend.get_events(job.id))[-1]
     assert (last.from_status, last.to_status) == (JobStatus.RUNNING, JobStatus.SCHEDULED)
     assert last.detail == {"reason": "rate_limit:api"}
-    # It runs again later as the same first attempt.
+    # It runs again later under a new number, its one counted attempt still unused.
     await harness.travel(3)
     assert await backend.scheduled_to_pending() >= 1
     claimed = await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
-    assert [(c.id, c.attempt) for c in claimed] == [(job.id, 1)]
+    assert [(c.id, c.attempt, c.attempts_used) for c in claimed] == [(job.id, 2, 1)]
 
 
 async def test_a_retry_after_of_a_body_that_ran_keeps_its_attempt_row(harness: Harness) -> None:

@@ -94,6 +94,7 @@ async def test_an_expired_lock_with_retries_left_goes_back_to_pending(harness: H
         "reason": "lock_expired",
         "worker_id": str(worker),
         "started": True,
+        "blamed": True,  # its body was the only one of that worker
     }
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert again.attempt == 2
@@ -267,7 +268,7 @@ async def test_a_reclaimed_job_that_never_started_goes_back_to_pending_without_a
     await harness.travel(EXPIRED)
     assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
-    assert (row.status, row.attempt) == (JobStatus.PENDING, 0)
+    assert (row.status, row.attempt, row.attempts_used) == (JobStatus.PENDING, 1, 0)
     assert row.locked_by_worker is None and row.lock_expires_at is None
     assert row.started_at is None and row.error_class is None
     assert await backend.get_attempts(job.id) == []
@@ -286,7 +287,9 @@ async def test_a_reclaimed_job_that_never_started_goes_back_to_pending_without_a
         "started": False,
     }
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
-    assert again.attempt == 1  # max_attempts=1 and still not used up
+    # A body may have run unrecorded under number 1: the next one is 2, and the one
+    # attempt of max_attempts=1 is still not used up.
+    assert (again.attempt, again.attempts_used) == (2, 1)
 
 
 async def test_a_job_reclaimed_unstarted_past_the_limit_counts_as_started(
@@ -297,15 +300,19 @@ async def test_a_job_reclaimed_unstarted_past_the_limit_counts_as_started(
     for _ in range(UNSTARTED_RECLAIM_LIMIT):
         await harness.travel(EXPIRED)
         assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
-        assert (await reload(backend, job.id)).attempt == 0
+        assert (await reload(backend, job.id)).attempts_used == 0
         [_again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert await backend.get_attempts(job.id) == []
     await harness.travel(EXPIRED)
     assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
-    assert (row.status, row.attempt, row.error_class) == (JobStatus.CRASHED, 1, "WorkerCrashed")
+    assert (row.status, row.attempts_used, row.error_class) == (
+        JobStatus.CRASHED,
+        1,
+        "WorkerCrashed",
+    )
     [attempt] = await backend.get_attempts(job.id)
-    assert (attempt.attempt, attempt.outcome) == (1, "crashed")
+    assert (attempt.attempt, attempt.outcome) == (UNSTARTED_RECLAIM_LIMIT + 1, "crashed")
     reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
     assert [e.detail["started"] for e in reclaims] == [False] * UNSTARTED_RECLAIM_LIMIT + [True]
 
@@ -319,7 +326,7 @@ async def test_a_requested_cancel_wins_over_the_reclaim_of_a_job_that_never_star
     await harness.travel(EXPIRED + 60)
     assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
     row = await reload(backend, job.id)
-    assert (row.status, row.attempt) == (JobStatus.CANCELLED, 0)
+    assert (row.status, row.attempts_used) == (JobStatus.CANCELLED, 0)
     assert await backend.get_attempts(job.id) == []
     event = (await backend.get_events(job.id))[-1]
     assert (event.to_status, event.detail["started"]) == (JobStatus.CANCELLED, False)

@@ -185,7 +185,7 @@ async def test_snooze_reschedules_without_consuming_an_attempt(harness: Harness)
     after = await harness.now()
     row = await reload(harness.backend, job.id)
     assert row.status is JobStatus.SCHEDULED
-    assert row.attempt == 0
+    assert (row.attempt, row.attempts_used) == (1, 0)
     assert row.metadata["snooze_count"] == 1
     assert between(row.scheduled_at, before + timedelta(seconds=30), after + timedelta(seconds=30))
     [attempt] = await harness.backend.get_attempts(job.id)
@@ -193,7 +193,7 @@ async def test_snooze_reschedules_without_consuming_an_attempt(harness: Harness)
     await harness.travel(31)
     await harness.backend.scheduled_to_pending()
     [again] = await harness.backend.dispatch_batch(worker, [job.queue], 1, LEASE)
-    assert again.attempt == 1
+    assert (again.attempt, again.attempts_used) == (2, 1)  # a body of its own, the budget whole
     assert await harness.backend.mark_snoozed(again.lease(), timedelta(seconds=1)) == "scheduled"
     assert (await reload(harness.backend, job.id)).metadata["snooze_count"] == 2
 
@@ -225,7 +225,7 @@ async def test_retry_after_consuming_the_budget_keeps_the_attempt(harness: Harne
     assert attempt.outcome == "retry_after"
 
 
-async def test_retry_after_without_consuming_the_budget_gives_the_attempt_back(
+async def test_retry_after_without_consuming_the_budget_leaves_the_attempt_uncounted(
     harness: Harness,
 ) -> None:
     job, _ = await running_job(harness.backend, max_attempts=1)
@@ -233,7 +233,8 @@ async def test_retry_after_without_consuming_the_budget_gives_the_attempt_back(
         job.lease(), timedelta(seconds=5), consume_budget=False
     )
     assert outcome == "scheduled"
-    assert (await reload(harness.backend, job.id)).attempt == 0
+    row = await reload(harness.backend, job.id)
+    assert (row.attempt, row.attempts_used) == (1, 0)
 
 
 async def test_retry_after_on_the_last_attempt_fails_with_max_attempts_exceeded(

@@ -170,7 +170,7 @@ async def test_operator_retry_only_re_pends_failed_crashed_or_cancelled_jobs(
     row = await reload(harness.backend, job.id)
     if status in RETRYABLE_STATUSES:
         assert retried
-        assert (row.status, row.attempt) == (P, 0)
+        assert (row.status, row.attempt, row.attempts_used) == (P, job.attempt, 0)
         assert row.error_class is None and row.finished_at is None
         assert (row.cancel_phase, row.cancel_requested_at) == (0, None)
         last = (await harness.backend.get_events(job.id))[-1]
@@ -185,7 +185,8 @@ async def test_an_operator_retry_gets_a_fresh_attempt_budget(harness: Harness) -
     job, _ = await job_in(harness, FAILED, max_attempts=1)
     assert await harness.backend.retry_job(job.id)
     [again] = await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
-    assert again.attempt == 1
+    # The next body's number follows the last one's; its budget starts over.
+    assert (again.attempt, again.attempts_used) == (job.attempt + 1, 1)
     assert not await harness.backend.retry_job(uuid4())
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from uuid import UUID, uuid4
 
 import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.backend.protocol import Start, WorkerInfo
+from taskq_core.backend.protocol import Backend, Start, WorkerInfo
 from taskq_core.constants import leader_lock_key
 from tests.conformance.conftest import Harness
 from tests.conformance.states import between, running_job
@@ -209,3 +211,134 @@ async def test_a_dead_leader_connection_loses_leadership_and_reconnects(harness:
     finally:
         await other.close()
     assert await backend.try_acquire_leadership(worker)  # reconnects and wins
+
+
+# The leader's lease in the lease tests. On Postgres the server's idle_session_timeout
+# enforces it in real time, so these tests take a few real seconds there.
+LEASE = timedelta(seconds=2)
+
+
+@asynccontextmanager
+async def other_worker(harness: Harness) -> AsyncIterator[Backend]:
+    """Another worker's backend: Postgres, an instance of its own (each holds its own lock
+    connection); memory, the same store."""
+    if harness.pg is None:
+        yield harness.backend
+        return
+    other = await PostgresBackend.connect(harness.pg.dsn, harness.pg.schema)
+    try:
+        yield other
+    finally:
+        await other.close()
+
+
+async def let_pass(harness: Harness, seconds: float) -> None:
+    """Let ``seconds`` go by for the leader's lease: the memory clock moves; on Postgres real
+    time must pass, because the server ends a silent leader's session on its own clock."""
+    if harness.clock is not None:
+        harness.clock.advance(seconds)
+    else:
+        await asyncio.sleep(seconds)  # the passing time is the condition under test
+
+
+async def test_a_leader_that_renews_within_its_lease_keeps_it(harness: Harness) -> None:
+    backend = harness.backend
+    leader, contender = uuid4(), uuid4()
+    async with other_worker(harness) as other:
+        assert await backend.try_acquire_leadership(leader, lease=LEASE)
+        for _ in range(6):  # one and a half leases, renewed every quarter of one
+            await let_pass(harness, LEASE.total_seconds() / 4)
+            assert await backend.try_acquire_leadership(leader, lease=LEASE)
+            assert not await other.try_acquire_leadership(contender, lease=LEASE)
+        row = await backend.get_leader()
+        assert row is not None and row.worker_id == leader
+        await backend.release_leadership(leader)
+
+
+async def test_a_silent_leader_loses_its_lease_to_the_next_worker_that_asks(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    frozen, successor = uuid4(), uuid4()
+    async with other_worker(harness) as other:
+        assert await backend.try_acquire_leadership(frozen, lease=LEASE)
+        assert not await other.try_acquire_leadership(successor, lease=LEASE)
+        # The leader renews nothing from now on (a frozen process); the other worker keeps
+        # campaigning, as every follower does each heartbeat interval.
+        waited = 0.0
+        step = LEASE.total_seconds() / 8
+        while not await other.try_acquire_leadership(successor, lease=LEASE):
+            assert waited < 10 * LEASE.total_seconds(), "the silent leader kept its lease"
+            await let_pass(harness, step)
+            waited += step
+        if harness.clock is not None:  # time is exact only on the injected clock
+            assert waited >= LEASE.total_seconds()
+        row = await backend.get_leader()
+        assert row is not None and row.worker_id == successor
+        # Resumed, the old leader finds another leading: False, not an error, and it does
+        # not take the leadership back.
+        assert not await backend.try_acquire_leadership(frozen, lease=LEASE)
+        assert await other.try_acquire_leadership(successor, lease=LEASE)
+        await other.release_leadership(successor)
+
+
+async def test_a_lapsed_lease_nobody_took_is_renewed_by_its_leader(harness: Harness) -> None:
+    backend = harness.backend
+    leader = uuid4()
+    assert await backend.try_acquire_leadership(leader, lease=LEASE)
+    elected = await backend.get_leader()
+    await let_pass(harness, 1.5 * LEASE.total_seconds())
+    assert await backend.try_acquire_leadership(leader, lease=LEASE)
+    row = await backend.get_leader()
+    assert row is not None and elected is not None
+    assert (row.worker_id, row.elected_at) == (leader, elected.elected_at)
+    await backend.release_leadership(leader)
+
+
+@pytest.mark.postgres_only("the lease is the server's idle_session_timeout on the lock's session")
+async def test_the_server_ends_a_silent_leaders_session_and_frees_the_lock(
+    harness: Harness,
+) -> None:
+    assert harness.pg is not None
+    backend = harness.backend
+    assert await backend.try_acquire_leadership(uuid4(), lease=LEASE)
+    holders = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+        "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0)"
+    )
+    key = leader_lock_key(harness.pg.schema)
+    assert (await harness.sql(holders, key))[0][0] == 1
+    for _ in range(100):  # the lease, then the server's end of the session
+        if (await harness.sql(holders, key))[0][0] == 0:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the silent leader's session still holds the lock")
+
+
+@pytest.mark.postgres_only("the server ends any lock connection idle for a lease")
+async def test_a_follower_whose_idle_connection_the_server_ended_campaigns_without_error(
+    harness: Harness,
+) -> None:
+    assert harness.pg is not None
+    leader, follower = uuid4(), uuid4()
+    sessions = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+        "AND datname = current_database()"
+    )
+    name = f"taskq_leader_{harness.pg.schema}"
+    async with other_worker(harness) as other:
+        assert await harness.backend.try_acquire_leadership(leader)  # no lease: it stays
+        assert not await other.try_acquire_leadership(follower, lease=timedelta(seconds=1))
+        assert (await harness.sql(sessions, name))[0][0] == 2
+        for _ in range(100):  # the follower's connection, idle for a lease, is ended
+            if (await harness.sql(sessions, name))[0][0] == 1:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the server did not end the idle follower's connection")
+        # Not an outage: the campaign answers (on a new connection), it does not raise.
+        assert not await other.try_acquire_leadership(follower, lease=timedelta(seconds=1))
+        await harness.backend.release_leadership(leader)
+        assert await other.try_acquire_leadership(follower, lease=timedelta(seconds=1))
+        await other.release_leadership(follower)

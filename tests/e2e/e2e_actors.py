@@ -79,11 +79,32 @@ async def stubborn(payload: dict[str, Any]) -> str:
 
 
 @actor
+def long_first_run(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> dict[str, Any]:
+    """A plain ``def`` (a thread nothing can stop): its first body sleeps ``seconds``, every
+    later one returns at once."""
+    if ctx.attempt == 1:
+        time.sleep(payload.get("seconds", 60))
+    return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@actor
 async def blocker(payload: dict[str, Any]) -> None:
     """Blocks the event loop (a bug the watchdog must catch)."""
     time.sleep(payload.get("seconds", 10))  # noqa: ASYNC251 - the bug under test
 
 
-registry = [echo, explode, exclusive, fair, stamp, sleepy, crash_once, oblivious, stubborn, blocker]
+registry = [
+    echo,
+    explode,
+    exclusive,
+    fair,
+    stamp,
+    sleepy,
+    crash_once,
+    oblivious,
+    stubborn,
+    long_first_run,
+    blocker,
+]
 moved = [actor(name="echo", queue="elsewhere")(echo.fn)]
 not_a_registry = (a for a in registry)

@@ -145,7 +145,48 @@ async def test_second_sigterm_escalates_to_forcing(
     assert "shutdown_escalated" in err
     job = await backend.get(row.id)
     assert job is not None and job.status in (JobStatus.SCHEDULED, JobStatus.PENDING)
-    assert job.attempt == 0, "a shutdown interruption must not use up an attempt"
+    assert job.attempts_used == 0, "a shutdown interruption must not use up an attempt"
+
+
+async def test_a_deploy_records_the_interrupted_attempt_and_spends_no_budget(
+    backend: PostgresBackend, spawn: Callable[..., Awaitable[WorkerProcess]]
+) -> None:
+    row = await backend.enqueue(EnqueueArgs("sleepy", {"seconds": 60}, max_attempts=1))
+    worker = await spawn()
+    await until(lambda: running(backend, row.id))
+    worker.signal(signal.SIGTERM)
+    code, err = await worker.wait()
+    assert code == 0, err
+    job = await backend.get(row.id)
+    assert job is not None and (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
+    attempts = [(a.attempt, a.outcome) for a in await backend.get_attempts(row.id)]
+    assert attempts == [(1, "interrupted")]
+    last = (await backend.get_events(row.id))[-1]
+    assert (last.to_status, last.detail) == (JobStatus.PENDING, {"reason": "shutdown"})
+
+
+async def test_a_deploy_sends_a_job_that_outlives_the_graces_back_to_the_queue(
+    backend: PostgresBackend, spawn: Callable[..., Awaitable[WorkerProcess]]
+) -> None:
+    """A plain ``def`` body runs past both graces: its attempt is abandoned and the job goes
+    back to the queue (it was dropped for good: a deploy lost every long job), to run on
+    the next worker."""
+    row = await backend.enqueue(EnqueueArgs("long_first_run", {"seconds": 60}, max_attempts=3))
+    worker = await spawn()
+    await until(lambda: running(backend, row.id))
+    worker.signal(signal.SIGTERM)
+    code, err = await worker.wait()
+    assert code == 0, err
+    job = await backend.get(row.id)
+    assert job is not None and (job.status, job.attempts_used) == (JobStatus.PENDING, 1)
+    assert [a.outcome for a in await backend.get_attempts(row.id)] == ["abandoned"]
+    rescuer = await spawn()
+    done = await until(lambda: terminal(backend, row.id), timeout=20)
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.result == {"attempt": 2, "pid": rescuer.pid}
+    assert [a.outcome for a in await backend.get_attempts(row.id)] == ["abandoned", "succeeded"]
+    rescuer.signal(signal.SIGTERM)
+    assert (await rescuer.wait())[0] == 0
 
 
 async def test_non_cooperative_actor_is_forced_then_abandoned(

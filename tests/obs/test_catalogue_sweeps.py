@@ -27,7 +27,7 @@ from taskq_core.worker.sweeps import (
 from taskq_core.worker.transient import UnexpectedErrorGuard
 from tests.conformance.states import LEASE, running_job
 from tests.obs.otel_sdk import Sdk
-from tests.worker.sweep_support import MIDNIGHT, TERMINAL, memory_deps, terminal_job
+from tests.worker.sweep_support import MIDNIGHT, TERMINAL, lead, memory_deps, terminal_job
 
 HOUR = timedelta(hours=1)
 
@@ -116,7 +116,7 @@ async def test_the_leader_sample_reports_depths_only_while_leading(sdk: Sdk) -> 
 
 async def test_leader_loops_time_their_passes_and_count_unexpected_errors(sdk: Sdk) -> None:
     deps, _, _ = setup()
-    deps.is_leader.set()
+    lead(deps)
     calls = 0
 
     async def flaky() -> None:

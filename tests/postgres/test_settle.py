@@ -127,7 +127,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
         statements = {
             "settle": (
                 "uuid[], integer[], uuid[], text[], interval[], boolean[], text[], interval[], "
-                "float8[], text[], text[], text[], text[], text, integer, integer",
+                "float8[], text[], text[], text[], text[], boolean[], text, integer, integer",
                 [
                     _array([job.id for job in claimed], "uuid"),
                     _array([job.attempt for job in claimed], "integer"),
@@ -135,7 +135,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     _array(["succeeded"] * n, "text"),
                     *["NULL"] * 4,
                     _array([0.0] * n, "float8"),
-                    *["NULL"] * 4,
+                    *["NULL"] * 5,
                     "'unheard'",
                     "10",
                     "3",  # TASKQ_POISON_RECLAIMS

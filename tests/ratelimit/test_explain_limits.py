@@ -58,7 +58,7 @@ async def test_a_job_a_rate_limit_holds_back_names_the_limit_and_when_it_runs(
     assert "the limit was used up" in verdict.message
     assert "in 30s" in verdict.message and "without using an attempt" in verdict.message
     assert (verdict.facts["limit"], verdict.facts["kind"]) == ("payments", "rate_limit")
-    assert job.attempt == 0
+    assert job.attempts_used == 0
 
 
 async def test_a_reservation_without_a_free_slot_is_named_with_its_count(

@@ -86,7 +86,7 @@ async def test_denied_jobs_wait_without_using_attempts_then_run(backend: Backend
     assert await drain(backend, [call_api]) == 0
     rows = [await backend.get(job.id) for job in jobs]
     assert all(row is not None and row.status is JobStatus.SUCCEEDED for row in rows)
-    assert all(row is not None and row.attempt == 1 for row in rows)
+    assert all(row is not None and row.attempts_used == 1 for row in rows)
     first_try: list[datetime] = []  # starts of the jobs admitted without waiting
     for job, row in zip(jobs, rows, strict=True):
         assert [a.outcome for a in await backend.get_attempts(job.id)] == ["succeeded"]

@@ -87,7 +87,7 @@ async def test_never_more_jobs_at_once_than_slots_and_all_slots_back_after(
     assert most_running <= 2
     for job in jobs:
         row = await backend.get(job.id)
-        assert row is not None and (row.status, row.attempt) == (JobStatus.SUCCEEDED, 1)
+        assert row is not None and (row.status, row.attempts_used) == (JobStatus.SUCCEEDED, 1)
     failed = await backend.get(failing.id)
     assert failed is not None and failed.status is JobStatus.FAILED
     assert await backend.held_reservation_slots() == []  # success and failure gave them back
@@ -123,7 +123,7 @@ async def test_a_leaked_slot_is_swept_by_the_leader_and_its_jobs_run(backend: Ba
     release.set()
     assert await asyncio.wait_for(worker(backend, [hold]).run(), 60) == 0
     row = await backend.get(job.id)
-    assert row is not None and (row.status, row.attempt) == (JobStatus.SUCCEEDED, 1)
+    assert row is not None and (row.status, row.attempts_used) == (JobStatus.SUCCEEDED, 1)
     assert await backend.held_reservation_slots() == []
 
 

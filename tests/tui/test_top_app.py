@@ -274,7 +274,7 @@ async def test_enter_opens_the_job_detail_screen(dashboard: Dashboard) -> None:
         fields = section("fields")
         assert field(fields, "id") == str(failed.id)
         assert field(fields, "status") == "failed"
-        assert field(fields, "attempt") == "1/3 (transient)"
+        assert field(fields, "attempt") == "#1, 1 of 3 used (transient)"
         assert field(fields, "worker") == str(dashboard.seeded.busy)
         assert '"url": "s3://img/broken-17.png"' in section("payload")
         outcome = section("outcome")
@@ -414,7 +414,7 @@ async def test_retry_re_pends_the_selected_failed_job(dashboard: Dashboard) -> N
         await pilot.press("y")
         await settle(pilot)
         row = await dashboard.backend.get(job.id)
-        assert row is not None and row.status is JobStatus.PENDING and row.attempt == 0
+        assert row is not None and row.status is JobStatus.PENDING and row.attempts_used == 0
         assert str(job.id) not in {r.key.value for r in app.jobs_pane.table.ordered_rows}
 
 

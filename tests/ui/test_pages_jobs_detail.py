@@ -138,7 +138,7 @@ async def test_retry_and_cancel_change_the_database(pg: PgTarget) -> None:
         assert response.status_code == 303
         assert response.headers["location"] == f"/jobs/{failed.id}?outcome=retried"
         row = await backend.get(failed.id)
-        assert row is not None and row.status is JobStatus.PENDING and row.attempt == 0
+        assert row is not None and row.status is JobStatus.PENDING and row.attempts_used == 0
         page = (await ui.client.get(response.headers["location"])).text
         assert "retried: back to pending" in page
 

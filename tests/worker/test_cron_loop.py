@@ -16,7 +16,7 @@ from taskq_core.clock import FakeClock
 from taskq_core.worker.cron_loop import CronLoop
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import run_gated
-from tests.worker.sweep_support import MIDNIGHT, memory_deps, until
+from tests.worker.sweep_support import MIDNIGHT, lead, memory_deps, renewed, until
 
 DAY = timedelta(days=1)
 
@@ -29,7 +29,7 @@ def daily(name: str, hhmm: str = "03:00") -> ScheduleSpec:
 @pytest.fixture
 def deps() -> WorkerDeps:
     deps = memory_deps(FakeClock(MIDNIGHT))
-    deps.is_leader.set()
+    lead(deps)
     return deps
 
 
@@ -37,6 +37,7 @@ def advance(deps: WorkerDeps, delta: timedelta) -> None:
     clock = deps.clock
     assert isinstance(clock, FakeClock)
     clock.advance(delta)
+    renewed(deps)  # a leader's election renews its lease all along
 
 
 def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -122,7 +123,7 @@ async def test_the_gated_loop_fires_only_while_leading(deps: WorkerDeps) -> None
         for _ in range(20):  # a follower's loop waits on the gate alone: no timer to run
             await asyncio.sleep(0)
         assert ticks == [] and "cron" not in deps.liveness.ages()
-        deps.is_leader.set()
+        lead(deps)
         await until(lambda: len(ticks) >= 2)
         assert ticks[0] == 1 and set(ticks[1:]) == {0}
     finally:

@@ -65,7 +65,8 @@ async def test_the_next_run_records_its_start_before_the_body_runs(
     job = await reclaimed_unstarted(backend)
     assert await run(make_worker(backend, [look_at_own_row])) == EXIT_OK
     [seen] = _seen[job.id]
-    assert (seen.status, seen.attempt) == (JobStatus.RUNNING, 1)
+    # Its second claim: number 2 (the first claim's body may have run), the budget whole.
+    assert (seen.status, seen.attempt, seen.attempts_used) == (JobStatus.RUNNING, 2, 1)
     assert seen.started_at is not None  # on the row before the body's first line ran
     row = await backend.get(job.id)
     assert row is not None and row.status is JobStatus.SUCCEEDED
@@ -100,9 +101,15 @@ async def test_a_lease_lost_before_the_start_write_does_not_run_the_body(
     worker = make_worker(racing, [look_at_own_row])  # type: ignore[arg-type]
     assert await run(worker) == EXIT_OK
     assert racing.requeued
-    # The first claim's body never ran; the requeued job ran once, on its next claim.
+    # The claim whose lease was requeued ran no body; the requeued job ran once, on its next
+    # claim, under a number of its own (the same worker claiming it again gets a new lease,
+    # which the fences tell from the old one), with one attempt of its budget used.
     [seen] = _seen[job.id]
     assert seen.started_at is not None
     row = await backend.get(job.id)
-    assert row is not None and (row.status, row.attempt) == (JobStatus.SUCCEEDED, 1)
-    assert (seen.attempt, seen.unstarted_reclaims) == (1, 2)  # the requeue gave it back too
+    assert row is not None and (row.status, row.attempt, row.attempts_used) == (
+        JobStatus.SUCCEEDED,
+        3,
+        1,
+    )
+    assert (seen.attempt, seen.unstarted_reclaims) == (3, 2)  # the requeue gave it back too

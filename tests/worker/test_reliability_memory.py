@@ -161,9 +161,11 @@ async def test_a_forced_cancel_of_a_thread_actor_ends_abandoned_and_says_why(
         assert await asyncio.wait_for(run, 20) == 0
 
 
-async def test_shutdown_forces_then_abandons_a_job_that_ignores_it(
+async def test_shutdown_abandons_a_job_that_ignores_it_and_sends_it_back_to_the_queue(
     backend: InMemoryBackend, make_worker: Callable[..., Worker]
 ) -> None:
+    """A deploy does not drop a long job: its attempt is abandoned (it counts, as a crash
+    does) and the job waits for the next worker."""
     row = await backend.enqueue(EnqueueArgs("ignores_cancel"))
     worker = make_worker(backend, [ignores_cancel], until_idle=False)
     run = asyncio.create_task(worker.run())
@@ -171,7 +173,12 @@ async def test_shutdown_forces_then_abandons_a_job_that_ignores_it(
     worker.stop("test")
     assert await asyncio.wait_for(run, 20) == 0
     job = await backend.get(row.id)
-    assert job is not None and job.status is JobStatus.ABANDONED and job.cancel_phase == 2
+    assert job is not None and (job.status, job.cancel_phase, job.attempts_used) == (
+        JobStatus.PENDING,
+        0,
+        1,
+    )
+    assert [a.outcome for a in await backend.get_attempts(row.id)] == ["abandoned"]
     escalations = [
         e for e in await backend.get_events(row.id) if e.detail.get("cancel_phase_to") == 2
     ]
@@ -223,5 +230,5 @@ async def test_a_prefetched_job_is_claimed_not_started_until_a_consumer_takes_it
     worker.stop("test")
     assert await asyncio.wait_for(run, 20) == 0
     back = await backend.get(second.id)
-    assert back is not None and back.status is JobStatus.PENDING and back.attempt == 0
+    assert back is not None and back.status is JobStatus.PENDING and back.attempts_used == 0
     assert await backend.get_attempts(second.id) == []

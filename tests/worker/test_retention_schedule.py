@@ -63,10 +63,11 @@ async def test_a_sweep_runs_at_the_time_its_settings_name(
             return await backend.get(job.id) is None
         return await backend.get_archived_job(job.id) is None
 
-    # The watchdog is off: this test moves the clock by hours in one step.
+    # The watchdog is off and the lease (the leader's too) outlasts a day: this test moves
+    # the clock by hours in one step, which a real leader would take for a freeze.
     worker = make_worker(
         backend, [], clock=clock, until_idle=False, watchdog_enabled=False,
-        prune_retention_period="1m", **settings,
+        prune_retention_period="1m", lock_lease=2 * 86400, **settings,
     )  # fmt: skip
     with structlog.testing.capture_logs() as logs:
         running = asyncio.create_task(worker.run())

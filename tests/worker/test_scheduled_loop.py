@@ -14,7 +14,7 @@ from taskq_core.errors import DatabaseUnavailableError
 from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import run_scheduled
-from tests.worker.sweep_support import MIDNIGHT, at, memory_deps, until
+from tests.worker.sweep_support import MIDNIGHT, at, lead, memory_deps, renewed, until
 
 RECHECK = 0.005  # seconds between the loop's clock reads (real time)
 
@@ -49,7 +49,7 @@ class Step:
 @pytest.fixture
 def deps() -> WorkerDeps:
     deps = memory_deps()
-    deps.is_leader.set()
+    lead(deps)
     return deps
 
 
@@ -65,6 +65,7 @@ async def loop(deps: WorkerDeps) -> AsyncIterator[tuple[PlanSpy, Step]]:
 
 def advance_to(deps: WorkerDeps, when: datetime) -> None:
     deps.clock.advance(when - deps.clock.now())  # type: ignore[attr-defined]
+    renewed(deps)  # a leader's election renews its lease all along
 
 
 async def test_the_step_runs_at_the_fire_time_and_the_next_fire_is_planned(
@@ -90,7 +91,7 @@ async def test_a_fire_time_missed_while_following_is_not_caught_up(deps: WorkerD
     spy, step = PlanSpy("0 3 * * *"), Step(deps)
     task = asyncio.create_task(run_scheduled(deps, "prune", spy, step, recheck=RECHECK))
     advance_to(deps, at("04:00"))
-    deps.is_leader.set()
+    lead(deps)
     await until(lambda: spy.plans == [at("04:00")])
     assert step.runs == []
     advance_to(deps, at("03:00", day=2))
@@ -112,7 +113,7 @@ async def test_losing_leadership_during_the_wait_replans_and_never_runs_as_follo
     deps.clock.advance(60)  # type: ignore[attr-defined]
     # Winning again (LeaderElection stamps the term), whether or not the loop saw the gap.
     deps.leader_since = deps.clock.monotonic()
-    deps.is_leader.set()
+    lead(deps)
     await until(lambda: len(spy.plans) == 2)
     assert spy.plans[1] == at("03:01")
     assert step.runs == []
@@ -124,6 +125,7 @@ async def test_a_new_leadership_term_replans_even_without_a_visible_gap(
     spy, _ = loop
     await until(lambda: spy.plans == [MIDNIGHT])
     deps.clock.advance(30)  # type: ignore[attr-defined]
+    renewed(deps)
     deps.leader_since = deps.clock.monotonic()  # lost and won again between two reads
     await until(lambda: len(spy.plans) == 2)
     assert spy.plans[1] == MIDNIGHT + timedelta(seconds=30)

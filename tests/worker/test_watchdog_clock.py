@@ -99,13 +99,59 @@ async def test_the_stale_loop_watchdog_trips_when_a_stepped_clock_passes_a_budge
     checking = asyncio.create_task(
         watchdog.stale_loop_watchdog(liveness, LOG, check_interval=0.01, shutdown=shutdown)
     )
-    clock.advance(10.5)
     async with asyncio.timeout(5):  # each check is a real 10 ms wait; the clock decides
-        while not trips:
+        while not trips:  # the watchdog runs on time while the heartbeat stays silent
+            clock.advance(0.1)
             await asyncio.sleep(0.01)
     shutdown.set()
     await asyncio.wait_for(checking, 5)
     assert trips[0] == ("stale-loop", "loops stopped ticking: heartbeat")
+    assert clock.monotonic() - 1000.0 > 10.0  # not before the budget
+
+
+async def test_a_stopped_process_is_not_a_stale_loop(trips: list[tuple[str, str]]) -> None:
+    """A SIGSTOP or a VM pause stops the watchdog too: when it finds its own wait far
+    overrun, every loop gets a fresh budget instead of a trip."""
+    clock = FakeClock()
+    liveness = LoopLiveness(clock, grace_factor=5.0, stale_floor=10.0)
+    liveness.tick("heartbeat", period=1.0)
+    shutdown = asyncio.Event()
+    checking = asyncio.create_task(
+        watchdog.stale_loop_watchdog(liveness, LOG, check_interval=0.01, shutdown=shutdown)
+    )
+    await asyncio.sleep(0)  # the first check ran, its wait began
+    clock.advance(30.0)  # the whole process was stopped for 30 s
+    async with asyncio.timeout(5):
+        while liveness.ages()["heartbeat"] >= 30.0:
+            await asyncio.sleep(0.01)
+    shutdown.set()
+    await asyncio.wait_for(checking, 5)
+    assert trips == []
+    assert liveness.stale() == []
+
+
+def test_the_loop_lag_thread_counts_its_own_overrun_wait_as_a_stop() -> None:
+    clock = FakeClock()
+    liveness = LoopLiveness(clock, grace_factor=5.0, stale_floor=10.0)
+    lag = LoopLagWatchdog(
+        None,  # type: ignore[arg-type]  # never scheduled on: only the checks run
+        liveness,
+        LOG,
+        clock,
+        budget=30.0,
+        startup_grace=0.0,
+        check_interval=1.0,
+    )
+    waited_from = clock.monotonic()
+    clock.advance(31.5)  # the thread itself was stopped: its 1 s wait took 31.5 s
+    assert lag.check_after_wait(waited_from) is None
+    reasons = []
+    for _ in range(31):  # then it wakes on time every second while the loop sends no beat
+        waited_from = clock.monotonic()
+        clock.advance(1.0)
+        reasons.append(lag.check_after_wait(waited_from))
+    assert reasons[:30] == [None] * 30
+    assert reasons[30] == "event loop blocked for 31.0s"
 
 
 def test_the_shutdown_deadline_trips_only_once_the_clock_spends_the_budget() -> None:

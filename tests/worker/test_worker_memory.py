@@ -168,7 +168,10 @@ async def test_snooze_reschedules_without_using_attempts(
     assert await run(make_worker(backend, [snoozer])) == 0
     job = await backend.get(row.id)
     assert job is not None and job.status is JobStatus.SUCCEEDED
-    assert job.result == 1 and job.metadata["snooze_count"] == 2
+    # Three bodies, three numbers (the last body saw 3); one attempt of the budget used.
+    assert (job.result, job.attempts_used, job.metadata["snooze_count"]) == (3, 1, 2)
+    outcomes = [(a.attempt, a.outcome) for a in await backend.get_attempts(row.id)]
+    assert outcomes == [(1, "snoozed"), (2, "snoozed"), (3, "succeeded")]
 
 
 @actor(retry=RetryPolicy(max_attempts=2, base=timedelta(milliseconds=10)))

@@ -26,7 +26,7 @@ from textual.widgets import Footer, Static
 
 from taskq_cli.batch_progress import JobBatch
 from taskq_cli.job_progress import progress_line, reported_at
-from taskq_cli.output import age, to_jsonable
+from taskq_cli.output import age, attempt_summary, to_jsonable
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
@@ -52,7 +52,7 @@ def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
         ("queue", job.queue),
         ("status", "running (claimed, not started)" if job.is_claimed else job.status.value),
         ("progress", progress_line(job, _ago(reported_at(job))) or "-"),
-        ("attempt", f"{job.attempt}/{job.max_attempts} ({job.retry_kind})"),
+        ("attempt", attempt_summary(job)),
         ("priority", str(job.priority)),
         ("created", _when(job.created_at)),
         ("scheduled", _when(job.scheduled_at)),

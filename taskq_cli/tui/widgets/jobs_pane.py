@@ -94,7 +94,7 @@ class JobsTable(FittedTable):
             Text(job.actor),
             Text(job.queue),
             palette.status(job.status, claimed=job.is_claimed),
-            Text(f"{job.attempt}/{job.max_attempts}", justify="right"),
+            Text(f"{job.attempts_used}/{job.max_attempts}", justify="right"),
             Text(f"{age(activity_at(job), snapshot.now)} ago"),
             palette.text(error, "bad"),
         ]

@@ -41,7 +41,8 @@ class JobLine(BaseModel):
     queue: str
     status: str
     claimed: bool
-    attempt: int
+    attempt: int  # the last claim's number
+    attempts_used: int  # of the retry budget
     max_attempts: int
     priority: int
     created_at: datetime
@@ -65,6 +66,7 @@ class JobLine(BaseModel):
             status=job.status.value,
             claimed=job.is_claimed,
             attempt=job.attempt,
+            attempts_used=job.attempts_used,
             max_attempts=job.max_attempts,
             priority=job.priority,
             created_at=job.created_at,
@@ -113,7 +115,8 @@ class JobView(BaseModel):
     queue: str
     status: str
     claimed: bool
-    attempt: int
+    attempt: int  # the last claim's number
+    attempts_used: int  # of the retry budget
     max_attempts: int
     retry_kind: str
     priority: int
@@ -151,6 +154,7 @@ class JobView(BaseModel):
             status=job.status.value,
             claimed=job.is_claimed,
             attempt=job.attempt,
+            attempts_used=job.attempts_used,
             max_attempts=job.max_attempts,
             retry_kind=job.retry_kind,
             priority=job.priority,

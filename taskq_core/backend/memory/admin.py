@@ -163,7 +163,7 @@ class AdminPart(MemoryStore):
         # Unchecked: re-pending a terminal row is the operator's explicit override.
         self._transition(job, PENDING, checked=False, detail={"reason": "operator_retry"})
         job.scheduled_at = job.updated_at
-        job.attempt = 0
+        job.uncounted_attempts = job.attempt  # a fresh budget; the next body's number is higher
         job.finished_at = job.started_at = None
         job.result = job.result_expires_at = None
         job.clear_lock()

@@ -13,9 +13,11 @@ from uuid import UUID
 from taskq_core.backend.protocol import (
     CancelFlag,
     DispatchPosition,
+    ErrorInfo,
     HeartbeatResult,
     JobRow,
     Lease,
+    LostAttempt,
     QueueMode,
     Start,
 )
@@ -225,6 +227,26 @@ class DispatchPart(MemoryStore):
                 job.started_at = self._now() - timedelta(seconds=start.ran_for)
                 written.add(job.id)
         return written
+
+    async def record_lost_attempts(self, worker_id: UUID, lost: Sequence[LostAttempt]) -> int:
+        """A 'lost' attempt row for each body that ran under a lease this worker lost, unless
+        its job has a row for that attempt or is gone."""
+        added = 0
+        for body in lost:
+            if body.job_id not in self._jobs or self._has_attempt(body.job_id, body.attempt):
+                continue
+            now = self._now()
+            self._add_attempt_row(
+                body.job_id,
+                body.attempt,
+                worker_id,
+                "lost",
+                started_at=now - timedelta(seconds=body.started_ago),
+                finished_at=now - timedelta(seconds=body.ended_ago),
+                error=ErrorInfo("LeaseLost", body.reason),
+            )
+            added += 1
+        return added
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         """Running jobs of this worker with a cancel requested, oldest request first."""

@@ -1,6 +1,6 @@
-"""The maintenance leader: election (the first worker to ask leads until it releases) and the
-sweeps, each one pass over the jobs on the injected clock. A reclaimed job settles through
-``settle``, as every other end of an attempt does.
+"""The maintenance leader: election (the first worker to ask leads until it releases or lets
+its lease lapse) and the sweeps, each one pass over the jobs on the injected clock. A
+reclaimed job settles through ``settle``, as every other end of an attempt does.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow
@@ -36,21 +36,33 @@ class LeaderPart(SettlePart):
     ``expire_results``, ``delete_stale_workers``, ``waiting_queues`` and the reclaim events
     they leave."""
 
-    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
-        """The first worker to ask leads until it releases; the leader row is upserted."""
+    # When the leader's lease lapses unless it asks again (None: no lease); PG's server ends
+    # a silent leader's session after the same lease.
+    _leader_expires_at: datetime | None = None
+
+    async def try_acquire_leadership(
+        self, worker_id: UUID, *, lease: timedelta | None = None
+    ) -> bool:
+        """The first worker to ask leads until it releases, or until a whole ``lease`` passes
+        without it asking again and another worker asks; the leader row is upserted."""
         now = self._now()
-        if self._leader is None:
+        leader = self._leader
+        if leader is not None and leader.worker_id != worker_id:
+            if self._leader_expires_at is None or now < self._leader_expires_at:
+                return False
+            leader = None  # its lease lapsed: the asking worker takes over
+        if leader is None:
             self._leader = LeaderRow(worker_id, elected_at=now, last_seen_at=now)
-        elif self._leader.worker_id == worker_id:
-            self._leader = replace(self._leader, last_seen_at=now)
         else:
-            return False
+            self._leader = replace(leader, last_seen_at=now)
+        self._leader_expires_at = None if lease is None else now + lease
         return True
 
     async def release_leadership(self, worker_id: UUID) -> None:
         """Give up leadership (no-op when not leading)."""
         if self._leader is not None and self._leader.worker_id == worker_id:
             self._leader = None
+            self._leader_expires_at = None
 
     async def get_leader(self) -> LeaderRow | None:
         """The current leader row, if any."""
@@ -101,8 +113,9 @@ class LeaderPart(SettlePart):
             and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
             and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
         ]
+        blamed = {job.id for job in expired if self._blamed(job)}  # before any write, as PG
         for job in expired:
-            self._reclaim(job, now, poison_reclaims)
+            self._reclaim(job, now, poison_reclaims, blamed=job.id in blamed)
         if expired:
             self._wake()
         return len(expired)

@@ -1,16 +1,18 @@
 """Settling an attempt: every outcome of a claimed job, through one path.
 
-A worker's write (success, failure, retry, snooze, retry-after, cancel, abandon), a release
-and the reclaim sweep all describe what happened as an ``Ending``; ``decide`` turns it into
-a ``Settlement`` by the shared rules (a requested cancel wins over any rescheduling, then the
-job's deadline, then its attempt budget; a job given back retries while ``retries_left``),
-and ``SettlePart._write`` writes it: at most one attempt row, one event, the row's fields.
-Every worker write is fenced by its lease (``MemoryStore._leased``).
+A worker's write (success, failure, retry, snooze, retry-after, cancel, a shutdown's
+interrupt, abandon), a release and the reclaim sweep all describe what happened as an
+``Ending``; ``decide`` turns it into a ``Settlement`` by the shared rules (a requested cancel
+wins over any rescheduling, then the job's deadline, then its attempt budget; a job given
+back retries while ``retries_left``), and ``SettlePart._write`` writes it: at most one attempt
+row, one event, the row's fields. An attempt number is never given back: an attempt that
+spends no budget is counted in ``uncounted_attempts``. Every worker write is fenced by its
+lease (``MemoryStore._leased``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -34,7 +36,15 @@ from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, json_text
 
 AttemptOutcome = Literal[
-    "succeeded", "failed", "retried", "snoozed", "retry_after", "cancelled", "abandoned", "crashed"
+    "succeeded",
+    "failed",
+    "retried",
+    "snoozed",
+    "retry_after",
+    "cancelled",
+    "interrupted",
+    "abandoned",
+    "crashed",
 ]
 _ENDS: dict[str, JobStatus] = {
     "succeeded": JobStatus.SUCCEEDED,
@@ -52,8 +62,8 @@ class Ending:
     """What is asked for one attempt, by its worker or by whoever takes the job from it.
 
     ``run_at`` set: a rescheduling outcome (retried, snoozed, retry_after), or for
-    ``crashed`` where a job with retries left waits (``retry_as``). ``counts`` False gives
-    the attempt back (snooze, a retry-after that spends no budget). ``started`` is False
+    ``crashed`` where a job with retries left waits (``retry_as``). ``counts`` False spends
+    no budget (snooze, a retry-after that spends none). ``started`` is False
     for a ``crashed`` job whose body never ran. ``ran_for`` dates a start not recorded yet.
     ``poison``: the reclaim found a poison job (its worker died running it too often); a
     started job then fails with this error unless a cancel was asked.
@@ -73,8 +83,8 @@ class Ending:
 class Settlement:
     """An attempt's end, decided: the one write ``SettlePart._write`` makes.
 
-    ``attempt_outcome`` None writes no attempt row; ``counts`` False gives the attempt back
-    (after its row, if any). ``job_error`` None leaves the row's last error. ``run_at``
+    ``attempt_outcome`` None writes no attempt row; ``counts`` False adds the attempt to the
+    uncounted ones. ``job_error`` None leaves the row's last error. ``run_at``
     None keeps scheduled_at. ``given_back``: the worker no longer holds the job (release,
     reclaim), so its lock is cleared even when the job ends.
     """
@@ -93,6 +103,12 @@ def decide(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
     outcome, error = ending.outcome, ending.error
     if outcome == "crashed":
         return _given_back(job, ending, now)
+    if outcome == "abandoned":
+        return _abandoned(job, ending, now)
+    if outcome == "interrupted":  # a shutdown stopped the body: back in its place, uncounted
+        if job.cancel_requested_at is not None:
+            return Settlement(JobStatus.CANCELLED, "cancelled")
+        return Settlement(PENDING, "interrupted", counts=False, given_back=True)
     if ending.run_at is None:  # an end the worker reports
         return Settlement(_ENDS[outcome], outcome, error, error)
     # Rescheduling: a requested cancel wins, then the deadline, then the attempt budget.
@@ -108,12 +124,23 @@ def decide(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
         outcome == "retry_after"
         and ending.counts
         and job.retry_kind == "transient"
-        and job.attempt >= job.max_attempts
+        and job.attempts_used >= job.max_attempts
     ):
         message = f"all {job.max_attempts} attempts used; retry-after refused"
         stop = ErrorInfo("MaxAttemptsExceeded", message)
         return Settlement(JobStatus.FAILED, "failed", stop, stop)
     return Settlement(SCHEDULED, outcome, error, error, ending.run_at, ending.counts)
+
+
+def _abandoned(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
+    """A body that ignored its forced cancel: an operator's cancel (or no retries left) ends
+    the job abandoned; a shutdown's gives it back like a crash, due now."""
+    error = ending.error
+    if job.cancel_requested_at is not None or not retries_left(
+        job.retry_kind, job.attempts_used, job.max_attempts, job.schedule_to_close, now
+    ):
+        return Settlement(JobStatus.ABANDONED, "abandoned", error, error)
+    return Settlement(PENDING, "abandoned", error, error, now, given_back=True)
 
 
 def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
@@ -133,7 +160,9 @@ def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
         status = PENDING
     elif ending.poison is not None:
         status, job_error = JobStatus.FAILED, ending.poison
-    elif retries_left(job.retry_kind, job.attempt, job.max_attempts, job.schedule_to_close, now):
+    elif retries_left(
+        job.retry_kind, job.attempts_used, job.max_attempts, job.schedule_to_close, now
+    ):
         status, run_at = ending.retry_as, ending.run_at
     return Settlement(
         status, row, error if row else None, job_error, run_at, ending.started, given_back=True
@@ -159,13 +188,16 @@ class SettlePart(MemoryStore):
         detail: dict[str, Any] | None = None,
     ) -> Settlement:
         """Write a decided settlement: the attempt row, the event and the row, once each."""
-        if plan.attempt_outcome is not None:
+        # A give-back of a body its worker already recorded as lost adds no second row.
+        if plan.attempt_outcome is not None and not (
+            plan.attempt_outcome == "crashed" and self._has_attempt(job.id, job.attempt)
+        ):
             self._record_attempt(job, plan.attempt_outcome, worker_id, plan.attempt_error)
         if kind == "reclaim" and not plan.counts:
             # A reclaim of a body that never started: its next claim carries the count.
             job.unstarted_reclaims += 1
         if not plan.counts:
-            job.attempt = max(job.attempt - 1, 0)
+            job.uncounted_attempts += 1  # the number stays: the next body's is higher
         self._transition(job, plan.status, worker_id=worker_id, kind=kind, detail=detail)
         if plan.job_error is not None:
             job.set_error(plan.job_error)
@@ -196,16 +228,33 @@ class SettlePart(MemoryStore):
         its start is written must not loop forever)."""
         return job.started_at is not None or job.unstarted_reclaims >= UNSTARTED_RECLAIM_LIMIT
 
-    def _reclaim(self, job: JobRecord, now: datetime, poison_reclaims: int | None) -> None:
+    def _blamed(self, job: JobRecord) -> bool:
+        """Whether its worker's death is blamed on ``job``: its start is recorded and no other
+        running body of that worker started after it (ties by id; ``backend.protocol.poison``)."""
+        if job.started_at is None:
+            return False
+        mine = (job.started_at, job.id.bytes)
+        return not any(
+            other.status is RUNNING
+            and other.locked_by_worker == job.locked_by_worker
+            and other.id != job.id
+            and other.started_at is not None
+            and (other.started_at, other.id.bytes) > mine
+            for other in self._jobs.values()
+        )
+
+    def _reclaim(
+        self, job: JobRecord, now: datetime, poison_reclaims: int | None, *, blamed: bool
+    ) -> None:
         """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
         after UNSTARTED_RECLAIM_LIMIT such reclaims (``start_assumed``); the
-        ``poison_reclaims``-th crash of a job whose start was recorded fails it as a poison
-        job (the rule: ``backend.protocol.poison``); a retry goes back to pending at now."""
+        ``poison_reclaims``-th crash blamed on the job in a row fails it as a poison job (the
+        rule: ``backend.protocol.poison``); a retry goes back to pending at now."""
         worker_id = job.locked_by_worker
         started = self._counts_as_started(job)
         assumed = started and job.started_at is None  # by UNSTARTED_RECLAIM_LIMIT
         poison, crashes = None, 0
-        if started and not assumed and poison_reclaims:
+        if blamed and poison_reclaims:
             crashes = len(worker_crashes(e for e in self._events if e.job_id == job.id)) + 1
             if crashes >= poison_reclaims:
                 poison = poison_error(crashes, poison_reclaims)
@@ -222,6 +271,8 @@ class SettlePart(MemoryStore):
         }
         if assumed:
             detail["start_assumed"] = True
+        if started:
+            detail["blamed"] = blamed
         if plan.status is JobStatus.FAILED:
             detail.update(poison=True, crashes=crashes)
         self._write(job, worker_id, plan, kind="reclaim", detail=detail)
@@ -234,9 +285,10 @@ class SettlePart(MemoryStore):
         reason: str,
         retry_delay: timedelta = timedelta(0),
         error: ErrorInfo | None = None,
+        ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt given back), started ones
-        through a crashed attempt; a requested cancel ends them cancelled."""
+        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
+        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
         run_at = self._now() + retry_delay
         released = woken = 0
@@ -244,9 +296,11 @@ class SettlePart(MemoryStore):
             job = self._leased(replace(lease, worker_id=worker_id))
             if job is None:
                 continue
-            started = job.started_at is not None
+            started = job.started_at is not None or job.id in ran
             released += 1
-            ending = Ending("crashed", error, run_at, started=started)
+            ending = Ending(
+                "crashed", error, run_at, started=started, ran_for=0.0 if started else None
+            )
             detail = {"reason": reason, "started": started}
             woken += self._settle(job, worker_id, ending, detail=detail).status is PENDING
         if woken:
@@ -339,14 +393,30 @@ class SettlePart(MemoryStore):
         self._settle(job, lease.worker_id, Ending("cancelled", ran_for=ran_for))
         return True
 
-    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
-        """running with cancel_phase 2 -> abandoned (forced cancel never finished)."""
+    async def mark_interrupted(
+        self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
+    ) -> JobStatus | None:
+        """-> pending in its place, the attempt uncounted (cancelled when a cancel was asked)."""
+        job = self._leased(lease)
+        if job is None:
+            return None
+        ending = Ending("interrupted", ran_for=0.0 if ran_for is None else ran_for)
+        status = self._settle(job, lease.worker_id, ending, detail={"reason": reason}).status
+        if status is PENDING:
+            self._wake()
+        return status
+
+    async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
+        """The attempt abandoned (its forced cancel never finished): the job abandoned, or
+        back to pending after a shutdown's while retries remain."""
         job = self._leased(lease)
         if job is None or job.cancel_phase != 2:
-            return False
+            return None
         ending = Ending("abandoned", ErrorInfo("Abandoned", reason), ran_for=0.0)
-        self._settle(job, lease.worker_id, ending, detail={"reason": reason})
-        return True
+        status = self._settle(job, lease.worker_id, ending, detail={"reason": reason}).status
+        if status is PENDING:
+            self._wake()
+        return status
 
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None

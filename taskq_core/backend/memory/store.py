@@ -116,6 +116,12 @@ class JobRecord:
     unique_key: str | None = None
     unique_until: datetime | None = None
     unstarted_reclaims: int = 0
+    uncounted_attempts: int = 0
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts that counted against ``max_attempts`` (as ``JobRow.attempts_used``)."""
+        return self.attempt - self.uncounted_attempts
 
     def snapshot(self) -> JobRow:
         """A frozen copy that shares nothing mutable with this record."""
@@ -350,25 +356,49 @@ class MemoryStore:
         self, job: JobRecord, outcome: str, worker_id: UUID | None, error: ErrorInfo | None
     ) -> None:
         """Append one ``job_attempts`` row for the job's current attempt, ending now."""
-        now = self._now()
+        self._add_attempt_row(
+            job.id,
+            job.attempt,
+            worker_id,
+            outcome,
+            started_at=job.started_at,
+            finished_at=self._now(),
+            error=error,
+        )
+
+    def _add_attempt_row(
+        self,
+        job_id: UUID,
+        attempt: int,
+        worker_id: UUID | None,
+        outcome: str,
+        *,
+        started_at: datetime | None,
+        finished_at: datetime,
+        error: ErrorInfo | None,
+    ) -> None:
         duration = None
-        if job.started_at is not None:
-            duration = (now - job.started_at).total_seconds() * 1000.0
-        self._attempts.setdefault(job.id, []).append(
+        if started_at is not None:
+            duration = max((finished_at - started_at).total_seconds(), 0.0) * 1000.0
+        self._attempts.setdefault(job_id, []).append(
             AttemptRow(
                 id=next(self._attempt_ids),
-                job_id=job.id,
-                attempt=job.attempt,
+                job_id=job_id,
+                attempt=attempt,
                 worker_id=worker_id,
                 outcome=outcome,
-                started_at=job.started_at,
-                finished_at=now,
+                started_at=started_at,
+                finished_at=finished_at,
                 duration_ms=duration,
                 error_class=error.error_class if error else None,
                 error_message=error.message if error else None,
                 error_traceback=error.traceback if error else None,
             )
         )
+
+    def _has_attempt(self, job_id: UUID, attempt: int) -> bool:
+        """Whether the job has an attempt row for ``attempt``."""
+        return any(row.attempt == attempt for row in self._attempts.get(job_id, ()))
 
     # --- shared predicates -------------------------------------------------------------------
     def _leased(self, lease: Lease) -> JobRecord | None:

@@ -309,6 +309,7 @@ class AdminPart(BackendCore):
             "reclaimed" if end == "requeue" else "failed",
             error_class=error_class,
             error_message=message,
+            reason="operator_requeue" if end == "requeue" else None,
         )
         reason = "operator_requeue" if end == "requeue" else "operator_fail"
         # The backend is all its parts; the settle part holds the one settle statement.

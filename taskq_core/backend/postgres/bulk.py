@@ -151,7 +151,13 @@ _options = operator.attrgetter(
 
 # A returned JobRow: the schema's defaults for every column a bulk enqueue does not write.
 _JOB_FIELDS = tuple(f.name for f in fields(JobRow))
-_DEFAULTS = {"attempt": 0, "cancel_phase": 0, "progress_seq": 0, "unstarted_reclaims": 0}
+_DEFAULTS = {
+    "attempt": 0,
+    "cancel_phase": 0,
+    "progress_seq": 0,
+    "unstarted_reclaims": 0,
+    "uncounted_attempts": 0,
+}
 _ROW_TEMPLATE = [_DEFAULTS.get(name) for name in _JOB_FIELDS]
 _SHARED_INDEXES = tuple(_JOB_FIELDS.index(column.name) for column in SHARED_COLUMNS)
 _ID, _PAYLOAD, _METADATA = (_JOB_FIELDS.index(name) for name in OWN_COLUMNS)

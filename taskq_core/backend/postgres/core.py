@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from typing import Any, Self, TypeVar
 from uuid import UUID
 
@@ -147,6 +148,10 @@ class BackendCore:
         self._leader_conn: asyncpg.Connection | None = None
         self._leader_worker: UUID | None = None
         self._leader_lock = asyncio.Lock()
+        # The idle_session_timeout set on the leader connection, and whether the server
+        # refused it (logged once): see leader.LeaderPart._apply_session_lease.
+        self._leader_session_lease: timedelta | None = None
+        self._leader_lease_refused = False
         self._closed = False
         self.listener = NotifyListener(
             lambda: self._open_direct_connection(f"taskq_listen_{schema}"),

@@ -12,6 +12,7 @@ from taskq_core.backend.protocol import (
     HeartbeatResult,
     JobRow,
     Lease,
+    LostAttempt,
     Start,
 )
 
@@ -92,6 +93,22 @@ class DispatchPart(BackendCore):
             [s.ran_for for s in starts],
         )
         return {row["id"] for row in rows}
+
+    async def record_lost_attempts(self, worker_id: UUID, lost: Sequence[LostAttempt]) -> int:
+        """Attempt rows for bodies that ran under leases this worker lost."""
+        if not lost:
+            return 0
+        return int(
+            await self._pool.fetchval(
+                self._queries["record_lost_attempts"],
+                worker_id,
+                [a.job_id for a in lost],
+                [a.attempt for a in lost],
+                [a.started_ago for a in lost],
+                [a.ended_ago for a in lost],
+                [a.reason for a in lost],
+            )
+        )
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         """Running jobs of this worker with a cancel requested, oldest request first."""

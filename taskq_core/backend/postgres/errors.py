@@ -4,7 +4,8 @@ Nothing above the backend imports asyncpg. Every public coroutine of PostgresBac
 through ``translated`` (applied to the class by ``translate_errors``), so a caller sees:
 
 - DatabaseUnavailableError: the database is away (refused, restarting, shutting down, the
-  connection dropped or a statement did not answer within its timeout); retry later;
+  connection dropped, in every shape asyncpg reports that on a pooled connection, or a
+  statement did not answer within its timeout); retry later;
 - TransientDatabaseError: the statement lost a race (deadlock, serialization failure) or hit a
   server-side statement timeout; retry;
 - SchemaNotMigratedError: the schema or its tables do not exist;
@@ -65,9 +66,24 @@ NOT_MIGRATED: tuple[type[BaseException], ...] = (
 
 
 def is_closed_connection(exc: BaseException) -> bool:
-    """asyncpg's InterfaceError for a connection that is already closed (not a misuse)."""
+    """asyncpg's errors for a connection the server has already left (the database is away,
+    not a misuse), as a restart leaves them on pooled connections:
+
+    - InterfaceError "... connection is closed": the loss was seen before the call;
+    - InterfaceError "... connection has been released back to the pool": a held pooled
+      connection that died is taken back by its pool at once, and its proxy refuses calls;
+    - InternalClientError "cannot switch to state N; another operation (2) is in progress"
+      (or "protocol is in the 'failed' state", "not connected"): the server's FATAL (57P01
+      on a fast shutdown) reached an idle connection before its end did, and left the
+      protocol waiting for a ready-for-query that never comes (``conn.transaction()``'s
+      BEGIN, a statement, or the pool's reset on release fails so).
+    """
     text = str(exc)
-    return isinstance(exc, asyncpg.InterfaceError) and "connection" in text and "closed" in text
+    if isinstance(exc, asyncpg.InternalClientError):
+        return text.startswith("cannot switch to state") or text == "not connected"
+    if not isinstance(exc, asyncpg.InterfaceError):
+        return False
+    return "connection" in text and ("closed" in text or "released back to the pool" in text)
 
 
 def _describe(exc: BaseException) -> str:

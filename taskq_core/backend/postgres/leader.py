@@ -1,4 +1,5 @@
-"""Leader election (a session advisory lock on a dedicated connection) and the sweeps."""
+"""Leader election (a session advisory lock on a dedicated connection that the server ends
+after a lease without a statement) and the sweeps."""
 
 from __future__ import annotations
 
@@ -32,43 +33,92 @@ _log = get_logger("postgres_backend")
 class LeaderPart(SettlePart):
     """The maintenance leader's lock and row, and the sweeps it runs."""
 
-    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
-        """Take (or keep) the leader's session advisory lock on the dedicated connection.
+    async def try_acquire_leadership(
+        self, worker_id: UUID, *, lease: timedelta | None = None
+    ) -> bool:
+        """Take (or keep) the leader's session advisory lock on the dedicated connection,
+        whose ``idle_session_timeout`` is ``lease`` (the contract: the protocol's).
 
-        A dead leader connection means the lock is gone: this call returns False and the
-        next one reconnects and competes again. When no connection can be opened at all, it
-        raises DatabaseUnavailableError (the database is away, not merely the lock).
+        A renewal that finds the connection dead (the server ended a silent session, a
+        restart, a terminated backend) has lost the lock with it: this call then competes
+        again at once on a new connection, so it answers False only when the database did,
+        and raises DatabaseUnavailableError when the database cannot be reached.
         """
         async with self._leader_lock:
             if self._leader_worker is not None:
                 if self._leader_worker != worker_id:
                     return False
-                return await self._renew_leadership(worker_id)
-            try:
-                conn = self._leader_conn
-                if conn is None or conn.is_closed():
-                    conn = self._leader_conn = await self._open_direct_connection(
-                        f"taskq_leader_{self.schema}"
-                    )
-                granted = await conn.fetchval(
-                    self._queries["leader_try_acquire"],
-                    self._leader_key,
-                    worker_id,
-                )
-            except Exception as exc:
-                if is_database_trouble(exc):
-                    await self._drop_leader_connection()
-                raise  # translated to DatabaseUnavailableError on the way out
-            if granted:
-                self._leader_worker = worker_id
-                return True
-            return False
+                if await self._renew_leadership(worker_id, lease):
+                    return True
+            return await self._compete(worker_id, lease)
 
-    async def _renew_leadership(self, worker_id: UUID) -> bool:
+    async def _compete(self, worker_id: UUID, lease: timedelta | None) -> bool:
+        conn = self._leader_conn
+        if conn is not None and not conn.is_closed():
+            try:
+                return await self._take_lock(conn, worker_id, lease)
+            except Exception as exc:
+                if not is_database_trouble(exc):
+                    raise
+                # The server ends a session idle for a lease (a worker that did not campaign
+                # that long: it was frozen too), and the client may not have seen it yet. The
+                # database is away only if a new connection fails as well.
+                await self._drop_leader_connection()
+        try:
+            conn = self._leader_conn = await self._open_direct_connection(
+                f"taskq_leader_{self.schema}"
+            )
+            self._leader_session_lease = None
+            return await self._take_lock(conn, worker_id, lease)
+        except Exception as exc:
+            if is_database_trouble(exc):
+                await self._drop_leader_connection()
+            raise  # translated to DatabaseUnavailableError on the way out
+
+    async def _take_lock(
+        self, conn: asyncpg.Connection, worker_id: UUID, lease: timedelta | None
+    ) -> bool:
+        await self._apply_session_lease(conn, lease)
+        granted = await conn.fetchval(
+            self._queries["leader_try_acquire"],
+            self._leader_key,
+            worker_id,
+        )
+        if granted:
+            self._leader_worker = worker_id
+        return bool(granted)
+
+    async def _apply_session_lease(self, conn: asyncpg.Connection, lease: timedelta | None) -> None:
+        """Make the server end this session after ``lease`` without a statement (see
+        ``leader_session_lease``), once per connection and lease; a server that refuses the
+        setting is logged once and the lock then lasts as long as the session."""
+        if lease == self._leader_session_lease:
+            return
+        milliseconds = 0 if lease is None else max(1, round(lease.total_seconds() * 1000))
+        try:
+            await conn.execute(self._queries["leader_session_lease"], str(milliseconds))
+        except asyncpg.PostgresError as exc:
+            if is_database_trouble(exc):
+                raise
+            if not self._leader_lease_refused:
+                _log.warning(
+                    "leader_lease_unenforced",
+                    schema=self.schema,
+                    error=str(exc),
+                    note="a frozen leader keeps its lock until its session ends "
+                    "(idle_session_timeout needs PostgreSQL 14 or later)",
+                )
+            self._leader_lease_refused = True
+        self._leader_session_lease = lease
+
+    async def _renew_leadership(self, worker_id: UUID, lease: timedelta | None) -> bool:
+        """Renew on the open leader connection; False (logged, the connection dropped) when
+        it is dead, which takes the lock with it."""
         conn = self._leader_conn
         try:
             if conn is None or conn.is_closed():
                 raise asyncpg.InterfaceError("the leader connection is closed")
+            await self._apply_session_lease(conn, lease)
             await conn.execute(self._queries["leader_renew"], worker_id)
         except Exception as exc:
             if not is_database_trouble(exc):
@@ -160,6 +210,7 @@ class LeaderPart(SettlePart):
                     "reclaimed",
                     error_class="WorkerCrashed",
                     error_message="the worker's lock expired without a terminal write",
+                    blamed=record["blamed"],
                 )
                 for record in expired
             ]

@@ -53,6 +53,7 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     *UNAVAILABLE,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a protocol stuck after the server's FATAL (errors.py)
     TaskqError,
 )
 

@@ -8,7 +8,7 @@ left, give-backs) and writes the job, its attempt row and its event row in one s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal, cast
@@ -27,6 +27,7 @@ from taskq_core.backend.protocol import (
     first_success_per_job,
 )
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
+from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .core import BackendCore
@@ -38,6 +39,7 @@ Outcome = Literal[
     "snooze",
     "retry_after",
     "cancelled",
+    "interrupted",
     "abandoned",
     "released",
     "reclaimed",
@@ -48,7 +50,7 @@ Outcome = Literal[
 class Settlement:
     """One row of a ``settle`` call: a lease, the outcome asked for and what it carries.
 
-    Fields in the statement's parameter order ($1..$13); see ``sql/settle.sql``.
+    Fields in the statement's parameter order ($1..$14); see ``sql/settle.sql``.
     """
 
     job_id: UUID
@@ -64,6 +66,7 @@ class Settlement:
     error_message: str | None = None
     error_traceback: str | None = None
     reason: str | None = None
+    blamed: bool | None = None  # a reclaim: the sweep blames the worker's death on the job
 
     @classmethod
     def of(cls, lease: Lease, outcome: Outcome, **carried: Any) -> Settlement:
@@ -72,6 +75,11 @@ class Settlement:
 
 
 _SETTLEMENT_FIELDS = tuple(f.name for f in fields(Settlement))
+
+
+def _status(settled: str | None) -> JobStatus | None:
+    """``_settle_one``'s answer (``status`` or ``status:rule error``) as the job's status."""
+    return None if settled is None else JobStatus(settled.partition(":")[0])
 
 
 class SettlePart(BackendCore):
@@ -214,8 +222,16 @@ class SettlePart(BackendCore):
         """running -> cancelled (cooperative exit)."""
         return await self._settle_one(lease, "cancelled", ran_for=ran_for) is not None
 
-    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
-        """running with cancel_phase 2 -> abandoned, ``reason`` as its error message."""
+    async def mark_interrupted(
+        self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
+    ) -> JobStatus | None:
+        """-> pending in its place, the attempt uncounted (or cancelled, when asked)."""
+        ran = 0.0 if ran_for is None else ran_for
+        return _status(await self._settle_one(lease, "interrupted", ran_for=ran, reason=reason))
+
+    async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
+        """The attempt abandoned, ``reason`` as its error message; the job abandoned (an
+        operator's cancel, or no retries left) or back to pending."""
         settled = await self._settle_one(
             lease,
             "abandoned",
@@ -224,7 +240,7 @@ class SettlePart(BackendCore):
             error_message=reason,
             reason=reason,
         )
-        return settled is not None
+        return _status(settled)
 
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
@@ -265,9 +281,10 @@ class SettlePart(BackendCore):
         reason: str,
         retry_delay: timedelta = timedelta(0),
         error: ErrorInfo | None = None,
+        ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt given back), started ones
-        through a crashed attempt; a requested cancel ends them cancelled."""
+        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
+        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         if not leases:
             return 0
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
@@ -281,6 +298,7 @@ class SettlePart(BackendCore):
                 error_class=error.error_class,
                 error_message=error.message,
                 reason=reason,
+                ran_for=0.0 if lease.job_id in ran else None,  # the body ran: it started
             )
             for lease in leases
         ]

@@ -16,7 +16,10 @@ observe; how a backend finds its rows (indexes, windows) is its own business.
 Bump BACKEND_PROTOCOL_VERSION when an existing member's observable contract changes in a way an
 old implementation would silently mishandle; both implementations assert it at import.
 History: v2 fences every worker write by its Lease (worker and attempt), tells claimed jobs
-(started_at NULL) from started ones, and renews only the leases a heartbeat names.
+(started_at NULL) from started ones, and renews only the leases a heartbeat names. v3 never
+gives an attempt number back (every claim has a new one, the lease changes with it) and
+counts the retry budget apart (``uncounted_attempts``); a shutdown's interrupt and abandon
+send the job back to the queue.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ from taskq_core.backend.protocol.worker import (
     ActorDeclaration,
     CancelFlag,
     HeartbeatResult,
+    LostAttempt,
     Start,
     Success,
     WorkerBackend,
@@ -121,7 +125,7 @@ from taskq_core.backend.protocol.worker import (
     first_success_per_job,
 )
 
-BACKEND_PROTOCOL_VERSION = 2
+BACKEND_PROTOCOL_VERSION = 3
 
 
 @runtime_checkable
@@ -199,6 +203,7 @@ __all__ = [
     "LimitGrant",
     "LimitUsage",
     "LimiterStore",
+    "LostAttempt",
     "NewBatch",
     "ProgressBackend",
     "PrunePolicy",

@@ -26,13 +26,26 @@ class LeaderRow:
 class LeaderBackend(Protocol):
     """Leader election and the maintenance sweeps it runs."""
 
-    async def try_acquire_leadership(self, worker_id: UUID) -> bool:
-        """Try to become (or stay) the maintenance leader; True while leading.
+    async def try_acquire_leadership(
+        self, worker_id: UUID, *, lease: timedelta | None = None
+    ) -> bool:
+        """Try to become (or stay) the maintenance leader; True while leading. The leader row
+        is upserted on success.
 
-        PG: a session advisory lock on a dedicated connection; losing that connection loses
-        leadership (that call returns False, the next one reconnects and tries again). The
-        leader row is upserted on success. Within one backend, leadership belongs to the
-        worker id that took it: another worker id asking gets False until it is released.
+        A leader keeps its leadership by calling again within ``lease`` of its last call:
+        once a whole ``lease`` has passed without one, another worker asking wins it, and the
+        old leader's next call returns False (or True when nobody took it meanwhile). None:
+        no lease, held until released (or, PG, until its connection ends).
+
+        The call returns only once the database answered; when it cannot be reached it
+        raises DatabaseUnavailableError, so False always means another worker leads.
+        PG: a session advisory lock on a dedicated connection whose ``idle_session_timeout``
+        is the lease, so the server ends a silent leader's session and frees its lock; a
+        leader whose connection was lost competes again at once on a new one. A server that
+        refuses the setting (PostgreSQL < 14) is logged once (``leader_lease_unenforced``)
+        and the lock lasts as long as the session. A PG backend has one lock connection:
+        within it, leadership belongs to the worker id that took it, and another worker id
+        asking gets False until it is released (workers each have their own backend).
         """
 
     async def release_leadership(self, worker_id: UUID) -> None:

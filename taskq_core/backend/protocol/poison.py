@@ -1,14 +1,18 @@
-"""Poison jobs: what counts as a worker dying while running a job, and the error a job gets
-when that happened TASKQ_POISON_RECLAIMS times.
+"""Poison jobs: when a worker's death is blamed on a job, and the error a job gets when
+TASKQ_POISON_RECLAIMS deaths in a row were.
 
-The reclaim sweep counts a job's 'lock_expired' reclaims whose body's start was recorded,
-since its last operator retry. No crash: an operator's requeue, a reclaim of a job whose body
-never started, nor one that only counts as started because it was reclaimed unstarted
-UNSTARTED_RECLAIM_LIMIT times (its event says ``start_assumed``): a job prefetched by workers
-that kept dying of another job looks just like that. A body that kills its worker before
-the batched start mark is written is still caught: its unstarted reclaim counts in
-``JobRow.unstarted_reclaims``, and a worker that claims a job with a count records its start
-before the body runs, so its later deaths are crashes.
+A worker that dies takes every body it ran with it, but at most one of them killed it. The
+reclaim sweep blames a death on a job only with evidence: its body's start was recorded and
+no other body of that worker started after it (a job that kills its worker at once, or one
+that ran alone); its reclaim event says ``blamed``. A kill storm that ends workers at random
+so blames one job per death at most, and rarely the same one again; a poison job is blamed
+every time. The count is of blamed reclaims in a row: since the job's last operator retry
+and since its last started reclaim that was not blamed on it. No crash at all: an operator's
+requeue, a reclaim of a job whose body never started, or one that only counts as started
+because it was reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (``start_assumed``). A body
+that kills its worker before the batched start mark is written is still caught: its
+unstarted reclaim counts in ``JobRow.unstarted_reclaims``, and a worker that claims a job
+with a count records its start before the body runs, so its later deaths are blamed.
 The memory backend and ``jobs explain`` read the rule here; PostgreSQL writes the same rule
 and message in ``sql/settle.sql``, held to this one by ``tests/conformance/test_poison.py``.
 """
@@ -32,28 +36,29 @@ class _Event(Protocol):
 
 
 def is_worker_crash(event: _Event) -> bool:
-    """A reclaim of a job whose body's start was recorded and whose lease ran out: its
-    worker died running it."""
-    return (
-        event.kind == "reclaim"
-        and event.detail.get("reason") == "lock_expired"
-        and event.detail.get("started") is True
-        and "start_assumed" not in event.detail
-    )
+    """A reclaim that blamed its worker's death on the job."""
+    return event.kind == "reclaim" and event.detail.get("blamed") is True
+
+
+def _breaks_the_row(event: _Event) -> bool:
+    """An operator retry, or a death of a worker running the job not blamed on it."""
+    if event.detail.get("reason") == "operator_retry":
+        return True
+    return event.kind == "reclaim" and event.detail.get("started") is True
 
 
 E = TypeVar("E", bound=_Event)
 
 
 def worker_crashes(events: Iterable[E]) -> list[E]:
-    """The crash events (``is_worker_crash``) of one job's events, oldest first, since its
-    last operator retry: what the poison count counts."""
+    """The crashes blamed on one job in a row (``is_worker_crash``), oldest first, from its
+    events in order: what the poison count counts."""
     crashes: list[E] = []
     for event in events:
-        if event.detail.get("reason") == "operator_retry":
-            crashes = []
-        elif is_worker_crash(event):
+        if is_worker_crash(event):
             crashes.append(event)
+        elif _breaks_the_row(event):
+            crashes = []
     return crashes
 
 

@@ -90,6 +90,11 @@ class JobRow:
     job goes back to waiting (retry, snooze, reclaim, release, operator retry).
     ``claimed_at`` is when the last attempt was claimed; ``started_at`` when its body
     started: a running job whose ``started_at`` is None is claimed, waiting for a consumer.
+    ``attempt`` is the number of the last claim (ctx.attempt): every claim adds one and none
+    gives it back, so no two bodies share a number (a claim that ran no body leaves a gap).
+    ``uncounted_attempts``: how many of those spent no retry budget (a snooze, a retry-after
+    without budget, a rate limit's hold, a shutdown's interrupt, a give-back of a body that
+    never started); ``attempts_used`` is the rest.
     ``unstarted_reclaims``: how often the reclaim sweep gave the job back because its body's
     start was never recorded; a worker that claims it with a count above 0 records the start
     before the body runs, so a body that kills its worker at once is counted as a crash.
@@ -132,6 +137,12 @@ class JobRow:
     unique_key: str | None  # as stored: a windowed key carries its window's start
     unique_until: datetime | None  # set: the key is held in every state (its window's end)
     unstarted_reclaims: int
+    uncounted_attempts: int
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts that counted against ``max_attempts`` (the one in progress included)."""
+        return self.attempt - self.uncounted_attempts
 
     @property
     def is_terminal(self) -> bool:
@@ -200,7 +211,8 @@ class AttemptRow:
     job_id: UUID
     attempt: int
     worker_id: UUID | None
-    outcome: str  # succeeded|failed|retried|snoozed|retry_after|cancelled|crashed|abandoned
+    # succeeded|failed|retried|snoozed|retry_after|cancelled|interrupted|crashed|abandoned|lost
+    outcome: str
     started_at: datetime | None
     finished_at: datetime
     duration_ms: float | None

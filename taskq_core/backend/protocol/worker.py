@@ -5,7 +5,7 @@ the lease, register itself, and hear wake-ups.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +20,7 @@ from taskq_core.backend.protocol.values import (
     RetryKind,
     SnoozeOutcome,
 )
+from taskq_core.statemachine import JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,19 @@ class Success:
     result_json: str | None
     fallback_result_ttl: timedelta | None = None
     ran_for: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LostAttempt:
+    """A body that ran under a lease its worker lost before the outcome was written, for
+    ``record_lost_attempts``: it started ``started_ago`` and ended ``ended_ago`` seconds
+    before the write, and ``reason`` says how the lease was lost."""
+
+    job_id: UUID
+    attempt: int
+    started_ago: float
+    ended_ago: float
+    reason: str
 
 
 def first_success_per_job(successes: Sequence[Success]) -> list[Success]:
@@ -155,8 +169,10 @@ class WorkerBackend(Protocol):
 
         Honours per-queue mode (strict_fifo / round_robin by fairness_key), paused queues,
         queue and actor ``max_concurrent`` (read every call), identity-key serialization.
-        Sets attempt+1, locked_by_worker, lock_expires_at = now() + lock_lease and claimed_at,
-        and clears started_at: the worker records the start when the body begins.
+        Sets attempt+1 (every claim: an attempt number is never given back, so no two bodies
+        of a job share one and the lease changes with every claim), locked_by_worker,
+        lock_expires_at = now() + lock_lease and claimed_at, and clears started_at: the worker
+        records the start when the body begins.
 
         Rows come back in dispatch order. strict_fifo: priority DESC, scheduled_at, id.
         round_robin: the same order inside each fairness_key cohort (NULL keys form one
@@ -185,10 +201,12 @@ class WorkerBackend(Protocol):
         reason: str,
         retry_delay: timedelta = timedelta(0),
         error: ErrorInfo | None = None,
+        ran: Collection[UUID] = (),
     ) -> int:
         """Give back jobs this worker holds (a shutdown drain, a lost heartbeat): for each
-        lease still the worker's, a job whose body never started (started_at None) -> pending
-        in its place (scheduled_at kept) with its attempt given back and no attempt row; a
+        lease still the worker's, a job whose body never started (started_at None, and not
+        in ``ran``: the jobs whose bodies the worker knows ran, start recorded or not) -> pending
+        in its place (scheduled_at kept), its attempt uncounted and no attempt row; a
         started one gets a crashed attempt carrying ``error`` and -> scheduled at now() +
         ``retry_delay`` when retries are left (as in ``reclaim_expired_locks``), else
         crashed. A requested cancel ends either ``cancelled``. Each gets a state_change event
@@ -209,9 +227,18 @@ class WorkerBackend(Protocol):
 
     # Every write below changes nothing unless the row is running, locked by the lease's
     # worker, at the lease's attempt. A requested cancel wins over every rescheduling: a
-    # retry, snooze, retry-after or release of a job asked to cancel ends it ``cancelled``.
+    # retry, snooze, retry-after, interrupt or release of a job asked to cancel ends it
+    # ``cancelled``. An attempt that spends no retry budget keeps its number and adds one
+    # to ``uncounted_attempts`` (see ``JobRow.attempts_used``).
     # ``ran_for`` (seconds the body ran; None: it never ran) dates started_at when the
     # worker's start mark was not written yet.
+    async def record_lost_attempts(self, worker_id: UUID, lost: Sequence[LostAttempt]) -> int:
+        """Add an attempt row (outcome ``lost``, error_class LeaseLost, ``reason`` as the
+        message) for each body that ran under a lease the worker lost, so the history lists
+        every body that ran; none where the job already has a row for that attempt (its
+        reclaim or release wrote one) or is gone. Writes nothing else: the job is whoever
+        holds it now's. Returns how many rows were added."""
+
     async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
         """Record that these claimed jobs' bodies started (started_at = now() - ran_for) where
         the lease is still the worker's and no start is recorded; returns the ids written."""
@@ -281,16 +308,28 @@ class WorkerBackend(Protocol):
         the job) with a state_change event (running -> running, detail cancel_phase_from,
         cancel_phase_to, reason). False otherwise."""
 
-    async def mark_abandoned(self, lease: Lease, reason: str) -> bool:
-        """running with cancel_phase 2 -> abandoned; ``reason`` becomes the error message
-        (error_class Abandoned) and the event's detail."""
+    async def mark_interrupted(
+        self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
+    ) -> JobStatus | None:
+        """A body a graceful shutdown stopped (it returned after its cancel_event, or its
+        forced cancel ended it): -> pending in its place (scheduled_at kept), the attempt
+        uncounted, attempt outcome ``interrupted``, event detail ``{"reason": reason}``; a
+        requested cancel -> cancelled. Returns the job's new status (None: the lease is not
+        the row's any more)."""
+
+    async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
+        """A running attempt with cancel_phase 2 whose body did not stop: attempt outcome
+        ``abandoned``, ``reason`` the error message (error_class Abandoned) and the event's
+        detail. An operator's cancel ends the job ``abandoned``; otherwise (a shutdown) the
+        attempt counts like a crash and the job -> pending while retries remain, else
+        abandoned. Returns the job's new status (None: not the row's lease, or not forced)."""
 
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
     ) -> SnoozeOutcome:
-        """running -> scheduled at now() + delay without consuming an attempt (attempt - 1,
-        metadata snooze_count + 1, attempt outcome ``snoozed``); past schedule_to_close ->
-        failed with DeadlineExceeded (attempt outcome ``failed``, attempt kept); a requested
+        """running -> scheduled at now() + delay without spending budget (uncounted_attempts
+        + 1, metadata snooze_count + 1, attempt outcome ``snoozed``); past schedule_to_close ->
+        failed with DeadlineExceeded (attempt outcome ``failed``, counted); a requested
         cancel -> cancelled."""
 
     async def mark_retry_after(
@@ -304,8 +343,8 @@ class WorkerBackend(Protocol):
     ) -> RetryAfterOutcome:
         """Like snooze, but ``consume_budget`` counts the attempt: a transient job with no
         attempts left fails with MaxAttemptsExceeded. A requested cancel is checked first
-        (-> cancelled), then the deadline. Without ``consume_budget`` the attempt is given
-        back (attempt - 1). Outcome ``retry_after``; no attempt row when the body never began
+        (-> cancelled), then the deadline. Without ``consume_budget`` the attempt is uncounted
+        (uncounted_attempts + 1). Outcome ``retry_after``; no attempt row when the body never began
         (``ran_for`` None and no start recorded: a rate limit held the job back). ``reason``
         becomes the event's detail ``{"reason": reason}``."""
 

@@ -83,7 +83,8 @@ SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority,
        i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
        i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
        i.progress_seq, i.progress_state::text AS progress_state, i.updated_at, i.unique_key,
-       i.unique_until, i.unstarted_reclaims, i.created, (SELECT count(*) FROM woken) AS woken,
+       i.unique_until, i.unstarted_reclaims, i.uncounted_attempts, i.created,
+       (SELECT count(*) FROM woken) AS woken,
        h.id AS holder_id, h.unique_until AS holder_until, k.now
 FROM clock k
 LEFT JOIN found i ON true
@@ -174,6 +175,7 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 -- name: retry_jobs
 -- Operator retry of the newest $5 failed/crashed/cancelled jobs matching the filter (as in
 -- `cancel_where`): back to pending with a fresh attempt budget and a clean slate. One NOTIFY.
+-- Its attempt number stays (the next body's is higher): every attempt so far is uncounted.
 -- A job whose unique key (one without a window: held while waiting or running) another job
 -- holds now stays as it is, and of matched jobs sharing such a key only the newest goes back.
 WITH clock AS (
@@ -205,8 +207,9 @@ picked AS (
 ),
 moved AS (
     UPDATE {schema}.jobs j
-    SET status = 'pending', attempt = 0, scheduled_at = k.now, started_at = NULL,
-        finished_at = NULL, result = NULL, result_expires_at = NULL, locked_by_worker = NULL,
+    SET status = 'pending', uncounted_attempts = j.attempt, scheduled_at = k.now,
+        started_at = NULL, finished_at = NULL, result = NULL, result_expires_at = NULL,
+        locked_by_worker = NULL,
         lock_expires_at = NULL, cancel_phase = 0, cancel_requested_at = NULL,
         cancel_reason = NULL, error_class = NULL, error_message = NULL,
         error_traceback = NULL, updated_at = k.now

@@ -75,6 +75,34 @@ WITH started AS (
 )
 SELECT s.id FROM started s;
 
+-- name: record_lost_attempts
+-- Bodies that ran under leases worker $1 lost before their outcome was written ($2 ids, $3
+-- attempts, $4 and $5 seconds before now each began and ended, $6 how the lease was lost):
+-- one 'lost' attempt row each, so the history lists every body that ran. None where the job
+-- has a row for that attempt already (its reclaim or release wrote one) or is gone (the
+-- archive took it). Nothing else is written: the job is whoever holds it now's. Returns how
+-- many rows were added. Rare by nature: it runs only after a stall or a refused lease.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+added AS (
+    INSERT INTO {schema}.job_attempts (
+        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+        error_class, error_message
+    )
+    SELECT i.id, i.attempt, $1::uuid, 'lost', k.now - make_interval(secs => i.started_ago),
+           k.now - make_interval(secs => i.ended_ago),
+           GREATEST(i.started_ago - i.ended_ago, 0) * 1000, 'LeaseLost', i.reason
+    FROM unnest($2::uuid[], $3::integer[], $4::float8[], $5::float8[], $6::text[])
+        AS i(id, attempt, started_ago, ended_ago, reason)
+    CROSS JOIN clock k
+    WHERE EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = i.id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_attempts a
+                      WHERE a.job_id = i.id AND a.attempt = i.attempt)
+    RETURNING 1
+)
+SELECT count(*) FROM added;
+
 -- name: write_cancel_escalation
 -- Cancel phase -> 2 (forced), written BEFORE the worker cancels the task: from 1 after an
 -- operator's cancel outlived its grace, from 0 when a shutdown forces the job ($4 reason).

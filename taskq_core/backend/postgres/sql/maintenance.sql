@@ -60,7 +60,15 @@ SELECT count(*) FROM moved;
 -- follows in the same transaction and decides where each goes. With a cancel in flight the
 -- worker gets the cancel graces ($1 cancel, $2 cleanup) plus the headroom $3
 -- (CANCEL_RECLAIM_HEADROOM) first, so a slow cancellation is not taken for a crash.
-SELECT j.id, j.attempt, j.locked_by_worker
+-- `blamed`: the worker's death is blamed on this job (backend/protocol/poison.py): its body's
+-- start is recorded and no other running body of that worker started after it (ties by id).
+-- Read here, for the expired rows only, along jobs_running_worker_idx for each dead worker.
+SELECT j.id, j.attempt, j.locked_by_worker,
+       j.started_at IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM {schema}.jobs o
+           WHERE o.status = 'running' AND o.locked_by_worker = j.locked_by_worker
+             AND o.id <> j.id AND o.started_at IS NOT NULL
+             AND (o.started_at, o.id) > (j.started_at, j.id)) AS blamed
 FROM {schema}.jobs j
 WHERE j.status = 'running'
   AND j.lock_expires_at < clock_timestamp()
@@ -202,6 +210,15 @@ upserted AS (
 )
 SELECT a.granted, (SELECT count(*) FROM upserted) AS upserted
 FROM attempt a;
+
+-- name: leader_session_lease
+-- The leader's lease, enforced by the server on the dedicated leader connection: a session
+-- that sends no statement for $1 milliseconds is ended, and its advisory lock with it. A
+-- frozen leader (SIGSTOP, a VM pause) renews nothing, so its lock frees one lease after its
+-- last renewal and another worker wins the next campaign; the kernel would keep the
+-- connection itself open. For the session (false), not the transaction. PostgreSQL >= 14;
+-- an older server refuses the name (42704).
+SELECT set_config('idle_session_timeout', $1::text, false);
 
 -- name: leader_renew
 -- Still leading (the lock lives as long as the connection): refresh the leader row.

@@ -53,7 +53,8 @@ moved AS (
         j.cancel_requested_at, j.cancel_reason, j.identity_key, j.fairness_key,
         j.schedule_to_close, j.result, j.result_ttl, j.result_expires_at, j.error_class,
         j.error_message, j.error_traceback, j.metadata, j.trace_id, j.span_id, j.progress_seq,
-        j.progress_state, j.updated_at, j.unique_key, j.unique_until, j.unstarted_reclaims
+        j.progress_state, j.updated_at, j.unique_key, j.unique_until, j.unstarted_reclaims,
+        j.uncounted_attempts
 ),
 archived AS (
     INSERT INTO {schema}.jobs_archive (
@@ -62,8 +63,8 @@ archived AS (
         finished_at, cancel_phase, cancel_requested_at, cancel_reason, identity_key,
         fairness_key, schedule_to_close, result, result_ttl, result_expires_at, error_class,
         error_message, error_traceback, metadata, trace_id, span_id, progress_seq,
-        progress_state, updated_at, unique_key, unique_until, unstarted_reclaims, archived_at,
-        expire_at
+        progress_state, updated_at, unique_key, unique_until, unstarted_reclaims,
+        uncounted_attempts, archived_at, expire_at
     )
     SELECT m.id, m.actor, m.queue, m.payload, m.status, m.priority, m.scheduled_at,
         m.created_at, m.retry_kind, m.max_attempts, m.attempt, m.locked_by_worker,
@@ -72,7 +73,7 @@ archived AS (
         m.schedule_to_close, m.result, m.result_ttl, m.result_expires_at, m.error_class,
         m.error_message, m.error_traceback, m.metadata, m.trace_id, m.span_id, m.progress_seq,
         m.progress_state, m.updated_at, m.unique_key, m.unique_until, m.unstarted_reclaims,
-        k.now, k.now + $5::interval
+        m.uncounted_attempts, k.now, k.now + $5::interval
     FROM moved m CROSS JOIN k
 ),
 archived_attempts AS (
@@ -148,7 +149,7 @@ SELECT id, actor, queue, payload, status, priority, scheduled_at, created_at, re
     finished_at, cancel_phase, cancel_requested_at, cancel_reason, identity_key, fairness_key,
     schedule_to_close, result, result_ttl, result_expires_at, error_class, error_message,
     error_traceback, metadata, trace_id, span_id, progress_seq, progress_state, updated_at,
-    unique_key, unique_until, unstarted_reclaims, archived_at, expire_at
+    unique_key, unique_until, unstarted_reclaims, uncounted_attempts, archived_at, expire_at
 FROM {schema}.jobs_archive
 WHERE id = $1::uuid;
 

@@ -1,6 +1,7 @@
 -- Settle: the ONE statement that ends or reschedules a claimed attempt, for every outcome and
--- every caller (success, failure, retry, snooze, retry-after, cancel, abandon, a worker's
--- release, the leader's reclaim). River's JobSetStateIfRunningMany is the model.
+-- every caller (success, failure, retry, snooze, retry-after, cancel, a shutdown's interrupt,
+-- abandon, a worker's release, the leader's reclaim). River's JobSetStateIfRunningMany is the
+-- model.
 --
 -- Every rule of what an outcome does lives here once:
 --   * the lease fences each row: running, locked by the row's worker, at the row's attempt (a
@@ -9,18 +10,29 @@
 --     reclaim): the job ends `cancelled`. Only a body that returned keeps its result, and a
 --     plain failure stays `failed`;
 --   * a rescheduling that would start after schedule_to_close fails as DeadlineExceeded;
---   * retries left (taskq_core.retry.retries_left): transient while attempt < max_attempts,
---     indefinite until schedule_to_close, non_retryable never;
---   * a give-back (release, reclaim) of a job whose body never started returns its attempt,
+--   * an attempt number is never given back (the next claim's is higher, so no two bodies share
+--     one): an attempt that spends no retry budget adds one to uncounted_attempts instead, and
+--     the attempts used are attempt - uncounted_attempts;
+--   * retries left (taskq_core.retry.retries_left): transient while the attempts used are
+--     below max_attempts, indefinite until schedule_to_close, non_retryable never;
+--   * an attempt interrupted by a graceful shutdown (interrupted) uses no budget and goes back
+--     to pending in its place; one that did not stop in time (abandoned) goes back to pending
+--     like a crash while retries remain, else ends abandoned; only an operator's cancel makes
+--     it abandoned (or cancelled) at once;
+--   * a give-back (release, reclaim) of a job whose body never started uses no budget,
 --     leaves it pending in its place and writes no attempt row; such a reclaim adds one to
 --     jobs.unstarted_reclaims (its next worker then records the start before the body runs),
---     and a reclaimed job counts as started once that count reached $15
+--     and a reclaimed job counts as started once that count reached $16
 --     (UNSTARTED_RECLAIM_LIMIT), so it cannot loop forever;
---   * a job reclaimed after its worker died running it for the $16-th time is a poison job:
---     failed (PoisonJob) instead of handed to another worker (TASKQ_POISON_RECLAIMS; NULL or 0:
---     never). Counted: reclaims with lock_expired whose body's start was recorded, since the
---     job's last operator retry; one that only counts as started by UNSTARTED_RECLAIM_LIMIT
---     (its event says start_assumed) is no crash: its worker may have died of another job;
+--   * a crash is blamed on a job only with evidence, which the reclaim sweep weighs ($14):
+--     its body's start was recorded and no other body of that worker started after it (the
+--     worker died before starting another job's: a job that kills its worker at once, or one
+--     that ran alone). A kill storm that ends workers at random blames one job per death;
+--   * a job reclaimed after its $17-th crash blamed on it in a row is a poison job: failed
+--     (PoisonJob) instead of handed to another worker (TASKQ_POISON_RECLAIMS; NULL or 0:
+--     never). In a row: since the job's last operator retry and since its last started
+--     reclaim that was not blamed on it (a poison job takes down every worker it runs on; a
+--     job that a random death hit now and then does not); the rule is poison.py's;
 --   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row.
 -- Time is one clock_timestamp() reading per statement, never the application's.
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
@@ -28,16 +40,19 @@
 
 -- name: settle
 -- One row per lease, parallel arrays: $1 job ids, $2 attempts, $3 workers (the lease), $4 the
--- requested outcome (succeeded, failed, retry, snooze, retry_after, cancelled, abandoned,
--- released, reclaimed), $5 delay (retry, snooze, retry_after, released), $6 consume_budget
--- (retry_after), $7 result JSON text (succeeded), $8 fallback result TTL (succeeded), $9
--- seconds the body ran (dates started_at when its start was not recorded; NULL: never ran),
--- $10..$12 error class, message and traceback (the actor's, or the caller's for abandoned,
--- released and reclaimed), $13 reason (event detail of abandoned, released and, when given,
--- retry_after: the limit that held a job back). $14 is the wake channel: notified when a job
--- became pending, a reclaim freed what a dead worker held, or a finished job freed room under
--- a max_concurrent cap (a worker may be waiting for it). $15 UNSTARTED_RECLAIM_LIMIT, $16 the
--- poison limit (only the leader's reclaim sweep passes one: an operator's requeue is no crash).
+-- requested outcome (succeeded, failed, retry, snooze, retry_after, cancelled, interrupted,
+-- abandoned, released, reclaimed), $5 delay (retry, snooze, retry_after, released), $6
+-- consume_budget (retry_after), $7 result JSON text (succeeded), $8 fallback result TTL
+-- (succeeded), $9 seconds the body ran (dates started_at when its start was not recorded;
+-- NULL: never ran), $10..$12 error class, message and traceback (the actor's, or the
+-- caller's for abandoned, released and reclaimed), $13 reason (event detail of interrupted,
+-- abandoned, released, reclaimed (NULL: the sweep's lock_expired) and, when given,
+-- retry_after: the limit that held a job back), $14 whether the sweep blames the worker's
+-- death on the job (reclaimed; see expired_leases in maintenance.sql). $15 is the wake
+-- channel: notified when a job became pending, a reclaim freed what a dead worker held, or a
+-- finished job freed room under a max_concurrent cap (a worker may be waiting for it). $16
+-- UNSTARTED_RECLAIM_LIMIT, $17 the poison limit (only the leader's reclaim sweep passes one).
+-- Nothing here reads other rows of the worker: each row is found by its primary key.
 -- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
 -- rule's error class (DeadlineExceeded, MaxAttemptsExceeded, PoisonJob).
 WITH clock AS (
@@ -49,30 +64,36 @@ owned AS (
     SELECT j.id, i.attempt, i.worker_id, i.outcome, i.delay, i.consume_budget, i.result,
            i.fallback_ttl, i.ran_for, i.error_class, i.error_message, i.error_traceback,
            i.reason, j.started_at AS started_before, j.actor, j.queue, j.retry_kind,
-           j.max_attempts, j.schedule_to_close, j.cancel_requested_at IS NOT NULL AS cancel,
-           -- Only a give-back asks whether the body started; a reclaim also counts as
-           -- started after $15 earlier unstarted reclaims (the row's own count).
-           CASE WHEN j.started_at IS NOT NULL THEN true
-                WHEN i.outcome <> 'reclaimed' THEN false
-                ELSE j.unstarted_reclaims >= $15::integer
-           END AS started,
-           -- How often a worker died running this job before (poison count; NULL: not asked).
+           j.max_attempts, j.attempt - j.uncounted_attempts AS attempts_used,
+           j.schedule_to_close, j.cancel_requested_at IS NOT NULL AS cancel,
+           -- Whether a body ran in this attempt: its start was recorded, or its worker says
+           -- how long it ran; a reclaim also counts as started after $16 earlier unstarted
+           -- reclaims (the row's own count).
+           j.started_at IS NOT NULL OR i.ran_for IS NOT NULL
+           OR (i.outcome = 'reclaimed' AND j.unstarted_reclaims >= $16::integer) AS started,
+           -- Whether this reclaim's crash is blamed on the job: the sweep decides it
+           -- (expired_leases, maintenance.sql) when it picks the lease; a requeue blames none.
+           i.outcome = 'reclaimed' AND j.started_at IS NOT NULL AND COALESCE(i.blamed, false)
+               AS blamed,
+           -- The crashes blamed on this job before, in a row (poison count; NULL: not asked).
            -- It walks job_events_job_idx for this one job.
-           CASE WHEN i.outcome = 'reclaimed' AND $16::integer > 0 THEN
+           CASE WHEN i.outcome = 'reclaimed' AND $17::integer > 0 THEN
                (SELECT count(*) FROM {schema}.job_events ev
                 WHERE ev.job_id = j.id AND ev.kind = 'reclaim'
-                  AND ev.detail ->> 'reason' = 'lock_expired'
-                  AND ev.detail ->> 'started' = 'true'
-                  AND NOT ev.detail ? 'start_assumed'
+                  AND ev.detail ->> 'blamed' = 'true'
                   AND ev.id > COALESCE((SELECT max(rt.id) FROM {schema}.job_events rt
                                         WHERE rt.job_id = j.id
-                                          AND rt.detail ->> 'reason' = 'operator_retry'), 0))
+                                          AND (rt.detail ->> 'reason' = 'operator_retry'
+                                               OR (rt.kind = 'reclaim'
+                                                   AND rt.detail ->> 'started' = 'true'
+                                                   AND rt.detail ->> 'blamed' IS DISTINCT
+                                                       FROM 'true'))), 0))
            END AS crashes_before
     FROM unnest($1::uuid[], $2::integer[], $3::uuid[], $4::text[], $5::interval[],
                 $6::boolean[], $7::text[], $8::interval[], $9::float8[], $10::text[],
-                $11::text[], $12::text[], $13::text[])
+                $11::text[], $12::text[], $13::text[], $14::boolean[])
         AS i(id, attempt, worker_id, outcome, delay, consume_budget, result, fallback_ttl,
-             ran_for, error_class, error_message, error_traceback, reason)
+             ran_for, error_class, error_message, error_traceback, reason, blamed)
     JOIN {schema}.jobs j ON j.id = i.id
     -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
     -- index's predicate, so each row is found by its primary key, never by scanning
@@ -89,16 +110,16 @@ ruled AS (
     -- The rule that stops a rescheduling: a passed deadline, then a spent attempt budget; or
     -- the one that stops a reclaim: a poison job (NULL crashes_before: never).
     SELECT o.*, k.now,
-           (o.retry_kind = 'transient' AND o.attempt < o.max_attempts)
+           (o.retry_kind = 'transient' AND o.attempts_used < o.max_attempts)
            OR (o.retry_kind = 'indefinite'
                AND (o.schedule_to_close IS NULL OR o.schedule_to_close > k.now)) AS retries_left,
-           CASE WHEN o.outcome = 'reclaimed' AND o.started_before IS NOT NULL AND NOT o.cancel
-                     AND o.crashes_before + 1 >= $16::integer THEN 'PoisonJob'
+           CASE WHEN o.outcome = 'reclaimed' AND o.blamed AND NOT o.cancel
+                     AND o.crashes_before + 1 >= $17::integer THEN 'PoisonJob'
                 WHEN o.outcome NOT IN ('retry', 'snooze', 'retry_after') OR o.cancel THEN NULL
                 WHEN o.schedule_to_close IS NOT NULL
                      AND k.now + o.delay > o.schedule_to_close THEN 'DeadlineExceeded'
                 WHEN o.outcome = 'retry_after' AND o.consume_budget
-                     AND o.retry_kind = 'transient' AND o.attempt >= o.max_attempts
+                     AND o.retry_kind = 'transient' AND o.attempts_used >= o.max_attempts
                     THEN 'MaxAttemptsExceeded'
            END AS rule_error
     FROM owned o CROSS JOIN clock k
@@ -106,28 +127,33 @@ ruled AS (
 decided AS (
     SELECT r.*,
            CASE
-               WHEN r.outcome IN ('succeeded', 'failed', 'cancelled', 'abandoned')
-                   THEN r.outcome
+               WHEN r.outcome IN ('succeeded', 'failed', 'cancelled') THEN r.outcome
+               -- A body that ignored its forced cancel: an operator's cancel ends the job, a
+               -- shutdown's gives it back like a crash.
+               WHEN r.outcome = 'abandoned'
+                   THEN CASE WHEN r.cancel OR NOT r.retries_left THEN 'abandoned' ELSE 'pending' END
                WHEN r.cancel THEN 'cancelled'
                WHEN r.rule_error IS NOT NULL THEN 'failed'
                WHEN r.outcome IN ('retry', 'snooze', 'retry_after') THEN 'scheduled'
+               WHEN r.outcome = 'interrupted' THEN 'pending'
                WHEN NOT r.started THEN 'pending'  -- a give-back of an unstarted body
                WHEN NOT r.retries_left THEN 'crashed'
                WHEN r.outcome = 'released' THEN 'scheduled'
                ELSE 'pending'  -- reclaimed with retries left: due at once
            END AS status,
-           -- The attempt is given back (not counted) by a snooze, a retry-after without
-           -- budget and a give-back of a body that never started.
+           -- The attempt spends no budget (uncounted) after a snooze, a retry-after without
+           -- budget, a shutdown's interrupt and a give-back of a body that never started.
            CASE WHEN r.outcome IN ('released', 'reclaimed') THEN NOT r.started
                 WHEN r.cancel OR r.rule_error IS NOT NULL THEN false
+                WHEN r.outcome = 'interrupted' THEN true
                 ELSE r.outcome = 'snooze' OR (r.outcome = 'retry_after' AND NOT r.consume_budget)
-           END AS gives_back,
+           END AS uncounted,
            CASE r.rule_error
                WHEN 'MaxAttemptsExceeded'
                    THEN 'all ' || r.max_attempts || ' attempts used; retry-after refused'
                WHEN 'PoisonJob'
                    THEN (r.crashes_before + 1) || ' workers died running it (TASKQ_POISON_RECLAIMS'
-                        || ' is ' || $16::integer || '); not handed out again'
+                        || ' is ' || $17::integer || '); not handed out again'
                WHEN 'DeadlineExceeded' THEN
                    CASE r.outcome
                        WHEN 'retry' THEN 'retry would start after schedule_to_close '
@@ -147,8 +173,7 @@ shaped AS (
            OR (d.outcome IN ('released', 'reclaimed') AND d.started) AS sets_error,
            -- An attempt row for every attempt that ran, not for an unstarted give-back nor a
            -- retry-after of a body that never began (a rate limit held the job back).
-           CASE WHEN d.outcome IN ('released', 'reclaimed') THEN d.started
-                WHEN d.outcome = 'retry_after' THEN d.started OR d.ran_for IS NOT NULL
+           CASE WHEN d.outcome IN ('released', 'reclaimed', 'retry_after') THEN d.started
                 ELSE true
            END AS ran
     FROM decided d
@@ -156,9 +181,12 @@ shaped AS (
 moved AS (
     UPDATE {schema}.jobs j
     SET status = s.status::{schema}.job_status,
-        attempt = CASE WHEN s.gives_back THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+        uncounted_attempts = j.uncounted_attempts + CASE WHEN s.uncounted THEN 1 ELSE 0 END,
+        -- Pending again after a body ran: due now, at the back. An unstarted give-back and a
+        -- shutdown's interrupt keep their place.
         scheduled_at = CASE WHEN s.status = 'scheduled' THEN s.now + s.delay
-                            WHEN s.status = 'pending' AND s.started THEN s.now
+                            WHEN s.status = 'pending' AND s.started
+                                 AND s.outcome <> 'interrupted' THEN s.now
                             ELSE j.scheduled_at END,
         finished_at = CASE WHEN s.terminal THEN s.now END,
         -- A terminal row keeps its last worker, unless a give-back or reclaim ended it.
@@ -200,7 +228,7 @@ moved AS (
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
               s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before,
-              s.started_before
+              s.started_before, s.blamed
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -209,6 +237,8 @@ attempts AS (
     )
     SELECT m.id, m.attempt, m.worker_id,
            CASE WHEN m.outcome IN ('released', 'reclaimed') THEN 'crashed'
+                WHEN m.outcome = 'abandoned' THEN 'abandoned'
+                WHEN m.outcome = 'interrupted' AND m.status = 'pending' THEN 'interrupted'
                 WHEN m.outcome = 'retry' AND m.status = 'scheduled' THEN 'retried'
                 WHEN m.outcome = 'retry' THEN 'failed'  -- a retry refused (cancel, deadline)
                 WHEN m.status <> 'scheduled' THEN m.status::text
@@ -224,6 +254,11 @@ attempts AS (
            m.error_traceback
     FROM moved m
     WHERE m.ran
+      -- A give-back of a body its worker already recorded as lost (record_lost_attempts)
+      -- adds no second row for the same attempt.
+      AND (m.outcome NOT IN ('released', 'reclaimed')
+           OR NOT EXISTS (SELECT 1 FROM {schema}.job_attempts a
+                          WHERE a.job_id = m.id AND a.attempt = m.attempt))
 ),
 events AS (
     -- A reclaim's event is the outbox row `poll_reclaim_events` reads: its occurred_at comes
@@ -234,15 +269,18 @@ events AS (
            'running', m.status, m.worker_id,
            CASE m.outcome
                WHEN 'released' THEN jsonb_build_object('reason', m.reason, 'started', m.started)
+               WHEN 'interrupted' THEN jsonb_build_object('reason', m.reason)
                WHEN 'abandoned' THEN jsonb_build_object('reason', m.reason)
                WHEN 'retry_after' THEN CASE WHEN m.reason IS NULL THEN '{}'::jsonb
                                             ELSE jsonb_build_object('reason', m.reason) END
                WHEN 'reclaimed' THEN jsonb_build_object(
                    'from_state', 'running', 'to_state', m.status::text,
-                   'reason', 'lock_expired', 'worker_id', m.worker_id::text,
-                   'started', m.started)
+                   'reason', COALESCE(m.reason, 'lock_expired'),
+                   'worker_id', m.worker_id::text, 'started', m.started)
                    || CASE WHEN m.started AND m.started_before IS NULL
                            THEN '{"start_assumed": true}'::jsonb ELSE '{}'::jsonb END
+                   || CASE WHEN m.started AND m.reason IS NULL
+                           THEN jsonb_build_object('blamed', m.blamed) ELSE '{}'::jsonb END
                    || CASE WHEN m.rule_error = 'PoisonJob'
                            THEN jsonb_build_object('poison', true,
                                                    'crashes', m.crashes_before + 1)
@@ -253,7 +291,7 @@ events AS (
     ORDER BY m.id
 ),
 wake AS (
-    SELECT pg_notify($14::text, '')
+    SELECT pg_notify($15::text, '')
     WHERE EXISTS (
         SELECT 1 FROM moved m
         WHERE m.status = 'pending' OR m.outcome = 'reclaimed'
