@@ -164,7 +164,8 @@ def _items(h: Harness, phase: Phase, count: int) -> list[EnqueueItem]:
 async def _run_phase(h: Harness, run: PhaseRun) -> None:
     phase = run.phase
     await _top_up(h, run)
-    trickle = asyncio.create_task(_trickle(h, run)) if phase.rate else None
+    done = asyncio.Event()
+    trickle = asyncio.create_task(_trickle(h, run, done)) if phase.rate else None
     try:
         if not await h.started_bodies(1, timeout=15):
             return
@@ -181,10 +182,9 @@ async def _run_phase(h: Harness, run: PhaseRun) -> None:
                 run.last_resume = time.time()
                 await _top_up(h, run)
     finally:
-        if trickle is not None:
-            trickle.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await trickle
+        done.set()
+        if trickle is not None:  # it ends between two batches: every job it made is counted
+            await trickle
 
 
 @contextlib.contextmanager
@@ -224,19 +224,21 @@ async def _prefetched(h: Harness, run: PhaseRun) -> None:
         h.note(f"{run.phase.name}: a stop came before the worker held its prefetch")
 
 
-async def _trickle(h: Harness, run: PhaseRun) -> None:
-    """Enqueue ``rate`` jobs a second, in batches every TRICKLE_STEP, until cancelled."""
+async def _trickle(h: Harness, run: PhaseRun, done: asyncio.Event) -> None:
+    """Enqueue ``rate`` jobs a second, in batches every TRICKLE_STEP, until ``done``."""
     per_step = max(1, round(run.phase.rate * TRICKLE_STEP))
     backend = await PostgresBackend.connect(h.dsn, h.schema, min_size=1, max_size=2)
     try:
         async with JobsClient(backend=backend) as client:
             next_at = time.monotonic()
-            while True:
+            while not done.is_set():
                 rows = await client.enqueue_batch(_items(h, run.phase, per_step))
                 run.add([row.id for row in rows])
                 h.result.jobs += len(rows)
                 next_at += TRICKLE_STEP
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))  # the trickle's pace
+                # The trickle's pace (a cadence, not a synchronization).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), max(0.0, next_at - time.monotonic()))
     finally:
         await backend.close()
 

@@ -93,6 +93,8 @@ class ActiveJob:
     dispatch_span: SpanContext | None = None  # the claim's DISPATCH span, linked from CONSUMER
     thread: asyncio.Future[Any] | None = None  # a plain ``def`` body's thread, once it runs
     body_ran: bool = False  # the actor's function was called (its lease checked just before)
+    start_written: bool = False  # its start was written, awaited, before the body (a job
+    # reclaimed unstarted before): that write confirmed the lease
     ended_monotonic: float | None = None  # when the body really stopped
     body_ended: asyncio.Future[None] | None = None  # made only for a claim that waits on it
 

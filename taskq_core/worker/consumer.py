@@ -5,11 +5,12 @@ payload (invalid = failed, never retried), admit it under the actor's rate limit
 reservations (denied: back to ``scheduled`` at the limiter's retry_after, the attempt
 uncounted, body never started; a keyed limit's key function that raises fails it); make sure
 the body may start (``_clear_to_start``: no earlier body of the job still runs in this worker,
-and the lease is surely live on the worker's clock, else the holding is dropped unrun), start
-the holding
-(its start mark goes to the completer, batched; a job the reclaim sweep gave back unstarted
-before has it written here, awaited, before its body runs, so a body that kills its worker
-at once still counts as a crash), build the JobContext, resolve DI, run the actor in its
+and the lease is surely live on the worker's clock, else the holding is dropped unrun; checked
+once more right before the actor's function is called, in its thread for a plain ``def``),
+start the holding (its start mark goes to the completer, batched, once the function is
+called, so a body refused at its start leaves none; a job the reclaim sweep gave back
+unstarted before has it written here, awaited, before its body runs, so a body that kills
+its worker at once still counts as a crash), build the JobContext, resolve DI, run the actor in its
 own task (so a forced cancel can target it), give its reservation slots back as soon as the
 body ends, then write exactly one outcome, fenced by the job's lease:
 
@@ -251,9 +252,9 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
     )
     held.in_thread = not ref.is_async
     deps.active.start(held, deps.clock.monotonic())
-    if not job.unstarted_reclaims:
-        deps.completer.submit_start(held)  # batched: the hot path pays no round trip
-    elif not await _record_start(deps, held):
+    # The start mark of most bodies goes to the completer, batched, once the body is really
+    # called (_check_lease_at_start): a body refused at its start leaves no start behind.
+    if job.unstarted_reclaims and not await _record_start(deps, held):
         if limited:
             await _release_slots(deps, held, abandoned=False)
         deps.active.remove(held)
@@ -355,6 +356,7 @@ async def _record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
             continue
         deps.database.succeeded()
         if lease.job_id in written:
+            held.start_written = True
             return True
         deps.log.warning(
             "job_start_fenced",
@@ -483,6 +485,7 @@ async def _invoke(
         kwargs = arguments(di_kwargs)
         if ref.is_async:
             _check_lease_at_start(deps, held)
+            _mark_start(deps, held)
             return await ref.fn(**kwargs)
         loop = asyncio.get_running_loop()
         # The thread runs in a copy of this task's context: the job's log fields go with it.
@@ -491,6 +494,7 @@ async def _invoke(
             _start_in_thread,
             deps,
             held,
+            loop,
             functools.partial(ref.fn, **kwargs),
         )
         thread = held.thread = loop.run_in_executor(deps.executor, body)
@@ -508,7 +512,7 @@ async def _invoke(
             await seat.claimed()
             async with actor_scope(deps.scopes, ref.dependency_params, seat) as di_kwargs:
                 fn = functools.partial(ref.fn, **arguments(di_kwargs))
-                seat.run(functools.partial(_start_in_thread, deps, held, fn))
+                seat.run(functools.partial(_start_in_thread, deps, held, loop, fn))
                 return await _until_thread_ends(deps, held, thread)
         finally:
             seat.release()
@@ -559,15 +563,31 @@ def _check_lease_at_start(deps: WorkerDeps, held: ActiveJob) -> None:
     """The last check before the actor's function is called (its DI resolved, its thread
     free): the lease is still this worker's to vouch for. A thread may take its work up long
     after it was queued, a stopped process resumes its threads with the loop, and providers
-    may await: so the check is made again right here, in the thread that runs the body."""
-    if held.lost is not None or deps.active.expired(held, deps.clock.monotonic()):
+    may await: so the check is made again right here, in the thread that runs the body. A
+    start written (awaited) just before the body already was that check."""
+    if held.lost is not None:
+        raise _LeaseGoneAtStart
+    if not held.start_written and deps.active.expired(held, deps.clock.monotonic()):
         raise _LeaseGoneAtStart
     held.body_ran = True
 
 
-def _start_in_thread(deps: WorkerDeps, held: ActiveJob, fn: Callable[[], T]) -> T:
+def _mark_start(deps: WorkerDeps, held: ActiveJob) -> None:
+    """The body was called: its start mark goes to the completer (batched), unless it was
+    written before the body."""
+    if not held.start_written:
+        deps.completer.submit_start(held)
+
+
+def _start_in_thread(
+    deps: WorkerDeps,
+    held: ActiveJob,
+    loop: asyncio.AbstractEventLoop,
+    fn: Callable[[], T],
+) -> T:
     """Run a plain ``def`` body in its thread, its lease checked first."""
     _check_lease_at_start(deps, held)
+    loop.call_soon_threadsafe(_mark_start, deps, held)
     return fn()
 
 

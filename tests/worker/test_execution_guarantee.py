@@ -312,3 +312,6 @@ async def test_a_thread_body_checks_its_lease_again_when_its_thread_takes_it_up(
     assert bodies == ["start 1", "end 1"]  # the second body was never called
     await deps.completer.flush_once()
     assert await backend.get_attempts(queued.job.id) == []  # nothing ran: no history row
+    row = await backend.get(queued.job.id)
+    # Nor a start mark: its reclaim must not count a crash of a body that never ran.
+    assert row is not None and row.started_at is None

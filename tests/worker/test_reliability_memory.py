@@ -14,6 +14,7 @@ import pytest
 from taskq_core.actors import JobContext, actor
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter, JobRow
+from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.cancel import THREAD_ABANDONED
 from taskq_core.worker.runtime import Worker
@@ -31,7 +32,7 @@ async def returns_nul(payload: dict[str, Any]) -> dict[str, str]:
     return {"text": "a\x00b"}
 
 
-@actor
+@actor(retry=RetryPolicy(kind="non_retryable"))  # the worker follows its actor's policy
 async def writes_in_its_transaction(payload: dict[str, Any], ctx: JobContext[Any]) -> str:
     conn = await ctx.connection()  # memory: a transaction handle of the worker's backend
     effect = EnqueueArgs("side_effect", {"of": str(ctx.job_id)}, queue="effects")

@@ -14,6 +14,7 @@ import pytest
 from taskq_core.actors import JobContext, actor
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
+from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
 from tests.conftest import PgTarget
@@ -24,7 +25,7 @@ wrote = asyncio.Event()
 may_return = asyncio.Event()
 
 
-@actor(queue="ledger")
+@actor(queue="ledger", retry=RetryPolicy(kind="non_retryable"))  # a failure fails at once
 async def record(payload: dict[str, Any], ctx: JobContext[Any]) -> str:
     conn = await ctx.connection()
     await conn.execute(f"INSERT INTO {payload['schema']}.effects (job_id) VALUES ($1)", ctx.job_id)
