@@ -49,9 +49,15 @@ share AS (
                 ELSE LEAST($4::integer, GREATEST(floor(a.available), 0))::integer
            END AS granted,
            a.available, a.counted
-    FROM (SELECT LEAST($3::float8, b.tokens + $2::float8 * GREATEST(e.elapsed, 0)) AS available,
+    -- NULL when the bucket is not in this snapshot (LEAST alone would skip the NULL and
+    -- read a full bucket: a token granted that no row counts).
+    FROM (SELECT CASE WHEN b.tokens IS NOT NULL
+                      THEN LEAST($3::float8, b.tokens + $2::float8 * GREATEST(e.elapsed, 0))
+                 END AS available,
                  -- Without the clamp: below the tokens when the bucket counted ahead.
-                 LEAST($3::float8, b.tokens + $2::float8 * e.elapsed) AS counted
+                 CASE WHEN b.tokens IS NOT NULL
+                      THEN LEAST($3::float8, b.tokens + $2::float8 * e.elapsed)
+                 END AS counted
           FROM k
           LEFT JOIN bucket b ON true
           CROSS JOIN LATERAL (
