@@ -88,6 +88,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("Until-idle runs", ("idle_settle_window", "idle_poll_interval", "idle_max_runtime")),
+    ("Job sizes", ("max_payload_bytes", "max_result_bytes")),
     (
         "Health server",
         (

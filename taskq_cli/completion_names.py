@@ -22,7 +22,8 @@ QUERY_SECONDS = 0.8 * BUDGET_SECONDS
 
 
 def fetch_names(ctx: Any, names: Names) -> list[str]:
-    """The names the database gave within the budget, sorted; none when it could not answer.
+    """The names the database gave within the budget that print as themselves, sorted; none
+    when it could not answer.
 
     The query runs on a daemon thread and hands over each result as it arrives, so the budget
     holds even when closing a connection to a stuck server would block: the shell gets what
@@ -42,7 +43,9 @@ def fetch_names(ctx: Any, names: Names) -> list[str]:
     thread = threading.Thread(target=fetch, name="taskq-completion", daemon=True)
     thread.start()
     thread.join(BUDGET_SECONDS)
-    return sorted(set(found))
+    # A name holding a control character is not offered: completing it would send the
+    # character to the terminal (and a newline would split the shell's list of candidates).
+    return sorted({name for name in found if name.isprintable()})
 
 
 def _settings(ctx: Any) -> TaskqSettings | None:

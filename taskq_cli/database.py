@@ -48,6 +48,7 @@ async def open_backend(
             direct_dsn=settings.direct_dsn,
             min_size=1,
             max_size=max_size,
+            max_payload_bytes=settings.max_payload_bytes,
         )
     # Messages name an embedded server by its data directory.
     is_embedded = embedded.is_embedded_dsn(dsn)

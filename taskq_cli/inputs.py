@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from taskq_core import names
 from taskq_core.backend.protocol import QueueMode
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, JobNotFoundError
@@ -55,6 +56,18 @@ def check_name(value: str, flag: str) -> str:
     if not value.isprintable():
         raise ConfigError(f"{flag}: {value!r} contains control characters")
     return value
+
+
+def new_name(value: str, kind: names.NameKind, flag: str) -> str:
+    """A queue or schedule name about to be made: within taskq_core.names' character set.
+    Names stored before that rule are addressed as they are (``check_name``)."""
+    check_name(value, flag)  # the plainer faults first: empty, too long, control characters
+    return names.check_name(value, kind, field=flag)
+
+
+def optional_new_name(value: str | None, kind: names.NameKind, flag: str) -> str | None:
+    """``new_name`` for an optional flag."""
+    return None if value is None else new_name(value, kind, flag)
 
 
 def optional_name(value: str | None, flag: str) -> str | None:

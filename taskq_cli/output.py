@@ -1,6 +1,10 @@
 """Rendering: rich tables for humans, one JSON document for scripts, one-line errors on stderr.
 
 Colours follow rich's detection: off when stdout is not a terminal or ``NO_COLOR`` is set.
+Everything human goes through ``terminal_safe`` (``taskq_core.terminal_text``) here: every
+table cell, header and title, every ``info``/``note``/``warn``/``error`` line (so every
+``print_fields`` value), control characters shown escaped; both consoles are
+TerminalConsoles, which drop any that a hand-built renderable still carries. JSON is exact.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ from uuid import UUID
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow
+from taskq_cli.terminal_rich import TerminalConsole, safe_text
+from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow, JobSummary
 from taskq_core.errors import ConfigError
+from taskq_core.terminal_text import terminal_safe
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+stdout = TerminalConsole(soft_wrap=True)
+stderr = TerminalConsole(stderr=True, soft_wrap=True)
 _PIPE_WIDTH = 10_000
 _DASH = Text("-", style="dim")
 
@@ -126,7 +131,7 @@ def print_table(
     piped = not stdout.is_terminal
     if piped or wide:
         width = _PIPE_WIDTH if piped else max(stdout.width, _natural_width(specs, data))
-        console = Console(soft_wrap=True, width=width, no_color=stdout.no_color)
+        console = TerminalConsole(soft_wrap=True, width=width, no_color=stdout.no_color)
         table = _build_table(specs, data, range(len(specs)), title, piped=piped, wide=True)
         if not piped:
             console.print(table)
@@ -214,7 +219,7 @@ def _build_table(
 ) -> Table:
     columns = list(shown)
     table = Table(
-        title=title,
+        title=None if title is None else safe_text(title),
         header_style="bold",
         show_edge=False,
         pad_edge=False,
@@ -224,7 +229,7 @@ def _build_table(
         spec = specs[index]
         whole = spec.kind != "text" or wide
         table.add_column(
-            Text(spec.name),
+            safe_text(spec.name),
             no_wrap=whole,
             overflow="fold",
             min_width=_min_width(spec, index, data) if spec.kind != "text" else None,
@@ -236,10 +241,11 @@ def _build_table(
 
 
 def _cell(value: Any) -> Text:
-    """A table cell: literal text (never markup), a dim dash for None, styled Text as is."""
+    """A table cell: literal text (never markup, controls escaped), a dim dash for None,
+    styled Text with its styles."""
     if value is None:
         return _DASH
-    return value if isinstance(value, Text) else Text(str(value))
+    return safe_text(value if isinstance(value, Text) else str(value))
 
 
 def styled(value: str, style: str) -> Text:
@@ -249,17 +255,17 @@ def styled(value: str, style: str) -> Text:
 
 def info(message: str) -> None:
     """A human message on stdout (literal text: brackets in names are not rich markup)."""
-    stdout.print(message, highlight=False, markup=False)
+    stdout.print(terminal_safe(message), highlight=False, markup=False)
 
 
 def warn(message: str) -> None:
     """A one-line warning on stderr."""
-    stderr.print(f"warning: {message}", highlight=False, markup=False)
+    stderr.print(f"warning: {terminal_safe(message)}", highlight=False, markup=False)
 
 
 def error(message: str) -> None:
     """A one-line error on stderr (newlines folded so scripts see exactly one line)."""
-    line = " ".join(message.split())
+    line = " ".join(terminal_safe(message).split())
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
 
@@ -300,7 +306,7 @@ def seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
-def job_summary(job: JobRow) -> dict[str, Any]:
+def job_summary(job: JobSummary) -> dict[str, Any]:
     """A job as listings show it: everything except payload, result and traceback."""
     return {
         "id": job.id,
@@ -403,20 +409,20 @@ def worker_load(running: int, claimed: int, concurrency: int) -> str:
     return f"{load} +{claimed} claimed" if claimed else load
 
 
-def shown_status(job: JobRow) -> str:
+def shown_status(job: JobSummary) -> str:
     """The status a listing shows: ``claimed`` for a running job whose body has not started
     (claimed ahead of a free consumer), else the job's status."""
     return "claimed" if job.is_claimed else job.status.value
 
 
-def attempt_summary(job: JobRow) -> str:
+def attempt_summary(job: JobSummary) -> str:
     """The attempt in words: the last body's number, and the retry budget used of its
     size (numbers count every claim; only some use the budget: docs/reliability.md)."""
     used = f"{job.attempts_used} of {job.max_attempts} used ({job.retry_kind})"
     return used if job.attempt == 0 else f"#{job.attempt}, {used}"
 
 
-def job_rows(jobs: Iterable[JobRow], reference: datetime | None = None) -> list[list[Any]]:
+def job_rows(jobs: Iterable[JobSummary], reference: datetime | None = None) -> list[list[Any]]:
     """Table rows with the fields an operator needs first (see JOB_COLUMNS)."""
     return [
         [
@@ -479,4 +485,4 @@ def compact_json(value: Any) -> str:
 
 def note(message: str) -> None:
     """A remark for humans on stderr (``no jobs match``), keeping stdout clean for pipes."""
-    stderr.print(message, highlight=False, markup=False)
+    stderr.print(terminal_safe(message), highlight=False, markup=False)

@@ -207,8 +207,11 @@ def root(
 
 
 def _error(message: str) -> None:
-    # taskq_cli.output.error's format; that module loads rich and the library.
-    line = " ".join(message.split())
+    # taskq_cli.output.error's format; that module loads rich and the library. The message
+    # may quote database text or an argument: control characters are shown, not sent.
+    from taskq_core.terminal_text import terminal_safe
+
+    line = " ".join(terminal_safe(message).split())
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
 
@@ -216,7 +219,11 @@ def _error(message: str) -> None:
 def _print_traceback() -> None:
     import traceback
 
-    traceback.print_exc()
+    from taskq_core.terminal_text import terminal_safe
+
+    # The exception's message may quote database text or an argument, as the error line does.
+    sys.stderr.write(terminal_safe(traceback.format_exc()))
+    sys.stderr.flush()
 
 
 def invoke(args: list[str]) -> int:

@@ -43,6 +43,7 @@ from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.enqueue_retry import TransientRetry
 from taskq_core.errors import ConfigError, JobNotFoundError, MaxPendingExceededError
 from taskq_core.ids import uuid7
+from taskq_core.names import check_name
 from taskq_core.obs.metrics import count_sent, instruments, labels
 from taskq_core.obs.spans import producer_span
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -222,7 +223,7 @@ class _Batch(Sequence[EnqueueArgs]):
         return EnqueueArgs(
             actor=plan.name,
             payload=plan.dump(item.payload),
-            queue=plan.queue if item.queue is None else item.queue,
+            queue=plan.queue if item.queue is None else check_name(item.queue, "queue"),
             priority=plan.priority if item.priority is None else item.priority,
             delay=_delta(item.delay),
             identity_key=item.identity_key,
@@ -294,7 +295,10 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
 
             settings = TaskqSettings.load(pg_dsn=self._dsn, schema_name=self._schema)
             self._backend = await PostgresBackend.connect(
-                settings.pooled_dsn, settings.schema_name, direct_dsn=settings.direct_dsn
+                settings.pooled_dsn,
+                settings.schema_name,
+                direct_dsn=settings.direct_dsn,
+                max_payload_bytes=settings.max_payload_bytes,
             )
         if self._capacity is None:
             self._capacity = CapacityCache(
@@ -331,7 +335,9 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         unique_key: str | None = None,
         unique_for: timedelta | float | None = None,
     ) -> JobRow:
-        """Insert one job; returns its row. Raises PayloadValidationError before any insert.
+        """Insert one job; returns its row. Raises PayloadValidationError before any insert,
+        and PayloadTooLargeError when the payload's JSON is over TASKQ_MAX_PAYLOAD_BYTES (the
+        backend's limit; every enqueue method, finalizers and schedules alike).
 
         ``unique_key``: no second job with that key while this one waits or runs; with
         ``unique_for`` (seconds or a timedelta): at most one job with that key per window of
@@ -451,14 +457,17 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         name = actor.name if isinstance(actor, ActorRef) else actor
         if not name:
             raise ConfigError("actor name must not be empty")
+        where = f"actor {name!r}'s queue"
         if ref is not None:
-            return _ActorPlan(name, ref, ref.queue, ref.retry, ref.priority, ref.result_ttl)
+            queue = check_name(ref.queue, "queue", field=where)
+            return _ActorPlan(name, ref, queue, ref.retry, ref.priority, ref.result_ttl)
         row = await self._stored_config(name)
         if row is None:
             return _ActorPlan(name, None, DEFAULT_QUEUE, DEFAULT_RETRY_POLICY, 0, None)
         retry = stored_retry(row) or DEFAULT_RETRY_POLICY
+        queue = check_name(row.queue, "queue", field=where)
         # result_ttl stays None: the stored one applies when the job ends, whoever enqueued.
-        return _ActorPlan(name, None, row.queue, retry, row.priority or 0, None)
+        return _ActorPlan(name, None, queue, retry, row.priority or 0, None)
 
     async def _stored_config(self, actor: str) -> ActorConfigRow | None:
         """The actor's stored row, read at most once per ``capacity_ttl`` seconds, so a

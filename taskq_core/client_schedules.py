@@ -26,6 +26,7 @@ from taskq_core.backend.protocol import (
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.cron_schedules import check_schedule
 from taskq_core.errors import ConfigError, ScheduleNotFoundError
+from taskq_core.names import check_name
 
 Payload = BaseModel | dict[str, Any] | None
 
@@ -58,9 +59,7 @@ class _Client(Protocol):
 
 
 def _name(value: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError("name: a schedule needs a non-empty name")
-    return value
+    return check_name(value, "schedule", field="name")
 
 
 def _not_found(name: str) -> ScheduleNotFoundError:
@@ -68,9 +67,7 @@ def _not_found(name: str) -> ScheduleNotFoundError:
 
 
 def _optional_queue(queue: str | None) -> str | None:
-    if queue is not None and not queue.strip():
-        raise ConfigError("queue: must not be empty (None: the actor's queue)")
-    return queue
+    return None if queue is None else check_name(queue, "queue", field="queue")
 
 
 class ScheduleMethods:

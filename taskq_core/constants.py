@@ -69,6 +69,15 @@ UNSTARTED_RECLAIM_LIMIT: Final = 10
 DEFAULT_POISON_RECLAIMS: Final = 3
 POISON_JOB_ERROR: Final = "PoisonJob"
 
+# The largest payload and result (JSON text, in bytes) a job may carry unless
+# TASKQ_MAX_PAYLOAD_BYTES / TASKQ_MAX_RESULT_BYTES say otherwise: enough for any document a
+# job should carry (a large one belongs in object storage, the job holding its key), small
+# enough that a list or an accident never drags megabytes through a small database.
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+DEFAULT_MAX_RESULT_BYTES: Final = 1024 * 1024
+# The largest jsonb PostgreSQL stores (its offset field holds 28 bits): the settings' ceiling.
+MAX_JSONB_BYTES: Final = (1 << 28) - 1
+
 # A running job asked to cancel is reclaimed only after its lease, both cancel graces and this
 # headroom have passed, so a merely slow cancellation is never mistaken for a crash. Both
 # backends and ``taskq jobs explain`` read it; the SQL gets it as a parameter.

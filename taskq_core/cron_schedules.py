@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, ScheduleRecord, ScheduleSpec, ScheduleSyncResult
 from taskq_core.errors import ConfigError, PayloadValidationError
+from taskq_core.names import check_name
 from taskq_core.schedule import Schedule, check_timezone
 
 # What the worker says when --until-idle meets a cron schedule (the worker guide's rule).
@@ -76,8 +77,7 @@ def cron(
             raise TypeError("@cron goes above @actor (it schedules an actor)")
         schedule_name = ref.name if name is None else name
         where = f"@cron {schedule_name!r} on actor {ref.name!r}"
-        if not schedule_name.strip():
-            raise ConfigError(f"{where}: name must not be empty")
+        check_name(schedule_name, "schedule", field=f"{where}: name")
         schedule = check_schedule(
             expression, timezone, expression_field=f"{where}: expression",
             timezone_field=f"{where}: timezone",
@@ -86,8 +86,8 @@ def cron(
             document = ref.dump_payload(payload)
         except PayloadValidationError as exc:
             raise ConfigError(f"{where}: payload: {exc}") from None
-        if queue is not None and not queue.strip():
-            raise ConfigError(f"{where}: queue must not be empty")
+        if queue is not None:
+            check_name(queue, "queue", field=f"{where}: queue")
         if any(spec.name == schedule_name for spec in ref.schedules):
             raise ConfigError(
                 f"{where}: the actor has a schedule of that name already (give each "

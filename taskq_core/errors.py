@@ -49,6 +49,16 @@ class PayloadValidationError(TaskqError):
     """A payload does not match the actor's model."""
 
 
+class PayloadTooLargeError(TaskqError):
+    """Enqueue refused: a payload's JSON text is larger than TASKQ_MAX_PAYLOAD_BYTES
+    (``size`` and ``limit`` in bytes)."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 class MaxPendingExceededError(TaskqError):
     """Enqueue refused: the actor already has max_pending jobs waiting."""
 

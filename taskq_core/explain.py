@@ -39,12 +39,13 @@ from taskq_core.backend.protocol import (
     ArchivedJob,
     Backend,
     EventRow,
-    JobFilter,
     JobRow,
+    JobSummary,
     LeaderRow,
     QueueRow,
     WorkerRow,
 )
+from taskq_core.backend.protocol.admin import JobQuery
 from taskq_core.backend.protocol.poison import is_poison, worker_crashes
 from taskq_core.constants import CANCEL_RECLAIM_HEADROOM
 from taskq_core.durations import format_duration
@@ -57,6 +58,8 @@ Situation = Literal["terminal", "archived", "running", "waiting"]
 
 # How many job ids a finding names before it says "and N more".
 _NAMED_JOBS = 5
+# The most running jobs of one actor or queue a capacity check reads (a fleet runs fewer).
+_RUNNING_MAX = 100_000
 # The default graces (TASKQ_CANCELLATION_GRACE_PERIOD + TASKQ_CLEANUP_GRACE_PERIOD), read from
 # the settings model so the two never disagree.
 _DEFAULT_GRACES = timedelta(
@@ -162,7 +165,7 @@ def _when(now: datetime, then: datetime) -> str:
     return f"{_stamp(then)} ({_ago(now, then)})"
 
 
-def _name_jobs(jobs: Sequence[JobRow]) -> str:
+def _name_jobs(jobs: Sequence[JobSummary]) -> str:
     named = ", ".join(str(job.id) for job in jobs[:_NAMED_JOBS])
     more = len(jobs) - _NAMED_JOBS
     return named + (f" and {more} more" if more > 0 else "")
@@ -195,8 +198,8 @@ class _Context:
         self.queue: QueueRow | None = None
         self.actor_cap: int | None = None
         self.actor_queue: str | None = None  # the queue the actor registered, if it did
-        self.actor_running: list[JobRow] = []
-        self.queue_running: list[JobRow] = []
+        self.actor_running: list[JobSummary] = []
+        self.queue_running: list[JobSummary] = []
         self.events: list[EventRow] = []
 
     def is_live(self, worker: WorkerRow) -> bool:
@@ -212,6 +215,20 @@ class _Context:
     def consumers(self) -> list[WorkerRow]:
         """Live workers whose queues include the job's queue."""
         return [w for w in self.workers if self.is_live(w) and self.job.queue in w.queues]
+
+
+async def _running_jobs(
+    backend: Backend,
+    *,
+    actors: tuple[str, ...] | None = None,
+    queues: tuple[str, ...] | None = None,
+) -> list[JobSummary]:
+    """The running jobs of an actor or a queue, as summaries: their payloads and results are
+    not read (a page that explains a job is refreshed every few seconds)."""
+    query = JobQuery(
+        statuses=(JobStatus.RUNNING,), actors=actors, queues=queues, limit=_RUNNING_MAX, count_max=0
+    )
+    return (await backend.search_jobs(query)).jobs
 
 
 async def explain_job(
@@ -245,13 +262,9 @@ async def explain_job(
     config = await backend.get_actor_config(job.actor)
     context.actor_cap = None if config is None else config.max_concurrent
     context.actor_queue = None if config is None else config.queue
-    context.actor_running = await backend.list_jobs(
-        JobFilter(status=JobStatus.RUNNING, actor=job.actor, limit=None)
-    )
+    context.actor_running = await _running_jobs(backend, actors=(job.actor,))
     if context.queue is not None and context.queue.max_concurrent is not None:
-        context.queue_running = await backend.list_jobs(
-            JobFilter(status=JobStatus.RUNNING, queue=job.queue, limit=None)
-        )
+        context.queue_running = await _running_jobs(backend, queues=(job.queue,))
     checks = [check(context) for check in _WAITING_CHECKS]
     return Explanation(job, position.now, "waiting", checks)
 

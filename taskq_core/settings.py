@@ -15,11 +15,16 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from taskq_core.constants import (
     DEFAULT_DSN,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_POISON_RECLAIMS,
     DEFAULT_QUEUE,
     DEFAULT_SCHEMA,
+    MAX_JSONB_BYTES,
     validate_identifier,
 )
+from taskq_core.credentials import shown_rejected, without_value
+from taskq_core.dsn import check_dsn, check_redis_url
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, InvalidIdentifierError
 from taskq_core.schedule import check_cron_expression, parse_daily_time
@@ -51,16 +56,9 @@ Duration = Annotated[timedelta, BeforeValidator(_duration)]
 
 
 def validate_dsn(value: str) -> str:
-    """Accept ``embedded``, ``embedded:PATH`` or a ``postgres(ql)://`` URL; raise ValueError."""
-    text = value.strip()
-    if text == "embedded" or (text.startswith("embedded:") and len(text) > len("embedded:")):
-        return text
-    if text.startswith(("postgresql://", "postgres://")):
-        return text
-    raise ValueError(
-        f"invalid DSN {value!r}: expected postgresql://user:pass@host:port/db, "
-        "'embedded' or 'embedded:PATH'"
-    )
+    """Accept ``embedded``, ``embedded:PATH`` or a ``postgres(ql)://`` URL asyncpg reads as
+    written; raise ValueError saying what is wrong, never repeating the value (see dsn.py)."""
+    return check_dsn(value)
 
 
 # Retentions of the prune (Sweep 5) and the archive (Sweep 6): each must be positive.
@@ -202,8 +200,10 @@ class TaskqSettings(BaseSettings):
     health_port: int | None = Field(default=None, ge=1, le=65535)
     """Also serve /live, /ready and /metrics over TCP on this port (Kubernetes HTTP probes,
     Prometheus scrapes); unset, the Unix socket only."""
-    health_host: str = "0.0.0.0"
-    """Address the TCP health port binds (TASKQ_HEALTH_PORT)."""
+    health_host: str = "127.0.0.1"
+    """Address the TCP health port binds (TASKQ_HEALTH_PORT): loopback, so only this
+    machine reaches the unauthenticated endpoints; a pod whose kubelet probes it over
+    ``httpGet`` sets ``0.0.0.0`` (or its pod IP)."""
 
     # Dispatch wake-up
     poll_interval: Seconds = Field(default=1.0, gt=0)
@@ -247,6 +247,19 @@ class TaskqSettings(BaseSettings):
     force_update_actor_config: bool = False
     """At worker start, overwrite drifted stored actor config with the code's instead of
     refusing to start."""
+
+    # Sizes
+    max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1, le=MAX_JSONB_BYTES)
+    """The largest payload a job may have, in bytes of its JSON text: an enqueue over it (one
+    job, a batch, the COPY path, ``taskq enqueue``, a batch's finalizer, a cron schedule's
+    payload) is refused with PayloadTooLargeError, naming both sizes. Set it where jobs are
+    enqueued (the application, the CLI) and in the workers. The default, 1 MiB, keeps a
+    small database safe: a large document belongs in object storage, the job carrying its
+    key."""
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1, le=MAX_JSONB_BYTES)
+    """The largest result an actor may return, in bytes of its JSON text: a larger one
+    fails the job for good (error class UnstorableResult) instead of being stored. Read by
+    the workers."""
 
     # Prune and archive
     prune_schedule_utc: str = "03:00"
@@ -321,6 +334,13 @@ class TaskqSettings(BaseSettings):
         if value is None or not value.strip():
             return None
         return validate_dsn(value)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return check_redis_url(value)
 
     @field_validator("schema_name")
     @classmethod
@@ -452,7 +472,11 @@ def settings_not_in_effect(settings: TaskqSettings) -> dict[str, str]:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """Render the first pydantic error as one line naming the TASKQ_* variable."""
+    """Render the first pydantic error as one line naming the TASKQ_* variable.
+
+    The rejected value is quoted only when its setting cannot hold a credential (masked and
+    bounded even then); a DSN, a Redis URL or a token is described by the reason alone.
+    """
     error = exc.errors()[0]
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     loc = [str(part) for part in error.get("loc", ()) if isinstance(part, str)]
@@ -460,5 +484,6 @@ def describe_validation_error(exc: ValidationError) -> str:
         return f"invalid settings: {message}"
     variable = ENV_PREFIX + loc[0].upper()
     value = error.get("input")
-    shown = f" (got {value!r})" if isinstance(value, str | int | float) else ""
-    return f"invalid setting {variable}{shown}: {message}"
+    shown = shown_rejected(loc[0], value)
+    message = without_value(message, loc[0], value)  # a validator may quote it
+    return f"invalid setting {variable}{f' (got {shown})' if shown else ''}: {message}"

@@ -20,7 +20,7 @@ from taskq_cli.batch_progress import FAILED_STATUSES, UNTRACKED, BatchProgress, 
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import full_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
-from taskq_core.backend.protocol import Backend, JobRow
+from taskq_core.backend.protocol import Backend, JobSummary
 from taskq_core.backend.protocol.admin import normalize_id_fragment
 from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.errors import ConfigError, TaskqError
@@ -189,10 +189,10 @@ def _ago(moment: Any, reference: Any) -> str | None:
 @dataclass(frozen=True)
 class _Shown:
     progress: BatchProgress
-    failures: list[JobRow]
+    failures: list[JobSummary]
 
 
-async def _recent_failures(backend: Backend, progress: BatchProgress) -> list[JobRow]:
+async def _recent_failures(backend: Backend, progress: BatchProgress) -> list[JobSummary]:
     """The latest failed children (one walk of the batch's own index entries)."""
     if not progress.failed:
         return []
@@ -207,7 +207,7 @@ async def _show(backend: Backend, text: str) -> _Shown:
     return _Shown(progress, await _recent_failures(backend, progress))
 
 
-def _failure_document(job: JobRow) -> dict[str, Any]:
+def _failure_document(job: JobSummary) -> dict[str, Any]:
     return {
         "id": job.id,
         "status": job.status,

@@ -8,7 +8,6 @@ token, password or secret, shows as ``***``.
 
 from __future__ import annotations
 
-import re
 import typing
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,20 +19,14 @@ from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource
 
 from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, global_options, load_settings
+from taskq_core.credentials import shown_value
 from taskq_core.durations import format_duration
 from taskq_core.settings import ENV_PREFIX, Duration, OptionalSeconds, Seconds, TaskqSettings
 
 Source = Literal["flag", "environment", ".env", "default"]
-MASK = "***"
 
 # The settings module's duration types: their values read "30s", "5m" for humans.
 _DURATION_TYPES = (Seconds, OptionalSeconds, Duration)
-# A setting whose whole value is a secret (TASKQ_ADMIN_TOKEN and the like).
-_SECRET_NAME = re.compile(r"token|password|secret|api_key", re.IGNORECASE)
-# ``scheme://user:PASSWORD@`` in a URL or DSN (each host list shares one userinfo).
-_URL_PASSWORD = re.compile(r"^(?P<head>[a-z][a-z0-9+.-]*://[^:@/?#]*:)[^@/?#]+(?=@)", re.I)
-# ``password=...`` in a DSN's query string or a key=value DSN.
-_PARAM_PASSWORD = re.compile(r"(?P<head>\bpassword=)[^&\s]+", re.I)
 
 
 @dataclass(frozen=True)
@@ -49,16 +42,12 @@ class EffectiveSetting:
 
 
 def mask(name: str, value: Any) -> tuple[Any, bool]:
-    """``value`` with any secret in it replaced by ``***``, and whether something was."""
-    if value is None:
-        return None, False
-    if _SECRET_NAME.search(name):
-        return MASK, True
-    if isinstance(value, str):
-        masked = _URL_PASSWORD.sub(rf"\g<head>{MASK}", value)
-        masked = _PARAM_PASSWORD.sub(rf"\g<head>{MASK}", masked)
-        return masked, masked != value
-    return value, False
+    """``value`` with any secret in it replaced by ``***`` (the rule of
+    ``taskq_core.credentials``), and whether something was."""
+    if not isinstance(value, str):
+        return value, False
+    masked = shown_value(name, value)
+    return masked, masked != value
 
 
 def _flags(ctx: typer.Context, dsn: str | None, schema: str | None) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def enqueue(
     """Enqueue jobs for ACTOR and print their ids, one per line (--json: the jobs created)."""
     inputs.check_name(actor, "ACTOR")
     document = inputs.parse_payload(payload)
-    queue = inputs.optional_name(queue, "--queue")
+    queue = inputs.optional_new_name(queue, "queue", "--queue")
     wait = None if delay is None else inputs.parse_duration_option(delay, "--delay")
     if priority is not None:
         inputs.check_int(priority, "--priority", minimum=inputs.INT32_MIN)

@@ -17,6 +17,7 @@ import typer
 
 from taskq_cli.options import DsnOption, SchemaOption, load_settings
 from taskq_core.errors import ConfigError, TaskqError
+from taskq_core.terminal_text import terminal_safe
 from taskq_core.worker.health import (
     default_socket_path,
     discover_sockets,
@@ -110,6 +111,10 @@ def _probe(ctx: typer.Context, endpoint: str, socket: str | None, pid: int | Non
         raise TaskqError(f"nothing listens on {where} (is the worker running?)") from None
     except OSError as exc:
         raise TaskqError(f"cannot reach the health server at {where}: {exc}") from None
+    if sys.stdout.isatty():
+        # The body as served is for scripts; a terminal gets control characters shown, not
+        # sent (a queue name in a metric's labels is an application's text).
+        body = terminal_safe(body)
     sys.stdout.write(body + ("" if body.endswith("\n") else "\n"))
     raise typer.Exit(0 if status == 200 else 1)
 

@@ -199,7 +199,7 @@ def move(
     """Move waiting (pending, scheduled) jobs to another queue, keeping their place in time."""
     if to is None:
         raise ConfigError("give --to QUEUE: the queue to move the jobs to")
-    target = inputs.check_name(to, "--to")
+    target = inputs.new_name(to, "queue", "--to")
     who = audit(reason)
     if job_id is not None:
         if queue is not None or actor is not None or status:

@@ -21,6 +21,7 @@ from taskq_cli.commands import job_fixes, reclaims
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.job_progress import progress_document, progress_line, reported_at
+from taskq_cli.json_preview import preview_json, whole_json
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import (
     ArchivedJob,
@@ -189,11 +190,21 @@ def _archived_document(archived: ArchivedJob | None) -> dict[str, Any] | None:
 def show(
     ctx: typer.Context,
     job_id: JobIdArgument,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full", help="Print the whole payload and result (else their first characters)."
+        ),
+    ] = False,
     json: JsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Show one job: its row, every attempt and the event timeline (archived jobs too)."""
+    """Show one job: its row, every attempt and the event timeline (archived jobs too).
+
+    A payload or result longer than a screen shows its first characters and its size;
+    --full prints it all, and --json always carries the whole values.
+    """
     job_ref = check_job_ref(job_id)
     history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, job_ref))
     if json:
@@ -208,7 +219,7 @@ def show(
             }
         )
         return
-    _render_history(history, _web_url(load_settings(ctx, dsn, schema), history.job.id))
+    _render_history(history, _web_url(load_settings(ctx, dsn, schema), history.job.id), full=full)
 
 
 def _web_url(settings: TaskqSettings, job_id: UUID) -> str | None:
@@ -218,7 +229,18 @@ def _web_url(settings: TaskqSettings, job_id: UUID) -> str | None:
     return f"{settings.admin_url.rstrip('/')}/jobs/{job_id}"
 
 
-def _render_history(history: _JobHistory, web_url: str | None = None) -> None:
+def _shown_json(value: Any, job_id: UUID, *, full: bool) -> str:
+    """A payload or result as ``show`` prints it: whole with ``full``, else its preview
+    (``json_preview``) and where the rest is."""
+    shown = whole_json(value) if full else preview_json(value)
+    if not shown.truncated:
+        return shown.text
+    return f"{shown.text}… ({shown.note(f'taskq jobs show {job_id} --full prints it all')})"
+
+
+def _render_history(
+    history: _JobHistory, web_url: str | None = None, *, full: bool = False
+) -> None:
     job = history.job
     when = output.timestamp
     archived = history.archived
@@ -259,8 +281,8 @@ def _render_history(history: _JobHistory, web_url: str | None = None) -> None:
             ("deadline", when(job.schedule_to_close)),
             ("cancel", cancel),
             ("error", error),
-            ("payload", output.compact_json(job.payload)),
-            ("result", None if job.result is None else output.compact_json(job.result)),
+            ("payload", _shown_json(job.payload, job.id, full=full)),
+            ("result", None if job.result is None else _shown_json(job.result, job.id, full=full)),
             ("result expires", when(job.result_expires_at)),
             ("metadata", output.compact_json(job.metadata) if job.metadata else None),
             *_archive_fields(archived),

@@ -155,7 +155,7 @@ def _update(
     in words, or with ``json`` as the fields that changed and the queue after."""
     inputs.check_text(name, "QUEUE")
     if create:
-        inputs.check_name(name, "QUEUE")
+        inputs.new_name(name, "queue", "QUEUE")
     who = audit(reason)  # every change goes to the operator log with who and why
 
     async def run(backend: Backend) -> tuple[QueueRow | None, QueueRow]:

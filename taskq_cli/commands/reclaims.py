@@ -24,6 +24,7 @@ from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import Backend, EventRow, JobFilter, JobRow
 from taskq_core.settings import TaskqSettings
+from taskq_core.terminal_text import terminal_safe
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
@@ -207,8 +208,9 @@ def _print_followed(event: EventRow, job: JobRow | None, json: bool) -> None:
         actor = "-" if job is None else job.actor
         queue = "-" if job is None else job.queue
         worker = event.worker_id or "-"
-        sys.stdout.write(
+        line = (
             f"{event.id}  {output.timestamp(event.occurred_at)}  {event.job_id}  {actor}  "
-            f"{queue}  {what_happened(event)}  worker {worker}\n"
+            f"{queue}  {what_happened(event)}  worker {worker}"
         )
+        sys.stdout.write(terminal_safe(line) + "\n")
     sys.stdout.flush()

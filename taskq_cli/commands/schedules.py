@@ -260,14 +260,14 @@ def add(
 
     Who (user@host) and why (--reason) go to the operator log, as for every schedule write.
     """
-    inputs.check_name(name, "NAME")
+    inputs.new_name(name, "schedule", "NAME")
     who = audit(reason)
     inputs.check_name(actor, "ACTOR")
     inputs.check_text(cron, "CRON")
     inputs.check_text(timezone, "--timezone")
     schedule = check_schedule(cron, timezone, expression_field="CRON", timezone_field="--timezone")
     document = inputs.parse_payload(payload)
-    queue = inputs.optional_name(queue, "--queue")
+    queue = inputs.optional_new_name(queue, "queue", "--queue")
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, ScheduleRecord]:
         config = await backend.get_actor_config(actor)

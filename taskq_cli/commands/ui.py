@@ -1,10 +1,13 @@
 """``taskq ui serve``: the admin web UI over the configured database.
 
 It binds 127.0.0.1 unless told otherwise and refuses an address beyond loopback without
-TASKQ_ADMIN_TOKEN. Besides the pages and /api it serves the fleet metrics at /metrics (as
-``taskq metrics serve`` does). The port is taken, and the first read made, before anything
-is served, so a port in use, a wrong DSN or an unmigrated schema fails as one line with
-exit 1; later outages show on the pages. SIGINT or SIGTERM stops it cleanly (exit 0).
+TASKQ_ADMIN_TOKEN, and a token that is short or easy to guess (taskq_cli/ui/sign_ins.py).
+Besides the pages and /api it serves the fleet metrics at /metrics (as ``taskq metrics
+serve`` does). uvicorn runs with the limits of taskq_cli/ui/serving.py (request deadlines,
+a connection cap, sizes), and what clients can make it log is bounded (log_budget.py).
+The port is taken, and the first read made, before anything is served, so a port in use,
+a wrong DSN or an unmigrated schema fails as one line with exit 1; later outages show on
+the pages. SIGINT or SIGTERM stops it cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ import typer
 
 from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
+from taskq_cli.ui.sign_ins import token_weakness
 from taskq_core.errors import ConfigError
 
 app = typer.Typer(help="The admin web UI.", no_args_is_help=True)
 
 # Requests are served concurrently; the pages' reads are short.
 _POOL_MAX_SIZE = 5
-# A token short enough to guess is no protection for a UI reachable from the network.
-MIN_TOKEN_LENGTH = 16
 _BIND_REASONS = {
     errno.EADDRINUSE: "address already in use (choose another --port or TASKQ_ADMIN_PORT)",
     errno.EACCES: "permission denied (ports below 1024 need privileges)",
@@ -109,11 +111,9 @@ def serve(
     bind_host = host or settings.admin_host
     bind_port = port or settings.admin_port
     token = settings.admin_token
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(
-            f"TASKQ_ADMIN_TOKEN is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} "
-            "(for example: openssl rand -hex 32)"
-        )
+    weakness = None if token is None else token_weakness(token)
+    if weakness is not None:
+        raise ConfigError(weakness)
     if not is_loopback(bind_host) and not token:
         raise ConfigError(
             f"refusing to serve the admin UI on {bind_host} without TASKQ_ADMIN_TOKEN "
@@ -127,6 +127,12 @@ def serve(
     from taskq_cli.tui.source import BackendSource, JobsFilter
     from taskq_cli.ui.app import create_app
     from taskq_cli.ui.config import LOOPBACK_NAMES, UiConfig, dashboard_settings
+    from taskq_cli.ui.log_budget import (
+        LogBudget,
+        bound_client_driven_logs,
+        unbound_client_driven_logs,
+    )
+    from taskq_cli.ui.serving import ServeLimits, connection_limit, uvicorn_config
     from taskq_core.backend.postgres.connection import describe_dsn
     from taskq_core.explain import ExplainSettings
     from taskq_core.liveness import worker_stale_after
@@ -140,6 +146,9 @@ def serve(
         trusted_hosts=LOOPBACK_NAMES | {bind_host.lower()},
     )
     dashboard = dashboard_settings(ExplainSettings.from_settings(settings))
+    limits = ServeLimits(connections=connection_limit())
+    budget = LogBudget()
+    budget_filter = bound_client_driven_logs(budget)
 
     async def run() -> None:
         limit_store = _limit_store(settings)
@@ -157,19 +166,15 @@ def serve(
                 fleet = FleetMetrics(
                     backend, FleetSettings(stale_after=worker_stale_after(settings))
                 )
-                server = uvicorn.Server(
-                    uvicorn.Config(
-                        create_app(source, config, metrics=fleet),
-                        log_level="warning",
-                        lifespan="on",
-                    )
-                )
+                app = create_app(source, config, metrics=fleet)
+                server = uvicorn.Server(uvicorn_config(app, limits, budget))
                 where = display_address(bind_host, bind_port)
                 reached = f" (reached at {public_url})" if public_url else ""
                 typer.echo(f"taskq ui: serving http://{where}/{reached}", err=True)
                 with _signals_stop_serving():
                     await server.serve(sockets=[sock])
         finally:
+            unbound_client_driven_logs(budget_filter)
             sock.close()
             if limit_store is not None:
                 await limit_store.close()

@@ -56,7 +56,7 @@ FileArgument = Annotated[
 
 
 def _print(text: str = "") -> None:
-    output.stdout.print(text, markup=False, highlight=False)
+    output.info(text)
 
 
 def _seconds(value: float) -> str:

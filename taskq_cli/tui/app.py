@@ -20,6 +20,7 @@ selected with the mouse, when there is some).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from uuid import UUID
@@ -29,10 +30,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker
 
 from taskq_cli.tui.formatting import Palette, short_id
+from taskq_cli.tui.literal import TerminalControlFilter
 from taskq_cli.tui.messages import (
     JobAction,
     JobActionRequested,
@@ -53,9 +57,10 @@ from taskq_cli.tui.widgets.limits_table import LimitsTable, limits_title
 from taskq_cli.tui.widgets.queues_table import QueuesTable
 from taskq_cli.tui.widgets.summary import SummaryHeader
 from taskq_cli.tui.widgets.workers_table import WorkersTable, workers_title
-from taskq_core.backend.protocol import CancelOutcome, JobRow
+from taskq_core.backend.protocol import CancelOutcome, JobSummary
 from taskq_core.errors import JobNotFoundError
 from taskq_core.statemachine import RETRYABLE_STATUSES
+from taskq_core.terminal_text import terminal_safe
 
 _CANCEL_OUTCOMES: dict[CancelOutcome, str] = {
     "cancelled": "cancelled",
@@ -112,6 +117,7 @@ class TopApp(App[None]):
         self.limits_table = LimitsTable(id="limits-table")
         self.batches_table = BatchesTable(id="batches-table")
         self.jobs_pane = JobsPane(id="jobs-pane")
+        self._control_filter = TerminalControlFilter()
 
     def compose(self) -> ComposeResult:
         """Summary, banner, then the panes (limits only when some are declared, batches only
@@ -144,6 +150,28 @@ class TopApp(App[None]):
         self.jobs_pane.table.focus()
         self.set_interval(self.refresh_interval, self.action_refresh_now)
         self.action_refresh_now()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, then the one that drops control characters from every line."""
+        return [*super().get_line_filters(), self._control_filter]
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every toast (from any screen or widget): control characters shown escaped."""
+        super().notify(
+            terminal_safe(message),
+            title=terminal_safe(title),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Main-screen actions are off while a detail screen or dialog is on top (explain
@@ -294,7 +322,7 @@ class TopApp(App[None]):
     def _job_action_requested(self, message: JobActionRequested) -> None:
         self._confirm_job_action(message.job_id, message.action)
 
-    def _known_job(self, job_id: UUID) -> JobRow | None:
+    def _known_job(self, job_id: UUID) -> JobSummary | None:
         screen = self.screen
         if isinstance(screen, JobDetailScreen) and screen.job_id == job_id:
             return screen.detail.job
@@ -379,7 +407,8 @@ class TopApp(App[None]):
         note = ""
         if self.snapshot is not None:
             pause = self.snapshot.pauses.get(name)
-            note = pause_text(pause, self.snapshot.now).capitalize() + ". "
+            said = pause_text(pause, self.snapshot.now)
+            note = said[:1].upper() + said[1:] + ". "  # (capitalize() lowercases the reason)
         self.push_screen(
             ConfirmScreen(
                 f"Resume queue {name!r}{whose}?", f"{note}Workers start claiming its jobs again."

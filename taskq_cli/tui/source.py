@@ -39,6 +39,7 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     LimitDefinition,
     LimitUsage,
     QueueActivity,
@@ -154,7 +155,7 @@ class Snapshot:
     window: timedelta
     queues: list[QueueActivity]
     workers: list[WorkerView]
-    jobs: list[JobRow]
+    jobs: list[JobSummary]
     jobs_filter: JobsFilter
     stale_after: timedelta
     # Who paused each paused queue, when and why (a queue paused without a note is absent).
@@ -219,7 +220,7 @@ class BatchDetail:
     """One batch's progress and its latest failed children (newest first)."""
 
     progress: BatchProgress
-    failures: list[JobRow]
+    failures: list[JobSummary]
 
 
 class DashboardSource(Protocol):
@@ -456,7 +457,7 @@ class BackendSource:
         progress = await read_progress(self.backend, batch_id)
         if progress.row is None and progress.counts.total == 0:
             return None
-        failed: list[JobRow] = []
+        failed: list[JobSummary] = []
         if progress.failed and failures > 0:
             failed = await self.backend.list_batch_jobs(batch_id, FAILED_STATUSES, failures)
         return BatchDetail(progress, failed)

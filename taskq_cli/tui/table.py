@@ -19,6 +19,8 @@ from rich.text import Text
 from textual import events
 from textual.widgets import DataTable
 
+from taskq_cli.terminal_rich import safe_text
+
 # Room kept for the vertical scrollbar, which appears once the rows overflow.
 _SCROLLBAR = 2
 
@@ -36,10 +38,14 @@ class Column:
 
 @dataclass(frozen=True)
 class Row:
-    """One row's key and its cells, one per Column."""
+    """One row's key and its cells, one per Column; the cells are made literal here (control
+    characters shown escaped: ``safe_text``), so no pane can show one raw."""
 
     key: str
     cells: Sequence[Text]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cells", tuple(safe_text(cell) for cell in self.cells))
 
 
 Fit = list[tuple[int, int | None]]

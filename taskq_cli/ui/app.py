@@ -1,5 +1,5 @@
 """The Litestar application: templates, static files, OpenAPI under /api, the read model,
-the security middleware and the outage answer.
+the security middleware, the checks made before routing and the outage answer.
 
 The ``DashboardSource`` (taskq_cli/tui/source.py, shared with ``taskq top``) is built by the
 caller; handlers reach it through the ``ui`` dependency (``Ui``: the source, the schedules,
@@ -34,9 +34,13 @@ from taskq_cli.ui.format import FILTERS
 from taskq_cli.ui.openapi import document_refusals, openapi_config
 from taskq_cli.ui.pages import batches, job_detail, jobs, limits, login, overview, queues, workers
 from taskq_cli.ui.pages import schedules as schedule_pages
+from taskq_cli.ui.request_guard import AdminRequest, RequestGuard
 from taskq_cli.ui.security import SecurityMiddleware
+from taskq_cli.ui.sign_ins import SignIns
 
 HERE = Path(__file__).parent
+# The bodies the UI takes are a login form and a pause reason; a larger one is 413.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def _ui(state: State) -> Ui:
@@ -97,12 +101,15 @@ def create_app(
     ]
     if metrics is not None:
         handlers.append(metrics_endpoint)
+    sign_ins = None if config.token is None else SignIns(config.token, config.session_lifetime)
     app = Litestar(
         route_handlers=handlers,
         dependencies={"ui": Provide(_ui, sync_to_thread=False)},
-        state=State({"ui": Ui(source, config, schedules, metrics)}),
-        middleware=[SecurityMiddleware(config)],
+        state=State({"ui": Ui(source, config, schedules, metrics, sign_ins)}),
+        middleware=[SecurityMiddleware(config, sign_ins)],
         exception_handlers=outage.HANDLERS,
+        request_class=AdminRequest,
+        request_max_body_size=MAX_BODY_BYTES,
         template_config=TemplateConfig(
             directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=configure
         ),
@@ -110,4 +117,5 @@ def create_app(
         debug=debug,
     )
     document_refusals(app, config)
+    app.asgi_handler = RequestGuard(app.asgi_handler)  # before routing: Host, raw path
     return app

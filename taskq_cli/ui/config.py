@@ -13,6 +13,7 @@ from litestar.di import NamedDependency
 # At run time: Litestar resolves the handlers' hints.
 from taskq_cli.operator import operator_id
 from taskq_cli.tui.source import DashboardSettings, DashboardSource, JobsFilter, Snapshot
+from taskq_cli.ui.sign_ins import SignIns
 from taskq_core.backend.protocol import ScheduleRecord
 from taskq_core.explain import ExplainSettings
 
@@ -93,7 +94,8 @@ class MetricsExposition(Protocol):
 @dataclass(frozen=True)
 class Ui:
     """What every handler gets (the ``ui`` dependency): the read model, the schedules, the
-    fleet metrics (None: not served) and the options.
+    fleet metrics (None: not served), the options, and the token's checks and sessions
+    (None: no token).
 
     A concrete class rather than the DashboardSource protocol itself, which Litestar's
     signature check cannot test instances against."""
@@ -102,6 +104,7 @@ class Ui:
     config: UiConfig
     schedules: ScheduleReader
     metrics: MetricsExposition | None = None
+    sign_ins: SignIns | None = None
 
     async def snapshot(self, jobs: JobsFilter | None = None) -> Snapshot:
         """One dashboard snapshot (TimeoutError past ``read_timeout``: an outage)."""

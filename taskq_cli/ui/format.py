@@ -1,4 +1,5 @@
-"""Jinja filters the pages share: counts, ages, times, durations and the sparkline.
+"""Jinja filters the pages share: counts, ages, times, durations, the sparkline, and
+``path_segment`` for every value put in a URL path (paths.py).
 
 Every filter returns plain text that autoescaping escapes, except ``sparkline``, whose SVG
 is built here from numbers only (never from a value read from the database as text).
@@ -13,6 +14,7 @@ from typing import Any
 from markupsafe import Markup
 
 from taskq_cli import output
+from taskq_cli.ui.paths import path_segment
 from taskq_core.durations import format_duration
 
 _BAR_WIDTH = 6
@@ -72,4 +74,5 @@ FILTERS: dict[str, Any] = {
     "when": when,
     "duration": duration,
     "sparkline": sparkline,
+    "path_segment": path_segment,
 }

@@ -7,10 +7,11 @@ One middleware sees every request before its handler:
   name at 127.0.0.1 (DNS rebinding) gets 400 instead of our data.
 - **Token.** With TASKQ_ADMIN_TOKEN every request but ``/static`` and the login form
   carries it: ``Authorization: Bearer <token>`` (API clients, scrapers), or the session
-  cookie the login form sets. The cookie holds an expiry and an HMAC of it keyed by the
-  token, never the token itself; it is HttpOnly and SameSite=Strict, and changing the token
-  ends every session. Tokens and MACs are compared in constant time. A page without it is
-  sent to ``/login``; ``/api`` and ``/metrics`` answer 401 JSON.
+  cookie the login form sets: a random value the server holds (sessions.py), never the
+  token; HttpOnly and SameSite=Strict, ended on the server by signing out. Tokens are
+  compared in constant time, and a client that keeps giving wrong ones is locked out for
+  a while and logged (sign_ins.py, login_throttle.py): 429 with ``Retry-After``. A page
+  without a credential is sent to ``/login``; ``/api`` and ``/metrics`` answer 401 JSON.
 - **Cross-site requests.** Every POST made with the cookie (or with no token at all) must
   come from our own pages: a browser says where a request comes from in ``Sec-Fetch-Site``
   (every current browser) and ``Origin``, which a page cannot forge, so a POST whose
@@ -31,11 +32,10 @@ Every response carries a Content-Security-Policy that allows scripts only from
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import time
+import math
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
@@ -48,15 +48,15 @@ from litestar.response.redirect import ASGIRedirectResponse
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from taskq_cli.ui.config import UiConfig
+from taskq_cli.ui.sessions import SESSION_COOKIE
+from taskq_cli.ui.sign_ins import SignIns
 
-SESSION_COOKIE = "taskq_admin_session"
 LOGIN_PATH = "/login"
 LOGOUT_PATH = "/logout"
 STATIC_PREFIX = "/static/"
 # Reachable without a token: the form that asks for it, and the way out.
 _OPEN_PATHS = frozenset({LOGIN_PATH, LOGOUT_PATH})
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_SESSION_CONTEXT = b"taskq admin session:"
 
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (
@@ -74,34 +74,12 @@ Credential = Literal["bearer", "cookie"]
 Connection = ASGIConnection[Any, Any, Any, Any]
 
 
-def token_matches(expected: str, given: str) -> bool:
-    """Whether ``given`` is the token, in time independent of where they differ."""
-    return hmac.compare_digest(expected.encode(), given.encode())
-
-
-def session_value(token: str, expires: int) -> str:
-    """The cookie for a session ending at ``expires`` (Unix seconds): ``<expires>.<mac>``."""
-    mac = hmac.new(token.encode(), _SESSION_CONTEXT + str(expires).encode(), hashlib.sha256)
-    return f"{expires}.{mac.hexdigest()}"
-
-
-def session_valid(token: str, value: str, now: float) -> bool:
-    """Whether ``value`` is a cookie this token made that has not expired."""
-    expires, dot, _ = value.partition(".")
-    if not dot or not expires.isdigit() or int(expires) <= now:
-        return False
-    return hmac.compare_digest(session_value(token, int(expires)).encode(), value.encode())
-
-
-def session_cookie(config: UiConfig, *, secure: bool, now: float | None = None) -> Cookie:
-    """A new session for a user who gave the right token."""
-    assert config.token is not None, "sessions exist only with a token"
-    lifetime = int(config.session_lifetime.total_seconds())
-    expires = int(time.time() if now is None else now) + lifetime
+def session_cookie(value: str, lifetime: timedelta, *, secure: bool) -> Cookie:
+    """The cookie of a session just opened (``value``: SessionStore.open's)."""
     return Cookie(
         key=SESSION_COOKIE,
-        value=session_value(config.token, expires),
-        max_age=lifetime,
+        value=value,
+        max_age=int(lifetime.total_seconds()),
         path="/",
         httponly=True,
         samesite="strict",
@@ -147,6 +125,13 @@ def is_api(path: str) -> bool:
     return path == "/api" or path.startswith("/api/") or path == "/metrics"
 
 
+def client_address(connection: Connection) -> str:
+    """Who is asking, for the sign-in throttle: the peer's address, or the X-Forwarded-For
+    of a trusted proxy as uvicorn put it in the scope."""
+    client = connection.scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
 def is_secure(connection: Connection) -> bool:
     """Whether the browser reached us over HTTPS (directly, or as uvicorn's trusted proxy
     headers say), so the session cookie is marked Secure."""
@@ -162,12 +147,14 @@ class Refusal:
 
 
 class SecurityMiddleware(ASGIMiddleware):
-    """Host, token, cross-site and read-only checks, and the security headers."""
+    """Host, token, cross-site and read-only checks, and the security headers. ``sign_ins``
+    checks tokens and sessions (None: the server has no token)."""
 
     scopes = (ScopeType.HTTP,)
 
-    def __init__(self, config: UiConfig) -> None:
+    def __init__(self, config: UiConfig, sign_ins: SignIns | None = None) -> None:
         self.config = config
+        self.sign_ins = sign_ins
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         send = _with_security_headers(send)
@@ -178,8 +165,11 @@ class SecurityMiddleware(ASGIMiddleware):
             return
         refusal = self._host_refusal(connection)
         credential: Credential | None = None
-        if refusal is None and self.config.token is not None and path not in _OPEN_PATHS:
-            credential = self._credential(connection)
+        if refusal is None and self.sign_ins is not None and path not in _OPEN_PATHS:
+            credential, retry_after = self._credential(connection, self.sign_ins)
+            if retry_after > 0:
+                await throttled(connection, retry_after)(scope, receive, send)
+                return
             if credential is None:
                 await _unauthorized(connection)(scope, receive, send)
                 return
@@ -202,19 +192,22 @@ class SecurityMiddleware(ASGIMiddleware):
             "127.0.0.1 or localhost, or set TASKQ_ADMIN_URL to the address users reach it at",
         )
 
-    def _credential(self, connection: Connection) -> Credential | None:
-        """How the request proved it knows the token (None: it did not)."""
-        token = self.config.token
-        assert token is not None
+    @staticmethod
+    def _credential(connection: Connection, sign_ins: SignIns) -> tuple[Credential | None, float]:
+        """How the request proved it knows the token (None: it did not), and how long its
+        client is locked out for failing too often (0: it is not)."""
         header = connection.headers.get("authorization")
         if header is not None:
             scheme, _, given = header.partition(" ")
-            ok = scheme.lower() == "bearer" and token_matches(token, given.strip())
-            return "bearer" if ok else None  # a wrong header is not rescued by a cookie
+            if scheme.lower() != "bearer":
+                return None, 0.0
+            check = sign_ins.check(client_address(connection), given.strip(), "bearer")
+            # A wrong header is not rescued by a cookie.
+            return ("bearer" if check.ok else None), check.retry_after
         cookie = connection.cookies.get(SESSION_COOKIE)
-        if cookie and session_valid(token, cookie, time.time()):
-            return "cookie"
-        return None
+        if cookie and sign_ins.sessions.valid(cookie):
+            return "cookie", 0.0
+        return None, 0.0
 
     def _post_refusal(
         self,
@@ -285,6 +278,21 @@ def _unauthorized(connection: Connection) -> ASGIApp:
     if connection.scope.get("method") not in _SAFE_METHODS:
         back = "/"
     return ASGIRedirectResponse(path=login_url(back), status_code=303)
+
+
+def throttled(connection: Connection, retry_after: float) -> ASGIApp:
+    """429 for a client locked out after too many wrong tokens."""
+    seconds = max(1, math.ceil(retry_after))
+    reason = f"too many wrong tokens from your address: try again in {seconds} s"
+    headers = {"retry-after": str(seconds)}
+    if is_api(connection.url.path):
+        body = json.dumps({"status_code": 429, "detail": reason})
+        return ASGIResponse(
+            body=body.encode(), status_code=429, media_type="application/json", headers=headers
+        )
+    return ASGIResponse(
+        body=reason.encode(), status_code=429, media_type="text/plain", headers=headers
+    )
 
 
 def _refused(connection: Connection, refusal: Refusal) -> ASGIApp:

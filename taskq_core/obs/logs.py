@@ -22,6 +22,8 @@ from typing import Any
 import structlog
 from opentelemetry import trace
 
+from taskq_core.terminal_text import terminal_safe
+
 # The handler configure_logging put on the root logger, replaced when it runs again.
 _ROOT_HANDLER: logging.Handler | None = None
 
@@ -63,11 +65,14 @@ def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
     (``fmt`` None: console text when stderr is a terminal, else JSON). Safe to call again
     (SIGHUP): the previous configuration is replaced."""
     global _ROOT_HANDLER
+    json_lines = resolve_format(fmt) == "json"
     renderer: Any = (
         structlog.processors.JSONRenderer()
-        if resolve_format(fmt) == "json"
+        if json_lines
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    # Console lines are for a terminal (JSON escapes control characters itself).
+    rendering = [renderer] if json_lines else [renderer, _terminal_safe_line]
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         merge_job_context,
@@ -76,7 +81,7 @@ def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
     ]
     numeric = logging.getLevelName(level)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
@@ -92,7 +97,7 @@ def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
-                renderer,
+                *rendering,
             ],
         )
     )
@@ -106,6 +111,13 @@ def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
     # connections, every second of an outage; the worker reports the outage itself, once
     # (database_unavailable / database_available).
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
+
+
+def _terminal_safe_line(_logger: Any, _method: str, line: str) -> str:
+    """A console line with control characters shown, not sent: the message, a traceback,
+    a job's actor or error may quote what an application's users gave it (the renderer,
+    without colours, adds none of its own)."""
+    return terminal_safe(line)
 
 
 def reset_logging() -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from taskq_core.credentials import shown_value
 from taskq_core.errors import ConfigError
 from taskq_core.settings import ENV_PREFIX, TaskqSettings
 from taskq_core.supervisor.diagnostics import WorkgroupConfigError
@@ -28,8 +29,6 @@ from taskq_core.supervisor.schema import HealthSettings, WorkerSpec, WorkgroupCo
 # sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 INSTANCE_PLACEHOLDER = "(assigned at start)"
-
-_SECRET_RE = re.compile(r"PASSWORD|SECRET|TOKEN|DSN|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +51,9 @@ class ChildPlan:
         return shlex.join(self.argv)
 
     def shown_env(self) -> dict[str, str]:
-        """The environment overlay with secret-looking values masked, for printing."""
-        return {k: ("***" if _SECRET_RE.search(k) else v) for k, v in self.env.items()}
+        """The environment overlay for printing: secret-named values as ``***``, passwords
+        in URLs and ``password=`` masked (``credentials.shown_value``)."""
+        return {k: shown_value(k, v) for k, v in self.env.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ its worker at once still counts as a crash), build the JobContext, resolve DI, r
 own task (so a forced cancel can target it), give its reservation slots back as soon as the
 body ends, then write exactly one outcome, fenced by the job's lease:
 
-- a return value is encoded to JSON once, here; one that cannot be stored fails the job
-  (UnstorableResult, not retried) instead of leaving it running;
+- a return value is encoded to JSON once, here; one that cannot be stored (not JSON, or
+  over TASKQ_MAX_RESULT_BYTES) fails the job (UnstorableResult, not retried) instead of
+  leaving it running, so no oversized result reaches the completer or a settle;
 - a success goes to the completer (batched); when the actor used ``ctx.connection()``, the
   success is written in that transaction and commits with the actor's own writes;
 - any other outcome is written here, retried with backoff while the database is away, and
@@ -56,6 +57,7 @@ from taskq_core import jsontext
 from taskq_core.actors import ActorRef, JobContext
 from taskq_core.backend.protocol import ErrorInfo, Start, Success
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
+from taskq_core.backend.protocol.sizes import check_result_size
 from taskq_core.di import actor_scope
 from taskq_core.errors import PayloadValidationError
 from taskq_core.obs.logs import bind_job_context, recording_trace_id, unbind_job_context
@@ -90,16 +92,19 @@ def _error_info(exc: BaseException) -> ErrorInfo:
     )
 
 
-def encode_result(value: Any) -> str | None:
+def encode_result(value: Any, max_bytes: int) -> str | None:
     """The actor's return value as stored (pydantic models dumped): JSON text, or None.
 
-    Raises UnstorableValueError when the value cannot be stored.
+    Raises UnstorableValueError when the value cannot be stored: not JSON, or larger than
+    ``max_bytes`` (TASKQ_MAX_RESULT_BYTES).
     """
     if value is None:
         return None
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    return jsontext.encode(value)
+    text = jsontext.encode(value)
+    check_result_size(text, max_bytes)
+    return text
 
 
 class ConsumerLoop:
@@ -660,7 +665,7 @@ async def _record(
         return await _record_cancel(deps, held, ran_for)
     if outcome == "returned":
         try:
-            result = encode_result(value)
+            result = encode_result(value, deps.settings.max_result_bytes)
         except jsontext.UnstorableValueError as exc:
             return await _record_unstorable(deps, held, exc, ran_for)
         deps.completer.submit(
@@ -714,7 +719,7 @@ async def _record_in_transaction(
         return await _record(deps, ref, held, outcome, value, ran_for)
     lease = held.lease
     try:
-        result = encode_result(value)
+        result = encode_result(value, deps.settings.max_result_bytes)
     except jsontext.UnstorableValueError as exc:
         await transaction.__aexit__(type(exc), exc, None)
         return await _record_unstorable(deps, held, exc, ran_for)

@@ -3,11 +3,18 @@ and over TCP too when TASKQ_HEALTH_PORT is set (``/live``, ``/ready``, ``/metric
 
 Kubernetes cannot httpGet a Unix socket, so exec probes run ``taskq health live|ready``, which
 uses ``probe`` below; with TASKQ_HEALTH_PORT, httpGet probes and Prometheus scrapes need no
-exec. ``/live`` answers while the event loop runs, whatever the database does; ``/ready`` is
-503 while shutting down, while the database is away (an outage seen by any loop, or no answer
-to a ping within TASKQ_HEALTH_PG_PING_TIMEOUT), or when a loop is stale; ``/metrics`` is the
+exec. The port binds TASKQ_HEALTH_HOST, loopback unless a pod asks for more. ``/live``
+answers while the event loop runs, whatever the database does; ``/ready`` is 503 while
+shutting down, while the database is away (an outage seen by any loop, or no answer to a
+ping within TASKQ_HEALTH_PG_PING_TIMEOUT), or when a loop is stale; ``/metrics`` is the
 OpenTelemetry meters in Prometheus text (``obs.telemetry``); ``/tasks`` (opt-in) dumps task
 stacks, on the socket only: stacks are for whoever can reach the worker's machine.
+
+Slow clients cannot take the server down: a request's head must arrive within
+REQUEST_DEADLINE (in all, not per line) and its answer be taken within as long, and each
+listener holds at most MAX_CONNECTIONS connections, a newcomer past that taking the place
+of one still waiting for its request (taskq_core/connection_cap.py), so a flood on the port
+crowds out neither the kubelet's probe nor the socket's.
 
 Each worker has a socket of its own: TASKQ_HEALTH_SOCKET_PATH (the workgroup passes one per
 child), else ``worker-<pid>.sock`` in the runtime directory (``$XDG_RUNTIME_DIR/taskq``, else
@@ -29,6 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskq_core.connection_cap import ConnectionCap
 from taskq_core.errors import TRANSIENT_ERRORS, ConfigError, HealthSocketInUseError
 from taskq_core.obs.telemetry import metrics_registry, render_metrics
 from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
@@ -42,6 +50,16 @@ SOCKET_PREFIX = "worker-"
 SOCKET_SUFFIX = ".sock"
 # How long an existing socket gets to accept a connection before it counts as served.
 IN_USE_CONNECT_TIMEOUT = 1.0
+# How long a request's head may take to arrive, in all, and its answer to be taken.
+REQUEST_DEADLINE = 5.0
+# Connections each listener (the socket, the port) holds at most; probes need a few.
+MAX_CONNECTIONS = 64
+# Header lines read past the request line before the request is dropped.
+MAX_HEADER_LINES = 100
+# The listen backlog, which is also how many connections asyncio accepts in one go: kept
+# small, so a burst of connections cannot take more files than the cap has room to close.
+ACCEPT_BURST = 16
+_HEAD_END = (b"\r\n", b"\n")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NO_METRICS = (
     b"# No OpenTelemetry meters feed this endpoint: TASKQ_OTEL_ENABLED=false or "
@@ -142,6 +160,8 @@ class HealthServer:
         self.registry = registry
         self._server: asyncio.AbstractServer | None = None
         self._tcp: asyncio.Server | None = None
+        # One cap per listener: a flood on the port leaves the socket's probes alone.
+        self._caps = {False: ConnectionCap(MAX_CONNECTIONS), True: ConnectionCap(MAX_CONNECTIONS)}
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we bound
 
     async def start(self) -> None:
@@ -156,7 +176,9 @@ class HealthServer:
             ensure_runtime_dir(Path(self.path).parent)
         sock = await self._bind()
         try:
-            self._server = await asyncio.start_unix_server(self._handle, sock=sock)
+            self._server = await asyncio.start_unix_server(
+                self._handle, sock=sock, backlog=ACCEPT_BURST
+            )
         except BaseException:
             sock.close()
             self._unlink_if_ours()
@@ -178,7 +200,7 @@ class HealthServer:
 
     async def _listen_tcp(self, host: str, port: int) -> asyncio.Server:
         try:
-            return await asyncio.start_server(self._handle_tcp, host, port)
+            return await asyncio.start_server(self._handle_tcp, host, port, backlog=ACCEPT_BURST)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise HealthPortInUseError(
@@ -253,10 +275,16 @@ class HealthServer:
     async def _handle(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, tcp: bool = False
     ) -> None:
+        cap = self._caps[tcp]
+        if not cap.admit(writer):
+            writer.close()
+            return
         try:
-            request = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass  # headers are not needed
+            async with asyncio.timeout(REQUEST_DEADLINE):
+                request = await self._read_head(reader, writer, cap)
+            if request is None:
+                return  # it ended, or was cut, before its head did: nothing to answer
+            cap.serving(writer)
             parts = request.decode("latin-1").split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
             status, content_type, body = await self.route(method, target, tcp=tcp)
@@ -266,11 +294,31 @@ class HealthServer:
                 "Connection: close\r\n\r\n"
             )
             writer.write(head.encode() + body)
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
+            async with asyncio.timeout(REQUEST_DEADLINE):
+                await writer.drain()
+        except (TimeoutError, ConnectionError, ValueError):
+            pass  # too slow, gone, or a line longer than the reader's limit
         finally:
+            cap.closed(writer)
             writer.close()
+
+    @staticmethod
+    async def _read_head(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cap: ConnectionCap
+    ) -> bytes | None:
+        """The request line once the whole head is in (headers are not needed); None when
+        the connection ended first or sent more header lines than MAX_HEADER_LINES."""
+        request = await reader.readline()
+        if not request.endswith(b"\n"):
+            return None
+        cap.stalled(writer)
+        for _ in range(MAX_HEADER_LINES):
+            line = await reader.readline()
+            if line in _HEAD_END:
+                return request
+            if not line.endswith(b"\n"):
+                return None
+        return None
 
     async def route(self, method: str, target: str, *, tcp: bool = False) -> tuple[int, str, bytes]:
         """Answer one request: (status, content type, body); ``tcp``: it came over the port."""

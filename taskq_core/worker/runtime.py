@@ -153,6 +153,7 @@ class Worker:
             dispatch_oversample=s.dispatch_oversample,
             notify_health_check_interval=s.notify_health_check_interval,
             notify_reconnect_backoff=s.notify_reconnect_backoff_initial,
+            max_payload_bytes=s.max_payload_bytes,
         )
         return self._backend
 

@@ -161,7 +161,7 @@ async def test_a_worker_whose_port_is_taken_exits_1_with_one_line(
         code, _, err = await taskq("worker", "--actors", "tests.e2e.e2e_actors:registry", env=env)
     assert code == 1
     assert err.strip().splitlines() == [
-        f"error: health port 0.0.0.0:{port} is in use by another process; give each worker "
+        f"error: health port 127.0.0.1:{port} is in use by another process; give each worker "
         "its own TASKQ_HEALTH_PORT (or leave it unset)"
     ]
 

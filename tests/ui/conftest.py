@@ -24,7 +24,7 @@ from tests.ui.server import UiServer
 from tests.ui.spares import SpareServers
 
 # What the token variants are started with (TASKQ_ADMIN_TOKEN).
-TOKEN = "ui-test-token-5d1f0c"
+TOKEN = "ui-test-token-5d1f0c8e2b47a39f6c01d5e8"
 
 StartUi = Callable[..., UiServer]
 

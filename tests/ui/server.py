@@ -9,6 +9,7 @@ waits for the exit.
 
 from __future__ import annotations
 
+import resource
 import signal
 import socket
 import subprocess
@@ -42,6 +43,7 @@ class UiServer:
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="taskq-ui-")[1]))
+    fd_limit: int | None = None
     _ready: bool = field(default=False, repr=False)
 
     @classmethod
@@ -52,15 +54,17 @@ class UiServer:
         token: str | None = None,
         read_only: bool = False,
         extra_args: tuple[str, ...] = (),
+        fd_limit: int | None = None,
         **env: str,
     ) -> UiServer:
-        """Launch a server over ``target``; ``url`` waits for it."""
+        """Launch a server over ``target``; ``url`` waits for it. ``fd_limit``: the most
+        files the process may hold open (RLIMIT_NOFILE), as a service manager may set it."""
         if token is not None:
             env["TASKQ_ADMIN_TOKEN"] = token
         command = [TASKQ_BIN, "ui", "serve", *extra_args]
         if read_only:
             command.append("--read-only")
-        server = cls(target, token, read_only, command, target.env(**env))
+        server = cls(target, token, read_only, command, target.env(**env), fd_limit=fd_limit)
         server._launch()
         return server
 
@@ -82,7 +86,12 @@ class UiServer:
                 env=self.env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
+                preexec_fn=None if self.fd_limit is None else self._limit_files,
             )
+
+    def _limit_files(self) -> None:
+        assert self.fd_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def wait_ready(self) -> None:
         """Return once the port accepts a connection; relaunch on another port when this

@@ -60,4 +60,4 @@ def test_a_port_in_use_ends_it_with_one_line(taskq_cli: Cli, pg: PgTarget) -> No
 
 def test_a_short_token_is_refused(taskq_cli: Cli, pg: PgTarget) -> None:
     result = taskq_cli("ui", "serve", env=pg.env(TASKQ_ADMIN_TOKEN="hunter2"))
-    assert "at least 16" in _one_line_error(result)
+    assert "at least 32" in _one_line_error(result)

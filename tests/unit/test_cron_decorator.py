@@ -61,7 +61,7 @@ def test_cron_stacks_above_actor_and_keeps_it_an_actor() -> None:
         ({"expression": "61 * * * *"}, r"expression: not a valid cron expression"),
         ({"expression": "* * * * *", "timezone": "Mars/Olympus"}, r"timezone: unknown timezone"),
         ({"expression": "* * * * *", "payload": {"full": "maybe"}}, r"payload: .*full"),
-        ({"expression": "* * * * *", "name": " "}, r"name must not be empty"),
+        ({"expression": "* * * * *", "name": " "}, r"name: ' ' is not a valid schedule name"),
     ],
 )
 def test_a_bad_declaration_fails_at_import_naming_the_field(

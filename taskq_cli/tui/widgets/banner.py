@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from textual.widgets import Static
+from taskq_cli.tui.literal import LiteralStatic
 
 
-class ConnectionBanner(Static):
+class ConnectionBanner(LiteralStatic):
     """Hidden while refreshes succeed; one line naming the failure while they do not."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
+        super().__init__("", id=id)
         self.notice = ""
 
     def show_failure(self, reason: str, unreachable: bool, last_good: datetime | None) -> None:

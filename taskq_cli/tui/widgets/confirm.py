@@ -12,7 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input
+
+from taskq_cli.tui.literal import LiteralStatic
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -32,9 +34,9 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         """The question, what it will do, and the two buttons (No focused)."""
         with Vertical(id="confirm-dialog"):
-            yield Static(self.question, id="confirm-question", markup=False)
+            yield LiteralStatic(self.question, id="confirm-question")
             if self.detail:
-                yield Static(self.detail, id="confirm-detail", markup=False)
+                yield LiteralStatic(self.detail, id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", variant="error", id="confirm-yes")
                 yield Button("No (n)", variant="primary", id="confirm-no")
@@ -68,9 +70,9 @@ class ReasonScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         """The question, what it will do, the reason line (focused) and the two buttons."""
         with Vertical(id="confirm-dialog"):
-            yield Static(self.question, id="confirm-question", markup=False)
+            yield LiteralStatic(self.question, id="confirm-question")
             if self.detail:
-                yield Static(self.detail, id="confirm-detail", markup=False)
+                yield LiteralStatic(self.detail, id="confirm-detail")
             yield Input(placeholder=self.placeholder, id="confirm-reason")
             with Horizontal(id="confirm-buttons"):
                 yield Button("OK (Enter)", variant="error", id="confirm-yes")

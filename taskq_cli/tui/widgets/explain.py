@@ -12,8 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
+from taskq_cli.tui.literal import LiteralStatic
 from taskq_core.explain import Explanation
 
 # The verdict's label, as `taskq jobs explain` prints it.
@@ -68,12 +69,12 @@ class ExplainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """One scrolling section."""
         with VerticalScroll(id="explain-body"):
-            yield Static(id="explain-text", classes="detail-section", markup=False)
+            yield LiteralStatic(id="explain-text", classes="detail-section")
         yield Footer()
 
     def on_mount(self) -> None:
         """Render the answer."""
         self.sub_title = f"explain job {self.explanation.job.id}"
-        section = self.query_one("#explain-text", Static)
+        section = self.query_one("#explain-text", LiteralStatic)
         section.border_title = f"Why: {verdict_label(self.explanation)}"
         section.update(render_explanation(self.explanation))

@@ -22,11 +22,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from taskq_cli.batch_progress import JobBatch
 from taskq_cli.job_progress import progress_line, reported_at
+from taskq_cli.json_preview import preview_json
 from taskq_cli.output import age, attempt_summary, to_jsonable
+from taskq_cli.tui.literal import LiteralStatic
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_cli.tui.source import JobDetail
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
@@ -41,8 +43,14 @@ def _ago(value: datetime | None) -> str | None:
     return None if value is None else age(value)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(to_jsonable(value), indent=2, sort_keys=True, ensure_ascii=False)
+def _preview(value: Any, job_id: Any) -> Text:
+    """A payload or result, its first characters when it is long (``json_preview``)."""
+    shown = preview_json(value, indent=2)
+    text = Text(shown.text)
+    if shown.truncated:
+        text.append("\n…\n")
+        text.append(shown.note(f"taskq jobs show {job_id} --full prints it all"), style="dim")
+    return text
 
 
 def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
@@ -91,7 +99,7 @@ def _outcome(job: JobRow) -> tuple[str, Text]:
             text.append(job.error_traceback)
         return "Error", text
     if job.result is not None:
-        return "Result", Text(_json(job.result))
+        return "Result", _preview(job.result, job.id)
     return "Result", Text("none", style="dim")
 
 
@@ -160,13 +168,10 @@ class JobDetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         """One scrolling column of sections."""
-        yield Static(id="detail-archived", markup=False)
+        yield LiteralStatic(id="detail-archived")
         with VerticalScroll(id="detail-body"):
-            yield Static(id="detail-fields", classes="detail-section", markup=False)
-            yield Static(id="detail-payload", classes="detail-section", markup=False)
-            yield Static(id="detail-outcome", classes="detail-section", markup=False)
-            yield Static(id="detail-attempts", classes="detail-section", markup=False)
-            yield Static(id="detail-events", classes="detail-section", markup=False)
+            for section in ("fields", "payload", "outcome", "attempts", "events"):
+                yield LiteralStatic(id=f"detail-{section}", classes="detail-section")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -179,19 +184,19 @@ class JobDetailScreen(Screen[None]):
         job = detail.job
         archived = detail.archived
         self.sub_title = f"job {job.id}" + (" (archived)" if archived else "")
-        banner = self.query_one("#detail-archived", Static)
+        banner = self.query_one("#detail-archived", LiteralStatic)
         banner.set_class(archived is not None, "-visible")
         banner.update(_archived_banner(archived) if archived else "")
         events = "Events (deleted)" if archived else f"Events ({len(detail.events)})"
         sections: list[tuple[str, str, Text]] = [
             ("detail-fields", f"Job {job.id}", _fields(job, detail.batch)),
-            ("detail-payload", "Payload", Text(_json(job.payload))),
+            ("detail-payload", "Payload", _preview(job.payload, job.id)),
             ("detail-outcome", *_outcome(job)),
             ("detail-attempts", f"Attempts ({len(detail.attempts)})", _attempts(detail.attempts)),
             ("detail-events", events, _timeline(detail.events, archived is not None)),
         ]
         for widget_id, title, body in sections:
-            widget = self.query_one(f"#{widget_id}", Static)
+            widget = self.query_one(f"#{widget_id}", LiteralStatic)
             widget.border_title = title
             widget.update(body)
 

@@ -19,11 +19,12 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input
 
+from taskq_cli.terminal_rich import safe_text
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
 from taskq_cli.tui.source import JobsFilter, Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
-from taskq_core.backend.protocol import JobRow
+from taskq_core.backend.protocol import JobSummary
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
 COLUMNS = (
@@ -40,7 +41,7 @@ _ERROR_WIDTH = 44
 FILTER_HINT = "queue=NAME actor=NAME status=failed,crashed|all   (empty: recent failures)"
 
 
-def activity_at(job: JobRow) -> datetime:
+def activity_at(job: JobSummary) -> datetime:
     """The moment the pane orders by: finished, else started (running), else created."""
     if job.status in TERMINAL_STATUSES and job.finished_at is not None:
         return job.finished_at
@@ -60,13 +61,13 @@ class JobsTable(FittedTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(COLUMNS, hold_order=True, id=id)
-        self.jobs: dict[str, JobRow] = {}
+        self.jobs: dict[str, JobSummary] = {}
         self.jobs_filter: JobsFilter | None = None
         self.full_ids = False
         self._last: tuple[Snapshot, Palette] | None = None
 
     @property
-    def selected(self) -> JobRow | None:
+    def selected(self) -> JobSummary | None:
         """The job under the cursor, if any."""
         key = self.selected_key
         return None if key is None else self.jobs.get(key)
@@ -83,7 +84,7 @@ class JobsTable(FittedTable):
         self.full_ids = self.fill_with_ids(full, short)  # the suffix when whole ids cost a column
 
     @staticmethod
-    def _row(job: JobRow, snapshot: Snapshot, palette: Palette, label: str) -> Row:
+    def _row(job: JobSummary, snapshot: Snapshot, palette: Palette, label: str) -> Row:
         error = ""
         if job.error_class:
             error = f"{job.error_class}: {job.error_message or ''}".strip()
@@ -122,7 +123,11 @@ class JobsPane(Vertical):
 
     def on_mount(self) -> None:
         """Title the pane after the opening filter."""
-        self.border_title = self.jobs_filter.describe()
+        self._title(self.jobs_filter.describe())
+
+    def _title(self, text: str) -> None:
+        # The filter names a queue or an actor: literal text (a str title would be markup).
+        self.border_title = safe_text(text)
 
     @property
     def table(self) -> JobsTable:
@@ -131,13 +136,13 @@ class JobsPane(Vertical):
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Render a snapshot's jobs (its filter names the pane)."""
-        self.border_title = f"{snapshot.jobs_filter.describe()} · {len(snapshot.jobs)}"
+        self._title(f"{snapshot.jobs_filter.describe()} · {len(snapshot.jobs)}")
         self.table.show(snapshot, palette)
 
     def apply_filter(self, jobs_filter: JobsFilter) -> None:
         """Switch to ``jobs_filter`` as if the operator had typed it."""
         self.jobs_filter = jobs_filter
-        self.border_title = jobs_filter.describe()
+        self._title(jobs_filter.describe())
         self.post_message(JobsFilterChanged(jobs_filter))
 
     def open_filter(self) -> None:

@@ -8,9 +8,9 @@ finish rate of zero with work pending means nothing is being processed.
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from taskq_cli.tui.formatting import Palette, age, count, short_id, sparkline
+from taskq_cli.tui.literal import LiteralStatic
 from taskq_cli.tui.source import Snapshot
 from taskq_core.durations import format_duration
 from taskq_core.statemachine import JobStatus
@@ -30,11 +30,11 @@ _SEPARATOR = "  │  "
 _RATE_MINUTES = 5
 
 
-class SummaryHeader(Static):
+class SummaryHeader(LiteralStatic):
     """Three lines: location and leader; totals by status; jobs finished per minute."""
 
     def __init__(self, database: str, schema: str, *, id: str | None = None) -> None:
-        super().__init__(id=id, markup=False)
+        super().__init__(id=id)
         self.database = database
         self.schema = schema
 

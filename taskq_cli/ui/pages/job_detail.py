@@ -2,7 +2,8 @@
 progress, batch, the ``jobs explain`` answer, attempts and events; an archived job with a
 banner (the prune moved it: its events are gone by design). ``POST /jobs/{id}/retry`` and
 ``POST /jobs/{id}/cancel`` act on it through the read model; ``/api/jobs/{id}`` and
-``POST /api/jobs/{id}/retry|cancel`` are the JSON twins.
+``POST /api/jobs/{id}/retry|cancel`` are the JSON twins. A long payload or result shows its
+first characters; ``/jobs/{id}/payload`` and ``/jobs/{id}/result`` download the whole value.
 
 A job is named as the CLI names it: its whole id or a unique prefix or suffix (a piece
 redirects to the whole id's page, the stable URL). Text that cannot be part of an id
@@ -32,8 +33,10 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
 from taskq_cli.job_ids import full_job_id
+from taskq_cli.json_preview import preview_json
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
+from taskq_cli.ui.paths import path_segment
 from taskq_cli.ui.render import LIVE, is_htmx, page
 from taskq_core.backend.protocol.admin import JobIdSearchTooSlowError, normalize_id_fragment
 from taskq_core.errors import ConfigError, JobNotFoundError
@@ -42,6 +45,8 @@ from taskq_core.explain import Explanation
 READ_ONLY = "this admin UI is read-only (taskq ui serve --read-only)"
 
 Action = Literal["retry", "cancel"]
+# The values a job's page links to in whole (``/jobs/{id}/payload``, ``/jobs/{id}/result``).
+Part = Literal["payload", "result"]
 # Each outcome an action can have: whether it did what was asked, and what to say.
 OUTCOMES: dict[str, tuple[bool, str]] = {
     "retried": (True, "retried: back to pending with a fresh attempt budget"),
@@ -128,13 +133,28 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _preview(value: Any, job_id: UUID, which: Part) -> dict[str, Any]:
+    """What the page shows of a payload or result: its first characters (``json_preview``),
+    its size, and the note and link to the whole of it when it is cut."""
+    shown = preview_json(value, indent=2)
+    cut = f"Showing the first {len(shown.text):,} characters. " if shown.truncated else ""
+    return {
+        "text": shown.text,
+        "truncated": shown.truncated,
+        "note": cut,
+        "link": f"Download the whole {which} (JSON, {shown.size:,} bytes)",
+        "href": f"/jobs/{path_segment(job_id)}/{which}",
+    }
+
+
 def shown_json(view: JobDetailView) -> dict[str, Any]:
     """The payload, result, metadata and each event's detail as the page prints them
-    (JSON text, escaped by the template like any other value)."""
+    (JSON text, escaped by the template like any other value); a long payload or result as
+    its preview, with the link to the whole value."""
     job = view.job
     return {
-        "payload": _pretty(job.payload),
-        "result": _pretty(job.result),
+        "payload": _preview(job.payload, job.id, "payload"),
+        "result": _preview(job.result, job.id, "result"),
         "metadata": _pretty(job.metadata),
         "events": {
             event.id: json.dumps(event.detail, sort_keys=True, ensure_ascii=False, default=str)
@@ -173,7 +193,7 @@ async def job_page(
         return _missing(exc.status, str(exc), part)
     if str(job_id) != ref:
         query = f"?part={LIVE}" if part == LIVE else ""
-        return Redirect(path=f"/jobs/{job_id}{query}", status_code=302)
+        return Redirect(path=f"/jobs/{path_segment(job_id)}{query}", status_code=302)
     view = await read_job(ui, job_id)
     if view is None:
         return _missing(404, f"no job with id {job_id}", part)
@@ -205,7 +225,7 @@ async def _page_action(
         return _missing(exc.status, str(exc), LIVE if is_htmx(request) else None)
     done, said = OUTCOMES[outcome]
     if not is_htmx(request):
-        return Redirect(path=f"/jobs/{job_id}?outcome={outcome}", status_code=303)
+        return Redirect(path=f"/jobs/{path_segment(job_id)}?outcome={outcome}", status_code=303)
     view = await read_job(ui, job_id)
     if not done or view is None:
         return Response(f"job {job_id}: {said}", status_code=409, media_type="text/plain")
@@ -287,4 +307,46 @@ async def cancel_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
     return await _api_action(ui, ref, "cancel")
 
 
-HANDLERS = [job_page, retry_action, cancel_action, job_api, retry_api, cancel_api]
+async def _whole_value(ui: Ui, ref: str, which: Part) -> Response[bytes]:
+    """One job's payload or result, all of it, as a JSON download (404: no such job, or no
+    result)."""
+    try:
+        job_id = await find_job(ui, ref)
+    except BadJobRef as exc:
+        raise _api_error(exc) from None
+    detail = await ui.source.job_detail(job_id)
+    if detail is None:
+        raise NotFoundException(f"no job with id {job_id}")
+    value = detail.job.payload if which == "payload" else detail.job.result
+    if value is None:
+        raise NotFoundException(f"job {job_id} has no {which}")
+    body = json.dumps(value, ensure_ascii=False).encode()
+    return Response(
+        body,
+        media_type="application/json",
+        headers={"content-disposition": f'attachment; filename="job-{job_id}-{which}.json"'},
+    )
+
+
+@get("/jobs/{ref:str}/payload", include_in_schema=False)
+async def payload_download(ui: UiDependency, ref: JobRef) -> Response[bytes]:
+    """A job's whole payload as JSON (the job page shows its first characters)."""
+    return await _whole_value(ui, ref, "payload")
+
+
+@get("/jobs/{ref:str}/result", include_in_schema=False)
+async def result_download(ui: UiDependency, ref: JobRef) -> Response[bytes]:
+    """A job's whole result as JSON (the job page shows its first characters)."""
+    return await _whole_value(ui, ref, "result")
+
+
+HANDLERS = [
+    job_page,
+    retry_action,
+    cancel_action,
+    job_api,
+    retry_api,
+    cancel_api,
+    payload_download,
+    result_download,
+]

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from taskq_cli.batch_progress import BatchProgress, JobBatch
 from taskq_cli.tui.source import JobDetail
 from taskq_cli.tui.widgets.explain import verdict_label
-from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
+from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow, JobSummary
 from taskq_core.backend.protocol.batches import batch_id_of
 from taskq_core.explain import Explanation, job_origin
 from taskq_core.progress import ProgressReport
@@ -54,7 +54,7 @@ class JobLine(BaseModel):
     batch_id: UUID | None
 
     @classmethod
-    def of(cls, job: JobRow) -> JobLine:
+    def of(cls, job: JobSummary) -> JobLine:
         message = first_line(job.error_message)
         error = None
         if job.error_class is not None:

@@ -1,8 +1,11 @@
-"""``/login``: the form that takes the token and sets the session cookie; ``/logout``
-ends the session. Without a token both just go to the overview."""
+"""``/login``: the form that takes the token and opens a session (its cookie); ``/logout``
+ends the session on the server. Without a token both just go to the overview. A client
+that gave too many wrong tokens gets the form back with 429 until its lockout ends
+(sign_ins.py)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from litestar import Request, get, post
@@ -13,12 +16,13 @@ from pydantic import BaseModel
 from taskq_cli.ui.config import UiDependency
 from taskq_cli.ui.security import (
     LOGIN_PATH,
+    client_address,
     expired_cookie,
     is_secure,
     safe_next,
     session_cookie,
-    token_matches,
 )
+from taskq_cli.ui.sessions import SESSION_COOKIE
 
 
 class LoginForm(BaseModel):
@@ -28,11 +32,17 @@ class LoginForm(BaseModel):
     next: str = "/"
 
 
-def _form(next_path: str, error: str | None = None, status: int = 200) -> Template:
+def _form(
+    next_path: str,
+    error: str | None = None,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Template:
     return Template(
         template_name="login.html",
         context={"page": "login", "next": safe_next(next_path), "error": error},
         status_code=status,
+        headers=headers,
     )
 
 
@@ -50,22 +60,32 @@ async def login(
     request: Request[Any, Any, Any],
     data: URLEncodedBody[LoginForm],
 ) -> Template | Redirect:
-    """The right token: a session cookie and on to where the user was going. A wrong one:
-    the form again, 401."""
-    token = ui.config.token
+    """The right token: a new session and on to where the user was going. A wrong one:
+    the form again, 401; too many wrong ones from this address: 429 until the lockout ends
+    (the token is not even compared)."""
+    sign_ins = ui.sign_ins
     destination = safe_next(data.next)
-    if token is None:
+    if sign_ins is None:
         return Redirect(path=destination, status_code=303)
-    if not token_matches(token, data.token.strip()):
+    check = sign_ins.check(client_address(request), data.token.strip(), "form")
+    if check.retry_after > 0:
+        seconds = max(1, math.ceil(check.retry_after))
+        message = f"Too many wrong tokens from your address: try again in {seconds} s."
+        return _form(destination, message, 429, {"retry-after": str(seconds)})
+    if not check.ok:
         return _form(destination, "That is not this server's token.", 401)
-    cookie = session_cookie(ui.config, secure=is_secure(request))
+    session = sign_ins.sessions.open()
+    cookie = session_cookie(session, ui.config.session_lifetime, secure=is_secure(request))
     return Redirect(path=destination, status_code=303, cookies=[cookie])
 
 
 @post("/logout", include_in_schema=False)
 async def logout(ui: UiDependency, request: Request[Any, Any, Any]) -> Redirect:
-    """Forget the session cookie."""
-    target = LOGIN_PATH if ui.config.token is not None else "/"
+    """End the session on the server and forget its cookie: a copy of it no longer works."""
+    target = LOGIN_PATH if ui.sign_ins is not None else "/"
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if ui.sign_ins is not None and cookie:
+        ui.sign_ins.sessions.close(cookie)
     return Redirect(
         path=target, status_code=303, cookies=[expired_cookie(secure=is_secure(request))]
     )

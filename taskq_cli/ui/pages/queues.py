@@ -4,6 +4,10 @@ what holds it (taskq top's "why"). Pause and resume are POST actions; pausing as
 reason on its own page (``/queues/{name}/pause``), out of the live region that would wipe
 what is being typed. ``/api/queues`` is the JSON, ``POST /api/queues/{name}/pause|resume``
 the actions for scripts.
+
+A queue's name is one path segment, encoded (paths.py) and decoded here, so any stored name
+reaches its own queue. The UI never makes a queue: an unknown name is 404, and one that no
+queue could be made with now (taskq_core/names.py) is 400.
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.why import PER_JOB, queue_blocker
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
+from taskq_cli.ui.paths import segment_value
 from taskq_cli.ui.render import back_to, is_htmx, page
 from taskq_core.backend.protocol import QueueActivity, QueueRow
+from taskq_core.names import NAME_RULE, is_valid_name
 from taskq_core.statemachine import JobStatus
 
-UNKNOWN_QUEUE = {404: ResponseSpec(ErrorBody, description="No queue has that name.")}
+UNKNOWN_QUEUE = {
+    400: ResponseSpec(ErrorBody, description="No queue can have that name."),
+    404: ResponseSpec(ErrorBody, description="No queue has that name."),
+}
 # A pause reason longer than this is refused (it is shown in a table cell).
 MAX_REASON = 500
 # taskq top names the key that explains a job; the web page names the page.
@@ -122,13 +131,17 @@ async def read_queues(ui: Ui) -> QueuesView:
     return _view(await ui.snapshot())
 
 
-async def _known(ui: Ui, name: str) -> QueueView:
-    """The queue as the page shows it; 404 for a queue with neither jobs nor settings
-    (a typo would otherwise create it)."""
+async def _known(ui: Ui, segment: str) -> QueueView:
+    """The queue whose name the path segment carries, as the page shows it; 404 for a
+    queue with neither jobs nor settings (a typo would otherwise create it), 400 when no
+    queue could be made with that name."""
+    name = segment_value(segment)
     view = await read_queues(ui)
     for queue in view.queues:
         if queue.name == name:
             return queue
+    if not is_valid_name(name):
+        raise _bad_request(f"{name!r} is not a queue name: a queue name is {NAME_RULE}")
     raise NotFoundException(f"unknown queue {name!r}")
 
 
@@ -145,9 +158,9 @@ def _bad_request(message: str) -> Exception:
     return ValidationException(message)
 
 
-async def _set_paused(ui: Ui, name: str, paused: bool, reason: str | None) -> QueueRow:
-    await _known(ui, name)
-    return await ui.source.set_queue_paused(name, paused, reason)
+async def _set_paused(ui: Ui, segment: str, paused: bool, reason: str | None) -> QueueRow:
+    queue = await _known(ui, segment)
+    return await ui.source.set_queue_paused(queue.name, paused, reason)
 
 
 async def _answer(ui: Ui, request: Request[Any, Any, Any]) -> Template | Redirect:

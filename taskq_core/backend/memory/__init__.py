@@ -39,7 +39,7 @@ from .store import MemoryTransaction
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend
 
-_IMPLEMENTED_PROTOCOL_VERSION = 3
+_IMPLEMENTED_PROTOCOL_VERSION = 4
 check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 

@@ -30,8 +30,9 @@ from taskq_core.backend.protocol.batches import (
     outcomes_by_batch,
 )
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
-from taskq_core.backend.protocol.values import JobRow
-from taskq_core.errors import SingletonCollisionError
+from taskq_core.backend.protocol.sizes import check_enqueue_payload
+from taskq_core.backend.protocol.values import JobSummary
+from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
@@ -65,18 +66,21 @@ class BatchPart(EnqueuePart):
 
     async def list_batch_jobs(
         self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
-    ) -> list[JobRow]:
+    ) -> list[JobSummary]:
         """The batch's children (of ``statuses``), the most recently finished first."""
         children = [
             job for job in self._children(batch_id) if statuses is None or job.status in statuses
         ]
         children.sort(key=lambda job: (job.finished_at or job.created_at, job.id), reverse=True)
-        return [job.snapshot() for job in children[:limit]]
+        return [job.summary() for job in children[:limit]]
 
     # --- rows ----------------------------------------------------------------------------------
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
         """Insert the batch row (``active``); with ``connection`` it appears when that
-        transaction commits, with the children. An existing id raises ValueError."""
+        transaction commits, with the children. An existing id raises ValueError, a
+        finalizer's payload over ``max_payload_bytes`` PayloadTooLargeError."""
+        if batch.finalizer is not None:
+            check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
         handle = None if connection is None else self._transaction_handle(connection)
         if batch.id in self._batches or (handle is not None and batch.id in handle.batches):
             raise ValueError(f"a batch with id {batch.id} already exists")
@@ -201,7 +205,8 @@ class BatchPart(EnqueuePart):
     def _enqueue_finalizer(self, record: BatchRecord) -> UUID | None:
         """Enqueue the batch's finalizer under its fixed id, as ``enqueue`` does (the same job
         already there comes back; another job under the id is ValueError); None without one,
-        or when its unique key is held by another job (refused as any enqueue would be)."""
+        or when its unique key is held by another job or its payload is over this backend's
+        limit (refused as any enqueue would be)."""
         if record.finalizer is None:
             return None
         args = finalizer_from_json(record.finalizer)
@@ -212,7 +217,7 @@ class BatchPart(EnqueuePart):
             return existing.id
         try:
             return self._insert([args], None)[0].id
-        except SingletonCollisionError as exc:
+        except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(record.id), error=str(exc))
             return None
 

@@ -4,6 +4,7 @@ transaction that buffers them until its block exits cleanly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -12,21 +13,32 @@ from uuid import UUID
 
 from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.unique import check_unique, collision, holds_key, stored_unique
 from taskq_core.ids import uuid7
 
-from .store import PENDING, SCHEDULED, JobRecord, MemoryStore, MemoryTransaction, as_json
+from .store import (
+    PENDING,
+    SCHEDULED,
+    JobRecord,
+    MemoryStore,
+    MemoryTransaction,
+    as_json,
+)
 
 _RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_retryable"})
 
 
-def _new_job(args: EnqueueArgs, now: datetime) -> JobRecord:
-    """The record ``args`` inserts at ``now`` (ValueError for a bad item)."""
+def _new_job(args: EnqueueArgs, now: datetime, max_payload_bytes: int) -> JobRecord:
+    """The record ``args`` inserts at ``now`` (ValueError for a bad item,
+    PayloadTooLargeError for a payload over ``max_payload_bytes``)."""
     if args.max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {args.max_attempts}")
     if args.retry_kind not in _RETRY_KINDS:
         raise ValueError(f"unknown retry_kind {args.retry_kind!r}")
     check_unique(args.unique_key, args.unique_for)
+    # The text jsontext wrote: read back, it is the jsonb copy as_json would make.
+    payload = json.loads(check_enqueue_payload(args, max_payload_bytes))
     unique_key, unique_until = stored_unique(args, now)
     delay = args.delay if args.delay is not None and args.delay > timedelta(0) else None
     deadline = args.schedule_to_close
@@ -34,7 +46,7 @@ def _new_job(args: EnqueueArgs, now: datetime) -> JobRecord:
         id=args.job_id or uuid7(),
         actor=args.actor,
         queue=args.queue,
-        payload=as_json(args.payload),
+        payload=payload,
         status=PENDING if delay is None else SCHEDULED,
         priority=args.priority,
         scheduled_at=now if delay is None else now + delay,
@@ -62,7 +74,7 @@ class EnqueuePart(MemoryStore):
         handle = None if connection is None else self._transaction_handle(connection)
         now = self._now()
         items = list(args_list)  # a client's batch builds each item as it is read: once
-        jobs = [_new_job(args, now) for args in items]
+        jobs = [_new_job(args, now, self.max_payload_bytes) for args in items]
         taken = set(self._jobs)
         if handle is not None:
             taken.update(job.id for job in handle.buffered)

@@ -16,6 +16,7 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     QueueActivity,
     QueueStatusCount,
     check_dashboard_window,
@@ -85,7 +86,7 @@ class ReadsPart(MemoryStore):
         total = len(found)
         if query.after is not None:
             found = [job for job in found if (job.created_at, job.id) < query.after]
-        page = [job.snapshot() for job in found[: query.limit]]
+        page = [job.summary() for job in found[: query.limit]]
         more = len(found) > query.limit and bool(page)
         return JobPage(
             jobs=page,
@@ -164,7 +165,7 @@ class ReadsPart(MemoryStore):
             )
         return DashboardStats(now=now, window=window, queues=activity)
 
-    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobSummary]:
         """Jobs matching the filter, most recent activity first (finished_at for finished
         jobs, started_at (else claimed_at) for running ones, created_at for waiting ones;
         ties id DESC)."""
@@ -181,7 +182,7 @@ class ReadsPart(MemoryStore):
 
         found = self._matching(replace(filter, limit=None), _ANY_STATUS)
         found.sort(key=activity, reverse=True)
-        return [job.snapshot() for job in found[: filter.limit]]
+        return [job.summary() for job in found[: filter.limit]]
 
 
 def _finished_within(

@@ -30,6 +30,7 @@ from taskq_core.backend.protocol.schedules import (
     schedule_job_metadata,
     updated_schedule,
 )
+from taskq_core.backend.protocol.sizes import check_payload
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7
 from taskq_core.retry import DEFAULT_RETRY_POLICY
@@ -54,6 +55,7 @@ class SchedulePart(MemoryStore):
     ) -> ScheduleRecord:
         """Insert an enabled schedule, its first fire time after the clock's now."""
         row = new_schedule(spec, self._now(), declared_in_code=False)
+        check_payload(row.actor, row.payload, self.max_payload_bytes)
         if spec.name in self._schedules:
             raise ScheduleExistsError(spec.name)
         self._schedules[spec.name] = _stored(row)
@@ -84,6 +86,7 @@ class SchedulePart(MemoryStore):
         if current is None:
             return None
         row = _stored(updated_schedule(current, update, self._now()))
+        check_payload(row.actor, row.payload, self.max_payload_bytes)
         self._schedules[name] = row
         if audit is not None:
             changed = schedule_changes(current, row)
@@ -99,6 +102,8 @@ class SchedulePart(MemoryStore):
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         """Upsert the declared schedules at once (see the protocol)."""
+        for spec in specs:  # each fire copies the payload into a job: the enqueue's limit
+            check_payload(spec.actor, spec.payload, self.max_payload_bytes)
         names = {spec.name for spec in specs}
         stored = [r for r in self._schedules.values() if r.name in names or r.declared_in_code]
         plan = plan_code_schedules(specs, stored, self._now())

@@ -25,6 +25,7 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     LeaderRow,
     Lease,
     QueueMode,
@@ -35,6 +36,7 @@ from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
 from taskq_core.backend.protocol.batches import BatchRow, BatchStatus
 from taskq_core.backend.protocol.unique import holds_key
 from taskq_core.clock import Clock, SystemClock
+from taskq_core.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
 
 if TYPE_CHECKING:
@@ -126,6 +128,11 @@ class JobRecord:
     def snapshot(self) -> JobRow:
         """A frozen copy that shares nothing mutable with this record."""
         return freeze(self, JobRow)
+
+    def summary(self) -> JobSummary:
+        """A frozen copy of every field but the payload, the result and the traceback (what
+        listings read)."""
+        return freeze(self, JobSummary)
 
     @property
     def cohort(self) -> str:
@@ -257,8 +264,11 @@ class MemoryStore:
     does not await is atomic, as one SQL statement is.
     """
 
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, *, clock: Clock | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    ) -> None:
         self._clock: Clock = clock or SystemClock()
+        self.max_payload_bytes = max_payload_bytes  # the largest payload an enqueue accepts
         self._jobs: dict[UUID, JobRecord] = {}
         self._attempts: dict[UUID, list[AttemptRow]] = {}
         self._events: list[EventRow] = []

@@ -27,6 +27,7 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     QueueMode,
     QueueRow,
     QueueStatusCount,
@@ -174,7 +175,7 @@ class AdminPart(BackendCore):
             "search_jobs", *matching, after_at, after_id, query.limit + 1
         )
         counted = await self._fetch_custom_plan("count_search_jobs", *matching, query.count_max + 1)
-        jobs = [rows.job(r) for r in records[: query.limit]]
+        jobs = [rows.job_summary(r) for r in records[: query.limit]]
         more = len(records) > query.limit and bool(jobs)
         total = int(counted[0]["count"])
         return JobPage(
@@ -204,7 +205,7 @@ class AdminPart(BackendCore):
         queues = [rows.queue_activity(r, minutes) for r in records if r["name"] is not None]
         return DashboardStats(now=records[0]["now"], window=window, queues=queues)
 
-    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobSummary]:
         """Jobs matching the filter, most recent activity first, each status from its index."""
         check_recent_limit(filter)
         records = await self._pool.fetch(
@@ -214,7 +215,7 @@ class AdminPart(BackendCore):
             filter.actor,
             filter.limit,
         )
-        return [rows.job(r) for r in records]
+        return [rows.job_summary(r) for r in records]
 
     # --- history -----------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:

@@ -31,7 +31,7 @@ from .settle import SettlePart
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend
 
-_IMPLEMENTED_PROTOCOL_VERSION = 3
+_IMPLEMENTED_PROTOCOL_VERSION = 4
 check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 

@@ -32,8 +32,9 @@ from taskq_core.backend.protocol.batches import (
     finalizer_to_json,
     outcomes_by_batch,
 )
-from taskq_core.backend.protocol.values import JobRow
-from taskq_core.errors import SingletonCollisionError
+from taskq_core.backend.protocol.sizes import check_enqueue_payload
+from taskq_core.backend.protocol.values import JobSummary
+from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
@@ -72,7 +73,10 @@ class BatchPart(EnqueuePart):
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
         """Insert the batch row (``active``); with ``connection`` it commits with the
         caller's transaction. The finalizer is stored, not enqueued. An existing id raises
-        ValueError."""
+        ValueError. A finalizer's payload over ``max_payload_bytes`` raises
+        PayloadTooLargeError before anything is written."""
+        if batch.finalizer is not None:
+            check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
         finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
         executor: Any = self._pool if connection is None else connection
         record = await executor.fetchrow(
@@ -100,11 +104,11 @@ class BatchPart(EnqueuePart):
 
     async def list_batch_jobs(
         self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
-    ) -> list[JobRow]:
+    ) -> list[JobSummary]:
         """The batch's children (of ``statuses``), the most recently finished first."""
         names = None if statuses is None else sorted(status.value for status in statuses)
         records = await self._pool.fetch(self._queries["list_batch_jobs"], batch_id, names, limit)
-        return [rows.job(r) for r in records]
+        return [rows.job_summary(r) for r in records]
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
         """Batch rows matching the filter, newest first, each with its children's counts."""
@@ -185,14 +189,16 @@ class BatchPart(EnqueuePart):
     ) -> UUID | None:
         """Enqueue a stored finalizer on ``conn`` under its fixed id, through ``enqueue``
         (idempotent on the id; another job under it is ValueError). None without one, or
-        when another job holds its unique key: refused as any enqueue is, and the batch
-        ends all the same (the refusal is a Python-side answer, the transaction goes on)."""
+        when another job holds its unique key or its payload is over this backend's limit
+        (a worker's TASKQ_MAX_PAYLOAD_BYTES below the one it was stored under): refused as
+        any enqueue is, and the batch ends all the same (the refusal is a Python-side
+        answer, the transaction goes on)."""
         if stored is None:
             return None
         args = finalizer_from_json(json.loads(stored))
         try:
             job = await self.enqueue(args, connection=conn)
-        except SingletonCollisionError as exc:
+        except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(batch_id), error=str(exc))
             return None
         return job.id

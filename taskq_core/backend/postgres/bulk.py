@@ -45,6 +45,8 @@ dumps = jsontext.encode
 
 # The common empty payload / metadata: a constant field, nothing to serialize.
 _EMPTY_OBJECT = _pack_length(3) + b"\x01{}"
+# A jsonb field's bytes before its JSON text: the length word and the jsonb version byte.
+JSONB_FIELD_HEAD = 5
 
 
 def jsonb_field(value: Any) -> bytes:
@@ -59,7 +61,7 @@ def jsonb_field_value(field: bytes) -> Any:
     """The Python value a ``jsonb_field`` holds (a fresh object, as a stored row would give)."""
     if field is _EMPTY_OBJECT:
         return {}
-    return json.loads(field[5:])
+    return json.loads(field[JSONB_FIELD_HEAD:])
 
 
 def _text(value: str) -> bytes:

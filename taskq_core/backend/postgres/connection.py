@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from taskq_core.credentials import scrub
 from taskq_core.embedded import data_dir_for, is_embedded_dsn, resolve_dsn
 from taskq_core.errors import ConfigError, DatabaseUnavailableError
 from taskq_core.settings import validate_dsn
@@ -85,8 +86,11 @@ async def _guard(dsn: str, pending: Awaitable[T]) -> T:
         raise DatabaseUnavailableError(
             f"PostgreSQL at {describe_dsn(dsn)} refused the connection ({exc}); {_ZERO_SETUP_HINT}"
         ) from exc
-    except ValueError as exc:  # asyncpg's DSN parser
-        raise ConfigError(f"invalid DSN: {exc}") from exc
+    except ValueError as exc:  # asyncpg's DSN parser (validate_dsn lets few through)
+        # Its messages may quote pieces of the DSN: the password masked, the original not
+        # chained (a --debug traceback would print it).
+        reason = scrub(str(exc), dsn)
+        raise ConfigError(f"invalid DSN for {describe_dsn(dsn)}: {reason}") from None
 
 
 def enable_keepalive(conn: asyncpg.Connection) -> None:

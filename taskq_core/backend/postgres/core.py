@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from taskq_core.constants import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
     events_channel,
     leader_lock_key,
     validate_identifier,
@@ -116,6 +117,7 @@ class BackendCore:
         notify_health_check_interval: float = 5.0,
         notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         """Wrap open pools whose connections ran ``_init_connection``; prefer ``connect``.
 
@@ -125,11 +127,13 @@ class BackendCore:
         the sweeps' session locks. Dispatch runs on ``dispatch_pool`` and the heartbeat on
         ``heartbeat_pool`` when given (else ``session_pool``), so neither waits behind the
         other's traffic (or behind settle writes). ``plain_dispatch=False`` always claims
-        through the general statement (the tests run both).
+        through the general statement (the tests run both). ``max_payload_bytes``: the
+        largest payload an enqueue accepts (``protocol.sizes``).
         """
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
         self.schema = validate_identifier(schema)
+        self.max_payload_bytes = max_payload_bytes
         self._pool = pool
         # A session pool of its own means ``pool`` is on the pooled DSN (maybe PgBouncer).
         self._through_pooler = session_pool is not None and session_pool is not pool
@@ -177,6 +181,7 @@ class BackendCore:
         notify_health_check_interval: float = 5.0,
         notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> Self:
         """Open pools on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
 
@@ -188,7 +193,8 @@ class BackendCore:
         ``direct_dsn`` that opens connections only when asked holds the session locks.
         Statements that take longer than ``command_timeout`` seconds are cancelled and raise
         DatabaseUnavailableError (a hung connection, a partition). Connection failures
-        raise one-line DatabaseUnavailableError / ConfigError.
+        raise one-line DatabaseUnavailableError / ConfigError. ``max_payload_bytes``: the
+        largest payload an enqueue accepts (TASKQ_MAX_PAYLOAD_BYTES).
         """
         validate_identifier(schema)
         if dispatch_oversample < 1:
@@ -250,6 +256,7 @@ class BackendCore:
             notify_health_check_interval=notify_health_check_interval,
             notify_reconnect_backoff=notify_reconnect_backoff,
             plain_dispatch=plain_dispatch,
+            max_payload_bytes=max_payload_bytes,
         )
 
     def _pools(self) -> list[asyncpg.Pool]:

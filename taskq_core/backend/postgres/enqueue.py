@@ -16,6 +16,7 @@ from taskq_core.backend.protocol import (
     JobRow,
 )
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
+from taskq_core.backend.protocol.sizes import check_payload_size, payload_too_large
 from taskq_core.backend.protocol.unique import check_unique, collision
 from taskq_core.errors import SingletonCollisionError, TransientDatabaseError
 from taskq_core.ids import uuid7, uuid7_batch_ints
@@ -67,6 +68,7 @@ class _CopyBatch:
 
     args_list: Sequence[EnqueueArgs]
     rows: list[JobRow] | None
+    max_payload_bytes: int
     error: Exception | None = None
     wake: bool = False  # some job of the batch is dispatchable now
     # The unique keys sent, as stored: the key the caller gave and the item's id.
@@ -100,6 +102,9 @@ class _CopyBatch:
             _validate(args)
             job_id = next(fresh) if args.job_id is None else args.job_id.int
             payload = bulk.jsonb_field(args.payload)
+            if len(payload) - bulk.JSONB_FIELD_HEAD > self.max_payload_bytes:
+                size = len(payload) - bulk.JSONB_FIELD_HEAD  # ASCII text: a byte a character
+                raise payload_too_large(args.actor, size, self.max_payload_bytes)
             metadata = bulk.jsonb_field(args.metadata)
             parts.append(encoder.row(args, job_id, payload, metadata))
             if args.unique_key is not None:
@@ -126,11 +131,14 @@ class EnqueuePart(BackendCore):
     """enqueue, enqueue_batch (COPY, rows built from what was sent), enqueue_batch_fast."""
 
     def _enqueue_params(self, args: EnqueueArgs) -> tuple[Any, ...]:
+        job_id = _check(args)
+        payload = bulk.dumps(args.payload)
+        check_payload_size(args.actor, payload, self.max_payload_bytes)
         return (
-            _check(args),
+            job_id,
             args.actor,
             args.queue,
-            bulk.dumps(args.payload),
+            payload,
             args.priority,
             args.delay,
             args.identity_key,
@@ -209,7 +217,7 @@ class EnqueuePart(BackendCore):
         self, args_list: Sequence[EnqueueArgs], connection: Any, rows: list[JobRow] | None = None
     ) -> None:
         """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
-        batch = _CopyBatch(args_list, rows)
+        batch = _CopyBatch(args_list, rows, self.max_payload_bytes)
         if connection is None:
             async with self._pool.acquire() as conn:
                 await self._copy_in(conn, batch)

@@ -14,6 +14,7 @@ from taskq_core.backend.protocol import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     QueueActivity,
     QueueRow,
     WorkerRow,
@@ -30,6 +31,7 @@ _JOB_STATUS = {status.value: status for status in JobStatus}
 _TEXT_JSON_INDEXES = tuple(
     _JOB_FIELDS.index(name) for name in ("payload", "result", "metadata", "progress_state")
 )
+_SUMMARY_FIELDS = tuple(f.name for f in fields(JobSummary))  # the leading JobRow fields
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
 _ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
 
@@ -72,6 +74,13 @@ def job(record: asyncpg.Record) -> JobRow:
     values = list(map(record.__getitem__, _JOB_FIELDS))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
     return from_values(JobRow, values)
+
+
+def job_summary(record: asyncpg.Record) -> JobSummary:
+    """A listing's record (the job_summary_columns fragment) as a JobSummary."""
+    values = list(map(record.__getitem__, _SUMMARY_FIELDS))
+    values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
+    return from_values(JobSummary, values)
 
 
 def job_from_text_json(record: asyncpg.Record) -> JobRow:

@@ -32,6 +32,7 @@ from taskq_core.backend.protocol.schedules import (
     schedule_job_metadata,
     updated_schedule,
 )
+from taskq_core.backend.protocol.sizes import check_payload
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7_batch
 from taskq_core.obs.logs import get_logger
@@ -59,6 +60,7 @@ class SchedulePart(BackendCore):
         async with self._pool.acquire() as conn, conn.transaction():
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
             row = new_schedule(spec, now, declared_in_code=False)
+            check_payload(row.actor, row.payload, self.max_payload_bytes)
             record = await conn.fetchrow(
                 self._queries["insert_schedule"],
                 row.id,
@@ -104,6 +106,7 @@ class SchedulePart(BackendCore):
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
             before = _record(locked)
             row = updated_schedule(before, update, now)
+            check_payload(row.actor, row.payload, self.max_payload_bytes)
             record = await conn.fetchrow(self._queries["write_schedule"], *_written(row))
             if record is None:
                 return None
@@ -137,6 +140,8 @@ class SchedulePart(BackendCore):
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         """Upsert the declared schedules in one transaction (see the protocol)."""
+        for spec in specs:  # each fire copies the payload into a job: the enqueue's limit
+            check_payload(spec.actor, spec.payload, self.max_payload_bytes)
         names = [spec.name for spec in specs]
         async with self._pool.acquire() as conn, conn.transaction():
             stored = await conn.fetch(self._queries["lock_code_schedules"], names)

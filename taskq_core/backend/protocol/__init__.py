@@ -19,7 +19,10 @@ History: v2 fences every worker write by its Lease (worker and attempt), tells c
 (started_at NULL) from started ones, and renews only the leases a heartbeat names. v3 never
 gives an attempt number back (every claim has a new one, the lease changes with it) and
 counts the retry budget apart (``uncounted_attempts``); a shutdown's interrupt and abandon
-send the job back to the queue.
+send the job back to the queue. v4 refuses a payload over the backend's ``max_payload_bytes``
+at every enqueue (PayloadTooLargeError, ``sizes``), and the listings (``search_jobs``,
+``list_recent_jobs``, ``list_batch_jobs``) return JobSummary rows: no payload, result or
+traceback.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ from taskq_core.backend.protocol.values import (
     EventRow,
     JobFilter,
     JobRow,
+    JobSummary,
     Lease,
     QueueMode,
     RetryAfterOutcome,
@@ -125,7 +129,7 @@ from taskq_core.backend.protocol.worker import (
     first_success_per_job,
 )
 
-BACKEND_PROTOCOL_VERSION = 3
+BACKEND_PROTOCOL_VERSION = 4
 
 
 @runtime_checkable
@@ -196,6 +200,7 @@ __all__ = [
     "HeldSlot",
     "JobFilter",
     "JobRow",
+    "JobSummary",
     "LeaderBackend",
     "LeaderRow",
     "Lease",

@@ -14,6 +14,7 @@ from taskq_core.backend.protocol.values import (
     ActorConfigRow,
     JobFilter,
     JobRow,
+    JobSummary,
     QueueMode,
 )
 from taskq_core.errors import TaskqError
@@ -79,7 +80,7 @@ class JobPage:
     ``after``; at most ``count_max``, ``total_exact`` False when it stopped there), and the
     ``after`` of the next page (None on the last page)."""
 
-    jobs: list[JobRow]
+    jobs: list[JobSummary]
     total: int
     total_exact: bool
     next_after: tuple[datetime, UUID] | None
@@ -440,7 +441,8 @@ class AdminBackend(Protocol):
     async def search_jobs(self, query: JobQuery) -> JobPage:
         """A page of the jobs the query matches, newest first (``created_at DESC, id
         DESC``), with their total and the cursor of the next page (see JobQuery, JobPage).
-        Time bounds given as ages are read on the backend's clock.
+        Time bounds given as ages are read on the backend's clock. The jobs are summaries:
+        no payload, result or traceback is read (``get`` has them).
 
         PG: the page walks ``jobs_created_idx`` (or a filter's own index) and stops at the
         limit; the total counts the matches up to ``count_max``, which on a large table reads
@@ -462,10 +464,10 @@ class AdminBackend(Protocol):
         ``window`` must be positive and ``minutes`` between 1 and 1440 (ValueError).
         """
 
-    async def list_recent_jobs(self, filter: JobFilter) -> list[JobRow]:
+    async def list_recent_jobs(self, filter: JobFilter) -> list[JobSummary]:
         """Jobs matching the filter, most recent activity first: finished jobs by
         ``finished_at``, running ones by ``started_at`` (claimed ones by ``claimed_at``),
-        waiting ones by ``created_at`` (ties: id DESC).
+        waiting ones by ``created_at`` (ties: id DESC); summaries, as ``search_jobs``'.
 
         Each status is read from its own index, newest first, so the read stays bounded on
         a large table; this is the dashboard's jobs pane, where ``list_jobs`` is the full

@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
-from taskq_core.backend.protocol.values import EnqueueArgs, JobRow
+from taskq_core.backend.protocol.values import EnqueueArgs, JobSummary
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 # The metadata keys a batch writes: on every child, and on the finalizer.
@@ -188,10 +188,10 @@ class BatchBackend(Protocol):
 
     async def list_batch_jobs(
         self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
-    ) -> list[JobRow]:
+    ) -> list[JobSummary]:
         """The batch's children in the jobs table (only those in ``statuses`` when given), the
         most recently finished first (children not finished yet by creation, newest first),
-        at most ``limit``."""
+        at most ``limit``; summaries, as ``search_jobs``'."""
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
         """Batch rows matching the filter, newest first, each with its children's counts."""

@@ -41,7 +41,10 @@ class ClientBackend(Protocol):
         an id that belongs to another job raises ValueError. With ``connection`` (PG: any asyncpg
         connection, TaskQ's own from ``transaction()`` or the caller's, whatever its codecs;
         memory: a handle from ``transaction()``), the insert commits or rolls back with the
-        caller, and so does its NOTIFY.
+        caller, and so does its NOTIFY. A payload whose JSON text is over the backend's
+        ``max_payload_bytes`` (TASKQ_MAX_PAYLOAD_BYTES, given when it was built) raises
+        PayloadTooLargeError, naming both sizes, and inserts nothing (``sizes``); so do the
+        batch enqueues for any item, a batch's finalizer and a cron schedule's payload.
         """
 
     async def enqueue_batch(

@@ -82,8 +82,11 @@ class EnqueueArgs:
 
 
 @dataclass(frozen=True, slots=True)
-class JobRow:
-    """A snapshot of one ``jobs`` row.
+class JobSummary:
+    """A job as listings read it (``search_jobs``, ``list_recent_jobs``): every column of
+    its row but the three an application fills without bound, the payload, the result and
+    the error's traceback, so a page of a listing costs the same whatever the jobs carry.
+    ``get`` reads the whole row (a JobRow, which is a JobSummary too).
 
     ``lock_expires_at`` is set only while running. ``locked_by_worker`` is set while running,
     kept after the owning worker's own terminal write (who ran it last) and cleared when the
@@ -103,7 +106,6 @@ class JobRow:
     id: UUID
     actor: str
     queue: str
-    payload: dict[str, Any]
     status: JobStatus
     priority: int
     scheduled_at: datetime
@@ -122,12 +124,10 @@ class JobRow:
     identity_key: str | None
     fairness_key: str | None
     schedule_to_close: datetime | None
-    result: Any
     result_ttl: timedelta | None
     result_expires_at: datetime | None
     error_class: str | None
     error_message: str | None
-    error_traceback: str | None
     metadata: dict[str, Any]
     trace_id: str | None
     span_id: str | None
@@ -162,6 +162,16 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
+class JobRow(JobSummary):
+    """A snapshot of one whole ``jobs`` row: the JobSummary's columns (see there), then the
+    payload, the result and the last error's traceback."""
+
+    payload: dict[str, Any]
+    result: Any
+    error_traceback: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """One worker's claim on one attempt of a job. Every write a worker makes about a job it
     runs names its lease, and changes nothing unless the row is still running, locked by that
@@ -173,7 +183,7 @@ class Lease:
     attempt: int
 
 
-_Row = TypeVar("_Row", "JobRow", "EnqueueArgs")
+_Row = TypeVar("_Row", "JobRow", "JobSummary", "EnqueueArgs")
 
 _SLOT_SETTERS: dict[type, tuple[Any, ...]] = {}  # per class: its fields' slot descriptors
 

@@ -455,8 +455,20 @@ LEFT JOIN finished_counts c ON c.queue = n.name
 LEFT JOIN per_minute m ON m.queue = n.name
 ORDER BY n.name;
 
+-- fragment: job_summary_columns
+-- Every column of a job but payload, result and error_traceback (JobSummary): what the
+-- listings read, so a page costs the same whatever its jobs carry (a TOASTed payload is not
+-- even fetched). rows.job_summary reads them by name.
+j.id, j.actor, j.queue, j.status, j.priority, j.scheduled_at, j.created_at, j.retry_kind,
+    j.max_attempts, j.attempt, j.locked_by_worker, j.lock_expires_at, j.claimed_at,
+    j.started_at, j.finished_at, j.cancel_phase, j.cancel_requested_at, j.cancel_reason,
+    j.identity_key, j.fairness_key, j.schedule_to_close, j.result_ttl, j.result_expires_at,
+    j.error_class, j.error_message, j.metadata, j.trace_id, j.span_id, j.progress_seq,
+    j.progress_state, j.updated_at, j.unique_key, j.unique_until, j.unstarted_reclaims,
+    j.uncounted_attempts
+
 -- name: list_recent_jobs
--- The dashboard's jobs pane: jobs matching $1 statuses (NULL: any), $2 queue and $3 actor,
+-- The dashboard's jobs pane (JobSummary columns): jobs matching $1 statuses (NULL: any), $2 queue and $3 actor,
 -- most recent activity first, at most $4 rows. Each status group is read newest
 -- first from an index of its own: finished jobs per status from jobs_finished_idx
 -- (status, finished_at DESC), running ones from the running partial indexes (a worker's
@@ -470,7 +482,7 @@ WITH finished AS (
     FROM unnest(COALESCE($1::text[], ARRAY['succeeded', 'failed', 'cancelled', 'crashed',
                                            'abandoned'])) AS s(status)
     CROSS JOIN LATERAL (
-        SELECT j.*, j.finished_at AS activity_at
+        SELECT {fragment:job_summary_columns}, j.finished_at AS activity_at
         FROM {schema}.jobs j
         WHERE j.status = s.status::{schema}.job_status AND j.finished_at IS NOT NULL
           AND COALESCE(j.queue = $2::text, true)
@@ -481,7 +493,7 @@ WITH finished AS (
     WHERE s.status IN ('succeeded', 'failed', 'cancelled', 'crashed', 'abandoned')
 ),
 running AS (
-    SELECT j.*, COALESCE(j.started_at, j.claimed_at) AS activity_at
+    SELECT {fragment:job_summary_columns}, COALESCE(j.started_at, j.claimed_at) AS activity_at
     FROM {schema}.jobs j
     WHERE j.status = 'running' AND ($1::text[] IS NULL OR 'running' = ANY ($1::text[]))
       AND COALESCE(j.queue = $2::text, true)
@@ -490,7 +502,7 @@ running AS (
     LIMIT 200
 ),
 pending AS (
-    SELECT j.*, j.created_at AS activity_at
+    SELECT {fragment:job_summary_columns}, j.created_at AS activity_at
     FROM {schema}.jobs j
     WHERE j.status = 'pending' AND ($1::text[] IS NULL OR 'pending' = ANY ($1::text[]))
       AND COALESCE(j.queue = $2::text, true)
@@ -499,7 +511,7 @@ pending AS (
     LIMIT 200
 ),
 scheduled AS (
-    SELECT j.*, j.created_at AS activity_at
+    SELECT {fragment:job_summary_columns}, j.created_at AS activity_at
     FROM {schema}.jobs j
     WHERE j.status = 'scheduled' AND ($1::text[] IS NULL OR 'scheduled' = ANY ($1::text[]))
       AND COALESCE(j.queue = $2::text, true)
@@ -578,8 +590,9 @@ WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_sta
 -- queue with few jobs is found along the pending dispatch indexes and jobs_status_queue_idx
 -- (its status list is every status but pending) rather than by walking the table. The batch
 -- test repeats jobs_batch_idx's predicate.
--- The filter is the job_search_filter fragment, shared with count_search_jobs.
-SELECT j.*
+-- The filter is the job_search_filter fragment, shared with count_search_jobs; the columns
+-- are a JobSummary's (no payload, result or traceback).
+SELECT {fragment:job_summary_columns}
 FROM {schema}.jobs j
 {fragment:job_search_filter}
   AND ($13::timestamptz IS NULL OR (j.created_at, j.id) < ($13::timestamptz, $14::uuid))

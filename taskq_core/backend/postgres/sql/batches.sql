@@ -199,7 +199,8 @@ SELECT count(*) FROM deleted;
 -- name: list_batch_jobs
 -- The children of batch $1 with a status in $2 (NULL: any), the most recently finished first
 -- (unfinished ones by creation), at most $3: a walk of jobs_batch_idx, one batch's entries.
-SELECT j.*
+-- JobSummary columns: no payload, result or traceback.
+SELECT {fragment:job_summary_columns}
 FROM {schema}.jobs j
 WHERE j.metadata->>'batch_id' = $1::uuid::text AND j.metadata ? 'batch_id'
   AND ($2::text[] IS NULL OR j.status::text = ANY ($2::text[]))
