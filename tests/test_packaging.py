@@ -22,7 +22,8 @@ def test_wheel_holds_packages_sql_and_migrations(tmp_path: Path) -> None:
     )
     wheel = next(tmp_path.glob("taskq-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    migrations = {f"taskq_core/migrations/{p.name}" for p in (ROOT / "migrations").glob("*.sql")}
+    folder = ROOT / "taskq_core" / "backend" / "postgres" / "migrations"
+    migrations = {f"taskq_core/backend/postgres/migrations/{p.name}" for p in folder.glob("*.sql")}
     assert migrations and migrations <= names
     assert "taskq_core/backend/postgres/sql/migrate.sql" in names
     assert any(n.startswith("taskq_cli/") for n in names)

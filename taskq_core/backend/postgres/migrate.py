@@ -70,11 +70,8 @@ class MigrateResult:
 
 
 def default_directory() -> Path:
-    """The packaged migrations (wheel), else the repository's top-level ``migrations/``."""
-    packaged = resources.files("taskq_core") / "migrations"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parents[3] / "migrations"
+    """The migrations shipped in this package (``backend/postgres/migrations/``)."""
+    return Path(str(resources.files("taskq_core.backend.postgres") / "migrations"))
 
 
 def load_migrations(directory: Path | None = None) -> list[Migration]:

@@ -57,13 +57,32 @@
 -- cohorts degrades to the shared window ranked by cohort (no starvation, fairness inside
 -- the window only), which keeps every call bounded.
 
--- dispatch_plain below repeats this statement's window, identity and claim CTEs for the common
--- case; tests/postgres/test_dispatch_statements.py holds the two copies together.
--- name: dispatch_batch
-WITH RECURSIVE clock AS (
+-- The pieces both dispatch statements share word for word.
+
+-- fragment: dispatch_clock
+-- The claim's clock, and its asynchronous commit (see above).
+clock AS (
     SELECT clock_timestamp() AS now,
            set_config('synchronous_commit', 'off', true) AS async_commit
-),
+)
+
+-- fragment: claim_columns
+-- What a claim writes on a job (`j`) at the clock's `k.now`: $3 worker, $4 lease.
+status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
+        lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
+        updated_at = k.now
+
+-- fragment: claim_events
+-- One state_change event per job of the `claimed` CTE.
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
+    SELECT c.id, 'state_change', 'pending', 'running', $3::uuid FROM claimed c
+)
+
+-- name: dispatch_batch
+-- dispatch_plain below repeats this statement's window and identity CTEs for the common
+-- case; tests/postgres/test_dispatch_statements.py holds the two copies together.
+WITH RECURSIVE {fragment:dispatch_clock},
 requested AS (
     SELECT r.name AS queue, min(r.ord) AS ord
     FROM unnest($1::text[]) WITH ORDINALITY AS r(name, ord)
@@ -306,18 +325,13 @@ eligible AS (
 ),
 claimed AS (
     UPDATE {schema}.jobs j
-    SET status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
-        lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
-        updated_at = k.now
+    SET {fragment:claim_columns}
     FROM eligible e CROSS JOIN clock k
     WHERE j.id = e.id AND j.status = 'pending'
     RETURNING j.*, e.mode_order AS dispatch_mode_order,
               e.fairness_rank AS dispatch_fairness_rank, e.last_served AS dispatch_last_served
 ),
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT c.id, 'state_change', 'pending', 'running', $3::uuid FROM claimed c
-)
+{fragment:claim_events}
 SELECT c.*
 FROM claimed c
 ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
@@ -330,12 +344,9 @@ ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
 -- queues), same identity serialization, same events, same asynchronous commit. It checks
 -- that case in its own snapshot, on every call, and claims nothing outside it; the caller
 -- then runs `dispatch_batch`, which handles everything (PostgresBackend.dispatch_batch).
--- Its window, identity and claim CTEs repeat dispatch_batch's: change both together;
+-- Its window and identity CTEs repeat dispatch_batch's: change both together;
 -- tests/postgres/test_dispatch_statements.py runs both on one snapshot and compares claims.
-WITH clock AS (
-    SELECT clock_timestamp() AS now,
-           set_config('synchronous_commit', 'off', true) AS async_commit
-),
+WITH {fragment:dispatch_clock},
 plain AS (
     SELECT NOT EXISTS (
                SELECT 1 FROM {schema}.actor_config ac WHERE ac.max_concurrent IS NOT NULL)
@@ -407,17 +418,12 @@ locked AS (
 ),
 claimed AS (
     UPDATE {schema}.jobs j
-    SET status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
-        lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
-        updated_at = k.now
+    SET {fragment:claim_columns}
     FROM locked l CROSS JOIN clock k
     WHERE j.id = l.id AND j.status = 'pending'
     RETURNING j.*
 ),
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT c.id, 'state_change', 'pending', 'running', $3::uuid FROM claimed c
-)
+{fragment:claim_events}
 -- One row per claim, or one row of NULLs when nothing was claimed: `plain` is false when
 -- this statement did not apply and the caller must run dispatch_batch.
 SELECT c.*, p.ok AS plain

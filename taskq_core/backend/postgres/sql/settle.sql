@@ -305,8 +305,8 @@ SELECT m.id, m.status::text AS status, m.rule_error FROM moved m LEFT JOIN wake 
 
 -- name: settle_succeeded
 -- The hot path: `settle` for a batch whose every outcome is succeeded, kept as its own
--- statement because the general one measured slower on it (alternated runs of 44-row
--- flushes: 3.9 -> 4.7 ms, 2.8 -> 3.5 ms). It is settle's success branch written out: the
+-- statement because the general one measured slower on it (docs/performance.md, "What
+-- each lever gained"). It is settle's success branch written out: the
 -- same fence, lock order, row writes, attempt row, event row and wake, and
 -- tests/postgres/test_settle.py holds the two copies together (same rows, attempts and
 -- events from one snapshot). Change one, change both.
