@@ -60,7 +60,6 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "notify_health_check_interval",
             "notify_reconnect_backoff_initial",
             "dispatch_oversample",
-            "dispatch_scope_by_home_queue",
         ),
     ),
     (

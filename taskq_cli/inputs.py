@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 from taskq_core import names
 from taskq_core.backend.protocol import QueueMode
 from taskq_core.durations import parse_duration
-from taskq_core.errors import ConfigError, JobNotFoundError
+from taskq_core.errors import ConfigError
 from taskq_core.statemachine import JobStatus, parse_status
 
 # PostgreSQL integer columns (priority, max_concurrent, max_pending) are 32-bit.
@@ -172,14 +171,6 @@ def _age_of_timestamp(value: str, flag: str, now: datetime) -> timedelta:
     if moment >= now:
         raise ConfigError(f"{flag}: {value!r} is in the future")
     return now - moment
-
-
-def parse_job_id(value: str) -> UUID:
-    """A job id (a UUID); anything else is reported like an unknown job."""
-    try:
-        return UUID(value.strip())
-    except ValueError:
-        raise JobNotFoundError(f"{value!r} is not a job id (expected a UUID)") from None
 
 
 def parse_statuses(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from typing import Final
-from uuid import UUID
 
 from taskq_core.errors import InvalidIdentifierError
 
@@ -109,11 +108,6 @@ def wake_channel(schema: str) -> str:
 def events_channel(schema: str) -> str:
     """Channel that carries JSON events (cancel requests) for one schema."""
     return f"taskq_events_{validate_identifier(schema)}"
-
-
-def worker_channel(schema: str, worker_id: UUID) -> str:
-    """Channel targeted at one worker of one schema."""
-    return f"taskq_worker_{validate_identifier(schema)}_{worker_id.hex}"
 
 
 def migrate_lock_key(schema: str) -> str:

@@ -90,10 +90,6 @@ class EmptyBatchError(TaskqError):
     ``expect_at_least``) and none left to wait for."""
 
 
-class WorkerOwnershipMismatchError(TaskqError):
-    """A terminal write targeted a job this worker does not own."""
-
-
 class ActorConfigDriftError(TaskqError):
     """A structural actor_config field (queue, metadata) differs from the code."""
 

@@ -136,9 +136,6 @@ class TaskqSettings(BaseSettings):
     dispatch_oversample: int = Field(default=2, ge=1)
     """Candidates the dispatch query reads per free slot of an actor, absorbing identity-key
     collisions and competing workers; 1 suits one worker without identity keys."""
-    dispatch_scope_by_home_queue: bool = False
-    """Dispatch probes only actors whose home queue this worker consumes (fewer probes, but
-    misses jobs enqueued onto another queue)."""
     dispatcher_command_timeout: Seconds = 5.0
     """A worker's statement running longer is cancelled and handled as a database outage
     (a hung connection, a partition)."""
@@ -454,11 +451,10 @@ class TaskqSettings(BaseSettings):
         return timedelta(seconds=self.lock_lease)
 
 
-# Settings of the seeds' table whose subsystem is not built yet: parsed (so a deployment's
-# file stays valid) but read by nothing. A worker warns at start when one of them is set.
-NOT_YET_IN_EFFECT: dict[str, str] = {
-    "dispatch_scope_by_home_queue": "home-queue dispatch scoping",
-}
+# Settings whose subsystem is not built yet, each with that subsystem: parsed (so a
+# deployment's file stays valid) but read by nothing. A worker warns at start when one of
+# them is set, and docs/settings.md marks them. None today.
+NOT_YET_IN_EFFECT: dict[str, str] = {}
 
 
 def settings_not_in_effect(settings: TaskqSettings) -> dict[str, str]:

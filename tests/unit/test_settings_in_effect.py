@@ -54,9 +54,10 @@ def test_the_settings_read_by_name_are_real_settings() -> None:
 
 
 def test_a_set_setting_that_nothing_reads_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TASKQ_DISPATCH_SCOPE_BY_HOME_QUEUE", "true")
-    monkeypatch.setenv("TASKQ_MAX_CONCURRENCY", "3")
+    # No setting waits for its subsystem today: one is made to, as the next one would be.
+    monkeypatch.setitem(NOT_YET_IN_EFFECT, "dispatch_oversample", "a subsystem to come")
+    monkeypatch.setenv("TASKQ_DISPATCH_OVERSAMPLE", "3")
     monkeypatch.setenv("TASKQ_PRUNE_RETENTION_FAILED", "7d")  # in effect: not reported
     assert settings_not_in_effect(TaskqSettings.load()) == {
-        "TASKQ_DISPATCH_SCOPE_BY_HOME_QUEUE": "home-queue dispatch scoping"
+        "TASKQ_DISPATCH_OVERSAMPLE": "a subsystem to come"
     }

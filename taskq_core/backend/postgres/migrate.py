@@ -189,8 +189,3 @@ async def migration_status(
         status = "pending" if row is None else ("drift" if label in drift else "applied")
         states.append(MigrationState(m.version, m.name, status, row["applied_at"] if row else None))
     return states
-
-
-async def pending_count(conn: asyncpg.Connection, schema: str) -> int:
-    """How many migrations are not applied yet (0 means the schema is current)."""
-    return sum(1 for s in await migration_status(conn, schema) if s.status == "pending")
