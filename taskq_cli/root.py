@@ -36,12 +36,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
     ),
     LazyCommand(
         "cancel",
-        "taskq_cli.commands.control:cancel",
+        "taskq_cli.commands.cancel_retry:cancel",
         "Cancel a job (at once when waiting, cooperatively when running), or all that match.",
     ),
     LazyCommand(
         "retry",
-        "taskq_cli.commands.control:retry",
+        "taskq_cli.commands.cancel_retry:retry",
         "Re-pend a failed, crashed or cancelled job with a fresh attempt budget, or all that "
         "match.",
     ),

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from taskq_cli import inputs, job_cursor, output
 from taskq_cli.batch_progress import JobBatch, read_job_batch
-from taskq_cli.commands import job_fixes, reclaims
+from taskq_cli.commands import jobs_repair, reclaims
 from taskq_cli.database import open_backend, with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.job_progress import progress_document, progress_line, reported_at
@@ -44,10 +44,10 @@ app = typer.Typer(
     help="Inspect jobs: list, show one, explain why one is not running.", no_args_is_help=True
 )
 # Fixing stuck work (requeue, fail, move, purge) lives in its own module.
-app.command("requeue")(job_fixes.requeue)
-app.command("fail")(job_fixes.fail)
-app.command("move")(job_fixes.move)
-app.command("purge")(job_fixes.purge)
+app.command("requeue")(jobs_repair.requeue)
+app.command("fail")(jobs_repair.fail)
+app.command("move")(jobs_repair.move)
+app.command("purge")(jobs_repair.purge)
 app.command("reclaims")(reclaims.reclaims)
 
 DEFAULT_LIMIT = 100

@@ -17,7 +17,7 @@ from uuid import UUID
 import typer
 
 from taskq_cli import inputs, output
-from taskq_cli.commands.control import check_known, describe, filter_document
+from taskq_cli.commands.cancel_retry import check_known, describe, filter_document
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
