@@ -291,15 +291,10 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
     async def open(self) -> None:
         """Connect (when no backend was injected); idempotent."""
         if self._backend is None:
-            from taskq_core.backend.postgres.backend import PostgresBackend
+            from taskq_core.backend.factory import Role, open_backend
 
             settings = TaskqSettings.load(pg_dsn=self._dsn, schema_name=self._schema)
-            self._backend = await PostgresBackend.connect(
-                settings.pooled_dsn,
-                settings.schema_name,
-                direct_dsn=settings.direct_dsn,
-                max_payload_bytes=settings.max_payload_bytes,
-            )
+            self._backend = await open_backend(settings, Role.CLIENT)
         if self._capacity is None:
             self._capacity = CapacityCache(
                 self._backend, ttl=self._capacity_ttl, monotonic=time.monotonic
