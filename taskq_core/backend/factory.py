@@ -5,7 +5,9 @@ here; none of them names a driver. Only this module and ``backend/postgres/`` im
 Postgres driver package (the layering test checks it), so a second backend is one new
 branch here. The driver loads on the first open, never on import: the CLI's ``--help`` and
 shell completion import this module's callers without connecting. The DSN helpers and the
-migration entry points the CLI needs are re-exported here for the same reason.
+migration entry points the CLI needs are re-exported here for the same reason. Every backend
+opened here gets the OpenTelemetry hooks (``obs.backend_hooks``): this is where telemetry
+meets the driver, which itself imports nothing from ``obs``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from taskq_core.dsn import describe_dsn, prepare_dsn
 
 if TYPE_CHECKING:
     # Re-exported (``as``) for the CLI's annotations; the classes load with the driver.
+    from taskq_core.backend.hooks import NotifyHooks
     from taskq_core.backend.postgres.migrate import MigrateResult as MigrateResult
     from taskq_core.backend.postgres.migrate import MigrationState as MigrationState
     from taskq_core.backend.protocol import Backend
@@ -75,6 +78,7 @@ async def open_backend(
             notify_health_check_interval=s.notify_health_check_interval,
             notify_reconnect_backoff=s.notify_reconnect_backoff_initial,
             max_payload_bytes=s.max_payload_bytes,
+            notify_hooks=_notify_telemetry(),
         )
     if role is Role.COMMAND:
         return await PostgresBackend.connect(
@@ -84,12 +88,14 @@ async def open_backend(
             min_size=1,
             max_size=COMMAND_POOL_SIZE if max_size is None else max_size,
             max_payload_bytes=s.max_payload_bytes,
+            notify_hooks=_notify_telemetry(),
         )
     return await PostgresBackend.connect(
         s.pooled_dsn,
         s.schema_name,
         direct_dsn=s.direct_dsn,
         max_payload_bytes=s.max_payload_bytes,
+        notify_hooks=_notify_telemetry(),
     )
 
 
@@ -98,7 +104,17 @@ async def open_health_backend(dsn: str, schema: str) -> Backend:
     of the workgroup's plan rather than settings: the supervisor loads no TASKQ_* settings."""
     from taskq_core.backend.postgres.backend import PostgresBackend
 
-    return await PostgresBackend.connect(dsn, schema, min_size=1, max_size=HEALTH_POOL_SIZE)
+    return await PostgresBackend.connect(
+        dsn, schema, min_size=1, max_size=HEALTH_POOL_SIZE, notify_hooks=_notify_telemetry()
+    )
+
+
+def _notify_telemetry() -> NotifyHooks:
+    """The OpenTelemetry hooks every backend opened here reports its LISTEN connection to
+    (the driver imports no ``obs``; see ``backend.hooks``)."""
+    from taskq_core.obs.backend_hooks import NotifyMetrics
+
+    return NotifyMetrics()
 
 
 async def apply_migrations(dsn: str, schema: str) -> MigrateResult:
