@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+from taskq_cli.exit_codes import EXIT_INTERRUPTED
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -15,17 +15,9 @@ entry still names a parameter).
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-
-class Names(Enum):
-    """What a parameter completes."""
-
-    QUEUE = "queue"
-    ACTOR = "actor"
-    SCHEDULE = "schedule"
-
+from taskq_cli.completion_kinds import Names
 
 # (command path below ``taskq``, parameter name) -> the names it completes.
 PARAMETERS: dict[tuple[str, str], Names] = {

@@ -11,7 +11,7 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
-from taskq_cli.completion import Names
+from taskq_cli.completion_kinds import Names
 
 if TYPE_CHECKING:
     from taskq_core.settings import TaskqSettings

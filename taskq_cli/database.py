@@ -1,8 +1,9 @@
 """How an operator command reaches the database: one Backend per run, always closed.
 
 ``with_backend`` loads the settings (flags over environment over ``.env``), opens a small
-PostgresBackend, runs the command's coroutine on it and maps the database failures an
-operator can cause (schema not migrated, connection lost) to one-line TaskqErrors.
+backend (``backend.factory``'s COMMAND role), runs the command's coroutine on it and maps
+the database failures an operator can cause (schema not migrated, connection lost) to
+one-line TaskqErrors.
 """
 
 from __future__ import annotations
@@ -20,39 +21,30 @@ from taskq_core.settings import TaskqSettings
 
 T = TypeVar("T")
 
-# A command makes a handful of sequential reads or one write: two connections are plenty.
-_POOL_MAX_SIZE = 2
-
 
 @asynccontextmanager
 async def open_backend(
-    settings: TaskqSettings, *, direct: bool = False, max_size: int = _POOL_MAX_SIZE
+    settings: TaskqSettings, *, direct: bool = False, max_size: int | None = None
 ) -> AsyncIterator[Backend]:
-    """A PostgresBackend on the configured DSN and schema, closed on exit. ``direct``: on
+    """A backend on the configured DSN and schema, closed on exit. ``direct``: on
     TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a command that holds a session
     advisory lock (a transaction-mode PgBouncer would unlock it on another server session).
     ``max_size``: connections, for a server that answers requests concurrently."""
     # Imported here so `--help` and shell completion never load the database stack.
     from taskq_core import embedded
-    from taskq_core.backend.postgres.backend import PostgresBackend
-    from taskq_core.backend.postgres.connection import describe_dsn
+    from taskq_core.backend import factory
 
     dsn = settings.direct_dsn if direct else settings.pooled_dsn
     # An operator command never creates or starts the embedded server: a typo or the wrong
     # directory would otherwise grow a second, empty database, and `embedded stop` would be
     # undone behind the operator's back.
     with embedded.using(embedded.EmbeddedUse.RUNNING):
-        backend = await PostgresBackend.connect(
-            dsn,
-            settings.schema_name,
-            direct_dsn=settings.direct_dsn,
-            min_size=1,
-            max_size=max_size,
-            max_payload_bytes=settings.max_payload_bytes,
+        backend = await factory.open_backend(
+            settings, factory.Role.COMMAND, direct=direct, max_size=max_size
         )
     # Messages name an embedded server by its data directory.
     is_embedded = embedded.is_embedded_dsn(dsn)
-    where = embedded.describe(dsn) if is_embedded else describe_dsn(dsn)
+    where = embedded.describe(dsn) if is_embedded else factory.describe_dsn(dsn)
     server = where if is_embedded else f"PostgreSQL at {where}"
     try:
         yield backend

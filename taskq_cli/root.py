@@ -16,12 +16,9 @@ from typing import Annotated, Any, Protocol, runtime_checkable
 import typer
 
 from taskq_cli import completion
-from taskq_cli.app import EXIT_INTERRUPTED
+from taskq_cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
 from taskq_cli.lazy import LazyCommand, LazyGroup, build_under
 from taskq_cli.options import GlobalOptions
-
-# Exit code of an error (taskq_core.constants.EXIT_ERROR, not imported: that loads the library).
-EXIT_ERROR = 1
 
 COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand(

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from taskq_core.actors import ActorRef, JobContext, actor
     from taskq_core.batches import AbortBatchAfter, BatchCompletionStatus, BatchEnqueued
-    from taskq_core.client import EnqueueItem, JobsClient
+    from taskq_core.client import JobsClient
     from taskq_core.cron_schedules import cron
     from taskq_core.di import ProviderRegistry, Scope
+    from taskq_core.enqueue_plan import EnqueueItem
     from taskq_core.errors import (
         BatchAbortedError,
         ConfigError,
@@ -50,7 +51,7 @@ _HOMES = {
     "AbortBatchAfter": "batches",
     "BatchCompletionStatus": "batches",
     "BatchEnqueued": "batches",
-    "EnqueueItem": "client",
+    "EnqueueItem": "enqueue_plan",
     "JobsClient": "client",
     "cron": "cron_schedules",
     "ProviderRegistry": "di",

@@ -5,7 +5,7 @@ created from the ``@actor`` literals; stored capacity (max_concurrent, max_pendi
 result_ttl) always wins and a differing literal is only logged; structural fields (queue,
 metadata) that differ are drift, which refuses the start unless forced. The retry policy and
 priority are the code's and written every time, so a by-name enqueue from a process without
-the actor's code gets them (``stored_retry``).
+the actor's code gets them (``backend.protocol.values.stored_retry``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from taskq_core.backend.protocol import (
     Backend,
 )
 from taskq_core.errors import ActorConfigDriftError
-from taskq_core.retry import RetryPolicy
 
 # The fields every worker start rewrites from the code (never drift, never operator-owned).
 CODE_OWNED_FIELDS = frozenset({"retry_kind", "max_attempts", "retry_time_budget", "priority"})
@@ -41,19 +40,6 @@ def declaration(ref: ActorRef) -> ActorDeclaration:
         max_attempts=ref.retry.max_attempts,
         retry_time_budget=ref.retry.time_budget,
         priority=ref.priority,
-    )
-
-
-def stored_retry(row: ActorConfigRow) -> RetryPolicy | None:
-    """The retry policy a worker wrote for the actor, or None when none has yet.
-
-    Only what a job row carries (kind, attempts, time budget); backoff is applied by the
-    worker that runs the job, from its own code.
-    """
-    if row.retry_kind is None or row.max_attempts is None:
-        return None
-    return RetryPolicy(
-        kind=row.retry_kind, max_attempts=row.max_attempts, time_budget=row.retry_time_budget
     )
 
 

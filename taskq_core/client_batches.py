@@ -46,7 +46,7 @@ from taskq_core.retry import Snooze
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from taskq_core.client import EnqueueItem, _Batch
+    from taskq_core.enqueue_plan import EnqueueItem, EnqueuePlanner
 
     # What a batch's items (and its finalizer) may be, as enqueue_batch takes them.
     Item: TypeAlias = EnqueueItem | tuple[ActorRef | str, Any]
@@ -61,9 +61,8 @@ class _Client(Protocol):
     @property
     def backend(self) -> Backend: ...
 
-    async def _prepare(self, items: Sequence[Item]) -> _Batch: ...
-
-    async def _check_capacity(self, wanted: dict[str, int]) -> None: ...
+    @property
+    def planner(self) -> EnqueuePlanner: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ async def _plan_batch(
     threshold = None if failure_policy is None else failure_policy.consecutive_failures
     final: EnqueueArgs | None = None
     if finalizer is not None:
-        final = (await client._prepare([finalizer]))[0]
+        final = (await client.planner.prepare([finalizer]))[0]
         metadata = {k: v for k, v in final.metadata.items() if k != BATCH_ID_KEY}
         metadata[FINALIZES_KEY] = str(ident)  # the finalizer is not one of the children
         final = replace(final, metadata=metadata, job_id=uuid7())
@@ -156,8 +155,8 @@ class BatchMethods:
     ) -> list[JobRow]:
         """``enqueue_batch`` with a batch id, and a row when a policy or finalizer is given."""
         plan = await _plan_batch(self, failure_policy, finalizer, batch_id)
-        batch = await self._prepare(items)
-        await self._check_capacity(batch.counts)
+        batch = await self.planner.prepare(items)
+        await self.planner.check_capacity(batch.counts)
         batch.batch_tag = str(plan.id)
         backend = self.backend
         if not plan.tracked:
@@ -277,8 +276,8 @@ async def _stream(
     source = iter(items)
     count, queue = 0, None
     while chunk := list(itertools.islice(source, chunk_size)):
-        batch = await client._prepare(chunk)
-        await client._check_capacity(batch.counts)
+        batch = await client.planner.prepare(chunk)
+        await client.planner.check_capacity(batch.counts)
         batch.batch_tag = tag
         if queue is None:
             queue = batch.queue

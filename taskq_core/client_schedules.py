@@ -25,19 +25,11 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.cron_schedules import check_schedule
+from taskq_core.enqueue_plan import EnqueuePlanner
 from taskq_core.errors import ConfigError, ScheduleNotFoundError
 from taskq_core.names import check_name
 
 Payload = BaseModel | dict[str, Any] | None
-
-
-class _ActorPlan(Protocol):
-    """What the client resolved about an actor (its ``_plan``): the name and how a payload
-    is stored."""
-
-    name: str
-
-    def dump(self, payload: Any) -> dict[str, Any]: ...
 
 
 class _Client(Protocol):
@@ -46,7 +38,8 @@ class _Client(Protocol):
     @property
     def backend(self) -> Backend: ...
 
-    async def _plan(self, actor: ActorRef | str) -> _ActorPlan: ...
+    @property
+    def planner(self) -> EnqueuePlanner: ...
 
     async def enqueue(
         self,
@@ -94,7 +87,7 @@ class ScheduleMethods:
         schedule = check_schedule(
             cron, timezone, expression_field="cron", timezone_field="timezone"
         )
-        plan = await self._plan(actor)
+        plan = await self.planner.plan(actor)
         spec = ScheduleSpec(
             name=_name(name),
             actor=plan.name,
@@ -154,7 +147,7 @@ class ScheduleMethods:
         if queue is not UNSET:
             changes["queue"] = _optional_queue(queue)
         if actor is not UNSET or payload is not UNSET:
-            plan = await self._plan(current.actor if actor is UNSET else actor)
+            plan = await self.planner.plan(current.actor if actor is UNSET else actor)
             if actor is not UNSET:
                 changes["actor"] = plan.name
             if payload is not UNSET:

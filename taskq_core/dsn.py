@@ -4,13 +4,18 @@ A DSN holds a password, so a rejected one is described by what is wrong with it,
 repeated: a typo'd scheme, a libpq keyword/value string, a port that is not a number, a
 password whose ``@``, ``/``, ``?`` or ``#`` was not percent-encoded (it then spills into the
 host, the database name or the query, where asyncpg's own errors would quote it). A DSN that
-passes here is one asyncpg reads the way its writer meant.
+passes here is one asyncpg reads the way its writer meant. Also where a DSN points, said
+without credentials, and the DSN a driver connects to (an embedded one resolved): no driver
+is imported here, so the CLI can name a server without loading the database stack.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import parse_qs, urlsplit
+
+from taskq_core.embedded import data_dir_for, is_embedded_dsn, resolve_dsn
+from taskq_core.errors import ConfigError
 
 DSN_FORMS = "postgresql://user:password@host:port/dbname, 'embedded' or 'embedded:PATH'"
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -111,3 +116,24 @@ def _query_problem(query: str) -> str | None:
 
 def _is_port(text: str) -> bool:
     return text.isascii() and text.isdigit() and 1 <= int(text) <= 65535
+
+
+def describe_dsn(dsn: str) -> str:
+    """Where a DSN points, without credentials: ``host:port/db`` (``h1:p1,h2:p2/db`` for a
+    multi-host DSN) or the embedded directory."""
+    if is_embedded_dsn(dsn):
+        return f"embedded:{data_dir_for(dsn)}"  # the directory it resolves to, absolute
+    parts = urlsplit(dsn)
+    hosts = parts.netloc.rpartition("@")[2]  # urlsplit's port cannot read "h1:p1,h2:p2"
+    if not hosts:
+        hosts = re.sub(r".*host=([^&]+).*", r"\1", parts.query) if "host=" in parts.query else ""
+    return f"{hosts or 'localhost'}{parts.path}"
+
+
+def prepare_dsn(dsn: str) -> str:
+    """Validate ``dsn`` and resolve an embedded one to a real URI (starting its server)."""
+    try:
+        checked = check_dsn(dsn)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return resolve_dsn(checked)

@@ -45,3 +45,189 @@ def test_the_public_names_load_on_first_use_and_all_resolve() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "|"
+
+
+# --- The import graph of taskq_core and taskq_cli ------------------------------------------
+# Every import statement counts: module level, inside functions (the lazy imports that keep
+# start-up cheap are still dependencies) and under ``if TYPE_CHECKING:`` (a cycle that exists
+# only for the type checker is still two modules that each need the other to be understood;
+# two of the four circles issue 34 removed were of that kind). An import of ``a.b.c`` is an
+# edge to the longest prefix that is one of our modules; ``from pkg import name`` is an edge
+# to ``pkg.name`` when that is a module, else to ``pkg``. The parent packages Python loads
+# along the way are not edges: every ``__init__`` here is a facade or empty.
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("taskq_core", "taskq_cli")
+
+
+def _our_modules() -> dict[str, tuple[Path, bool]]:
+    """Each module's dotted name -> (its file, whether it is a package's ``__init__``)."""
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports."""
+    modules = _our_modules()
+
+    def ours(name: str) -> str | None:
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = ".".join(parts[:end])
+            if candidate in modules:
+                return candidate
+        return None
+
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolved against the importing module's package
+                    package = module.split(".")[: None if is_package else -1]
+                    package = package[: len(package) - node.level + 1]
+                    base = ".".join([*package, *([node.module] if node.module else [])])
+                names = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            targets |= {t for t in map(ours, names) if t is not None and t != module}
+        graph[module] = targets
+    return graph
+
+
+GRAPH = _import_graph()
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(GRAPH) == []
+
+
+# The one module outside the driver that may name it: the factory opens every backend.
+POSTGRES = "taskq_core.backend.postgres"
+FACTORY = "taskq_core.backend.factory"
+
+
+def test_only_the_driver_and_the_factory_import_the_postgres_package() -> None:
+    offenders = [
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if not _under(module, POSTGRES) and module != FACTORY
+        for target in targets
+        if _under(target, POSTGRES)
+    ]
+    assert offenders == []
+
+
+_CLIENT = (
+    "taskq_core.client",
+    "taskq_core.client_batches",
+    "taskq_core.client_progress",
+    "taskq_core.client_reclaims",
+    "taskq_core.client_schedules",
+    "taskq_core.enqueue_plan",
+)
+_WORKER, _SUPERVISOR, _OBS = "taskq_core.worker", "taskq_core.supervisor", "taskq_core.obs"
+
+# (modules under these prefixes, must not import modules under these, except these modules,
+# why). The layers, bottom up: the backend (protocol, drivers); obs (telemetry over it); the
+# client, the worker and the supervisor side by side; the CLI on top.
+LAYER_RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str]] = [
+    (("taskq_core",), ("taskq_cli",), (), "the library never imports the CLI"),
+    (
+        ("taskq_core.backend",),
+        (_WORKER, _SUPERVISOR, _OBS, "taskq_core.actor_config", *_CLIENT),
+        # The composition root: it opens the driver and installs obs's hooks on it.
+        (FACTORY,),
+        "the backend imports nothing above it; telemetry reaches it through backend.hooks",
+    ),
+    (
+        (_OBS,),
+        (_WORKER, _SUPERVISOR, POSTGRES, "taskq_core.backend.memory", FACTORY, *_CLIENT),
+        (),
+        "obs sees workers and drivers through protocols, never their modules",
+    ),
+    ((_WORKER,), (_SUPERVISOR, *_CLIENT), (), "the worker neither supervises nor enqueues"),
+    ((_SUPERVISOR,), (_WORKER, *_CLIENT), (), "the supervisor runs workers as processes"),
+    (_CLIENT, (_WORKER, _SUPERVISOR), (), "the client only talks to the backend"),
+]
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    offenders = [
+        f"{module} -> {target}: {why}"
+        for sources, forbidden, exempt, why in LAYER_RULES
+        for module, targets in GRAPH.items()
+        if any(_under(module, s) for s in sources) and module not in exempt
+        for target in targets
+        if any(_under(target, f) for f in forbidden)
+    ]
+    assert offenders == []
+
+
+def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
+    # The factory imports the driver only inside functions, the gauges' worker protocol
+    # replaced a TYPE_CHECKING import: both kinds must be edges for the rules to hold.
+    assert f"{POSTGRES}.backend" in GRAPH[FACTORY]
+    assert "taskq_core.enqueue_plan" in GRAPH["taskq_core.client_batches"]

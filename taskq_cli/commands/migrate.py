@@ -6,21 +6,18 @@ pending (or an applied file drifted), after printing the same listing.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core import embedded
-from taskq_core.backend.postgres.connection import connect
-from taskq_core.backend.postgres.migrate import (
-    MigrateResult,
-    MigrationState,
-    migrate_up,
-    migration_status,
-)
+from taskq_core.backend.factory import apply_migrations, read_migration_status
 from taskq_core.errors import MigrationError
+
+if TYPE_CHECKING:
+    from taskq_core.backend.factory import MigrateResult, MigrationState
 
 app = typer.Typer(help="Apply and inspect schema migrations.", no_args_is_help=True)
 
@@ -29,21 +26,13 @@ async def _up(dsn: str, schema: str) -> MigrateResult:
     # One of the two commands that may create the embedded database (`embedded start` is
     # the other): migrating a fresh clone is how a project starts.
     with embedded.using(embedded.EmbeddedUse.CREATE):
-        conn = await connect(dsn)
-    try:
-        return await migrate_up(conn, schema)
-    finally:
-        await conn.close()
+        return await apply_migrations(dsn, schema)
 
 
 async def _status(dsn: str, schema: str) -> list[MigrationState]:
     # Read-only: never creates or starts the embedded database.
     with embedded.using(embedded.EmbeddedUse.RUNNING):
-        conn = await connect(dsn)
-    try:
-        return await migration_status(conn, schema)
-    finally:
-        await conn.close()
+        return await read_migration_status(dsn, schema)
 
 
 def _warn_drift(names: list[str]) -> None:

@@ -55,7 +55,7 @@ def top(
     # Imported here so `--help` and shell completion never load Textual.
     from taskq_cli.tui.app import TopApp
     from taskq_cli.tui.source import BackendSource, DashboardSettings, JobsFilter
-    from taskq_core.backend.postgres.connection import describe_dsn
+    from taskq_core.backend.factory import describe_dsn
 
     dashboard = DashboardSettings(explain=ExplainSettings.from_settings(settings))
 

@@ -133,7 +133,7 @@ def serve(
         unbound_client_driven_logs,
     )
     from taskq_cli.ui.serving import ServeLimits, connection_limit, uvicorn_config
-    from taskq_core.backend.postgres.connection import describe_dsn
+    from taskq_core.backend.factory import describe_dsn
     from taskq_core.explain import ExplainSettings
     from taskq_core.liveness import worker_stale_after
     from taskq_core.obs.fleet import FleetMetrics, FleetSettings

@@ -99,7 +99,7 @@ def worker(
             telemetry.shutdown()
     except SchemaNotMigratedError as exc:
         # Said as every other command says it: which schema, on which server.
-        from taskq_core.backend.postgres.connection import describe_dsn
+        from taskq_core.backend.factory import describe_dsn
 
         raise SchemaNotMigratedError(
             f"schema {settings.schema_name!r} on {describe_dsn(settings.direct_dsn)} is not "

@@ -1,11 +1,12 @@
 """The worker-state gauges: OpenTelemetry observable gauges read from the running workers.
 
-Each gauge is registered once per process on the global meter (``watch_worker`` does it on
-first use), with a callback that reads whatever is watched when the meter is collected (an
-export, a ``/metrics`` scrape): the running workers' ``WorkerDeps`` and the open LISTEN
+Each gauge is registered once per process on the global meter (``watch_worker`` does it on first
+use), with a callback that reads whatever is watched when the meter is collected (an export, a
+``/metrics`` scrape): the running workers (``WatchedWorker``, which a worker's ``WorkerDeps``
+is: obs reads the worker through that protocol and never imports it) and the open LISTEN
 connections. A worker is watched from its start to its exit, so a stopped worker's state is
-never reported and nothing it held stays referenced. Collection may run on another thread
-(an exporter's); the callbacks only read counters and flags, on a snapshot of the watch list.
+never reported and nothing it held stays referenced. Collection may run on another thread (an
+exporter's); the callbacks only read counters and flags, on a snapshot of the watch list.
 
 One process normally runs one worker. When it runs several (tests, an embedding
 application), their gauges are combined: counts add up, ``is_leader`` is 1 when any leads,
@@ -16,19 +17,16 @@ tick ages are the largest.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, ObservableGauge, Observation
 
 from taskq_core.obs.metrics import CATALOGUE, INSTRUMENTATION, labels
-
-if TYPE_CHECKING:
-    from taskq_core.worker.deps import WorkerDeps
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,42 @@ class LeaderSample:
     slots: dict[str, int] = field(default_factory=dict)
 
 
+class _Outage(Protocol):
+    @property
+    def ongoing(self) -> bool: ...
+
+
+class _Event(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class _Backlog(Protocol):
+    def qsize(self) -> int: ...
+
+
+class _Liveness(Protocol):
+    def ages(self) -> dict[str, float]: ...
+
+
+class WatchedWorker(Protocol):
+    """A running worker as the gauges read it (``worker.deps.WorkerDeps``)."""
+
+    @property
+    def active(self) -> Sized: ...
+    @property
+    def local_queue(self) -> _Backlog: ...
+    @property
+    def database(self) -> _Outage: ...
+    @property
+    def is_leader(self) -> _Event: ...
+    @property
+    def shutdown_phase(self) -> int: ...
+    @property
+    def liveness(self) -> _Liveness: ...
+    @property
+    def leader_sample(self) -> LeaderSample | None: ...
+
+
 class NotifySource(Protocol):
     """A LISTEN connection as the ``taskq.notify.connected`` gauge sees it."""
 
@@ -47,7 +81,7 @@ class NotifySource(Protocol):
     def connected(self) -> bool: ...
 
 
-_workers: list[WorkerDeps] = []
+_workers: list[WatchedWorker] = []
 _listeners: weakref.WeakSet[NotifySource] = weakref.WeakSet()
 
 Callback = Callable[[CallbackOptions], Iterable[Observation]]
@@ -162,7 +196,7 @@ def _install() -> dict[str, ObservableGauge]:
 
 
 @contextmanager
-def watch_worker(deps: WorkerDeps) -> Iterator[None]:
+def watch_worker(deps: WatchedWorker) -> Iterator[None]:
     """Report ``deps`` in the gauges while inside (a worker's run)."""
     _install()
     _workers.append(deps)

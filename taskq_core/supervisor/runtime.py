@@ -65,10 +65,10 @@ def claim_runtime_dir(path: Path) -> Iterator[Path]:
 
 @contextlib.asynccontextmanager
 async def postgres_health_source(dsn: str, schema: str) -> AsyncIterator[HealthSource]:
-    """A health source reading the ``workers`` table through a small PostgresBackend pool."""
-    from taskq_core.backend.postgres.backend import PostgresBackend
+    """A health source reading the ``workers`` table through a small backend of its own."""
+    from taskq_core.backend.factory import open_health_backend
 
-    backend = await PostgresBackend.connect(dsn, schema, min_size=1, max_size=2)
+    backend = await open_health_backend(dsn, schema)
     try:
         yield backend.list_workers
     finally:
@@ -93,7 +93,7 @@ async def open_workgroup(
     it), and opens the health source when some spec has health checks enabled. ``read_plan``
     reads the file again for a reload (SIGHUP or ``taskq workgroup reload``).
     """
-    from taskq_core.backend.postgres.connection import prepare_dsn
+    from taskq_core.backend.factory import prepare_dsn
     from taskq_core.embedded import is_embedded_dsn
 
     with claim_runtime_dir(plan.runtime_dir):

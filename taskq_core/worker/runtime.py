@@ -135,26 +135,9 @@ class Worker:
     async def _open_backend(self) -> Backend:
         if self._backend is not None:
             return self._backend
-        from taskq_core.backend.postgres.backend import PostgresBackend
+        from taskq_core.backend.factory import Role, open_backend
 
-        s = self.settings
-        # Settle writes and reads on the pooled DSN; LISTEN, the leader, the sweeps' locks,
-        # dispatch and the heartbeat on the direct one (seeds, PgBouncer compatibility).
-        self._backend = await PostgresBackend.connect(
-            s.pooled_dsn,
-            s.schema_name,
-            direct_dsn=s.direct_dsn,
-            min_size=2,
-            max_size=s.worker_pool_size,
-            dispatch_pool_size=s.dispatcher_pool_size,
-            heartbeat_pool_size=s.heartbeat_pool_size,
-            command_timeout=s.dispatcher_command_timeout,
-            max_inactive_lifetime=s.pool_max_inactive_lifetime,
-            dispatch_oversample=s.dispatch_oversample,
-            notify_health_check_interval=s.notify_health_check_interval,
-            notify_reconnect_backoff=s.notify_reconnect_backoff_initial,
-            max_payload_bytes=s.max_payload_bytes,
-        )
+        self._backend = await open_backend(self.settings, Role.WORKER)
         return self._backend
 
     def stop(self, reason: str = "requested") -> None:

@@ -164,7 +164,7 @@ def test_a_worker_on_an_unmigrated_schema_says_so_in_one_line(pg: PgTarget) -> N
         timeout=60,
     )
     assert result.returncode == 1
-    from taskq_core.backend.postgres.connection import describe_dsn
+    from taskq_core.backend.factory import describe_dsn
 
     assert result.stderr.strip().splitlines()[-1] == (
         "error: schema 'nope_not_migrated' on "

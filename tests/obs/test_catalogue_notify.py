@@ -1,6 +1,7 @@
 """The LISTEN connection's instruments on a real server: notifications received by channel,
 cancel notifications, a reconnect after the server drops the session, and the connected
-gauge, which stops reporting once the backend is closed."""
+gauge, which stops reporting once the backend is closed. The backend is built directly, so
+the test installs the hooks ``backend.factory`` installs on every backend it opens."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.constants import events_channel
+from taskq_core.obs.backend_hooks import NotifyMetrics
 from tests.conftest import PgTarget
 from tests.obs.otel_sdk import Sdk
 from tests.postgres.test_notify import listeners
@@ -21,7 +23,9 @@ pytestmark = pytest.mark.postgres
 
 
 async def test_notifications_reconnects_and_the_connected_gauge(pg: PgTarget, sdk: Sdk) -> None:
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema, notify_health_check_interval=0.2)
+    backend = await PostgresBackend.connect(
+        pg.dsn, pg.schema, notify_health_check_interval=0.2, notify_hooks=NotifyMetrics()
+    )
     try:
         async with backend.subscribe_wake() as woken, backend.subscribe_cancel_wake() as cancel:
             assert sdk.value("taskq.notify.connected") == 1

@@ -14,6 +14,8 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+import structlog
+
 from taskq_core.backend.protocol.batches import (
     BATCH_ABORT_MESSAGE,
     BATCH_ID_KEY,
@@ -33,13 +35,13 @@ from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
-from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
 from .enqueue import EnqueuePart
 from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, as_json
 
-_log = get_logger("memory_backend")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="memory_backend")
 
 
 class BatchPart(EnqueuePart):

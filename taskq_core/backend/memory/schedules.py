@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from taskq_core.actor_config import stored_retry
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
     DueFire,
@@ -31,6 +30,7 @@ from taskq_core.backend.protocol.schedules import (
     updated_schedule,
 )
 from taskq_core.backend.protocol.sizes import check_payload
+from taskq_core.backend.protocol.values import stored_retry
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7
 from taskq_core.retry import DEFAULT_RETRY_POLICY

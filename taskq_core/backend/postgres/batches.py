@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import structlog
 
 from taskq_core.backend.protocol.batches import (
     BATCH_ABORT_MESSAGE,
@@ -35,13 +36,13 @@ from taskq_core.backend.protocol.batches import (
 from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
-from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .enqueue import EnqueuePart
 
-_log = get_logger("postgres_backend")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="postgres_backend")
 
 
 def _batch(record: asyncpg.Record) -> BatchRow:

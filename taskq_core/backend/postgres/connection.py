@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Awaitable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import asyncpg
 
 from taskq_core.credentials import scrub
-from taskq_core.embedded import data_dir_for, is_embedded_dsn, resolve_dsn
+from taskq_core.dsn import describe_dsn
+from taskq_core.dsn import prepare_dsn as prepare_dsn  # core.py resolves pool DSNs with it
 from taskq_core.errors import ConfigError, DatabaseUnavailableError
-from taskq_core.settings import validate_dsn
 
 T = TypeVar("T")
 
@@ -33,27 +31,6 @@ CONNECT_TIMEOUT = 10.0
 _ZERO_SETUP_HINT = (
     "set TASKQ_PG_DSN (or --dsn), or use TASKQ_PG_DSN=embedded for a zero-setup database"
 )
-
-
-def describe_dsn(dsn: str) -> str:
-    """Where a DSN points, without credentials: ``host:port/db`` (``h1:p1,h2:p2/db`` for a
-    multi-host DSN) or the embedded directory."""
-    if is_embedded_dsn(dsn):
-        return f"embedded:{data_dir_for(dsn)}"  # the directory it resolves to, absolute
-    parts = urlsplit(dsn)
-    hosts = parts.netloc.rpartition("@")[2]  # urlsplit's port cannot read "h1:p1,h2:p2"
-    if not hosts:
-        hosts = re.sub(r".*host=([^&]+).*", r"\1", parts.query) if "host=" in parts.query else ""
-    return f"{hosts or 'localhost'}{parts.path}"
-
-
-def prepare_dsn(dsn: str) -> str:
-    """Validate ``dsn`` and resolve an embedded one to a real URI (starting its server)."""
-    try:
-        checked = validate_dsn(dsn)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return resolve_dsn(checked)
 
 
 async def _guard(dsn: str, pending: Awaitable[T]) -> T:

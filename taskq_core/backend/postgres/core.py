@@ -18,6 +18,7 @@ from uuid import UUID
 
 import asyncpg
 
+from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
 from taskq_core.constants import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     events_channel,
@@ -118,6 +119,7 @@ class BackendCore:
         notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        notify_hooks: NotifyHooks = NO_NOTIFY_HOOKS,
     ) -> None:
         """Wrap open pools whose connections ran ``_init_connection``; prefer ``connect``.
 
@@ -128,7 +130,8 @@ class BackendCore:
         ``heartbeat_pool`` when given (else ``session_pool``), so neither waits behind the
         other's traffic (or behind settle writes). ``plain_dispatch=False`` always claims
         through the general statement (the tests run both). ``max_payload_bytes``: the
-        largest payload an enqueue accepts (``protocol.sizes``).
+        largest payload an enqueue accepts (``protocol.sizes``). ``notify_hooks``: what the
+        LISTEN connection reports to (``backend.hooks``; the factory installs telemetry).
         """
         if dispatch_oversample < 1:
             raise ValueError("dispatch_oversample must be at least 1")
@@ -162,6 +165,7 @@ class BackendCore:
             schema,
             health_check_interval=notify_health_check_interval,
             initial_backoff=notify_reconnect_backoff,
+            hooks=notify_hooks,
         )
 
     @classmethod
@@ -182,6 +186,7 @@ class BackendCore:
         notify_reconnect_backoff: float = 1.0,
         plain_dispatch: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        notify_hooks: NotifyHooks = NO_NOTIFY_HOOKS,
     ) -> Self:
         """Open pools on ``dsn`` (``embedded`` DSNs start their server) for ``schema``.
 
@@ -194,7 +199,8 @@ class BackendCore:
         Statements that take longer than ``command_timeout`` seconds are cancelled and raise
         DatabaseUnavailableError (a hung connection, a partition). Connection failures
         raise one-line DatabaseUnavailableError / ConfigError. ``max_payload_bytes``: the
-        largest payload an enqueue accepts (TASKQ_MAX_PAYLOAD_BYTES).
+        largest payload an enqueue accepts (TASKQ_MAX_PAYLOAD_BYTES). ``notify_hooks``: the
+        LISTEN connection's telemetry (``backend.hooks``).
         """
         validate_identifier(schema)
         if dispatch_oversample < 1:
@@ -257,6 +263,7 @@ class BackendCore:
             notify_reconnect_backoff=notify_reconnect_backoff,
             plain_dispatch=plain_dispatch,
             max_payload_bytes=max_payload_bytes,
+            notify_hooks=notify_hooks,
         )
 
     def _pools(self) -> list[asyncpg.Pool]:

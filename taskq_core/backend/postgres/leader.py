@@ -9,6 +9,7 @@ from datetime import timedelta
 from uuid import UUID
 
 import asyncpg
+import structlog
 
 from taskq_core.backend.protocol import (
     EventRow,
@@ -21,13 +22,13 @@ from taskq_core.constants import (
     RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
     validate_identifier,
 )
-from taskq_core.obs.logs import get_logger
 
 from . import rows
 from .errors import is_database_trouble
 from .settle import Settlement, SettlePart
 
-_log = get_logger("postgres_backend")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="postgres_backend")
 
 
 class LeaderPart(SettlePart):

@@ -16,16 +16,17 @@ from importlib import resources
 from pathlib import Path
 
 import asyncpg
+import structlog
 
 from taskq_core.constants import migrate_lock_key, validate_identifier
 from taskq_core.errors import MigrationError
-from taskq_core.obs.logs import get_logger
 
 from .queries import SchemaQueries
 
 NO_TRANSACTION_DIRECTIVE = "-- taskq:no-transaction"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_log = get_logger("migrate")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="migrate")
 
 
 @dataclass(frozen=True)

@@ -33,19 +33,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+import structlog
 
+from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
 from taskq_core.constants import events_channel, wake_channel
 from taskq_core.errors import TaskqError
-from taskq_core.obs.gauges import forget_listener, watch_listener
-from taskq_core.obs.logs import get_logger
-from taskq_core.obs.metrics import instruments, labels
 
 from .errors import UNAVAILABLE
 from .queries import SchemaQueries
 
-_log = get_logger("notify")
-_WAKE = labels(**{"taskq.notify.channel": "wake"})
-_EVENTS = labels(**{"taskq.notify.channel": "events"})
+# structlog directly (what obs.logs.get_logger returns): the driver does not import obs.
+_log = structlog.get_logger(component="notify")
 
 # On the LISTEN connection any database error means "reconnect": it runs no statement of its
 # own but the probe, so nothing here can be a caller's mistake.
@@ -69,8 +67,10 @@ class NotifyListener:
         health_check_interval: float = 5.0,
         initial_backoff: float = 1.0,
         max_backoff: float = 30.0,
+        hooks: NotifyHooks = NO_NOTIFY_HOOKS,
     ) -> None:
         self._connect = connect
+        self._hooks = hooks  # telemetry, installed by whoever opened the backend
         self._schema = schema
         self._health_query = SchemaQueries(schema)["connection_health_check"]
         self._wake_channel = wake_channel(schema)
@@ -131,7 +131,7 @@ class NotifyListener:
             self._supervisor = asyncio.create_task(
                 self._supervise(), name=f"taskq-notify-{self._schema}"
             )
-            watch_listener(self)
+            self._hooks.listening(self)
 
     async def _open(self) -> None:
         conn = await self._connect()
@@ -146,18 +146,18 @@ class NotifyListener:
         self._lost.clear()
 
     def _on_notification(self, _conn: Any, _pid: int, channel: str, payload: object) -> None:
-        meters = instruments()
+        hooks = self._hooks
         if channel == self._wake_channel:
-            meters.notify_received.add(1, _WAKE)
+            hooks.wake_received()
             _set_all(self._wake_subscribers)
             return
-        meters.notify_received.add(1, _EVENTS)
+        hooks.event_received()
         try:
             message = json.loads(str(payload))
         except ValueError:
             return
         if isinstance(message, dict) and message.get("type") == "cancel":
-            meters.notify_cancel_received.add(1)
+            hooks.cancel_received()
             _set_all(self._cancel_subscribers)
 
     def _on_termination(self, conn: Any) -> None:
@@ -206,7 +206,7 @@ class NotifyListener:
                 delay = min(delay * 2, self._max_backoff)
                 continue
             self.reconnects += 1
-            instruments().notify_reconnects.add(1)
+            self._hooks.reconnected()
             down = time.monotonic() - (self._lost_at or time.monotonic())
             self._lost_at = None
             _log.info(
@@ -236,7 +236,7 @@ class NotifyListener:
     async def close(self) -> None:
         """Stop the supervisor and close the LISTEN connection; idempotent."""
         self._closed = True
-        forget_listener(self)
+        self._hooks.stopped(self)
         task, self._supervisor = self._supervisor, None
         if task is not None:
             task.cancel()

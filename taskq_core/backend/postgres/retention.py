@@ -13,19 +13,20 @@ from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
+import structlog
 from asyncpg.pool import PoolConnectionProxy
 
 from taskq_core.backend.protocol import AttemptRow
 from taskq_core.backend.protocol.retention import ArchivedJob, PrunePolicy, PruneResult
 from taskq_core.constants import validate_identifier
-from taskq_core.obs.logs import get_logger
 from taskq_core.statemachine import JobStatus
 
 from . import rows
 from .core import BackendCore
 from .errors import translate
 
-_log = get_logger("postgres_backend")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="postgres_backend")
 T = TypeVar("T")
 
 

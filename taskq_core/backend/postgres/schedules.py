@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import structlog
 
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
@@ -35,13 +36,13 @@ from taskq_core.backend.protocol.schedules import (
 from taskq_core.backend.protocol.sizes import check_payload
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7_batch
-from taskq_core.obs.logs import get_logger
 from taskq_core.retry import DEFAULT_RETRY_POLICY
 
 from . import bulk
 from .core import BackendCore
 
-_log = get_logger("postgres_backend")
+# structlog directly (what obs.logs.get_logger returns): backends do not import obs.
+_log = structlog.get_logger(component="postgres_backend")
 _FIELDS = tuple(f.name for f in fields(ScheduleRecord))
 
 

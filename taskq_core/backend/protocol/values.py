@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus, parse_status
 
 RetryKind = Literal["transient", "indefinite", "non_retryable"]
@@ -312,3 +313,16 @@ class ActorConfigRow:
     max_attempts: int | None = None
     retry_time_budget: timedelta | None = None
     priority: int | None = None
+
+
+def stored_retry(row: ActorConfigRow) -> RetryPolicy | None:
+    """The retry policy a worker wrote for the actor, or None when none has yet.
+
+    Only what a job row carries (kind, attempts, time budget); backoff is applied by the
+    worker that runs the job, from its own code.
+    """
+    if row.retry_kind is None or row.max_attempts is None:
+        return None
+    return RetryPolicy(
+        kind=row.retry_kind, max_attempts=row.max_attempts, time_budget=row.retry_time_budget
+    )
