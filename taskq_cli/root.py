@@ -45,7 +45,8 @@ COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand(
         "prune",
         "taskq_cli.commands.prune:prune",
-        "Move old terminal jobs to the archive now (Sweep 5), or count them with --dry-run.",
+        "Move old terminal jobs to the archive now (as the leader's prune does), or count them "
+        "with --dry-run.",
     ),
     LazyCommand(
         "top",

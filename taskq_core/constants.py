@@ -35,7 +35,8 @@ PRUNE_LOCK_PREFIX: Final = "taskq:prune:"
 PRUNE_LOCK: Final = "taskq:prune"
 ARCHIVE_EXPIRY_LOCK: Final = "taskq:archive_expiry"
 
-# A workers row silent this long (at least; see worker/sweeps.py) is deleted by the leader.
+# A workers row silent this long (at least; see worker/sweeps/stale_workers.py) is deleted by
+# the leader.
 STALE_WORKER_RETENTION: Final = timedelta(hours=24)
 # The leader's own vacuum of the jobs table (TASKQ_JOBS_VACUUM_ENABLED): looked at every
 # JOBS_VACUUM_CHECK_INTERVAL seconds, run once this many dead row versions and this share of
@@ -53,6 +54,15 @@ GC_YOUNG_THRESHOLD: Final = 10_000
 # seconds, at most CRON_TICK_LIMIT per transaction, again at once while a tick is full.
 CRON_TICK_INTERVAL: Final = 1.0
 CRON_TICK_LIMIT: Final = 100
+
+# How often the leader's other fixed-cadence loops run (worker/leader_services.py declares
+# which loop uses which; TASKQ_SWEEP_INTERVAL and TASKQ_SCHEDULED_WAKE_INTERVAL are settings):
+# the stranded-queue check, the stale-worker cleanup, and the idle limiter state sweep (each
+# look reads the limiter tables whole). The queue-depth sample's is LEADER_SAMPLE_INTERVAL in
+# worker/leader_sample.py.
+STRANDED_CHECK_INTERVAL: Final = 60.0
+STALE_WORKER_CHECK_INTERVAL: Final = 300.0
+LIMITER_STATE_SWEEP_EVERY: Final = 300.0
 
 RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 

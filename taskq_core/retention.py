@@ -1,5 +1,5 @@
 """The prune policy the TASKQ_PRUNE_* and TASKQ_ARCHIVE_* settings describe, in one place:
-the leader's Sweep 5 and ``taskq prune`` both build theirs here.
+the leader's prune and ``taskq prune`` both build theirs here.
 
 Each terminal status has its own retention setting; ``TASKQ_PRUNE_RETENTION_PERIOD`` is the
 fallback for every status whose own setting the operator left unset (so setting only the

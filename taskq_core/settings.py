@@ -61,7 +61,7 @@ def validate_dsn(value: str) -> str:
     return check_dsn(value)
 
 
-# Retentions of the prune (Sweep 5) and the archive (Sweep 6): each must be positive.
+# Retentions of the prune and of the archive (its expiry): each must be positive.
 _RETENTION_FIELDS = (
     "prune_retention_period",
     "prune_retention_succeeded",

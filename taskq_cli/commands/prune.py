@@ -1,8 +1,9 @@
-"""``taskq prune``: run Sweep 5 now and print what it moved to the archive (or would move).
+"""``taskq prune``: run the leader's prune now and print what it moved to the archive (or
+would move).
 
 The policy is the leader's (``taskq_core.retention.prune_policy``: per-status retention,
 archive period and batch size from the settings), narrowed by ``--status``, ``--queue`` and
-``--older-than``. A real prune takes the cluster lock the leader's Sweep 5 takes, so it never
+``--older-than``. A real prune takes the cluster lock the leader's prune takes, so it never
 runs beside another prune; a dry run only counts and needs no lock. On a terminal a progress
 bar counts the moved jobs against the dry-run total, one batch at a time.
 """
@@ -33,7 +34,7 @@ def _terminal_names() -> list[str]:
 
 
 class PruneLockHeldError(TaskqError):
-    """Another prune (the leader's Sweep 5 or a second ``taskq prune``) holds the lock."""
+    """Another prune (the leader's prune or a second ``taskq prune``) holds the lock."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def prune(
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
-    """Move old terminal jobs to the archive now (Sweep 5), or count them with --dry-run."""
+    """Move old terminal jobs to the archive now (as the leader's prune does), or count them
+    with --dry-run."""
     statuses = inputs.parse_statuses(status, allowed=TERMINAL_STATUSES)
     age = None if older_than is None else inputs.parse_age(older_than, "--older-than", output.now())
     settings = load_settings(ctx, dsn, schema)

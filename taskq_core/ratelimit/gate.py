@@ -182,7 +182,8 @@ class RateLimiter:
         return await self.slots.release_reservations(job_id, worker_id, list(held))
 
     def forget(self, job_ids: Iterable[UUID]) -> None:
-        """Stop renewing these jobs' slots (their leases run out; Sweep 4 frees them)."""
+        """Stop renewing these jobs' slots (their leases run out; the leaked-slot sweep frees
+        them)."""
         for job_id in job_ids:
             self._holding.pop(job_id, None)
 

@@ -1,6 +1,6 @@
 """The leader's cron loop: fires the due schedules, one job per fire time.
 
-Only the leader runs it (``leader.run_gated``, every CRON_TICK_INTERVAL seconds). Each tick
+Only the leader runs it (``leader_services.py``: every CRON_TICK_INTERVAL seconds). Each tick
 calls ``fire_due_schedules`` (one transaction of at most CRON_TICK_LIMIT schedules, on the
 database's clock) again at once while a batch came back full, so a backlog after downtime
 drains without waiting a tick per batch. Exactly-once does not rest on leadership: two
@@ -16,7 +16,7 @@ from taskq_core.backend.protocol import FiredSchedule
 from taskq_core.constants import CRON_TICK_LIMIT
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import still_leading
-from taskq_core.worker.sweeps import batch_beat
+from taskq_core.worker.sweeps.progress import batch_beat
 
 
 @dataclass(frozen=True)

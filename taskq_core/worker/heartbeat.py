@@ -97,8 +97,8 @@ class HeartbeatLoop:
 
     async def _renew_reservations(self, held: frozenset[UUID]) -> None:
         """Renew the reservation slots of the jobs the database still counts as this
-        worker's (a lost job's slots lapse, and Sweep 4 frees them). A statement of its own
-        after the beat, only while some job holds slots."""
+        worker's (a lost job's slots lapse, and the leaked-slot sweep frees them). A statement
+        of its own after the beat, only while some job holds slots."""
         limiter = self.deps.limiter
         if limiter is None:
             return

@@ -15,12 +15,13 @@ sends nothing for one whole lease is ended with its lock, so another worker wins
 heartbeat interval after that: the frozen leader's local lapse always comes first. A killed
 leader's session ends at once, and so does its lock.
 
-While it leads, the gated loops run: scheduled promotion every TASKQ_SCHEDULED_WAKE_INTERVAL,
-the fire of due cron schedules every second (``cron_loop``), the sweeps every
-TASKQ_SWEEP_INTERVAL (ending batches whose children are all terminal among them), the
-stranded-queue check every minute, the stale-worker cleanup every five minutes; the prune
-(then the ended batches past its longest retention) and the archive expiry at the fire times
-of their schedules (``run_scheduled``).
+While it leads, the leader's services run (declared, with their cadences, in
+``leader_services.py``; one module per sweep in ``sweeps/``): those on an interval through
+``run_gated`` (scheduled promotion, the ``sweeps`` loop's lease and cleanup passes, cron
+fires, the stranded-queue check, the stale-worker cleanup, the vacuum and the queue-depth
+sample), the prune and the archive expiry at the fire times of their schedules through
+``run_scheduled``. Each loop handles its own failures: a transient database error retries
+with backoff, an unexpected one is logged and counted, five in a row end the worker.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from taskq_core.obs.metrics import labels
 from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.sweeps import progress_period
+from taskq_core.worker.sweeps.progress import progress_period
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -41,9 +42,6 @@ from taskq_core.worker.transient import (
     shielded,
 )
 from taskq_core.worker.waits import wait_any
-
-STRANDED_CHECK_INTERVAL = 60.0
-STALE_WORKER_CHECK_INTERVAL = 300.0
 
 
 def leadership_lapsed(deps: WorkerDeps) -> bool:

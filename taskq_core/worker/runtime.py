@@ -1,11 +1,12 @@
 """Worker: wires the loops of one worker process into a TaskGroup and returns its exit code.
 
 Start-up: validate DI, sync actor config (drift refuses the start), register the worker row,
-log the bootstrap warnings. Then the siblings run in one TaskGroup: producer, consumers,
-heartbeat, leader election and the leader-gated maintenance loops (sweeps, stranded queues,
-stale workers, and the scheduled prune and archive expiry), plus the drain monitor in
-until-idle mode. A sibling that raises, or returns while no shutdown is under way, stops the
-worker. At exit the worker row is marked stopped and owned resources are closed.
+log the bootstrap warnings. Then the siblings declared in ``siblings.py`` run in one
+TaskGroup: producer, completer, heartbeat, leader election, the leader's services
+(``leader_services.py``), the consumers, and the optional loops (the drain monitor in
+until-idle mode among them). A sibling that raises, or returns while no shutdown is under
+way, stops the worker. At exit the worker row is marked stopped and owned resources are
+closed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from importlib.metadata import PackageNotFoundError, version
@@ -26,66 +27,28 @@ from taskq_core.actor_config import sync_actor_configs
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import (
-    CRON_TICK_INTERVAL,
-    EXIT_ERROR,
-    GC_YOUNG_THRESHOLD,
-    JOBS_VACUUM_CHECK_INTERVAL,
-)
+from taskq_core.constants import GC_YOUNG_THRESHOLD
 from taskq_core.cron_schedules import sync_cron_schedules
 from taskq_core.di import ProcessScopes, ProviderRegistry, Scope, split_annotation
 from taskq_core.ids import uuid7
-from taskq_core.liveness import worker_stale_after
 from taskq_core.obs.gauges import watch_worker
 from taskq_core.obs.logs import get_logger
-from taskq_core.obs.metrics import labels, meters_for
+from taskq_core.obs.metrics import meters_for
 from taskq_core.ratelimit.bootstrap import actor_limits, close_limiter, start_limiter
 from taskq_core.ratelimit.registry import RateLimitRegistry
-from taskq_core.schedule import sweep_schedule
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs, LeaseTerms
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.completer import Completer
-from taskq_core.worker.consumer import ConsumerLoop
-from taskq_core.worker.cron_loop import CronLoop
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.drain import DrainMonitor
 from taskq_core.worker.health import HealthServer
-from taskq_core.worker.heartbeat import HeartbeatLoop
-from taskq_core.worker.leader import (
-    STALE_WORKER_CHECK_INTERVAL,
-    STRANDED_CHECK_INTERVAL,
-    LeaderElection,
-    run_gated,
-    run_scheduled,
-)
-from taskq_core.worker.leader_sample import LEADER_SAMPLE_INTERVAL, LeaderSampler
-from taskq_core.worker.parent import ParentWatch
-from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
+from taskq_core.worker.siblings import SiblingContext, run_siblings, sibling_loops
 from taskq_core.worker.stall import StallGuard, StallSensor
-from taskq_core.worker.sweeps import (
-    ArchiveExpirySweep,
-    JobsVacuum,
-    MaintenanceSweep,
-    PruneSweep,
-    ScheduledPromotion,
-    StaleWorkerCleanup,
-    StrandedQueues,
-)
 from taskq_core.worker.transient import DatabaseOutage, shielded
-from taskq_core.worker.watchdog import (
-    LoopLagWatchdog,
-    LoopLiveness,
-    ShutdownWatchdog,
-    stale_loop_watchdog,
-)
+from taskq_core.worker.watchdog import LoopLagWatchdog, LoopLiveness, ShutdownWatchdog
 
 _ACTOR_THREAD = "taskq-actor"  # the name prefix of the threads plain ``def`` actors run in
-
-
-class SiblingContractError(RuntimeError):
-    """A long-lived loop returned while the worker was not shutting down."""
 
 
 def _package_version() -> str | None:
@@ -345,107 +308,18 @@ class Worker:
         )
 
     async def _run_siblings(self, deps: WorkerDeps) -> None:
+        """Run the declared sibling loops (``worker/siblings.py``) until the worker stops."""
         assert self.shutdown is not None
-        shutdown = self.shutdown
         if self.install_signal_handlers:
-            shutdown.install_signal_handlers()
-        s = self.settings
+            self.shutdown.install_signal_handlers()
         controller = CancelController(deps)
         stall_guard = StallGuard(deps, controller)
         if self.stall_sensor is not None:
             self.stall_sensor.watch(stall_guard.threshold, stall_guard.stalled)
-        maintenance = MaintenanceSweep(deps)
-        promotion = ScheduledPromotion(deps)
-        stranded = StrandedQueues(deps, stale_after=worker_stale_after(s))
-        prune = PruneSweep(deps, beat="prune")
-        archive_expiry = ArchiveExpirySweep(deps)
-        stale_workers = StaleWorkerCleanup(deps)
-        cron = CronLoop(deps)
-        prune_at = sweep_schedule(s.prune_schedule_utc, s.prune_cron_expr)
-        expire_at = sweep_schedule(s.archive_expiry_schedule_utc, s.archive_expiry_cron_expr)
-        siblings: dict[str, Callable[[], Awaitable[Any]]] = {
-            "producer": ProducerLoop(deps).run,
-            "completer": lambda: deps.completer.run(deps.shutdown_event),
-            "heartbeat": HeartbeatLoop(deps, controller, stall_guard).run,
-            "leader_election": LeaderElection(deps).run,
-            "scheduled_wake": lambda: run_gated(
-                deps, "scheduled_wake", s.scheduled_wake_interval, promotion.run_once
-            ),
-            "sweeps": lambda: run_gated(deps, "sweeps", s.sweep_interval, maintenance.run_once),
-            "stranded_queues": lambda: run_gated(
-                deps, "stranded_queues", STRANDED_CHECK_INTERVAL, stranded.run_once
-            ),
-            "cron": lambda: run_gated(deps, "cron", CRON_TICK_INTERVAL, cron.run_once),
-            "stale_workers": lambda: run_gated(
-                deps, "stale_workers", STALE_WORKER_CHECK_INTERVAL, stale_workers.run_once
-            ),
-            # A daily schedule's wait re-reads the clock every sweep interval.
-            "prune": lambda: run_scheduled(
-                deps, "prune", prune_at, prune.run_once, recheck=s.sweep_interval
-            ),
-            "archive_expiry": lambda: run_scheduled(
-                deps, "archive_expiry", expire_at, archive_expiry.run_once, recheck=s.sweep_interval
-            ),
-        }
-        if s.otel_enabled:
-            sampler = LeaderSampler(deps)
-            siblings["leader_sample"] = lambda: run_gated(
-                deps, "leader_sample", LEADER_SAMPLE_INTERVAL, sampler.run_once
-            )
-        if s.jobs_vacuum_enabled:
-            vacuum = JobsVacuum(deps)
-            siblings["jobs_vacuum"] = lambda: run_gated(
-                deps, "jobs_vacuum", JOBS_VACUUM_CHECK_INTERVAL, vacuum.run_once
-            )
-        for index in range(s.max_concurrency):
-            siblings[f"consumer-{index}"] = ConsumerLoop(deps, index).run
-        if self.until_idle:
-            siblings["drain_monitor"] = DrainMonitor(deps, shutdown.request).run
-        if s.workgroup_instance is not None:
-            siblings["parent_watch"] = ParentWatch(deps, self._parent_pid, shutdown.request).run
-        if s.watchdog_enabled:
-            siblings["stale_loop_watchdog"] = lambda: stale_loop_watchdog(
-                deps.liveness,
-                self.log,
-                check_interval=s.watchdog_check_interval,
-                shutdown=deps.shutdown_event,
-            )
-        try:
-            async with asyncio.TaskGroup() as group:
-                for name, loop in siblings.items():
-                    group.create_task(self._supervised(deps, name, loop), name=name)
-                self.started.set()
-        except* SiblingContractError as violations:
-            deps.exit_code = EXIT_ERROR
-            for error in violations.exceptions:
-                self.log.critical("sibling_contract_violated", error=str(error))
-        except* Exception as crashes:
-            deps.exit_code = EXIT_ERROR
-            for crash in crashes.exceptions:
-                self.log.critical("sibling_crashed", error=repr(crash), exc_info=crash)
-
-    async def _supervised(
-        self, deps: WorkerDeps, name: str, loop: Callable[[], Awaitable[Any]]
-    ) -> None:
-        """Run one sibling; a crash or an early return stops the whole worker."""
-        try:
-            await loop()
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            deps.meters.sibling_crashes.add(1, labels(loop=name))
-            deps.producer_stop.set()
-            deps.consumer_stop.set()
-            deps.shutdown_event.set()
-            raise
-        if (
-            not deps.shutdown_event.is_set()
-            and not (name == "producer" and deps.producer_stop.is_set())
-            and not (name.startswith("consumer-") and deps.consumer_stop.is_set())
-        ):
-            deps.meters.sibling_crashes.add(1, labels(loop=name))
-            deps.shutdown_event.set()
-            raise SiblingContractError(f"{name} returned while the worker was running")
+        context = SiblingContext(
+            deps, self.shutdown, controller, stall_guard, self.until_idle, self._parent_pid
+        )
+        await run_siblings(deps, sibling_loops(context), self.started)
 
     async def _teardown(self, deps: WorkerDeps) -> None:
         try:

@@ -146,7 +146,7 @@ class Db:
         )
 
     def archive(self, job: JobRow) -> None:
-        """Prune one terminal job to the archive (for a year), as Sweep 5 would."""
+        """Prune one terminal job to the archive (for a year), as the prune would."""
         self.finished_ago(job, timedelta(days=2))
         policy = PrunePolicy(
             {job.status: timedelta(days=1)}, archive_for=timedelta(days=365), queue=job.queue

@@ -1,5 +1,5 @@
-"""Retention on every backend: which terminal jobs a prune moves to the archive (Sweep 5),
-what the archive then holds, and archive expiry (Sweep 6)."""
+"""Retention on every backend: which terminal jobs a prune moves to the archive (the prune),
+what the archive then holds, and archive expiry."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A worker killed with SIGKILL while its job holds a reservation slot: the slot stays held
-until its lease runs out (nothing renews it), then the surviving fleet frees it (Sweep 4, or
-the lapsed lease itself) and the jobs waiting for the slot run; the crashed job runs again."""
+until its lease runs out (nothing renews it), then the surviving fleet frees it (the
+leaked-slot sweep, or the lapsed lease itself) and the jobs waiting for the slot run; the
+crashed job runs again."""
 
 from __future__ import annotations
 

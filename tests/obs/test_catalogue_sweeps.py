@@ -16,14 +16,11 @@ from taskq_core.obs.gauges import watch_worker
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import LeaderElection, run_gated
 from taskq_core.worker.leader_sample import LeaderSampler
-from taskq_core.worker.sweeps import (
-    ArchiveExpirySweep,
-    MaintenanceSweep,
-    PruneSweep,
-    ScheduledPromotion,
-    StaleWorkerCleanup,
-    stale_worker_threshold,
-)
+from taskq_core.worker.sweeps.archive_expiry import ArchiveExpirySweep
+from taskq_core.worker.sweeps.maintenance import MaintenanceSweep
+from taskq_core.worker.sweeps.promotion import ScheduledPromotion
+from taskq_core.worker.sweeps.prune import PruneSweep
+from taskq_core.worker.sweeps.stale_workers import StaleWorkerCleanup, stale_worker_threshold
 from taskq_core.worker.transient import UnexpectedErrorGuard
 from tests.conformance.states import LEASE, running_job
 from tests.obs.otel_sdk import Sdk

@@ -11,12 +11,9 @@ import structlog
 from taskq_core.backend.protocol import LimitDefinition
 from taskq_core.backend.protocol.ratelimit import IdleStateSwept
 from taskq_core.clock import FakeClock
-from taskq_core.worker.sweeps import (
-    LIMITER_STATE_IDLE,
-    LIMITER_STATE_PER_CALL,
-    LIMITER_STATE_SWEEP_EVERY,
-    MaintenanceSweep,
-)
+from taskq_core.constants import LIMITER_STATE_SWEEP_EVERY
+from taskq_core.worker.sweeps.limiter_state import LIMITER_STATE_IDLE, LIMITER_STATE_PER_CALL
+from taskq_core.worker.sweeps.maintenance import MaintenanceSweep
 from tests.worker.sweep_support import MIDNIGHT, memory_deps
 
 RATE, BURST = 1.0, 5.0  # back to rest 5 s after a use

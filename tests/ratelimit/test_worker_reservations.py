@@ -1,7 +1,7 @@
 """Reservations in the worker, on the memory backend and PostgreSQL: never more jobs at once
 than slots, the slots held for as long as the body runs (the heartbeat renews them) and given
 back on every path (success, failure, cancel); a crashed worker's slots lapse and the leader's
-Sweep 4 frees leaked ones."""
+the leaked-slot sweep frees leaked ones."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ async def test_a_slot_is_renewed_while_the_body_runs_and_freed_by_a_cancel(
 
 async def test_a_leaked_slot_is_swept_by_the_leader_and_its_jobs_run(backend: Backend) -> None:
     # A slot left behind by a job that ended without its release (a worker died after the
-    # job's outcome was written): its lease still runs, so only Sweep 4 frees it.
+    # job's outcome was written): its lease still runs, so only the leaked-slot sweep frees it.
     ended = await backend.enqueue(EnqueueArgs("other", {}))
     assert await backend.write_cancel_request(ended.id, "gone") == "cancelled"
     assert await backend.acquire_reservation("solo", 1, ended.id, uuid4(), timedelta(minutes=10))

@@ -15,12 +15,9 @@ from taskq_core.client import EnqueueItem, JobsClient
 from taskq_core.clock import FakeClock
 from taskq_core.retention import prune_policy
 from taskq_core.worker.deps import WorkerDeps
-from taskq_core.worker.sweeps import (
-    STALE_BATCHES_PER_CALL,
-    MaintenanceSweep,
-    PruneSweep,
-    batch_retention,
-)
+from taskq_core.worker.sweeps.maintenance import MaintenanceSweep
+from taskq_core.worker.sweeps.prune import PruneSweep, batch_retention
+from taskq_core.worker.sweeps.stale_batches import STALE_BATCHES_PER_CALL
 from tests.conformance.states import LEASE
 from tests.worker.sweep_support import MIDNIGHT, memory_deps
 

@@ -22,13 +22,10 @@ from taskq_core.statemachine import JobStatus
 from taskq_core.worker.cancel import CancelController
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.heartbeat import HeartbeatLoop
-from taskq_core.worker.sweeps import (
-    ArchiveExpirySweep,
-    MaintenanceSweep,
-    PruneSweep,
-    StaleWorkerCleanup,
-    stale_worker_threshold,
-)
+from taskq_core.worker.sweeps.archive_expiry import ArchiveExpirySweep
+from taskq_core.worker.sweeps.maintenance import MaintenanceSweep
+from taskq_core.worker.sweeps.prune import PruneSweep
+from taskq_core.worker.sweeps.stale_workers import StaleWorkerCleanup, stale_worker_threshold
 from tests.conformance.states import running_job
 from tests.worker.conftest import fast_settings
 from tests.worker.sweep_support import MIDNIGHT, TERMINAL, memory_deps, terminal_job

@@ -17,7 +17,8 @@ from taskq_core.backend.protocol.retention import PrunePolicy, PruneResult
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.runtime import Worker
-from taskq_core.worker.sweeps import ArchiveExpirySweep, PruneSweep
+from taskq_core.worker.sweeps.archive_expiry import ArchiveExpirySweep
+from taskq_core.worker.sweeps.prune import PruneSweep
 from tests.conftest import PgTarget
 from tests.worker.conftest import fast_settings
 

@@ -10,7 +10,7 @@ from taskq_core.clock import FakeClock
 from taskq_core.ids import uuid7
 from taskq_core.liveness import worker_stale_after
 from taskq_core.worker.runtime import Worker
-from taskq_core.worker.sweeps import StrandedQueues
+from taskq_core.worker.sweeps.stranded_queues import StrandedQueues
 from tests.worker.conftest import fast_settings
 
 

@@ -162,7 +162,8 @@ class RateLimitPart(MemoryStore):
         return renewed
 
     async def sweep_leaked_reservation_slots(self) -> int:
-        """Sweep 4: slots whose lease ran out or whose job ended (or is gone) are freed."""
+        """The leaked-slot sweep: slots whose lease ran out or whose job ended (or is gone) are
+        freed."""
         now, freed = self._now(), 0
         for row in self._limits().slots.values():
             if row.job_id is None:

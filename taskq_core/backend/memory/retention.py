@@ -1,5 +1,5 @@
-"""Retention: Sweep 5 (prune old terminal jobs to the archive, with their attempts, deleting
-their events) and Sweep 6 (delete archived jobs past ``expire_at``), the sweep locks that keep
+"""Retention: the prune (old terminal jobs to the archive, with their attempts, deleting
+their events) and the archive expiry (archived jobs past ``expire_at``), the sweep locks that keep
 either from running twice at once, and reads of the archive.
 
 Both sweeps work batch by batch, as PostgreSQL commits them: a batch is one step that does

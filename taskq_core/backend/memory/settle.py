@@ -246,7 +246,7 @@ class SettlePart(MemoryStore):
     def _reclaim(
         self, job: JobRecord, now: datetime, poison_reclaims: int | None, *, blamed: bool
     ) -> None:
-        """One expired lease (sweep 1): a 'reclaim' event; never started counts as started
+        """One expired lease (the reclaim): a 'reclaim' event; never started counts as started
         after UNSTARTED_RECLAIM_LIMIT such reclaims (``start_assumed``); the
         ``poison_reclaims``-th crash blamed on the job in a row fails it as a poison job (the
         rule: ``backend.protocol.poison``); a retry goes back to pending at now."""

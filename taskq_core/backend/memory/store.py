@@ -272,8 +272,8 @@ class MemoryStore:
         self._jobs: dict[UUID, JobRecord] = {}
         self._attempts: dict[UUID, list[AttemptRow]] = {}
         self._events: list[EventRow] = []
-        # The archive (Sweep 5 moves pruned jobs here, Sweep 6 deletes them): job id to its
-        # archived row, and to its archived attempts (oldest first).
+        # The archive (the prune moves jobs here, the archive expiry deletes them): job id to
+        # its archived row, and to its archived attempts (oldest first).
         self._archived_jobs: dict[UUID, ArchivedRecord] = {}
         self._archived_attempts: dict[UUID, list[AttemptRow]] = {}
         self._workers: dict[UUID, WorkerRecord] = {}

@@ -188,7 +188,7 @@ class LeaderPart(SettlePart):
         *,
         poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
     ) -> int:
-        """Sweep 1: expired leases -> pending / crashed / cancelled / failed (a poison job),
+        """The reclaim: expired leases -> pending / crashed / cancelled / failed (a poison job),
         with outbox events.
 
         The expired leases are locked (SKIP LOCKED) and settled (outcome reclaimed) in one

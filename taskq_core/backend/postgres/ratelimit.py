@@ -134,7 +134,7 @@ class RateLimitPart(BackendCore):
         return int(renewed)
 
     async def sweep_leaked_reservation_slots(self) -> int:
-        """Sweep 4: slots whose lease ran out or whose job ended are freed."""
+        """The leaked-slot sweep: slots whose lease ran out or whose job ended are freed."""
         return int(await self._pool.fetchval(self._queries["sweep_leaked_reservation_slots"]))
 
     async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:

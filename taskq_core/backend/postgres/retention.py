@@ -1,4 +1,4 @@
-"""Retention on PostgreSQL: the prune to the archive (Sweep 5), archive expiry (Sweep 6),
+"""Retention on PostgreSQL: the prune to the archive, the archive expiry,
 their cluster-wide locks and reads of archived jobs. Every batch is one statement committed
 on its own (sql/retention.sql).
 """
@@ -65,7 +65,7 @@ async def _translating(pending: Awaitable[T]) -> T:
 
 
 class RetentionPart(BackendCore):
-    """Sweep 5 (prune), Sweep 6 (archive expiry) and the archived reads."""
+    """The prune, the archive expiry and the archived reads."""
 
     async def prune_jobs(
         self,

@@ -105,7 +105,7 @@ class LeaderBackend(Protocol):
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         """Delete ``workers`` rows not heard from for ``older_than`` (``last_seen_at`` older
         than now - older_than, whether they stopped cleanly or vanished), except a row that
-        still holds a running job (it goes once Sweep 1 has reclaimed that job). Bounded:
+        still holds a running job (it goes once the reclaim has taken back that job). Bounded:
         ``batch_size`` rows per committed batch; returns how many were deleted."""
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:

@@ -164,8 +164,8 @@ class RateLimitBackend(LimiterStore, Protocol):
         still holds); how many."""
 
     async def sweep_leaked_reservation_slots(self) -> int:
-        """Sweep 4: free the slots whose lease ran out (their worker died or lost the job) or
-        whose job is not running under the slot's worker any more; how many."""
+        """The leaked-slot sweep: free the slots whose lease ran out (their worker died or lost
+        the job) or whose job is not running under the slot's worker any more; how many."""
 
     async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
         """Delete limiter state unused for ``idle`` beyond the time it takes to come back to

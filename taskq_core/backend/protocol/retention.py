@@ -1,5 +1,5 @@
-"""What retention needs of a backend: move old terminal jobs to the archive (Sweep 5), delete
-archived jobs past their expiry (Sweep 6), and read an archived job back.
+"""What retention needs of a backend: move old terminal jobs to the archive (the prune),
+delete archived jobs past their expiry (the archive expiry), and read an archived job back.
 
 A pruned job leaves ``jobs`` with its attempts (they move to ``jobs_archive`` and
 ``job_attempts_archive``); its events are deleted, by design. Every call works in bounded
@@ -73,7 +73,7 @@ class ArchivedJob:
 
 @runtime_checkable
 class RetentionBackend(Protocol):
-    """Sweep 5 (prune), Sweep 6 (archive expiry) and reads of archived jobs."""
+    """The prune, the archive expiry and reads of archived jobs."""
 
     async def prune_jobs(
         self,

@@ -55,7 +55,7 @@ events AS (
 SELECT count(*) FROM moved;
 
 -- name: expired_leases
--- Sweep 1 selects: running jobs whose lease expired, locked (SKIP LOCKED: a row a worker is
+-- The reclaim selects: running jobs whose lease expired, locked (SKIP LOCKED: a row a worker is
 -- settling right now is left to the next pass) for the `settle` (outcome reclaimed) that
 -- follows in the same transaction and decides where each goes. With a cancel in flight the
 -- worker gets the cancel graces ($1 cancel, $2 cleanup) plus the headroom $3
@@ -106,7 +106,7 @@ SELECT count(*) FROM cleared;
 -- One batch of the stale worker cleanup: up to $2 `workers` rows not heard from for $1
 -- (last_seen_at older than now - $1, stopped or vanished), oldest first along
 -- workers_last_seen_idx, except a row that still holds a running job (looked up on
--- jobs_running_worker_idx): that row goes once Sweep 1 has reclaimed the job.
+-- jobs_running_worker_idx): that row goes once the reclaim has taken the job back.
 --
 -- Deleting is safe because nothing needs the row: no foreign key names workers (jobs,
 -- job_attempts and job_events keep the id as plain history; reservation_slots carry their

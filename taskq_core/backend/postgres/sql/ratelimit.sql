@@ -236,8 +236,8 @@ WITH renewed AS (
 SELECT count(*) FROM renewed;
 
 -- name: sweep_leaked_reservation_slots
--- Sweep 4: free slots whose lease ran out (no heartbeat renews them: the worker died or no
--- longer holds the job) or whose job ended or is gone (a release lost with its worker). A
+-- The leaked-slot sweep: free slots whose lease ran out (no heartbeat renews them: the
+-- worker died or no longer holds the job) or whose job ended or is gone (a release lost with its worker). A
 -- job that is merely not running (yet) does not count: this statement's snapshot may predate
 -- the dispatch of a job that holds a slot now. Slots being taken or released are skipped.
 WITH k AS (

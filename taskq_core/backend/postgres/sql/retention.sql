@@ -1,5 +1,5 @@
--- Retention: the prune (Sweep 5) moves old terminal jobs to the archive, archive expiry
--- (Sweep 6) deletes archived jobs at expire_at, and the archived reads.
+-- Retention: the prune moves old terminal jobs to the archive, the archive expiry deletes
+-- archived jobs at expire_at, and the archived reads.
 --
 -- Each batch is one statement in its own transaction: the caller loops, so a prune of
 -- millions of rows never holds a long transaction. Rows are picked FOR UPDATE SKIP LOCKED:

@@ -1,0 +1,19 @@
+"""Missed deadlines: jobs past their ``schedule_to_close`` fail."""
+
+from __future__ import annotations
+
+from taskq_core.worker.deps import WorkerDeps
+
+
+class DeadlineSweep:
+    """Fails the jobs whose deadline passed before they finished."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+
+    async def run_once(self) -> int:
+        """Jobs failed; counted in the meters."""
+        failed = await self.deps.backend.deadline_sweep()
+        if failed:
+            self.deps.meters.deadline_failed.add(failed)
+        return failed
