@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -102,12 +103,21 @@ async def claim_again(deps: WorkerDeps, clock: FakeClock, job: JobRow) -> Active
     return held
 
 
-async def until(condition: Any, turns: int = 2000) -> None:
-    """Let the loop run until ``condition()`` holds (no clock involved)."""
+async def until(condition: Any, turns: int = 2000, patience: float = 30.0) -> None:
+    """Let the loop run until ``condition()`` holds (the workers' clock is not involved).
+
+    Loop turns first; a condition an actor thread makes true may need the OS to schedule
+    that thread, which a busy machine can put off past any number of turns, so then the
+    loop polls with short real pauses, up to ``patience`` seconds."""
     for _ in range(turns):
         if condition():
             return
         await asyncio.sleep(0)
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await asyncio.sleep(0.005)
     raise AssertionError("the condition never held")
 
 
