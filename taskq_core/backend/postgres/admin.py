@@ -49,10 +49,12 @@ from taskq_core.backend.protocol.admin import (
     OperatorLogEntry,
     PurgeResult,
     TimeBound,
+    normalize_id_fragment,
+)
+from taskq_core.backend.protocol.admin_rules import (
     capacity_changes,
     filter_document,
     forced_end_error,
-    normalize_id_fragment,
     queue_changes,
 )
 from taskq_core.statemachine import JobStatus
