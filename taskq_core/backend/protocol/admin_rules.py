@@ -42,7 +42,8 @@ def filter_document(filter: JobFilter) -> dict[str, Any]:
     }
 
 
-_CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+# The capacity fields of an actor config an operator owns once set.
+CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 
 
 def capacity_changes(before: ActorConfigRow, after: ActorConfigRow) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def capacity_changes(before: ActorConfigRow, after: ActorConfigRow) -> dict[str,
 
     return {
         name: {"from": shown(getattr(before, name)), "to": shown(getattr(after, name))}
-        for name in _CAPACITY_FIELDS
+        for name in CAPACITY_FIELDS
         if getattr(before, name) != getattr(after, name)
     }
 
