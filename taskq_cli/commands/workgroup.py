@@ -18,18 +18,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.live import Live
-from rich.table import Table
 
 from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_cli.workgroup_views import children_table, duration, plan_document, print_plan
 from taskq_core.constants import EXIT_ERROR
-from taskq_core.durations import format_duration, parse_duration
+from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.ids import uuid7
 from taskq_core.obs.logs import configure_logging, get_logger, log_crash
@@ -38,7 +37,6 @@ from taskq_core.settings import ENV_PREFIX, TaskqSettings
 from taskq_core.supervisor.control import is_answering, send_command
 from taskq_core.supervisor.manager import PlanReader, WorkgroupManager
 from taskq_core.supervisor.plan import (
-    ChildPlan,
     WorkgroupPlan,
     build_plan,
     check_actors,
@@ -46,7 +44,6 @@ from taskq_core.supervisor.plan import (
 )
 from taskq_core.supervisor.runtime import open_workgroup
 from taskq_core.supervisor.schema import load_workgroup, starter_toml
-from taskq_core.supervisor.status import ChildState, ChildStatus
 
 app = typer.Typer(help="Supervise worker processes described by a TOML file.", no_args_is_help=True)
 
@@ -57,88 +54,6 @@ FileArgument = Annotated[
 
 def _print(text: str = "") -> None:
     output.info(text)
-
-
-def _seconds(value: float) -> str:
-    return format_duration(timedelta(seconds=value))
-
-
-# --- check --------------------------------------------------------------------------------
-
-
-def _plan_document(plan: WorkgroupPlan, actors: dict[str, tuple[str, ...]] | None) -> Any:
-    restart = plan.restart
-    return {
-        "file": str(plan.file),
-        "runtime_dir": str(plan.runtime_dir),
-        "shutdown_timeout": plan.shutdown_timeout,
-        "restart": {
-            "backoff_initial": restart.backoff_initial,
-            "backoff_max": restart.backoff_max,
-            "backoff_reset_after": restart.backoff_reset_after,
-            "burst_limit": restart.burst_limit,
-            "burst_window": restart.burst_window,
-        },
-        "children": [_child_document(child, actors) for child in plan.children],
-    }
-
-
-def _child_document(child: ChildPlan, actors: dict[str, tuple[str, ...]] | None) -> Any:
-    document: dict[str, Any] = {
-        "label": child.label,
-        "spec": child.spec,
-        "argv": list(child.argv),
-        "command": child.command,
-        "queues": list(child.queues),
-        "concurrency": child.concurrency,
-        "poll_interval": child.poll_interval,
-        "health": {
-            "enabled": child.health.enabled,
-            "check_interval": child.health.check_interval,
-            "stale_after": child.health.stale_after,
-            "start_timeout": child.health.start_timeout,
-        },
-        "health_socket": str(child.health_socket),
-        "env": child.shown_env(),
-    }
-    if actors is not None:
-        document["actors"] = list(actors.get(child.spec, ()))
-    return document
-
-
-def _print_plan(plan: WorkgroupPlan, actors: dict[str, tuple[str, ...]] | None) -> None:
-    restart = plan.restart
-    specs = plan.spec_names()
-    _print(f"workgroup {plan.file}: {len(plan.children)} children from {len(specs)} spec(s)")
-    _print(f"  runtime dir  {plan.runtime_dir}")
-    _print(f"  shutdown     SIGTERM, then SIGKILL after {_seconds(plan.shutdown_timeout)}")
-    _print(
-        f"  restarts     backoff {_seconds(restart.backoff_initial)} doubling to "
-        f"{_seconds(restart.backoff_max)} (reset after {_seconds(restart.backoff_reset_after)} "
-        f"up); a spec is given up after more than {restart.burst_limit} exits of one child "
-        f"within {_seconds(restart.burst_window)}, or in a row after short runs"
-    )
-    for child in plan.children:
-        health = child.health
-        _print()
-        _print(f"{child.label}  (spec {child.spec})")
-        _print(f"  command      {child.command}")
-        _print(
-            f"  queues       {', '.join(child.queues)}  ·  concurrency {child.concurrency}  ·  "
-            f"poll interval {_seconds(child.poll_interval)}"
-        )
-        if actors is not None:
-            _print(f"  actors       {', '.join(actors.get(child.spec, ())) or '(none)'}")
-        if health.enabled:
-            _print(
-                f"  health       check every {_seconds(health.check_interval)}, stale after "
-                f"{_seconds(health.stale_after)}, start timeout {_seconds(health.start_timeout)}"
-            )
-        else:
-            _print("  health       disabled")
-        _print(f"  socket       {child.health_socket}")
-        env = " ".join(f"{k}={v}" for k, v in child.shown_env().items())
-        _print(f"  env          {env}")
 
 
 @app.command("check")
@@ -162,9 +77,9 @@ def check(
         for warning in report.warnings:
             output.warn(warning)
     if json:
-        output.print_json(_plan_document(plan, actors))
+        output.print_json(plan_document(plan, actors))
     else:
-        _print_plan(plan, actors)
+        print_plan(plan, actors)
 
 
 def check_health_ports(plan: WorkgroupPlan, inherited: int | None) -> None:
@@ -212,49 +127,6 @@ def init(
 
 
 # --- start --------------------------------------------------------------------------------
-
-
-def _age(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{max(0.0, seconds):.0f}s ago"
-
-
-def _state(status: ChildStatus) -> str:
-    colours = {
-        ChildState.RUNNING: "green",
-        ChildState.BACKOFF: "yellow",
-        ChildState.STOPPING: "yellow",
-        ChildState.GIVEN_UP: "bold red",
-    }
-    text = status.state.value
-    if status.state is ChildState.BACKOFF and status.restart_in is not None:
-        text += f" ({status.restart_in:.1f}s)"
-    colour = colours.get(status.state)
-    return f"[{colour}]{text}[/]" if colour else text
-
-
-def children_table(manager: WorkgroupManager, *, output_dir: Path | None = None) -> Table:
-    """The live view: one row per child (name, pid, uptime, restarts, last seen, exit)."""
-    plan = manager.plan
-    table = Table(
-        title=f"workgroup {plan.file} · instance {plan.instance}",
-        caption=(f"child output in {output_dir} · " if output_dir else "")
-        + "Ctrl-C stops the group",
-        header_style="bold",
-    )
-    for column in ("child", "spec", "state", "pid", "uptime", "restarts", "last seen", "exit"):
-        table.add_column(column)
-    for status in manager.snapshot():
-        table.add_row(
-            status.label,
-            status.spec,
-            _state(status),
-            str(status.pid) if status.pid is not None else "-",
-            _seconds(status.uptime) if status.uptime is not None else "-",
-            str(status.restarts),
-            _age(status.last_seen_ago),
-            str(status.last_exit_code) if status.last_exit_code is not None else "-",
-        )
-    return table
 
 
 async def _run_live(manager: WorkgroupManager, output_dir: Path | None) -> int:
@@ -437,7 +309,7 @@ def status(
                 child["state"]
                 + (f" ({child['restart_in']:.1f}s)" if child["restart_in"] is not None else ""),
                 child["pid"],
-                _seconds(child["uptime"]) if child["uptime"] is not None else None,
+                duration(child["uptime"]) if child["uptime"] is not None else None,
                 child["restarts"],
                 child["last_exit_code"],
             ]
@@ -469,7 +341,7 @@ def stop(
             if time.monotonic() > deadline:
                 raise ConfigError(
                     f"workgroup {file} (supervisor pid {answer['pid']}) is still stopping "
-                    f"after {_seconds(float(answer['shutdown_timeout']) + 10.0)}"
+                    f"after {duration(float(answer['shutdown_timeout']) + 10.0)}"
                 )
             time.sleep(0.1)
         stopped = True

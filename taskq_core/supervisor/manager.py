@@ -20,44 +20,38 @@ SIGHUP (a worker re-reads its settings). An operator's restart of a child is gra
 SIGTERM, SIGKILL after ``shutdown_timeout``, and a new child as soon as the old one is gone,
 without backoff and without counting towards the burst limit.
 
-Everything that touches the outside world is injected: the child constructor (``spawn``; the
-real one is ``children.PopenChild``, wired in by ``runtime.open_workgroup``), the clock, the
-health source (``workers`` rows) and the event sink (``status``), so tests replay exit and
-heartbeat histories with fakes and step ``run_once()`` by hand. ``run()`` only loops: it calls
-``run_once()`` and sleeps until a child exits (SIGCHLD), a signal arrives or a deadline is due.
+Beside it: ``slots.py`` (a slot), ``health_check.py``, ``exits.py`` (a give-up, the group's
+exit code), ``reload.py``, ``wakeups.py`` (signals, the idle sleep). Everything that touches
+the outside world is injected: the child constructor (``spawn``; the real one is
+``children.PopenChild``, wired in by ``runtime.open_workgroup``), the clock, the health source
+(``workers`` rows) and the event sink (``status``), so tests replay exit and heartbeat
+histories with fakes and step ``run_once()`` by hand. ``run()`` only loops.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from taskq_core.backend.protocol import WorkerRow
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import EXIT_ERROR, EXIT_OK
+from taskq_core.constants import EXIT_ERROR
 from taskq_core.errors import ConfigError
-from taskq_core.supervisor.children import ChildFactory, ChildLaunch, ChildProcess
-from taskq_core.supervisor.plan import ChildPlan, WorkgroupPlan
+from taskq_core.supervisor.children import ChildFactory, ChildLaunch
+from taskq_core.supervisor.exits import exit_fields, give_up, group_code
+from taskq_core.supervisor.health_check import HealthSource, check_health, is_watched
+from taskq_core.supervisor.plan import WorkgroupPlan
 from taskq_core.supervisor.policy import (
     HeartbeatWatch,
     RestartHistory,
     decide_restart,
-    describe_exit,
-    exit_signal,
-    group_exit_code,
     is_final_exit,
-    is_stale,
-    observation_failed,
-    observe_heartbeat,
 )
+from taskq_core.supervisor.reload import ReloadOutcome, check_reloadable
+from taskq_core.supervisor.slots import ChildSlot, ask_to_stop, child_status, kill
 from taskq_core.supervisor.status import (
     ChildState,
     ChildStatus,
@@ -65,52 +59,10 @@ from taskq_core.supervisor.status import (
     SupervisorEvent,
     log_event,
 )
+from taskq_core.supervisor.wakeups import Wakeup, signal_handlers
 
-# A health query that takes longer than this counts as failed: the loop must keep reaping.
-HEALTH_QUERY_TIMEOUT = 5.0
-# Upper bound on one sleep of run(): a lost SIGCHLD costs at most this much latency.
-MAX_IDLE_SLEEP = 1.0
-
-HealthSource = Callable[[], Awaitable[Sequence[WorkerRow]]]
 # Reads the workgroup file again into a plan of the same instance (raises ConfigError).
 PlanReader = Callable[[], WorkgroupPlan]
-
-
-@dataclass(frozen=True, slots=True)
-class ReloadOutcome:
-    """What a reload changed, by child label."""
-
-    started: tuple[str, ...]
-    restarted: tuple[str, ...]
-    stopped: tuple[str, ...]
-    unchanged: tuple[str, ...]
-
-
-@dataclass
-class _Slot:
-    plan: ChildPlan
-    state: ChildState = ChildState.PENDING
-    process: ChildProcess | None = None
-    pid: int | None = None
-    started_at: float = 0.0
-    spawned: bool = False
-    restarts: int = 0
-    restart_at: float | None = None
-    history: RestartHistory = field(default_factory=RestartHistory)
-    watch: HeartbeatWatch = field(default_factory=lambda: HeartbeatWatch.spawned(0.0))
-    next_check_at: float = 0.0
-    last_seen_at: datetime | None = None
-    last_exit_code: int | None = None
-    final_code: int | None = None
-    stale_killed: bool = False
-    hard_killed: bool = False
-    # An operator's restart or a reload: respawn at once on exit (or, retiring, drop the slot).
-    restart_requested: bool = False
-    retiring: bool = False
-    kill_at: float | None = None  # SIGKILL if the child asked to stop is still alive then
-
-
-# --- the manager -------------------------------------------------------------------------
 
 
 class WorkgroupManager:
@@ -138,12 +90,12 @@ class WorkgroupManager:
         self._hostname = hostname or socket.gethostname()
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._output_dir = output_dir
-        self._slots = [_Slot(plan=child) for child in plan.children]
+        self._slots = [ChildSlot(plan=child) for child in plan.children]
         self._given_up: set[str] = set()
         self._started = False
         self._stop_deadline: float | None = None
         self._exit_code: int | None = None
-        self._wake = asyncio.Event()
+        self._wake = Wakeup(self._clock)
 
     # -- public controls ----------------------------------------------------------------
 
@@ -246,22 +198,18 @@ class WorkgroupManager:
         if self.stopping or not self._started:
             raise ConfigError(f"the workgroup is {self._phase()}; nothing is reloaded")
         fresh = self._read_plan()
-        if fresh.runtime_dir != self.plan.runtime_dir:
-            raise ConfigError(
-                f"runtime_dir changed ({self.plan.runtime_dir} -> {fresh.runtime_dir}); "
-                "that takes a restart of the workgroup"
-            )
+        check_reloadable(self.plan, fresh)
         self.plan = fresh  # its shutdown timeout already bounds the restarts below
         now = self._clock.monotonic()
         current = {slot.plan.label: slot for slot in self._slots if not slot.retiring}
         started: list[str] = []
         restarted: list[str] = []
         unchanged: list[str] = []
-        slots: list[_Slot] = []
+        slots: list[ChildSlot] = []
         for child in fresh.children:
             slot = current.pop(child.label, None)
             if slot is None:
-                slot = _Slot(plan=child)
+                slot = ChildSlot(plan=child)
                 self._spawn(slot, now)
                 started.append(child.label)
             elif slot.plan != child:
@@ -285,14 +233,7 @@ class WorkgroupManager:
             stopped=tuple(stopped),
             unchanged=tuple(unchanged),
         )
-        self._emit(
-            "workgroup_reloaded",
-            file=str(fresh.file),
-            started=outcome.started,
-            restarted=outcome.restarted,
-            stopped=outcome.stopped,
-            unchanged=outcome.unchanged,
-        )
+        self._emit("workgroup_reloaded", file=str(fresh.file), **outcome.event_fields())
         if unchanged:
             self.forward_signal(signal.SIGHUP, unchanged)
         self.wake()
@@ -301,48 +242,24 @@ class WorkgroupManager:
     def _phase(self) -> str:
         return "stopping" if self.stopping else "starting"
 
-    def _begin_restart(self, slot: _Slot, now: float) -> None:
+    def _begin_restart(self, slot: ChildSlot, now: float) -> None:
         if slot.process is None:
             self._spawn(slot, now)
             return
         slot.restart_requested = True
-        self._ask_to_stop(slot, now)
+        ask_to_stop(slot, now, self.plan.shutdown_timeout)
 
-    def _retire(self, slot: _Slot, now: float) -> None:
+    def _retire(self, slot: ChildSlot, now: float) -> None:
         slot.retiring, slot.restart_requested, slot.restart_at = True, False, None
         if slot.process is None:
             slot.state = ChildState.FINISHED
             return
-        self._ask_to_stop(slot, now)
-
-    def _ask_to_stop(self, slot: _Slot, now: float) -> None:
-        assert slot.process is not None
-        slot.state, slot.kill_at = ChildState.STOPPING, now + self.plan.shutdown_timeout
-        slot.process.signal(signal.SIGTERM)
-        slot.process.signal(signal.SIGCONT)
+        ask_to_stop(slot, now, self.plan.shutdown_timeout)
 
     def snapshot(self) -> list[ChildStatus]:
         """The current state of every child, in plan order."""
         now = self._clock.monotonic()
-        return [
-            ChildStatus(
-                label=slot.plan.label,
-                spec=slot.plan.spec,
-                state=slot.state,
-                pid=slot.process.pid if slot.process is not None else None,
-                uptime=now - slot.started_at if slot.process is not None else None,
-                restarts=slot.restarts,
-                last_seen_at=slot.last_seen_at,
-                last_seen_ago=(
-                    now - slot.watch.moved_at if slot.watch.last_seen_at is not None else None
-                ),
-                last_exit_code=slot.last_exit_code,
-                restart_in=(
-                    max(0.0, slot.restart_at - now) if slot.restart_at is not None else None
-                ),
-            )
-            for slot in self._slots
-        ]
+        return [child_status(slot, now) for slot in self._slots]
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -378,7 +295,9 @@ class WorkgroupManager:
             self._restart_due()
             await self._check_health()
             self._reap()
-        self._exit_code = self._finished_code()
+        self._exit_code = group_code(
+            self._slots, stopping=self.stopping, until_idle=self.plan.until_idle, emit=self._emit
+        )
         if self._exit_code is not None:
             self._emit("workgroup_stopped", exit_code=self._exit_code)
         return self._exit_code
@@ -395,14 +314,14 @@ class WorkgroupManager:
                 times.append(slot.kill_at)
             if slot.state is ChildState.BACKOFF and slot.restart_at is not None:
                 times.append(slot.restart_at)
-            elif self._health_checked(slot):
+            elif is_watched(slot, self._health_source):
                 times.append(slot.next_check_at)
         return min(times) if times else None
 
     def _emit(self, name: str, level: str = "info", **fields: Any) -> None:
         self._emit_event(SupervisorEvent(name=name, level=level, fields=fields))
 
-    def _spawn(self, slot: _Slot, now: float) -> None:
+    def _spawn(self, slot: ChildSlot, now: float) -> None:
         plan = slot.plan
         output = self._output_dir / f"{plan.label}.log" if self._output_dir else None
         launch = ChildLaunch(
@@ -446,19 +365,11 @@ class WorkgroupManager:
                 slot.process = None
                 self._after_exit(slot, code, pid=pid, now=self._clock.monotonic())
 
-    def _after_exit(self, slot: _Slot, code: int, *, pid: int | None, now: float) -> None:
+    def _after_exit(self, slot: ChildSlot, code: int, *, pid: int | None, now: float) -> None:
         plan = slot.plan
         slot.last_exit_code = code
         uptime = now - slot.started_at
-        common: dict[str, Any] = {
-            "label": plan.label,
-            "spec": plan.spec,
-            "pid": pid,
-            "exit_code": code,
-            "outcome": describe_exit(code),
-            "signal": exit_signal(code),
-            "uptime": round(uptime, 3),
-        }
+        common = exit_fields(slot, code, pid, uptime)
         stale, slot.stale_killed, slot.hard_killed = slot.stale_killed, False, False
         slot.kill_at = None
         if self.stopping:
@@ -487,37 +398,20 @@ class WorkgroupManager:
         slot.history = decision.history
         if decision.give_up:
             self._emit("child_exited", "warning", **common, reason=reason, restart=False)
-            self._give_up(slot, code, decision.exits_in_window, decision.young_in_a_row)
+            self._given_up.add(plan.spec)
+            give_up(
+                self._slots,
+                slot,
+                code,
+                decision.exits_in_window,
+                decision.young_in_a_row,
+                self.plan.restart,
+                self._emit,
+            )
             return
         slot.state, slot.restart_at = ChildState.BACKOFF, now + decision.delay
         self._emit(
             "child_exited", "warning", **common, reason=reason, restart_in=round(decision.delay, 3)
-        )
-
-    def _give_up(self, trigger: _Slot, code: int, exits: int, young_in_a_row: int) -> None:
-        spec = trigger.plan.spec
-        self._given_up.add(spec)
-        still_running = []
-        for slot in self._slots:
-            if slot.plan.spec != spec:
-                continue
-            if slot.process is not None:
-                still_running.append(slot.plan.label)
-            elif slot.state in (ChildState.PENDING, ChildState.BACKOFF) or slot is trigger:
-                slot.state, slot.restart_at = ChildState.GIVEN_UP, None
-                slot.final_code = slot.last_exit_code if slot.last_exit_code is not None else code
-        policy = self.plan.restart
-        self._emit(
-            "spec_given_up",
-            "error",
-            spec=spec,
-            label=trigger.plan.label,
-            exits=exits,
-            young_exits_in_a_row=young_in_a_row,
-            burst_limit=policy.burst_limit,
-            burst_window=policy.burst_window,
-            last_exit_code=code,
-            still_running=still_running,
         )
 
     def _restart_due(self) -> None:
@@ -527,70 +421,15 @@ class WorkgroupManager:
             if slot.state is ChildState.BACKOFF and due:
                 self._spawn(slot, now)
 
-    def _health_checked(self, slot: _Slot) -> bool:
-        return (
-            self._health_source is not None
-            and slot.plan.health.enabled
-            and slot.state is ChildState.RUNNING
-            and slot.process is not None
-            and not slot.stale_killed
-        )
-
     async def _check_health(self) -> None:
-        now = self._clock.monotonic()
-        watched = [slot for slot in self._slots if self._health_checked(slot)]
-        due = [slot for slot in watched if slot.next_check_at <= now]
-        if not due or self._health_source is None:
-            return
-        try:
-            rows = await asyncio.wait_for(self._health_source(), HEALTH_QUERY_TIMEOUT)
-        except Exception as exc:
-            now = self._clock.monotonic()
-            self._emit("health_check_failed", "warning", error=str(exc) or type(exc).__name__)
-            for slot in watched:
-                slot.watch = observation_failed(slot.watch, now=now)
-                slot.next_check_at = now + slot.plan.health.check_interval
-            return
-        now = self._clock.monotonic()
-        latest: dict[int, WorkerRow] = {}
-        for row in rows:
-            if row.hostname != self._hostname or row.workgroup_instance != self.plan.instance:
-                continue
-            if row.pid not in latest or row.last_seen_at > latest[row.pid].last_seen_at:
-                latest[row.pid] = row
-        for slot in due:
-            if slot.process is None or slot.state is not ChildState.RUNNING:
-                continue  # exited, or the group began stopping while the query ran
-            found = latest.get(slot.process.pid)
-            if found is not None:
-                slot.last_seen_at = found.last_seen_at
-            slot.watch = observe_heartbeat(
-                slot.watch, found.last_seen_at if found else None, now=now
-            )
-            slot.next_check_at = now + slot.plan.health.check_interval
-            health = slot.plan.health
-            if is_stale(
-                slot.watch,
-                now=now,
-                stale_after=health.stale_after,
-                start_timeout=health.start_timeout,
-            ):
-                self._kill_stale(slot, now)
-
-    def _kill_stale(self, slot: _Slot, now: float) -> None:
-        assert slot.process is not None
-        slot.stale_killed = True
-        self._emit(
-            "child_stale_killed",
-            "warning",
-            label=slot.plan.label,
-            spec=slot.plan.spec,
-            pid=slot.process.pid,
-            last_seen_at=slot.watch.last_seen_at.isoformat() if slot.watch.last_seen_at else None,
-            registered=slot.watch.last_seen_at is not None,
-            unchanged_for=round(now - slot.watch.moved_at, 3),
+        await check_health(
+            self._slots,
+            self._health_source,
+            clock=self._clock,
+            hostname=self._hostname,
+            instance=self.plan.instance,
+            emit=self._emit,
         )
-        slot.process.signal(signal.SIGKILL)
 
     def _enforce_kill_deadlines(self) -> None:
         """SIGKILL a child asked to stop (restart, removal) that outlived the shutdown timeout."""
@@ -599,16 +438,8 @@ class WorkgroupManager:
             due = slot.kill_at is not None and slot.kill_at <= now
             if due and slot.process is not None and not slot.hard_killed:
                 slot.hard_killed = True
-                self._emit(
-                    "child_killed",
-                    "warning",
-                    label=slot.plan.label,
-                    spec=slot.plan.spec,
-                    pid=slot.process.pid,
-                    reason="restart_timeout" if slot.restart_requested else "removed_timeout",
-                    timeout=self.plan.shutdown_timeout,
-                )
-                slot.process.signal(signal.SIGKILL)
+                reason = "restart_timeout" if slot.restart_requested else "removed_timeout"
+                kill(slot, self._emit, "warning", reason, timeout=self.plan.shutdown_timeout)
 
     def _enforce_stop_deadline(self) -> None:
         assert self._stop_deadline is not None
@@ -617,39 +448,8 @@ class WorkgroupManager:
         for slot in self._slots:
             if slot.process is not None and not slot.hard_killed:
                 slot.hard_killed = True
-                self._emit(
-                    "child_killed",
-                    "warning",
-                    label=slot.plan.label,
-                    spec=slot.plan.spec,
-                    pid=slot.process.pid,
-                    reason="shutdown_timeout",
-                    timeout=self.plan.shutdown_timeout,
-                )
-                slot.process.signal(signal.SIGKILL)
-
-    def _finished_code(self) -> int | None:
-        if any(slot.process is not None for slot in self._slots):
-            return None
-        if self.stopping:
-            return EXIT_OK
-        final = (ChildState.FINISHED, ChildState.GIVEN_UP)
-        if self.plan.until_idle and all(slot.state in final for slot in self._slots):
-            codes = [
-                slot.final_code if slot.final_code is not None else EXIT_ERROR
-                for slot in self._slots
-            ]
-            code = group_exit_code(codes)
-            self._emit(
-                "workgroup_drained",
-                exit_code=code,
-                children={slot.plan.label: slot.final_code for slot in self._slots},
-            )
-            return code
-        if all(slot.state is ChildState.GIVEN_UP for slot in self._slots):
-            self._emit("workgroup_failed", "error", reason="every spec was given up")
-            return EXIT_ERROR
-        return None
+                timeout = self.plan.shutdown_timeout
+                kill(slot, self._emit, "warning", "shutdown_timeout", timeout=timeout)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -660,32 +460,29 @@ class WorkgroupManager:
         wakes the loop. An unexpected error stops the group gracefully; anything escaping
         (cancellation included) SIGKILLs the children so none is left orphaned.
         """
-        loop = asyncio.get_running_loop()
-        handled: list[signal.Signals] = []
-        if install_signal_handlers:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self._on_stop_signal, signum)
-            loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
-            loop.add_signal_handler(signal.SIGCHLD, self.wake)
-            handled = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD]
+        handlers = signal_handlers(
+            install_signal_handlers,
+            on_stop=self._on_stop_signal,
+            on_reload=self._on_reload_signal,
+            on_child=self.wake,
+        )
         try:
-            while True:
-                self._wake.clear()
-                try:
-                    code = await self.run_once()
-                except Exception as exc:
-                    if self.stopping:
-                        raise
-                    # One event with the traceback: the log must say where the pass failed.
-                    self._emit("supervisor_error", "error", error=repr(exc), exc_info=exc)
-                    self.request_stop("supervisor_error")
-                    continue
-                if code is not None:
-                    return code
-                await self._sleep()
+            with handlers:
+                while True:
+                    self._wake.clear()
+                    try:
+                        code = await self.run_once()
+                    except Exception as exc:
+                        if self.stopping:
+                            raise
+                        # One event with the traceback: the log must say where the pass failed.
+                        self._emit("supervisor_error", "error", error=repr(exc), exc_info=exc)
+                        self.request_stop("supervisor_error")
+                        continue
+                    if code is not None:
+                        return code
+                    await self._wake.sleep(self.next_deadline())
         finally:
-            for signum in handled:
-                loop.remove_signal_handler(signum)
             self._kill_survivors()
 
     def _on_stop_signal(self, signum: int) -> None:
@@ -697,23 +494,7 @@ class WorkgroupManager:
         except ConfigError as exc:
             self._emit("workgroup_reload_failed", "error", reason="SIGHUP", error=str(exc))
 
-    async def _sleep(self) -> None:
-        deadline = self.next_deadline()
-        timeout = MAX_IDLE_SLEEP
-        if deadline is not None:
-            timeout = min(timeout, max(0.005, deadline - self._clock.monotonic()))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-
     def _kill_survivors(self) -> None:
         for slot in self._slots:
             if slot.process is not None and slot.process.poll() is None:
-                self._emit(
-                    "child_killed",
-                    "error",
-                    label=slot.plan.label,
-                    spec=slot.plan.spec,
-                    pid=slot.process.pid,
-                    reason="supervisor_exiting",
-                )
-                slot.process.signal(signal.SIGKILL)
+                kill(slot, self._emit, "error", "supervisor_exiting")

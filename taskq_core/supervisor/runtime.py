@@ -18,7 +18,8 @@ from pathlib import Path
 from taskq_core.errors import ConfigError
 from taskq_core.supervisor.children import PopenChild
 from taskq_core.supervisor.control import serve_control
-from taskq_core.supervisor.manager import HealthSource, PlanReader, WorkgroupManager
+from taskq_core.supervisor.health_check import HealthSource
+from taskq_core.supervisor.manager import PlanReader, WorkgroupManager
 from taskq_core.supervisor.plan import WorkgroupPlan
 from taskq_core.supervisor.status import EventSink, log_event
 

@@ -6,7 +6,7 @@ successes in one ``mark_succeeded_many`` (attempts and events included). While o
 flight the next batch accumulates, so batches grow with load and a lone write goes out at
 once. A start whose success waits in the same flush is not written: the success dates it.
 (A job the reclaim sweep gave back unstarted before is the exception: its consumer writes the
-start itself, awaited, before the body runs; see ``consumer._record_start``.)
+start itself, awaited, before the body runs; see ``admission.record_start``.)
 
 Every write is fenced by the job's lease, so a success whose lease was lost meanwhile (the
 job was reclaimed; another attempt may be running) is dropped with a log line: the reclaimed

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from taskq_cli.commands.workgroup import children_table
+from taskq_cli.workgroup_views import children_table
 from taskq_core.supervisor.children import ChildLaunch
 from taskq_core.supervisor.manager import WorkgroupManager
 from taskq_core.supervisor.plan import build_plan

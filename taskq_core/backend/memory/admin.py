@@ -38,6 +38,8 @@ from taskq_core.backend.protocol.admin import (
     OperatorLogEntry,
     PurgeResult,
     QueuePause,
+)
+from taskq_core.backend.protocol.admin_rules import (
     capacity_changes,
     filter_document,
     forced_end_error,

@@ -1,10 +1,9 @@
-"""Reads and operator writes: jobs and their history, the dashboard, workers, actor config,
-queues, cancel and retry requests, an operator's requeue, fail, move and purge, and who did
-each (the audit stamp on job events, the operator log)."""
+"""Reads and operator writes: jobs and their history, the dashboard, cancel and retry
+requests, an operator's requeue, fail, move and purge, and who did each (the audit stamp on
+job events, the operator log). Workers, actor configs and queues: ``registry.py``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -14,11 +13,6 @@ from uuid import UUID
 import asyncpg
 
 from taskq_core.backend.protocol import (
-    UNSET,
-    ActorConfigDrift,
-    ActorConfigRow,
-    ActorConfigSyncResult,
-    ActorDeclaration,
     AttemptRow,
     BulkCancelResult,
     CancelOutcome,
@@ -28,14 +22,8 @@ from taskq_core.backend.protocol import (
     JobFilter,
     JobRow,
     JobSummary,
-    QueueMode,
-    QueueRow,
     QueueStatusCount,
-    WorkerInfo,
-    WorkerRow,
-    check_capacity,
     check_dashboard_window,
-    check_queue_update,
     check_recent_limit,
 )
 from taskq_core.backend.protocol.admin import (
@@ -49,19 +37,18 @@ from taskq_core.backend.protocol.admin import (
     OperatorLogEntry,
     PurgeResult,
     TimeBound,
-    capacity_changes,
+    normalize_id_fragment,
+)
+from taskq_core.backend.protocol.admin_rules import (
     filter_document,
     forced_end_error,
-    normalize_id_fragment,
-    queue_changes,
 )
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
-from .core import BackendCore
+from .core import BackendCore, one_on
 from .settle import Settlement, SettlePart
 
-_CAPACITY_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 # How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
 SUFFIX_SEARCH_TIMEOUT = "10s"
 
@@ -71,14 +58,6 @@ def _time_bound(bound: TimeBound) -> tuple[Any, Any]:
     if isinstance(bound, timedelta):
         return None, bound
     return bound, None
-
-
-async def _one_on(conn: Any, query: str, *args: Any) -> asyncpg.Record:
-    """The single row an aggregate statement always returns, read on ``conn``."""
-    record = await conn.fetchrow(query, *args)
-    if record is None:
-        raise RuntimeError("a statement that always returns one row returned none")
-    return cast(asyncpg.Record, record)
 
 
 class AdminPart(BackendCore):
@@ -270,7 +249,7 @@ class AdminPart(BackendCore):
         """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs;
         its events carry ``audit``."""
         async with self._audited(audit) as conn:
-            record = await _one_on(
+            record = await one_on(
                 conn,
                 self._queries["cancel_where"],
                 *rows.filter_args(filter),
@@ -291,7 +270,7 @@ class AdminPart(BackendCore):
         """``retry_job`` for the newest ``filter.limit`` matching retryable jobs; its events
         carry ``audit``."""
         async with self._audited(audit) as conn:
-            record = await _one_on(
+            record = await one_on(
                 conn, self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
             )
         return int(record["retried"])
@@ -322,7 +301,7 @@ class AdminPart(BackendCore):
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
         """Move the newest ``filter.limit`` matching waiting jobs to ``to_queue``."""
         async with self._audited(audit) as conn:
-            record = await _one_on(
+            record = await one_on(
                 conn,
                 self._queries["move_jobs"],
                 *rows.filter_args(filter),
@@ -342,183 +321,3 @@ class AdminPart(BackendCore):
         )
         deleted = rows.status_counts(record["statuses"], record["counts"])
         return PurgeResult(deleted=deleted, running_skipped=int(record["running_skipped"]))
-
-    # --- workers and leadership --------------------------------------------------------------
-    async def register_worker(self, info: WorkerInfo) -> None:
-        """Insert (or refresh) this worker's row, status running."""
-        await self._pool.execute(
-            self._queries["register_worker"],
-            info.id,
-            info.hostname,
-            info.pid,
-            info.label,
-            info.workgroup_instance,
-            list(info.queues),
-            list(info.actors),
-            info.concurrency,
-            info.version,
-        )
-
-    async def mark_worker_stopped(self, worker_id: UUID) -> None:
-        """status stopped, stopped_at now."""
-        await self._pool.execute(self._queries["mark_worker_stopped"], worker_id)
-
-    async def list_workers(self) -> list[WorkerRow]:
-        """Every worker row, most recently seen first."""
-        return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
-
-    # --- actor config ------------------------------------------------------------------------
-    async def sync_actor_configs(
-        self, declared: Sequence[ActorDeclaration], *, force: bool
-    ) -> ActorConfigSyncResult:
-        """Create missing rows; report capacity overrides and structural drift; overwrite the
-        drift only with ``force``; write the code's retry policy and priority unless drift
-        refuses the start. One statement, so one transaction."""
-        if not declared:
-            return ActorConfigSyncResult([], [], [], overwritten=False)
-        metadata = [json.loads(bulk.dumps(d.metadata)) for d in declared]  # jsonb-normalized
-        records = await self._pool.fetch(
-            self._queries["sync_actor_configs"],
-            [d.actor for d in declared],
-            [d.queue for d in declared],
-            [bulk.dumps(m) for m in metadata],
-            [d.max_concurrent for d in declared],
-            [d.max_pending for d in declared],
-            [d.result_ttl for d in declared],
-            force,
-            [d.retry_kind for d in declared],
-            [d.max_attempts for d in declared],
-            [d.retry_time_budget for d in declared],
-            [d.priority for d in declared],
-        )
-        created: list[str] = []
-        overrides: list[tuple[str, str, Any, Any]] = []
-        drift: list[ActorConfigDrift] = []
-        for decl, wanted_metadata, record in zip(declared, metadata, records, strict=True):
-            if record["created"]:
-                if decl.actor not in created:
-                    created.append(decl.actor)
-                continue
-            if not record["existed"]:
-                continue  # created concurrently by another worker: nothing of ours to compare
-            for name in _CAPACITY_FIELDS:
-                stored, wanted = record[f"stored_{name}"], getattr(decl, name)
-                if stored != wanted:
-                    overrides.append((decl.actor, name, stored, wanted))
-            if record["stored_queue"] != decl.queue:
-                drift.append(
-                    ActorConfigDrift(decl.actor, "queue", record["stored_queue"], decl.queue)
-                )
-            if record["stored_metadata"] != wanted_metadata:
-                drift.append(
-                    ActorConfigDrift(
-                        decl.actor, "metadata", record["stored_metadata"], wanted_metadata
-                    )
-                )
-        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
-
-    async def list_actor_configs(self) -> list[ActorConfigRow]:
-        """Every actor_config row by name."""
-        records = await self._pool.fetch(self._queries["list_actor_configs"])
-        return [rows.actor_config(r) for r in records]
-
-    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
-        """One actor_config row, or None."""
-        record = await self._pool.fetchrow(self._queries["get_actor_config"], actor)
-        return None if record is None else rows.actor_config(record)
-
-    async def update_actor_config(
-        self,
-        actor: str,
-        *,
-        max_concurrent: int | None = UNSET,
-        max_pending: int | None = UNSET,
-        result_ttl: timedelta | None = UNSET,
-        audit: Audit | None = None,
-    ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
-        With ``audit``, the change and its operator log entry commit together."""
-        check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
-        async with self._pool.acquire() as conn, conn.transaction():
-            before = await conn.fetchrow(self._queries["lock_actor_config"], actor)
-            if before is None:
-                return None
-            record = await _one_on(
-                conn,
-                self._queries["update_actor_config"],
-                actor,
-                max_concurrent is not UNSET,
-                None if max_concurrent is UNSET else max_concurrent,
-                max_pending is not UNSET,
-                None if max_pending is UNSET else max_pending,
-                result_ttl is not UNSET,
-                None if result_ttl is UNSET else result_ttl,
-                self._wake_channel,
-            )
-            after = rows.actor_config(record)
-            if audit is not None:
-                changed = capacity_changes(rows.actor_config(before), after)
-                await conn.execute(
-                    self._queries["insert_operator_log"],
-                    "actor_config_set",
-                    actor,
-                    audit.by,
-                    audit.reason,
-                    bulk.dumps({"changed": changed}),
-                )
-        return after
-
-    # --- queues ------------------------------------------------------------------------------
-    async def list_queues(self) -> list[QueueRow]:
-        """Every queue that has jobs or a row, by name."""
-        return [rows.queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
-
-    async def get_queue(self, name: str) -> QueueRow | None:
-        """One queue, or None when it has neither jobs nor a row."""
-        record = await self._pool.fetchrow(self._queries["list_queues"], name)
-        return None if record is None else rows.queue(record)
-
-    async def update_queue(
-        self,
-        name: str,
-        *,
-        mode: QueueMode = UNSET,
-        max_concurrent: int | None = UNSET,
-        paused: bool = UNSET,
-        paused_by: str | None = None,
-        pause_reason: str | None = None,
-        audit: Audit | None = None,
-    ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
-        pause records who, when and why, a resume clears that."""
-        check_queue_update(mode, max_concurrent)
-        async with self._pool.acquire() as conn, conn.transaction():
-            before = None
-            if audit is not None:
-                found = await conn.fetchrow(self._queries["list_queues"], name)
-                before = None if found is None else rows.queue(found)
-            record = await _one_on(
-                conn,
-                self._queries["update_queue"],
-                name,
-                mode is not UNSET,
-                None if mode is UNSET else mode,
-                max_concurrent is not UNSET,
-                None if max_concurrent is UNSET else max_concurrent,
-                paused is not UNSET,
-                None if paused is UNSET else bool(paused),
-                self._wake_channel,
-                paused_by,
-                pause_reason,
-            )
-            if audit is not None:
-                changed = queue_changes(before, rows.queue(record))
-                await conn.execute(
-                    self._queries["insert_operator_log"],
-                    "queue_update",
-                    name,
-                    audit.by,
-                    audit.reason,
-                    bulk.dumps({"changed": changed}),
-                )
-        return rows.queue(record)

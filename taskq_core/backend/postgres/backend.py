@@ -24,6 +24,7 @@ from .fleet import FleetPart
 from .leader import LeaderPart
 from .progress import ProgressPart
 from .ratelimit import RateLimitPart
+from .registry import RegistryPart
 from .retention import RetentionPart
 from .schedules import SchedulePart
 from .settle import SettlePart
@@ -43,6 +44,7 @@ class PostgresBackend(
     LeaderPart,
     SettlePart,
     AdminPart,
+    RegistryPart,
     RetentionPart,
     SchedulePart,
     RateLimitPart,

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 from uuid import UUID
 
 import asyncpg
@@ -60,6 +60,14 @@ def server_settings(schema: str, *, pooled: bool) -> dict[str, str]:
         "jit": "off",
         **connection.SERVER_KEEPALIVES,
     }
+
+
+async def one_on(conn: Any, query: str, *args: Any) -> asyncpg.Record:
+    """The single row an aggregate statement always returns, read on ``conn``."""
+    record = await conn.fetchrow(query, *args)
+    if record is None:
+        raise RuntimeError("a statement that always returns one row returned none")
+    return cast(asyncpg.Record, record)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -39,6 +39,8 @@ from taskq_core.backend.protocol.admin import (
     QueueRow,
     QueueStatusCount,
     WorkerRow,
+)
+from taskq_core.backend.protocol.admin_rules import (
     check_capacity,
     check_dashboard_window,
     check_queue_update,

@@ -1,0 +1,218 @@
+"""The fleet's registries: worker rows, actor configs (code-declared vs operator-owned
+capacity, ``sync_actor_configs``) and queue settings (mode, capacity, pause), each operator
+change recorded in the operator log with the change it made."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from taskq_core.backend.protocol import (
+    UNSET,
+    ActorConfigDrift,
+    ActorConfigRow,
+    ActorConfigSyncResult,
+    ActorDeclaration,
+    QueueMode,
+    QueueRow,
+    WorkerInfo,
+    WorkerRow,
+    check_capacity,
+    check_queue_update,
+)
+from taskq_core.backend.protocol.admin import Audit
+from taskq_core.backend.protocol.admin_rules import (
+    CAPACITY_FIELDS,
+    capacity_changes,
+    queue_changes,
+)
+
+from . import bulk, rows
+from .core import BackendCore, one_on
+
+
+class RegistryPart(BackendCore):
+    """Workers, actor configs and queues."""
+
+    # --- workers and leadership --------------------------------------------------------------
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Insert (or refresh) this worker's row, status running."""
+        await self._pool.execute(
+            self._queries["register_worker"],
+            info.id,
+            info.hostname,
+            info.pid,
+            info.label,
+            info.workgroup_instance,
+            list(info.queues),
+            list(info.actors),
+            info.concurrency,
+            info.version,
+        )
+
+    async def mark_worker_stopped(self, worker_id: UUID) -> None:
+        """status stopped, stopped_at now."""
+        await self._pool.execute(self._queries["mark_worker_stopped"], worker_id)
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row, most recently seen first."""
+        return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
+
+    # --- actor config ------------------------------------------------------------------------
+    async def sync_actor_configs(
+        self, declared: Sequence[ActorDeclaration], *, force: bool
+    ) -> ActorConfigSyncResult:
+        """Create missing rows; report capacity overrides and structural drift; overwrite the
+        drift only with ``force``; write the code's retry policy and priority unless drift
+        refuses the start. One statement, so one transaction."""
+        if not declared:
+            return ActorConfigSyncResult([], [], [], overwritten=False)
+        metadata = [json.loads(bulk.dumps(d.metadata)) for d in declared]  # jsonb-normalized
+        records = await self._pool.fetch(
+            self._queries["sync_actor_configs"],
+            [d.actor for d in declared],
+            [d.queue for d in declared],
+            [bulk.dumps(m) for m in metadata],
+            [d.max_concurrent for d in declared],
+            [d.max_pending for d in declared],
+            [d.result_ttl for d in declared],
+            force,
+            [d.retry_kind for d in declared],
+            [d.max_attempts for d in declared],
+            [d.retry_time_budget for d in declared],
+            [d.priority for d in declared],
+        )
+        created: list[str] = []
+        overrides: list[tuple[str, str, Any, Any]] = []
+        drift: list[ActorConfigDrift] = []
+        for decl, wanted_metadata, record in zip(declared, metadata, records, strict=True):
+            if record["created"]:
+                if decl.actor not in created:
+                    created.append(decl.actor)
+                continue
+            if not record["existed"]:
+                continue  # created concurrently by another worker: nothing of ours to compare
+            for name in CAPACITY_FIELDS:
+                stored, wanted = record[f"stored_{name}"], getattr(decl, name)
+                if stored != wanted:
+                    overrides.append((decl.actor, name, stored, wanted))
+            if record["stored_queue"] != decl.queue:
+                drift.append(
+                    ActorConfigDrift(decl.actor, "queue", record["stored_queue"], decl.queue)
+                )
+            if record["stored_metadata"] != wanted_metadata:
+                drift.append(
+                    ActorConfigDrift(
+                        decl.actor, "metadata", record["stored_metadata"], wanted_metadata
+                    )
+                )
+        return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
+
+    async def list_actor_configs(self) -> list[ActorConfigRow]:
+        """Every actor_config row by name."""
+        records = await self._pool.fetch(self._queries["list_actor_configs"])
+        return [rows.actor_config(r) for r in records]
+
+    async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
+        """One actor_config row, or None."""
+        record = await self._pool.fetchrow(self._queries["get_actor_config"], actor)
+        return None if record is None else rows.actor_config(record)
+
+    async def update_actor_config(
+        self,
+        actor: str,
+        *,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl: timedelta | None = UNSET,
+        audit: Audit | None = None,
+    ) -> ActorConfigRow | None:
+        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
+        With ``audit``, the change and its operator log entry commit together."""
+        check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
+        async with self._pool.acquire() as conn, conn.transaction():
+            before = await conn.fetchrow(self._queries["lock_actor_config"], actor)
+            if before is None:
+                return None
+            record = await one_on(
+                conn,
+                self._queries["update_actor_config"],
+                actor,
+                max_concurrent is not UNSET,
+                None if max_concurrent is UNSET else max_concurrent,
+                max_pending is not UNSET,
+                None if max_pending is UNSET else max_pending,
+                result_ttl is not UNSET,
+                None if result_ttl is UNSET else result_ttl,
+                self._wake_channel,
+            )
+            after = rows.actor_config(record)
+            if audit is not None:
+                changed = capacity_changes(rows.actor_config(before), after)
+                await conn.execute(
+                    self._queries["insert_operator_log"],
+                    "actor_config_set",
+                    actor,
+                    audit.by,
+                    audit.reason,
+                    bulk.dumps({"changed": changed}),
+                )
+        return after
+
+    # --- queues ------------------------------------------------------------------------------
+    async def list_queues(self) -> list[QueueRow]:
+        """Every queue that has jobs or a row, by name."""
+        return [rows.queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
+
+    async def get_queue(self, name: str) -> QueueRow | None:
+        """One queue, or None when it has neither jobs nor a row."""
+        record = await self._pool.fetchrow(self._queries["list_queues"], name)
+        return None if record is None else rows.queue(record)
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        mode: QueueMode = UNSET,
+        max_concurrent: int | None = UNSET,
+        paused: bool = UNSET,
+        paused_by: str | None = None,
+        pause_reason: str | None = None,
+        audit: Audit | None = None,
+    ) -> QueueRow:
+        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
+        pause records who, when and why, a resume clears that."""
+        check_queue_update(mode, max_concurrent)
+        async with self._pool.acquire() as conn, conn.transaction():
+            before = None
+            if audit is not None:
+                found = await conn.fetchrow(self._queries["list_queues"], name)
+                before = None if found is None else rows.queue(found)
+            record = await one_on(
+                conn,
+                self._queries["update_queue"],
+                name,
+                mode is not UNSET,
+                None if mode is UNSET else mode,
+                max_concurrent is not UNSET,
+                None if max_concurrent is UNSET else max_concurrent,
+                paused is not UNSET,
+                None if paused is UNSET else bool(paused),
+                self._wake_channel,
+                paused_by,
+                pause_reason,
+            )
+            if audit is not None:
+                changed = queue_changes(before, rows.queue(record))
+                await conn.execute(
+                    self._queries["insert_operator_log"],
+                    "queue_update",
+                    name,
+                    audit.by,
+                    audit.reason,
+                    bulk.dumps({"changed": changed}),
+                )
+        return rows.queue(record)
