@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from taskq_cli.terminal_rich import TerminalConsole, safe_text
-from taskq_core.backend.protocol import AttemptRow, EventRow, JobRow, JobSummary
+from taskq_core.backend.protocol import JobSummary
 from taskq_core.errors import ConfigError
 from taskq_core.terminal_text import terminal_safe
 
@@ -304,85 +304,6 @@ def timestamp(value: datetime | None) -> str | None:
 def seconds(value: timedelta | None) -> float | None:
     """A duration as seconds for JSON (None stays None)."""
     return None if value is None else value.total_seconds()
-
-
-def job_summary(job: JobSummary) -> dict[str, Any]:
-    """A job as listings show it: everything except payload, result and traceback."""
-    return {
-        "id": job.id,
-        "actor": job.actor,
-        "queue": job.queue,
-        "status": job.status,
-        "priority": job.priority,
-        "attempt": job.attempt,
-        "attempts_used": job.attempts_used,
-        "max_attempts": job.max_attempts,
-        "retry_kind": job.retry_kind,
-        "created_at": job.created_at,
-        "scheduled_at": job.scheduled_at,
-        "claimed": job.is_claimed,
-        "claimed_at": job.claimed_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "updated_at": job.updated_at,
-        "locked_by_worker": job.locked_by_worker,
-        "lock_expires_at": job.lock_expires_at,
-        "identity_key": job.identity_key,
-        "fairness_key": job.fairness_key,
-        "schedule_to_close": job.schedule_to_close,
-        "cancel_phase": job.cancel_phase,
-        "cancel_requested_at": job.cancel_requested_at,
-        "cancel_reason": job.cancel_reason,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
-    }
-
-
-def job_document(job: JobRow) -> dict[str, Any]:
-    """Every field of a job (``jobs show``)."""
-    return {
-        **job_summary(job),
-        "payload": job.payload,
-        "result": job.result,
-        "result_ttl_seconds": seconds(job.result_ttl),
-        "result_expires_at": job.result_expires_at,
-        "error_traceback": job.error_traceback,
-        "metadata": job.metadata,
-        "trace_id": job.trace_id,
-        "span_id": job.span_id,
-        "progress_seq": job.progress_seq,
-        "progress_state": job.progress_state,
-        "unique_key": job.unique_key,
-        "unique_until": job.unique_until,
-    }
-
-
-def attempt_document(attempt: AttemptRow) -> dict[str, Any]:
-    """One attempt: outcome, worker, duration, error."""
-    return {
-        "attempt": attempt.attempt,
-        "outcome": attempt.outcome,
-        "worker_id": attempt.worker_id,
-        "started_at": attempt.started_at,
-        "finished_at": attempt.finished_at,
-        "duration_ms": attempt.duration_ms,
-        "error_class": attempt.error_class,
-        "error_message": attempt.error_message,
-        "error_traceback": attempt.error_traceback,
-    }
-
-
-def event_document(event: EventRow) -> dict[str, Any]:
-    """One timeline event."""
-    return {
-        "id": event.id,
-        "occurred_at": event.occurred_at,
-        "kind": event.kind,
-        "from_status": event.from_status,
-        "to_status": event.to_status,
-        "worker_id": event.worker_id,
-        "detail": event.detail,
-    }
 
 
 STATUS_STYLES = {

@@ -231,3 +231,47 @@ def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
     # replaced a TYPE_CHECKING import: both kinds must be edges for the rules to hold.
     assert f"{POSTGRES}.backend" in GRAPH[FACTORY]
     assert "taskq_core.enqueue_plan" in GRAPH["taskq_core.client_batches"]
+
+
+def _imported_modules(path: Path) -> list[str]:
+    """Every module ``path`` imports, absolute names (its imports are all absolute)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``file: module`` for each import under ``taskq_cli/<package>`` of a forbidden module
+    (a forbidden name matches itself and everything under it)."""
+    root = Path(__file__).resolve().parents[1] / "taskq_cli" / package
+    return [
+        f"{path.relative_to(root.parent)}: {name}"
+        for path in sorted(root.rglob("*.py"))
+        for name in _imported_modules(path)
+        if any(name == bad or name.startswith(bad + ".") for bad in forbidden)
+    ]
+
+
+def test_the_web_ui_never_imports_the_terminal_ui() -> None:
+    # The web UI reads through taskq_cli.dashboard, the read model both dashboards share.
+    assert _offenders("ui", ("taskq_cli.tui", "textual")) == []
+
+
+def test_the_shared_read_model_imports_neither_dashboard() -> None:
+    forbidden = ("taskq_cli.tui", "taskq_cli.ui", "textual", "litestar", "typer")
+    assert _offenders("dashboard", forbidden) == []
+
+
+def test_serving_the_web_ui_loads_no_textual_module() -> None:
+    code = (
+        "import sys, taskq_cli.commands.ui, taskq_cli.ui.app;"
+        "bad = [m for m in sys.modules"
+        " if m.split('.')[0] == 'textual' or m.startswith('taskq_cli.tui')];"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -24,6 +24,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.job_documents import job_summary
 from taskq_cli.options import DsnOption, SchemaOption
 from taskq_core.actors import ActorRef, load_registry
 from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
@@ -180,7 +181,7 @@ def enqueue(
                 "actor": actor,
                 "queue": rows[0].queue,
                 "registered_queue": None if config is None else config.queue,
-                "jobs": [output.job_summary(row) for row in rows],
+                "jobs": [job_summary(row) for row in rows],
             }
         )
     else:

@@ -9,23 +9,25 @@ events were deleted when it was archived, by design.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
 from taskq_cli import inputs, job_cursor, output
-from taskq_cli.batch_progress import JobBatch, read_job_batch
+from taskq_cli.batch_progress import read_job_batch
 from taskq_cli.commands import jobs_repair, reclaims
+from taskq_cli.dashboard.snapshot import JobDetail
 from taskq_cli.database import open_backend, with_backend
+from taskq_cli.explain_verdict import verdict_label
+from taskq_cli.job_documents import job_detail_document, job_summary
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
-from taskq_cli.job_progress import progress_document, progress_line, reported_at
+from taskq_cli.job_progress import progress_line, reported_at
 from taskq_cli.json_preview import preview_json, whole_json
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
 from taskq_core.backend.protocol import (
     ArchivedJob,
-    AttemptRow,
     Backend,
     EventRow,
     JobRow,
@@ -127,7 +129,7 @@ def list_jobs(
     if shape == "json":
         output.print_json(
             {
-                "jobs": [output.job_summary(job) for job in page.jobs],
+                "jobs": [job_summary(job) for job in page.jobs],
                 "count": len(page.jobs),
                 "total": page.total,
                 "total_exact": page.total_exact,
@@ -147,43 +149,21 @@ def list_jobs(
         )
 
 
-@dataclass(frozen=True)
-class _JobHistory:
-    job: JobRow
-    attempts: list[AttemptRow]
-    events: list[EventRow]
-    archived: ArchivedJob | None = None
-    # The batch it belongs to or finalizes, with its progress (None: no batch).
-    batch: JobBatch | None = None
-
-
-async def _history(backend: Backend, job_ref: str) -> _JobHistory:
+async def _history(backend: Backend, job_ref: str) -> JobDetail:
     """The live job with its attempts and events, else the archived one with its attempts;
     and the batch it belongs to, if any."""
     ident = await resolve_job_id(backend, job_ref)
     job = await backend.get(ident)
     if job is not None:
-        history = _JobHistory(
-            job, await backend.get_attempts(ident), await backend.get_events(ident)
-        )
+        history = JobDetail(job, await backend.get_attempts(ident), await backend.get_events(ident))
     else:
         archived = await backend.get_archived_job(ident)
         if archived is None:
             raise JobNotFoundError(f"no job with id {ident}")
         attempts = await backend.get_archived_attempts(ident)
-        history = _JobHistory(archived.job, attempts, [], archived)
+        history = JobDetail(archived.job, attempts, [], archived)
     batch = await read_job_batch(backend, history.job.metadata)
     return history if batch is None else replace(history, batch=batch)
-
-
-def _archived_document(archived: ArchivedJob | None) -> dict[str, Any] | None:
-    if archived is None:
-        return None
-    return {
-        "archived_at": archived.archived_at,
-        "expire_at": archived.expire_at,
-        "events_deleted": True,
-    }
 
 
 @app.command("show")
@@ -208,16 +188,7 @@ def show(
     job_ref = check_job_ref(job_id)
     history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, job_ref))
     if json:
-        output.print_json(
-            {
-                "job": output.job_document(history.job),
-                "progress": progress_document(history.job),
-                "archived": _archived_document(history.archived),
-                "batch": None if history.batch is None else history.batch.document(),
-                "attempts": [output.attempt_document(a) for a in history.attempts],
-                "events": [output.event_document(e) for e in history.events],
-            }
-        )
+        output.print_json(job_detail_document(history))
         return
     _render_history(history, _web_url(load_settings(ctx, dsn, schema), history.job.id), full=full)
 
@@ -238,9 +209,7 @@ def _shown_json(value: Any, job_id: UUID, *, full: bool) -> str:
     return f"{shown.text}… ({shown.note(f'taskq jobs show {job_id} --full prints it all')})"
 
 
-def _render_history(
-    history: _JobHistory, web_url: str | None = None, *, full: bool = False
-) -> None:
+def _render_history(history: JobDetail, web_url: str | None = None, *, full: bool = False) -> None:
     job = history.job
     when = output.timestamp
     archived = history.archived
@@ -437,14 +406,7 @@ def _render_explanation(explanation: Explanation) -> None:
     output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {status}")
     if explanation.origin is not None:
         output.info(explanation.origin)
-    label = {"terminal": "finished", "archived": "archived", "running": "running"}.get(
-        explanation.situation, "blocked"
-    )
-    if verdict.code == "runnable":
-        label = "runnable"
-    elif verdict.code == "worker_stale":
-        label = "stuck"
-    output.info(f"{label}: {verdict.message}")
+    output.info(f"{verdict_label(explanation)}: {verdict.message}")
     if explanation.situation != "waiting":
         return
     output.info("")

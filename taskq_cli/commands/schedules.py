@@ -18,6 +18,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
+from taskq_cli.job_documents import job_summary
 from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import (
@@ -420,6 +421,6 @@ def run_now(
 
     job = with_backend(ctx, dsn, schema, run)
     if json:
-        output.print_json({"schedule": name, "created": 1, "job": output.job_summary(job)})
+        output.print_json({"schedule": name, "created": 1, "job": job_summary(job)})
         return
     output.info(str(job.id))

@@ -8,18 +8,15 @@ show as a banner inside the dashboard while it keeps retrying. ``q`` quits with 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from taskq_cli.dashboard.limit_store import redis_limit_store
 from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_core.errors import ConfigError
 from taskq_core.explain import ExplainSettings
-
-if TYPE_CHECKING:
-    from taskq_core.ratelimit.redis import RedisLimiterStore
-    from taskq_core.settings import TaskqSettings
 
 RefreshOption = Annotated[
     float,
@@ -53,15 +50,16 @@ def top(
     """Live dashboard: queues, workers and recent failures; cancel, retry, pause from it."""
     settings = load_settings(ctx, dsn, schema)
     # Imported here so `--help` and shell completion never load Textual.
+    from taskq_cli.dashboard.filters import JobsFilter
+    from taskq_cli.dashboard.source import BackendSource, DashboardSettings
     from taskq_cli.tui.app import TopApp
-    from taskq_cli.tui.source import BackendSource, DashboardSettings, JobsFilter
     from taskq_core.backend.factory import describe_dsn
 
     dashboard = DashboardSettings(explain=ExplainSettings.from_settings(settings))
 
     async def run() -> None:
         async with open_backend(settings) as backend:
-            limit_store = _limit_store(settings)
+            limit_store = redis_limit_store(settings)
             source = BackendSource(
                 backend,
                 database=describe_dsn(settings.pooled_dsn),
@@ -79,14 +77,3 @@ def top(
                     await limit_store.close()
 
     run_async(run())
-
-
-def _limit_store(settings: TaskqSettings) -> RedisLimiterStore | None:
-    """The Redis the workers keep rate limits in (TASKQ_REDIS_URL), to show their use."""
-    if not settings.redis_url:
-        return None
-    from taskq_core.ratelimit.redis import RedisLimiterStore, default_prefix
-
-    return RedisLimiterStore.from_url(
-        settings.redis_url, prefix=default_prefix(settings.schema_name)
-    )

@@ -123,8 +123,9 @@ def serve(
     # Imported here so `--help` and shell completion never load the web stack.
     import uvicorn
 
-    from taskq_cli.commands.top import _limit_store
-    from taskq_cli.tui.source import BackendSource, JobsFilter
+    from taskq_cli.dashboard.filters import JobsFilter
+    from taskq_cli.dashboard.limit_store import redis_limit_store
+    from taskq_cli.dashboard.source import BackendSource
     from taskq_cli.ui.app import create_app
     from taskq_cli.ui.config import LOOPBACK_NAMES, UiConfig, dashboard_settings
     from taskq_cli.ui.log_budget import (
@@ -151,7 +152,7 @@ def serve(
     budget_filter = bound_client_driven_logs(budget)
 
     async def run() -> None:
-        limit_store = _limit_store(settings)
+        limit_store = redis_limit_store(settings)
         try:
             async with open_backend(settings, max_size=_POOL_MAX_SIZE) as backend:
                 source = BackendSource(

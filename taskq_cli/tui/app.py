@@ -35,6 +35,11 @@ from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker
 
+from taskq_cli.dashboard.failures import describe_failure
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.queue_blockers import pause_text
+from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.dashboard.source import DashboardSource
 from taskq_cli.tui.formatting import Palette, short_id
 from taskq_cli.tui.literal import TerminalControlFilter
 from taskq_cli.tui.messages import (
@@ -45,8 +50,6 @@ from taskq_cli.tui.messages import (
     RefreshFailed,
     SnapshotLoaded,
 )
-from taskq_cli.tui.source import DashboardSource, JobsFilter, Snapshot, describe_failure
-from taskq_cli.tui.why import pause_text
 from taskq_cli.tui.widgets.banner import ConnectionBanner
 from taskq_cli.tui.widgets.batches_table import BatchesTable, batches_title
 from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen

@@ -15,12 +15,11 @@ from uuid import UUID
 from rich.text import Text
 from textual.color import Color, ColorParseError
 
+from taskq_cli.dashboard.queue_blockers import OLD_PENDING
 from taskq_cli.output import age as _age
 from taskq_core.statemachine import JobStatus
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
-# Pending work older than this is "old": coloured, and the queues pane says why it waits.
-OLD_PENDING = timedelta(minutes=1)
 
 
 def count(value: int) -> str:

@@ -13,7 +13,8 @@ from uuid import UUID
 
 from textual.message import Message
 
-from taskq_cli.tui.source import JobsFilter, Snapshot
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.snapshot import Snapshot
 
 JobAction = Literal["cancel", "retry"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from taskq_cli import output
-from taskq_cli.tui.source import Snapshot
-from taskq_cli.tui.why import pause_text
+from taskq_cli.dashboard.queue_blockers import pause_text
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_core.backend.protocol import QueueActivity, WorkerRow
 
 AlertKind = Literal[

@@ -1,7 +1,7 @@
 """The Litestar application: templates, static files, OpenAPI under /api, the read model,
 the security middleware, the checks made before routing and the outage answer.
 
-The ``DashboardSource`` (taskq_cli/tui/source.py, shared with ``taskq top``) is built by the
+The ``DashboardSource`` (taskq_cli/dashboard/, shared with ``taskq top``) is built by the
 caller; handlers reach it through the ``ui`` dependency (``Ui``: the source, the schedules,
 the fleet metrics and the options), so pages and ``/api/`` read through one place and no
 query is written twice.
@@ -20,7 +20,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
-from taskq_cli.tui.source import BackendSource, DashboardSource
+from taskq_cli.dashboard.source import BackendSource, DashboardSource
 from taskq_cli.ui import outage
 from taskq_cli.ui.config import (
     HTMX_FILE,

@@ -10,9 +10,12 @@ from urllib.parse import urlsplit
 
 from litestar.di import NamedDependency
 
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.dashboard.source import DashboardSettings, DashboardSource
+
 # At run time: Litestar resolves the handlers' hints.
 from taskq_cli.operator import operator_id
-from taskq_cli.tui.source import DashboardSettings, DashboardSource, JobsFilter, Snapshot
 from taskq_cli.ui.sign_ins import SignIns
 from taskq_core.backend.protocol import ScheduleRecord
 from taskq_core.explain import ExplainSettings

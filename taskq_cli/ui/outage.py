@@ -14,7 +14,7 @@ from litestar import Request, Response
 from litestar.response import Template
 from litestar.types import ExceptionHandler
 
-from taskq_cli.tui.source import CONNECTION_ERRORS, describe_failure
+from taskq_cli.dashboard.failures import CONNECTION_ERRORS, describe_failure
 from taskq_cli.ui.config import Ui
 from taskq_cli.ui.render import is_htmx
 from taskq_cli.ui.security import is_api

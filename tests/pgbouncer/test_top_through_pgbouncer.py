@@ -10,7 +10,8 @@ import pexpect
 import pytest
 
 from chaos.pgbouncer import PgBouncer
-from taskq_cli.tui.source import BackendSource, JobsFilter
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.source import BackendSource
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.statemachine import JobStatus
 from tests.conftest import TASKQ_BIN, PgTarget

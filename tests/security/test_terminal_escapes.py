@@ -33,7 +33,7 @@ from uuid import UUID, uuid4
 import pytest
 import typer
 
-from taskq_cli.tui.source import BackendSource
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.tui.widgets.confirm import ConfirmScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen

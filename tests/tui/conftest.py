@@ -16,8 +16,8 @@ from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from taskq_cli.dashboard.source import BackendSource, DashboardSource
 from taskq_cli.tui.app import TopApp
-from taskq_cli.tui.source import BackendSource, DashboardSource
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.clock import FakeClock

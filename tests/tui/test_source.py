@@ -8,14 +8,11 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from taskq_cli.dashboard.failures import describe_failure
+from taskq_cli.dashboard.filters import DEFAULT_JOB_STATUSES, JobsFilter
+from taskq_cli.dashboard.source import DashboardSettings
 from taskq_cli.operator import operator_id as operator
 from taskq_cli.tui.formatting import Palette, short_id, sparkline
-from taskq_cli.tui.source import (
-    DEFAULT_JOB_STATUSES,
-    DashboardSettings,
-    JobsFilter,
-    describe_failure,
-)
 from taskq_core.backend.protocol import PrunePolicy
 from taskq_core.errors import DatabaseUnavailableError, TransientDatabaseError
 from taskq_core.explain import ExplainSettings

@@ -12,9 +12,11 @@ import pytest
 from rich.terminal_theme import SVG_EXPORT_THEME
 from textual.widgets import DataTable, Input
 
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.operator import operator_id as operator
 from taskq_cli.tui.app import TopApp
-from taskq_cli.tui.source import BackendSource, JobsFilter, Snapshot
 from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.workers_table import LEADER_MARK

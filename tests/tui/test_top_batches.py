@@ -8,8 +8,8 @@ from typing import Any
 
 from textual.widgets import DataTable
 
+from taskq_cli.dashboard.source import BackendSource, DashboardSettings
 from taskq_cli.tui.messages import JobChosen
-from taskq_cli.tui.source import BackendSource, DashboardSettings
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from tests.batch_seed import make_batch, settle_child
 from tests.tui.conftest import WIDE, Dashboard, screen_text, settle, top_app

@@ -20,7 +20,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from taskq_cli.tui.source import BackendSource, JobsFilter
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.source import BackendSource
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conftest import PgTarget
 

@@ -11,7 +11,8 @@ from uuid import uuid4
 
 from textual.widgets import DataTable
 
-from taskq_cli.tui.source import BackendSource, JobsFilter
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.source import BackendSource
 from taskq_core.backend.protocol import LimitDefinition, LimitUsage
 from tests.tui.conftest import WIDE, Dashboard, settle, top_app
 

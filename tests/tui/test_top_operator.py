@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.operator import operator_id as operator
-from taskq_cli.tui.source import BackendSource
 from taskq_cli.tui.widgets.confirm import ConfirmScreen, ReasonScreen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
-from taskq_cli.tui.source import BackendSource
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_core.backend.memory import InMemoryBackend

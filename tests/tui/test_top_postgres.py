@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from taskq_cli.tui.source import BackendSource
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.tui.widgets.workers_table import LEADER_MARK
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.statemachine import JobStatus

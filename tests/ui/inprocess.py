@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 from litestar import Litestar
 
-from taskq_cli.tui.source import BackendSource
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.ui.app import create_app
 from taskq_cli.ui.config import UiConfig, dashboard_settings
 from taskq_core.backend.postgres.backend import PostgresBackend

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from benchmarks.ui_sections import PAGES, seed_big_table
-from taskq_cli.tui.source import BackendSource
+from taskq_cli.dashboard.source import BackendSource
 from taskq_cli.ui.app import create_app
 from taskq_cli.ui.config import UiConfig, dashboard_settings
 from taskq_core.backend.postgres.backend import PostgresBackend

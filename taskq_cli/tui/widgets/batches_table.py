@@ -12,8 +12,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from taskq_cli.batch_progress import BatchProgress
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette, age, short_id
-from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
 
 COLUMNS = (

@@ -14,21 +14,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from taskq_cli.explain_verdict import verdict_label
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_core.explain import Explanation
-
-# The verdict's label, as `taskq jobs explain` prints it.
-_SITUATION_LABELS = {"terminal": "finished", "archived": "archived", "running": "running"}
-
-
-def verdict_label(explanation: Explanation) -> str:
-    """One word for the verdict: blocked, runnable, stuck, running, finished, archived."""
-    code = explanation.verdict.code
-    if code == "runnable":
-        return "runnable"
-    if code == "worker_stale":
-        return "stuck"
-    return _SITUATION_LABELS.get(explanation.situation, "blocked")
 
 
 def render_explanation(explanation: Explanation) -> Text:

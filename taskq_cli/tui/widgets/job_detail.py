@@ -25,12 +25,12 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from taskq_cli.batch_progress import JobBatch
+from taskq_cli.dashboard.snapshot import JobDetail
 from taskq_cli.job_progress import progress_line, reported_at
 from taskq_cli.json_preview import preview_json
 from taskq_cli.output import age, attempt_summary, to_jsonable
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_cli.tui.messages import JobActionRequested
-from taskq_cli.tui.source import JobDetail
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
 from taskq_core.explain import job_origin
 

@@ -19,10 +19,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input
 
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.terminal_rich import safe_text
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
-from taskq_cli.tui.source import JobsFilter, Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import JobSummary
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette
-from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import LimitUsage
 

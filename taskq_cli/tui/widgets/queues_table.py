@@ -11,10 +11,10 @@ from datetime import timedelta
 from rich.text import Text
 from textual.binding import Binding
 
+from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette, age, count, sparkline
-from taskq_cli.tui.source import Snapshot
 from taskq_cli.tui.table import Column, FittedTable, Row
-from taskq_cli.tui.why import PER_JOB, queue_blocker
 from taskq_core.backend.protocol import QueueActivity
 from taskq_core.durations import format_duration
 from taskq_core.statemachine import JobStatus

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette, age, count, short_id, sparkline
 from taskq_cli.tui.literal import LiteralStatic
-from taskq_cli.tui.source import Snapshot
 from taskq_core.durations import format_duration
 from taskq_core.statemachine import JobStatus
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from taskq_cli.dashboard.snapshot import Snapshot, WorkerView
 from taskq_cli.output import worker_load
 from taskq_cli.tui.formatting import Palette, age
-from taskq_cli.tui.source import Snapshot, WorkerView
 from taskq_cli.tui.table import Column, FittedTable, Row
 
 COLUMNS = (

@@ -21,7 +21,7 @@ from litestar.params import FromPath, FromQuery, PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
-from taskq_cli.tui.source import BatchDetail
+from taskq_cli.dashboard.snapshot import BatchDetail
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import BatchSummary, JobLine
 from taskq_cli.ui.render import LIVE, page

@@ -1,5 +1,7 @@
 """What the jobs pages show of a job, as pydantic models: the JSON under ``/api/`` and the
-values the templates render are the same objects.
+values the templates render are the same objects. Each model is validated from the job's
+documents in ``taskq_cli/job_documents.py`` (those of ``taskq jobs show --json``) and
+declares which of their fields the API exposes.
 
 ``JobLine`` is a row of the jobs list; ``JobDetailView`` is everything on a job's page: the
 row, its attempts and events, the ``jobs explain`` answer, its batch and, for a job the
@@ -15,8 +17,15 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from taskq_cli.batch_progress import BatchProgress, JobBatch
-from taskq_cli.tui.source import JobDetail
-from taskq_cli.tui.widgets.explain import verdict_label
+from taskq_cli.dashboard.snapshot import JobDetail
+from taskq_cli.explain_verdict import verdict_label
+from taskq_cli.job_documents import (
+    archived_document,
+    attempt_document,
+    event_document,
+    job_document,
+    job_summary,
+)
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow, JobSummary
 from taskq_core.backend.protocol.batches import batch_id_of
 from taskq_core.explain import Explanation, job_origin
@@ -55,27 +64,14 @@ class JobLine(BaseModel):
 
     @classmethod
     def of(cls, job: JobSummary) -> JobLine:
+        """The listing's fields of ``job_summary`` (the CLI's), with the error on one line
+        and the batch the job belongs to."""
         message = first_line(job.error_message)
         error = None
         if job.error_class is not None:
             error = f"{job.error_class}: {message}" if message else job.error_class
-        return cls(
-            id=job.id,
-            actor=job.actor,
-            queue=job.queue,
-            status=job.status.value,
-            claimed=job.is_claimed,
-            attempt=job.attempt,
-            attempts_used=job.attempts_used,
-            max_attempts=job.max_attempts,
-            priority=job.priority,
-            created_at=job.created_at,
-            scheduled_at=job.scheduled_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            error_class=job.error_class,
-            error=error,
-            batch_id=batch_id_of(job.metadata),
+        return cls.model_validate(
+            {**job_summary(job), "error": error, "batch_id": batch_id_of(job.metadata)}
         )
 
 
@@ -147,41 +143,10 @@ class JobView(BaseModel):
 
     @classmethod
     def of(cls, job: JobRow) -> JobView:
-        return cls(
-            id=job.id,
-            actor=job.actor,
-            queue=job.queue,
-            status=job.status.value,
-            claimed=job.is_claimed,
-            attempt=job.attempt,
-            attempts_used=job.attempts_used,
-            max_attempts=job.max_attempts,
-            retry_kind=job.retry_kind,
-            priority=job.priority,
-            origin=job_origin(job),
-            created_at=job.created_at,
-            scheduled_at=job.scheduled_at,
-            claimed_at=job.claimed_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            locked_by_worker=job.locked_by_worker,
-            lock_expires_at=job.lock_expires_at,
-            identity_key=job.identity_key,
-            fairness_key=job.fairness_key,
-            unique_key=job.unique_key,
-            schedule_to_close=job.schedule_to_close,
-            cancel_phase=job.cancel_phase,
-            cancel_requested_at=job.cancel_requested_at,
-            cancel_reason=job.cancel_reason,
-            payload=job.payload,
-            result=job.result,
-            result_expires_at=job.result_expires_at,
-            error_class=job.error_class,
-            error_message=job.error_message,
-            error_traceback=job.error_traceback,
-            metadata=job.metadata,
-            trace_id=job.trace_id,
-            progress=ProgressView.of(job),
+        """The fields of ``job_document`` (the CLI's) this page shows, with where the job
+        came from and its progress."""
+        return cls.model_validate(
+            {**job_document(job), "origin": job_origin(job), "progress": ProgressView.of(job)}
         )
 
 
@@ -200,17 +165,7 @@ class AttemptView(BaseModel):
 
     @classmethod
     def of(cls, attempt: AttemptRow) -> AttemptView:
-        return cls(
-            attempt=attempt.attempt,
-            outcome=attempt.outcome,
-            worker_id=attempt.worker_id,
-            started_at=attempt.started_at,
-            finished_at=attempt.finished_at,
-            duration_ms=attempt.duration_ms,
-            error_class=attempt.error_class,
-            error_message=attempt.error_message,
-            error_traceback=attempt.error_traceback,
-        )
+        return cls.model_validate(attempt_document(attempt))
 
 
 class EventView(BaseModel):
@@ -226,15 +181,7 @@ class EventView(BaseModel):
 
     @classmethod
     def of(cls, event: EventRow) -> EventView:
-        return cls(
-            id=event.id,
-            occurred_at=event.occurred_at,
-            kind=event.kind,
-            from_status=None if event.from_status is None else event.from_status.value,
-            to_status=None if event.to_status is None else event.to_status.value,
-            worker_id=event.worker_id,
-            detail=event.detail,
-        )
+        return cls.model_validate(event_document(event))
 
 
 class CheckView(BaseModel):
@@ -340,7 +287,7 @@ class ArchivedView(BaseModel):
 
     @classmethod
     def of(cls, archived: ArchivedJob) -> ArchivedView:
-        return cls(archived_at=archived.archived_at, expire_at=archived.expire_at)
+        return cls.model_validate(archived_document(archived))
 
 
 class JobDetailView(BaseModel):

@@ -13,7 +13,7 @@ from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
-from taskq_cli.tui.source import Snapshot
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 from taskq_core.backend.protocol import LimitUsage

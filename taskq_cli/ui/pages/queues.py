@@ -26,8 +26,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, URLEncodedBody
 from litestar.response import Redirect, Template
 from pydantic import BaseModel, Field
 
-from taskq_cli.tui.source import Snapshot
-from taskq_cli.tui.why import PER_JOB, queue_blocker
+from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.paths import segment_value

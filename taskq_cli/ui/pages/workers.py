@@ -12,8 +12,8 @@ from litestar.params import FromQuery
 from litestar.response import Template
 from pydantic import BaseModel
 
+from taskq_cli.dashboard.snapshot import Snapshot, WorkerView
 from taskq_cli.output import worker_load
-from taskq_cli.tui.source import Snapshot, WorkerView
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.render import page
 

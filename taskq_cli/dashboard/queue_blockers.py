@@ -1,4 +1,5 @@
-"""The queues pane's "why" column: what holds back a queue whose oldest pending job is old.
+"""What holds back a queue whose oldest pending job is old: the "why" column of the queues
+pane in ``taskq top`` and of the web UI's queues page.
 
 Only what is true of the whole queue is said here, from the refresh's own snapshot (no extra
 read): paused (how long ago, by whom and why, when the pause left a note), no live worker
@@ -10,14 +11,16 @@ fairness turn) and ``e`` on one of its jobs says which.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from taskq_cli.tui.formatting import OLD_PENDING, age
-from taskq_cli.tui.source import Snapshot
+from taskq_cli import output
+from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_core.backend.protocol import QueueActivity
 from taskq_core.backend.protocol.admin import QueuePause
 
 PER_JOB = "per job (e)"
+# Pending work older than this is "old": coloured, and the queues pane says why it waits.
+OLD_PENDING = timedelta(minutes=1)
 
 
 def queue_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
@@ -52,7 +55,7 @@ def pause_text(pause: QueuePause | None, now: datetime) -> str:
     """``paused 5m by ops@host-1: deploy``: how long ago, who and why, as far as known."""
     if pause is None:
         return "paused"
-    text = f"paused {age(pause.paused_at, now)}"
+    text = f"paused {output.age(pause.paused_at, now) or '-'}"
     if pause.paused_by:
         text += f" by {pause.paused_by}"
     return text + (f": {pause.reason}" if pause.reason else "")

@@ -1,11 +1,12 @@
-"""The dashboard's read model: what one refresh of ``taskq top`` shows and where it comes from.
+"""The dashboard's read model: where what ``taskq top`` and the web UI show comes from.
 
 TopApp never touches a Backend: it asks a ``DashboardSource`` for a ``Snapshot`` (one per
 refresh), a ``JobDetail`` (the detail screen) and the three operator actions. The admin web UI
 reads through the same source, and also pages through jobs (``search_jobs``, the keyset read
 of ``taskq jobs list``), names a job by a piece of its id, and lists and shows batches.
 ``BackendSource`` implements the protocol over any Backend with the protocol's index-backed
-reads, so one refresh stays cheap on a large ``jobs`` table. Nothing here imports Textual.
+reads, so one refresh stays cheap on a large ``jobs`` table. Nothing in this package imports
+Textual: the web UI loads it without the terminal stack.
 
 Who paused a queue and why is not part of the dashboard read: ``BackendSource`` reads the
 note of a paused queue (``get_queue``) when it sees the queue paused, and again only after
@@ -22,23 +23,14 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 from uuid import UUID
 
-from taskq_cli.batch_progress import (
-    FAILED_STATUSES,
-    BatchProgress,
-    JobBatch,
-    read_job_batch,
-    read_progress,
-)
+from taskq_cli.batch_progress import FAILED_STATUSES, BatchProgress, read_job_batch, read_progress
+from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.dashboard.snapshot import BatchDetail, JobDetail, Snapshot, WorkerView
 from taskq_cli.job_ids import resolve_job_id
 from taskq_cli.operator import operator_id
 from taskq_core.backend.protocol import (
-    ArchivedJob,
-    AttemptRow,
     Backend,
     CancelOutcome,
-    EventRow,
-    JobFilter,
-    JobRow,
     JobSummary,
     LimitDefinition,
     LimitUsage,
@@ -50,177 +42,12 @@ from taskq_core.backend.protocol import (
 # Not re-exported by the package.
 from taskq_core.backend.protocol.admin import JobPage, JobQuery, QueuePause
 from taskq_core.backend.protocol.batches import BatchFilter
-from taskq_core.errors import TRANSIENT_ERRORS
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.liveness import WorkerState, worker_state
-from taskq_core.statemachine import JobStatus, parse_status
 
-# The jobs pane opens on what is failing: jobs that failed for good or whose worker died.
-DEFAULT_JOB_STATUSES: tuple[JobStatus, ...] = (JobStatus.FAILED, JobStatus.CRASHED)
-_FILTER_KEYS = ("queue", "actor", "status")
 _STATE_ORDER: dict[WorkerState, int] = {"running": 0, "stale": 1, "stopped": 2}
 
-# Failures that mean "the database cannot be reached right now" rather than a bug: the app
-# says so in its banner and keeps retrying.
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
-
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class JobsFilter:
-    """What the jobs pane lists: these statuses (empty: any), of this queue and actor."""
-
-    statuses: tuple[JobStatus, ...] = DEFAULT_JOB_STATUSES
-    queue: str | None = None
-    actor: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> JobsFilter:
-        """Read ``queue=NAME actor=NAME status=S1,S2`` (any order, each optional).
-
-        ``status=all`` lists every status; without a ``status`` term the default (recent
-        failures) applies. An empty text is the default filter. Raises ValueError with a
-        one-line reason for anything else.
-        """
-        values: dict[str, str] = {}
-        for term in text.split():
-            key, sep, value = term.partition("=")
-            if not sep or key not in _FILTER_KEYS or not value:
-                raise ValueError(
-                    f"cannot read {term!r}: use queue=NAME, actor=NAME, status=S1,S2 or status=all"
-                )
-            if key in values:
-                raise ValueError(f"{key} is given twice")
-            values[key] = value
-        statuses = DEFAULT_JOB_STATUSES
-        if "status" in values:
-            names = [name for name in values["status"].split(",") if name]
-            if not names:
-                raise ValueError("status needs at least one status name (or all)")
-            statuses = () if names == ["all"] else tuple(parse_status(name) for name in names)
-        return cls(statuses=statuses, queue=values.get("queue"), actor=values.get("actor"))
-
-    @property
-    def is_default(self) -> bool:
-        """Whether this is the opening filter (recent failures of every queue and actor)."""
-        return self == JobsFilter()
-
-    def to_text(self) -> str:
-        """The filter in the syntax ``parse`` reads (empty for the default)."""
-        if self.is_default:
-            return ""
-        terms = []
-        if self.queue is not None:
-            terms.append(f"queue={self.queue}")
-        if self.actor is not None:
-            terms.append(f"actor={self.actor}")
-        if self.statuses != DEFAULT_JOB_STATUSES:
-            names = ",".join(s.value for s in self.statuses) or "all"
-            terms.append(f"status={names}")
-        return " ".join(terms)
-
-    def describe(self) -> str:
-        """A title for the jobs pane."""
-        if self.statuses == DEFAULT_JOB_STATUSES:
-            head = "Recent failures"
-        elif not self.statuses:
-            head = "Recent jobs"
-        else:
-            head = "Recent " + ", ".join(s.value for s in self.statuses)
-        scope = [f"queue {self.queue}"] if self.queue else []
-        scope += [f"actor {self.actor}"] if self.actor else []
-        return head + (f" ({', '.join(scope)})" if scope else "")
-
-    def job_filter(self, limit: int) -> JobFilter:
-        """The Backend filter for ``list_recent_jobs``."""
-        return JobFilter(
-            status=list(self.statuses) or None, queue=self.queue, actor=self.actor, limit=limit
-        )
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    """A worker row and what its heartbeat says: running, stale (silent too long), stopped."""
-
-    row: WorkerRow
-    state: WorkerState
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything one refresh shows, read at ``now`` on the backend's clock."""
-
-    now: datetime
-    window: timedelta
-    queues: list[QueueActivity]
-    workers: list[WorkerView]
-    jobs: list[JobSummary]
-    jobs_filter: JobsFilter
-    stale_after: timedelta
-    # Who paused each paused queue, when and why (a queue paused without a note is absent).
-    pauses: dict[str, QueuePause] = field(default_factory=dict)
-    # Each declared rate limit and reservation, and its use now (none declared: empty).
-    limits: list[LimitUsage] = field(default_factory=list)
-    # The newest active batches with a row, and whether more are active than these.
-    batches: list[BatchProgress] = field(default_factory=list)
-    more_batches: bool = False
-
-    @property
-    def leader(self) -> WorkerView | None:
-        """The maintenance leader's worker, if one leads."""
-        return next((w for w in self.workers if w.row.is_leader), None)
-
-    def totals(self) -> dict[JobStatus, int]:
-        """Every status: exact counts for the active ones, terminal ones within the window."""
-        totals = dict.fromkeys(JobStatus, 0)
-        for queue in self.queues:
-            totals[JobStatus.PENDING] += queue.pending
-            totals[JobStatus.SCHEDULED] += queue.scheduled
-            totals[JobStatus.RUNNING] += queue.running
-            for status, count in queue.finished.items():
-                totals[status] += count
-        return totals
-
-    @property
-    def finished_per_minute(self) -> list[int]:
-        """Finished jobs per minute across queues, oldest first."""
-        if not self.queues:
-            return []
-        rows = [q.finished_per_minute for q in self.queues]
-        return [sum(column) for column in zip(*rows, strict=True)]
-
-    @property
-    def finished_last_minute(self) -> int:
-        """Jobs finished in the 60 seconds up to ``now``: the current rate."""
-        per_minute = self.finished_per_minute
-        return per_minute[-1] if per_minute else 0
-
-    def finished_rate(self, minutes: int = 5) -> float:
-        """Jobs finished per minute, averaged over the last ``minutes`` minutes."""
-        recent = self.finished_per_minute[-minutes:]
-        return sum(recent) / len(recent) if recent else 0.0
-
-
-@dataclass(frozen=True)
-class JobDetail:
-    """One job with its attempts and event timeline, for the detail screen. ``archived`` is
-    set for a job the prune moved to the archive (its events were deleted then: none)."""
-
-    job: JobRow
-    attempts: list[AttemptRow]
-    events: list[EventRow]
-    archived: ArchivedJob | None = None
-    # The batch the job belongs to or finalizes, with its progress (None: no batch).
-    batch: JobBatch | None = None
-
-
-@dataclass(frozen=True)
-class BatchDetail:
-    """One batch's progress and its latest failed children (newest first)."""
-
-    progress: BatchProgress
-    failures: list[JobSummary]
 
 
 class DashboardSource(Protocol):
@@ -488,16 +315,6 @@ class BackendSource:
     async def explain(self, job_id: UUID) -> Explanation:
         """``explain_job`` with the workers' liveness and reclaim settings."""
         return await explain_job(self.backend, job_id, self.settings.explain)
-
-
-def describe_failure(error: BaseException, timeout: float) -> tuple[bool, str]:
-    """(is it a connection problem, one line saying what went wrong) for a failed read."""
-    if isinstance(error, TimeoutError):
-        return True, f"no answer within {timeout:g}s"
-    text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, CONNECTION_ERRORS):
-        return True, text
-    return False, f"{type(error).__name__}: {text}"
 
 
 def _value(result: T | BaseException) -> T:
