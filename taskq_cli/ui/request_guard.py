@@ -5,6 +5,9 @@
   the request's URL raises, which was a 500 before any check ran.
 - **Path.** The app routes on the path as the client sent it (``paths.canonical_path``),
   not on the server's decoded one, so a name with an encoded ``/`` stays one segment.
+- **Head size.** A request line and headers over MAX_HEAD_BYTES are answered 431 here too.
+  h11 refuses such a head only while it is incomplete: one that reaches it whole in one
+  read (after a keep-alive connection's previous request, say) was let through.
 - **JSON depth.** A JSON body nested deeper than MAX_JSON_DEPTH is refused with 400 before
   it is decoded: the decoder's recursion limit otherwise surfaced as a 500.
 
@@ -32,6 +35,7 @@ from litestar.types import (
 
 from taskq_cli.ui.paths import canonical_path
 from taskq_cli.ui.security import SECURITY_HEADERS, is_api
+from taskq_cli.ui.serving import MAX_HEAD_BYTES
 
 # The request bodies the UI takes are flat (a pause reason); 32 levels is far beyond them.
 MAX_JSON_DEPTH = 32
@@ -79,12 +83,22 @@ class RequestGuard:
         raw_path = scope.get("raw_path")
         if raw_path is not None:
             scope["path"] = canonical_path(raw_path)
+        if head_size(scope) > MAX_HEAD_BYTES:
+            reason = f"the request line and headers are over {MAX_HEAD_BYTES} bytes"
+            await _bad_request(scope, send, reason, status=431)
+            return
         host = _header(scope, b"host")
         problem = None if host is None else host_problem(host)
         if problem is None:
             await self.app(scope, receive, send)
             return
         await _bad_request(scope, send, problem)
+
+
+def head_size(scope: Scope) -> int:
+    """About the bytes of a request's line and headers as sent (names, values, separators)."""
+    line = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + 16
+    return line + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", []))
 
 
 class AdminRequest(Request[Any, Any, Any]):
@@ -106,15 +120,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _bad_request(scope: Scope, send: Send, reason: str) -> None:
+async def _bad_request(scope: Scope, send: Send, reason: str, *, status: int = 400) -> None:
     if is_api(str(scope.get("path", ""))):
-        body = json.dumps({"status_code": 400, "detail": reason}).encode()
+        body = json.dumps({"status_code": status, "detail": reason}).encode()
         kind = b"application/json"
     else:
         body, kind = reason.encode(), b"text/plain; charset=utf-8"
     start: HTTPResponseStartEvent = {
         "type": "http.response.start",
-        "status": 400,
+        "status": status,
         "headers": [
             (b"content-type", kind),
             (b"content-length", str(len(body)).encode()),
