@@ -4,7 +4,7 @@
 ``client.enqueue_batch(items, failure_policy=AbortBatchAfter(n), finalizer=EnqueueItem(...))``
 makes a batch (backend/protocol/batches.py says how it moves through its states);
 ``client.wait_for_batch(id)`` reads the batch's row and its children's counts and decides with
-``decide_wait``, a pure function of those two reads (the seeds' decision table).
+``decide_wait``, a pure function of those two reads (the decision table below).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def decide_wait(
     otherwise                                             DONE
     ====================================================  =========
 
-    The next-to-last row adds to the seeds' table: every child is terminal but the last
+    The next-to-last row covers a moment: every child is terminal but the last
     outcome's hook has not moved the row yet (it runs just after the child's write commits;
     the leader's sweep does it if the hook was lost). Waiting that moment out makes a batch
     whose last child tripped its failure policy end in ABORTED, never in a DONE that reads
