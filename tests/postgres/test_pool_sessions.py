@@ -32,7 +32,7 @@ async def test_session_state_set_in_a_lent_transaction_does_not_outlive_it(
     one_connection: PostgresBackend,
 ) -> None:
     async with one_connection.transaction() as conn:
-        await conn.execute("SET statement_timeout = '1ms'")
+        await conn.execute("SET statement_timeout = '123s'")  # any value but the default
         await conn.execute("SELECT pg_advisory_lock(4242)")
         await conn.execute("LISTEN user_channel")
 
