@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
@@ -54,7 +54,7 @@ from taskq_core.statemachine import (
     assert_valid_transition,
 )
 
-from .settle import Ending, SettlePart
+from .settle import Ending, counts_as_started, plan_ending, settle_ending, write_settlement
 from .store import (
     PENDING,
     RUNNING,
@@ -198,18 +198,18 @@ class AdminPart(MemoryStore):
         if job is None or job.status is not RUNNING or job.locked_by_worker is None:
             return ForcedEndResult(None if job is None else job.snapshot(), settled=False)
         error = ErrorInfo(*forced_end_error(end, audit))
-        # The backend is all its parts; the settle part holds the one settle path.
-        settle_part = cast(SettlePart, self)
         worker_id = job.locked_by_worker
         if end == "fail":
             with self._audited(audit, reason="operator_fail"):
-                lease = Lease(job.id, worker_id, job.attempt)
-                settled = await settle_part.mark_failed_or_retry(lease, error, None) is not None
-            return ForcedEndResult(job.snapshot(), settled)
-        # A reclaim, as the sweep makes it (SettlePart._reclaim) with the operator's error.
-        started = settle_part._counts_as_started(job)
+                # As mark_failed_or_retry without a delay: fenced by the lease read above.
+                leased = self._leased(Lease(job.id, worker_id, job.attempt))
+                if leased is not None:
+                    settle_ending(self, leased, worker_id, Ending("failed", error))
+            return ForcedEndResult(job.snapshot(), leased is not None)
+        # A reclaim, as the sweep makes it (settle.reclaim) with the operator's error.
+        started = counts_as_started(job)
         ending = Ending("crashed", error, self._now(), started=started, retry_as=PENDING)
-        plan = settle_part._decide(job, ending)
+        plan = plan_ending(self, job, ending)
         detail = {
             "from_state": RUNNING.value,
             "to_state": plan.status.value,
@@ -218,7 +218,7 @@ class AdminPart(MemoryStore):
             "started": started,
         }
         with self._audited(audit):
-            settle_part._write(job, worker_id, plan, kind="reclaim", detail=detail)
+            write_settlement(self, job, worker_id, plan, kind="reclaim", detail=detail)
         self._wake()
         return ForcedEndResult(job.snapshot(), settled=True)
 

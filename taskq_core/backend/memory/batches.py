@@ -31,20 +31,19 @@ from taskq_core.backend.protocol.batches import (
     finalizer_to_json,
     outcomes_by_batch,
 )
-from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
-from .enqueue import EnqueuePart
-from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, as_json
+from .enqueue import add_job
+from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, MemoryStore, as_json
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="memory_backend")
 
 
-class BatchPart(EnqueuePart):
+class BatchPart(MemoryStore):
     """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
     ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
 
@@ -212,13 +211,8 @@ class BatchPart(EnqueuePart):
         if record.finalizer is None:
             return None
         args = finalizer_from_json(record.finalizer)
-        existing = self._existing(args.job_id, None)
-        if existing is not None:
-            if not is_same_job(existing, args):
-                raise duplicate_id_error(existing.id)
-            return existing.id
         try:
-            return self._insert([args], None)[0].id
+            return add_job(self, args, None).id
         except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(record.id), error=str(exc))
             return None

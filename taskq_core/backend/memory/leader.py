@@ -19,8 +19,8 @@ from taskq_core.constants import (
 )
 from taskq_core.statemachine import JobStatus
 
-from .settle import SettlePart
-from .store import PENDING, RUNNING, SCHEDULED, freeze
+from .settle import is_blamed, reclaim
+from .store import PENDING, RUNNING, SCHEDULED, MemoryStore, freeze
 
 _ZERO = timedelta(0)
 _DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")
@@ -31,7 +31,7 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
-class LeaderPart(SettlePart):
+class LeaderPart(MemoryStore):
     """Election, ``scheduled_to_pending``, ``deadline_sweep``, ``reclaim_expired_locks``,
     ``expire_results``, ``delete_stale_workers``, ``waiting_queues`` and the reclaim events
     they leave."""
@@ -101,7 +101,7 @@ class LeaderPart(SettlePart):
         poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
     ) -> int:
         """Running jobs whose lease expired (cancel in flight: plus both graces and the
-        headroom), each settled as ``SettlePart._reclaim`` decides (a poison job fails),
+        headroom), each settled as ``settle.reclaim`` decides (a poison job fails),
         with one 'reclaim' event."""
         now = self._now()
         cancel_headroom = cancel_grace + cleanup_grace + CANCEL_RECLAIM_HEADROOM
@@ -113,9 +113,9 @@ class LeaderPart(SettlePart):
             and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
             and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
         ]
-        blamed = {job.id for job in expired if self._blamed(job)}  # before any write, as PG
+        blamed = {job.id for job in expired if is_blamed(self, job)}  # before any write, as PG
         for job in expired:
-            self._reclaim(job, now, poison_reclaims, blamed=job.id in blamed)
+            reclaim(self, job, now, poison_reclaims, blamed=job.id in blamed)
         if expired:
             self._wake()
         return len(expired)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -47,7 +47,7 @@ from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .core import BackendCore, one_on
-from .settle import Settlement, SettlePart
+from .settle import Settlement, settle_rows
 
 # How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
 SUFFIX_SEARCH_TIMEOUT = "10s"
@@ -292,10 +292,8 @@ class AdminPart(BackendCore):
             reason="operator_requeue" if end == "requeue" else None,
         )
         reason = "operator_requeue" if end == "requeue" else "operator_fail"
-        # The backend is all its parts; the settle part holds the one settle statement.
-        settle_part = cast(SettlePart, self)
         async with self._audited(audit, reason=reason) as conn:
-            settled = await settle_part._settle(conn, [settlement])
+            settled = await settle_rows(self, conn, [settlement])
         return ForcedEndResult(await self.get(job_id), settled=bool(settled))
 
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:

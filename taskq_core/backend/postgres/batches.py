@@ -39,7 +39,8 @@ from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
-from .enqueue import EnqueuePart
+from .core import BackendCore
+from .enqueue import enqueue_job
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="postgres_backend")
@@ -67,7 +68,7 @@ def _counts(statuses: list[str] | None, counts: list[int] | None) -> BatchCounts
     return BatchCounts(rows.status_counts(statuses or [], counts or []))
 
 
-class BatchPart(EnqueuePart):
+class BatchPart(BackendCore):
     """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
     ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
 
@@ -198,7 +199,7 @@ class BatchPart(EnqueuePart):
             return None
         args = finalizer_from_json(json.loads(stored))
         try:
-            job = await self.enqueue(args, connection=conn)
+            job = await enqueue_job(self, args, connection=conn)
         except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(batch_id), error=str(exc))
             return None

@@ -24,14 +24,15 @@ from taskq_core.constants import (
 )
 
 from . import rows
+from .core import BackendCore
 from .errors import is_database_trouble
-from .settle import Settlement, SettlePart
+from .settle import Settlement, settle_rows
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="postgres_backend")
 
 
-class LeaderPart(SettlePart):
+class LeaderPart(BackendCore):
     """The maintenance leader's lock and row, and the sweeps it runs."""
 
     async def try_acquire_leadership(
@@ -215,7 +216,7 @@ class LeaderPart(SettlePart):
                 )
                 for record in expired
             ]
-            settled = await self._settle(conn, settlements, poison_reclaims=poison_reclaims)
+            settled = await settle_rows(self, conn, settlements, poison_reclaims=poison_reclaims)
             return len(settled)
 
     async def expire_results(

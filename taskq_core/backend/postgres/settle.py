@@ -82,50 +82,52 @@ def _status(settled: str | None) -> JobStatus | None:
     return None if settled is None else JobStatus(settled.partition(":")[0])
 
 
+async def settle_rows(
+    core: BackendCore,
+    executor: Any,
+    settlements: Sequence[Settlement],
+    *,
+    poison_reclaims: int | None = None,
+) -> list[asyncpg.Record]:
+    """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
+    rule_error) per lease that was still the row's. ``poison_reclaims``: the reclaim
+    sweep's poison limit (None: a reclaim never fails a job as poison). A function of the
+    core: the leader's reclaim and the operator's end of a running job settle through it."""
+    columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
+    return await _unstorable_as_taskq_error(
+        executor.fetch(
+            core._queries["settle"],
+            *columns,
+            core._wake_channel,
+            UNSTARTED_RECLAIM_LIMIT,
+            poison_reclaims,
+        )
+    )
+
+
+async def _unstorable_as_taskq_error(
+    fetch: Awaitable[list[asyncpg.Record]],
+) -> list[asyncpg.Record]:
+    """Await a settle. Result text jsonb refuses (not JSON, NaN, Infinity, a \\u0000
+    escape: the statement's only text cast) fails the one statement, so nothing is
+    written: the caller sees UnstorableValueError, as from the memory backend."""
+    try:
+        return await fetch
+    except (
+        asyncpg.InvalidTextRepresentationError,
+        asyncpg.UntranslatableCharacterError,
+    ) as exc:
+        reason = str(exc).splitlines()[0]
+        raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
+
+
 class SettlePart(BackendCore):
     """Every write that ends or reschedules a claimed attempt, fenced by its lease."""
-
-    async def _settle(
-        self,
-        executor: Any,
-        settlements: Sequence[Settlement],
-        *,
-        poison_reclaims: int | None = None,
-    ) -> list[asyncpg.Record]:
-        """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
-        rule_error) per lease that was still the row's. ``poison_reclaims``: the reclaim
-        sweep's poison limit (None: a reclaim never fails a job as poison)."""
-        columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
-        return await self._unstorable_as_taskq_error(
-            executor.fetch(
-                self._queries["settle"],
-                *columns,
-                self._wake_channel,
-                UNSTARTED_RECLAIM_LIMIT,
-                poison_reclaims,
-            )
-        )
-
-    @staticmethod
-    async def _unstorable_as_taskq_error(
-        fetch: Awaitable[list[asyncpg.Record]],
-    ) -> list[asyncpg.Record]:
-        """Await a settle. Result text jsonb refuses (not JSON, NaN, Infinity, a \\u0000
-        escape: the statement's only text cast) fails the one statement, so nothing is
-        written: the caller sees UnstorableValueError, as from the memory backend."""
-        try:
-            return await fetch
-        except (
-            asyncpg.InvalidTextRepresentationError,
-            asyncpg.UntranslatableCharacterError,
-        ) as exc:
-            reason = str(exc).splitlines()[0]
-            raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
 
     async def _settle_one(self, lease: Lease, outcome: Outcome, **carried: Any) -> str | None:
         """Settle one lease; its new status, with ``:rule error`` when a rule failed it (None
         when the lease is not the row's any more)."""
-        records = await self._settle(self._pool, [Settlement.of(lease, outcome, **carried)])
+        records = await settle_rows(self, self._pool, [Settlement.of(lease, outcome, **carried)])
         if not records:
             return None
         status, rule_error = records[0]["status"], records[0]["rule_error"]
@@ -137,7 +139,7 @@ class SettlePart(BackendCore):
     ) -> list[asyncpg.Record]:
         """``settle_succeeded`` (settle's success branch, as its own statement for speed: see
         ``sql/settle.sql``) on ``executor``; one record (id) per lease still the row's."""
-        return await self._unstorable_as_taskq_error(
+        return await _unstorable_as_taskq_error(
             executor.fetch(
                 self._queries["settle_succeeded"],
                 worker_id,
@@ -190,7 +192,7 @@ class SettlePart(BackendCore):
             fallback_result_ttl=fallback_result_ttl,
             ran_for=ran_for,
         )
-        return bool(await self._settle(connection, [settlement]))
+        return bool(await settle_rows(self, connection, [settlement]))
 
     # --- every other outcome -------------------------------------------------------------------
     async def mark_failed_or_retry(
@@ -213,7 +215,7 @@ class SettlePart(BackendCore):
             error_traceback=error.traceback,
         )
         async with self._pool.acquire() as conn, conn.transaction():
-            if not await self._settle(conn, [settlement]):
+            if not await settle_rows(self, conn, [settlement]):
                 return None
             record = await conn.fetchrow(self._queries["get_job"], lease.job_id)
         return None if record is None else rows.job(record)
@@ -302,4 +304,4 @@ class SettlePart(BackendCore):
             )
             for lease in leases
         ]
-        return len(await self._settle(self._pool, settlements))
+        return len(await settle_rows(self, self._pool, settlements))
