@@ -153,25 +153,22 @@ class EnqueuePart(MemoryStore):
     """``enqueue``, ``enqueue_batch``, ``enqueue_batch_fast`` and ``transaction``."""
 
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
-        """Insert one job (buffered when ``connection`` is a transaction handle)."""
         return add_job(self, args, connection)
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """Insert all jobs at once, one row per item in order; one wake-up."""
         return [job.snapshot() for job in insert_jobs(self, args_list, connection)]
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
-        """Insert all jobs at once and return the count."""
         return len(insert_jobs(self, args_list, connection))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
-        """A simulated transaction: buffered enqueues (and successes written through it)
-        commit on clean exit, vanish on error."""
+        # Simulated: buffered enqueues (and successes written through it) commit on clean exit
+        # and vanish on error.
         handle = MemoryTransaction(self)
         self._open_transactions.add(handle)
         try:

@@ -293,8 +293,6 @@ class SettlePart(MemoryStore):
         error: ErrorInfo | None = None,
         ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
-        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
         run_at = self._now() + retry_delay
         released = woken = 0
@@ -334,14 +332,13 @@ class SettlePart(MemoryStore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """running -> succeeded; result_expires_at from the stored, job or fallback TTL."""
         encoded = None if result is None else jsontext.encode(result)
         success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
         return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """mark_succeeded for each; the ids whose leases were still this worker's. Every
-        result is read first, so one that cannot be stored writes nothing (one statement)."""
+        # Every result is read first, so one that cannot be stored writes nothing (as PG's one
+        # statement).
         successes = first_success_per_job(successes)
         results = [json_text(s.result_json) for s in successes]
         return {
@@ -359,8 +356,8 @@ class SettlePart(MemoryStore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """The success applies when the transaction handle commits; until then the job is
-        held as Postgres holds its locked row (the reclaim sweep and heartbeats skip it)."""
+        # Applied when the handle commits; until then the job is held as Postgres holds its
+        # locked row.
         handle = self._transaction_handle(connection)
         result = json_text(result_json)
         if self._leased(lease) is None or lease.job_id in handle.settling:
@@ -378,9 +375,6 @@ class SettlePart(MemoryStore):
         *,
         ran_for: float | None = None,
     ) -> JobRow | None:
-        """No delay: -> failed. Else -> scheduled at now + delay, cancelled when a cancel was
-        requested, or failed DeadlineExceeded when the retry passes schedule_to_close. None
-        when the lease is not the row's any more."""
         job = self._leased(lease)
         if job is None:
             return None
@@ -392,7 +386,6 @@ class SettlePart(MemoryStore):
         return job.snapshot()
 
     async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
-        """running -> cancelled (the actor stopped after a cancel request)."""
         job = self._leased(lease)
         if job is None:
             return False
@@ -402,7 +395,6 @@ class SettlePart(MemoryStore):
     async def mark_interrupted(
         self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
     ) -> JobStatus | None:
-        """-> pending in its place, the attempt uncounted (cancelled when a cancel was asked)."""
         job = self._leased(lease)
         if job is None:
             return None
@@ -413,8 +405,6 @@ class SettlePart(MemoryStore):
         return status
 
     async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
-        """The attempt abandoned (its forced cancel never finished): the job abandoned, or
-        back to pending after a shutdown's while retries remain."""
         job = self._leased(lease)
         if job is None or job.cancel_phase != 2:
             return None
@@ -427,7 +417,6 @@ class SettlePart(MemoryStore):
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
     ) -> SnoozeOutcome:
-        """running -> scheduled at now + delay, attempt given back, snooze_count + 1."""
         job = self._leased(lease)
         if job is None:
             return "noop"
@@ -447,10 +436,6 @@ class SettlePart(MemoryStore):
         ran_for: float | None = None,
         reason: str | None = None,
     ) -> RetryAfterOutcome:
-        """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
-        transient job with no attempts left fails with MaxAttemptsExceeded. A requested
-        cancel ends the job cancelled instead. A body that never began (a rate limit held
-        the job back) writes no attempt row; ``reason`` is the event's detail."""
         job = self._leased(lease)
         if job is None:
             return "noop"
@@ -471,7 +456,6 @@ class SettlePart(MemoryStore):
         return "failed:DeadlineExceeded"
 
     async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
-        """cancel_phase -> 2 on a running job of this lease, with an event."""
         job = self._leased(lease)
         if job is None or job.cancel_phase >= 2:
             return False

@@ -193,13 +193,11 @@ class EnqueuePart(BackendCore):
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """COPY the batch in, as ``enqueue_batch_fast`` does, and return its rows in item order.
-
-        Every column of a new row is known without reading it back: the item, the database
-        clock read in the same transaction, and the schema defaults (no trigger writes to
-        ``jobs``). So the rows are built from what was sent, the JSON columns decoded from the
-        very text the COPY carried (as the in-memory backend does).
-        """
+        # COPY, as ``enqueue_batch_fast``. Every column of a new row is known without reading it
+        # back: the item, the database clock read in the same transaction, and the schema
+        # defaults (no trigger writes to ``jobs``). So the rows are built from what was sent,
+        # the JSON columns decoded from the very text the COPY carried (as the in-memory backend
+        # does).
         if not args_list:
             return []
         rows: list[JobRow] = []
@@ -209,11 +207,8 @@ class EnqueuePart(BackendCore):
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
-        """Binary COPY of the jobs (no RETURNING) with one NOTIFY; returns the count.
-
-        The rows are encoded by ``bulk`` (no connection codec involved), so TaskQ's own
-        connections and a caller's take the same path.
-        """
+        # Binary COPY, no RETURNING. The rows are encoded by ``bulk`` (no connection codec
+        # involved), so TaskQ's own connections and a caller's take the same path.
         if not args_list:
             return 0
         await self._copy(args_list, connection)

@@ -160,13 +160,12 @@ class SettlePart(BackendCore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """running -> succeeded with its attempt and event; False when not ours any more."""
         encoded = None if result is None else bulk.dumps(result)
         success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
         return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """Many completions in one statement; the ids whose leases this worker still held."""
+        # ``settle_succeeded``: the hot path's own statement (sql/settle.sql).
         if not successes:
             return set()
         records = await self._settle_successes(
@@ -183,8 +182,8 @@ class SettlePart(BackendCore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """The completion inside the caller's transaction on ``connection``, through the
-        general ``settle`` (not the hot path; this keeps its success branch in use)."""
+        # Through the general ``settle``, not the hot path's statement: this keeps its success
+        # branch in use.
         settlement = Settlement.of(
             lease,
             "succeeded",
@@ -203,8 +202,7 @@ class SettlePart(BackendCore):
         *,
         ran_for: float | None = None,
     ) -> JobRow | None:
-        """-> failed, scheduled at now() + delay, or cancelled (deadline decided by the
-        database). The row is read back in the settle's transaction: exactly what it wrote."""
+        # The row is read back in the settle's transaction: exactly what it wrote.
         settlement = Settlement.of(
             lease,
             "failed" if retry_delay is None else "retry",
@@ -221,19 +219,15 @@ class SettlePart(BackendCore):
         return None if record is None else rows.job(record)
 
     async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
-        """running -> cancelled (cooperative exit)."""
         return await self._settle_one(lease, "cancelled", ran_for=ran_for) is not None
 
     async def mark_interrupted(
         self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
     ) -> JobStatus | None:
-        """-> pending in its place, the attempt uncounted (or cancelled, when asked)."""
         ran = 0.0 if ran_for is None else ran_for
         return _status(await self._settle_one(lease, "interrupted", ran_for=ran, reason=reason))
 
     async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
-        """The attempt abandoned, ``reason`` as its error message; the job abandoned (an
-        operator's cancel, or no retries left) or back to pending."""
         settled = await self._settle_one(
             lease,
             "abandoned",
@@ -247,8 +241,6 @@ class SettlePart(BackendCore):
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
     ) -> SnoozeOutcome:
-        """-> scheduled without consuming the attempt, failed past the deadline, or
-        cancelled."""
         settled = await self._settle_one(lease, "snooze", delay=delay, ran_for=ran_for)
         if settled is None:
             return "noop"
@@ -263,8 +255,6 @@ class SettlePart(BackendCore):
         ran_for: float | None = None,
         reason: str | None = None,
     ) -> RetryAfterOutcome:
-        """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
-        attempt budget)."""
         settled = await self._settle_one(
             lease,
             "retry_after",
@@ -285,8 +275,6 @@ class SettlePart(BackendCore):
         error: ErrorInfo | None = None,
         ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
-        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         if not leases:
             return 0
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
