@@ -11,11 +11,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow
+from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow, derived
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
     DEFAULT_POISON_RECLAIMS,
-    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
 )
 from taskq_core.statemachine import JobStatus
 
@@ -148,8 +147,7 @@ class LeaderPart(MemoryStore):
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         # Oldest first; nothing else needs the row (sql/maintenance.sql).
-        if older_than <= _ZERO:
-            raise ValueError(f"older_than must be positive, got {older_than}")
+        derived.check_stale_age(older_than)
         _check_batch_size(batch_size)
         deleted = 0
         while True:
@@ -176,8 +174,7 @@ class LeaderPart(MemoryStore):
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
     ) -> list[EventRow]:
-        if visibility_delay is None:
-            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        visibility_delay = derived.reclaim_visibility_delay(visibility_delay)
         horizon = self._now() - visibility_delay
         found = [
             freeze(e, EventRow)

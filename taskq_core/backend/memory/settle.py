@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
-from taskq_core import jsontext
 from taskq_core.backend.protocol import (
     ErrorInfo,
     JobRow,
@@ -26,6 +25,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    derived,
     first_success_per_job,
 )
 from taskq_core.backend.protocol.poison import poison_error, worker_crashes
@@ -324,17 +324,7 @@ class SettlePart(MemoryStore):
         job.result_expires_at = None if ttl is None else job.updated_at + ttl
         return True
 
-    async def mark_succeeded(
-        self,
-        lease: Lease,
-        result: Any,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        encoded = None if result is None else jsontext.encode(result)
-        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
-        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+    mark_succeeded = derived.mark_succeeded
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         # Every result is read first, so one that cannot be stored writes nothing (as PG's one

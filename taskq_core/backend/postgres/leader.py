@@ -14,12 +14,12 @@ import structlog
 from taskq_core.backend.protocol import (
     EventRow,
     LeaderRow,
+    derived,
 )
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
     DEFAULT_POISON_RECLAIMS,
     JOBS_VACUUM_TIMEOUT,
-    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
     validate_identifier,
 )
 
@@ -218,8 +218,7 @@ class LeaderPart(BackendCore):
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
         # ``batch_size`` per committed batch (why that is safe: sql/maintenance.sql).
-        if older_than <= timedelta(0):
-            raise ValueError(f"older_than must be positive, got {older_than}")
+        derived.check_stale_age(older_than)
         return await self._in_batches("delete_stale_workers", batch_size, older_than)
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
@@ -245,8 +244,7 @@ class LeaderPart(BackendCore):
     ) -> list[EventRow]:
         if limit <= 0:
             return []
-        if visibility_delay is None:
-            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        visibility_delay = derived.reclaim_visibility_delay(visibility_delay)
         records = await self._pool.fetch(
             self._queries["poll_reclaim_events"], after_id, limit, visibility_delay
         )

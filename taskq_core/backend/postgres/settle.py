@@ -24,12 +24,13 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    derived,
     first_success_per_job,
 )
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 
-from . import bulk, rows
+from . import rows
 from .core import BackendCore
 
 Outcome = Literal[
@@ -152,17 +153,7 @@ class SettlePart(BackendCore):
             )
         )
 
-    async def mark_succeeded(
-        self,
-        lease: Lease,
-        result: Any,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        encoded = None if result is None else bulk.dumps(result)
-        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
-        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+    mark_succeeded = derived.mark_succeeded
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         # ``settle_succeeded``: the hot path's own statement (sql/settle.sql).
