@@ -275,3 +275,49 @@ def test_serving_the_web_ui_loads_no_textual_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# --- The backends' parts: composed over one core, never over each other --------------------
+# A part that needs another part's work calls a module-level function over the core (e.g.
+# ``settle.settle_rows`` for the reclaim, ``enqueue.enqueue_job`` for a batch's finalizer);
+# only the final backend class combines the parts.
+
+
+def _parts(package: str) -> dict[str, type]:
+    """Every class named ``*Part`` defined in the modules of ``package``."""
+    import importlib
+    import inspect
+
+    found: dict[str, type] = {}
+    for path in sorted((REPO / package.replace(".", "/")).glob("*.py")):
+        module = importlib.import_module(f"{package}.{path.stem}".removesuffix(".__init__"))
+        for name, member in vars(module).items():
+            if (
+                inspect.isclass(member)
+                and name.endswith("Part")
+                and member.__module__ == module.__name__
+            ):
+                found[f"{path.stem}.{name}"] = member
+    return found
+
+
+def test_no_memory_backend_part_inherits_from_another_part() -> None:
+    from taskq_core.backend.memory import InMemoryBackend
+    from taskq_core.backend.memory.store import MemoryStore
+
+    parts = _parts("taskq_core.backend.memory")
+    assert set(InMemoryBackend.__bases__) <= set(parts.values())
+    assert {
+        name: part.__bases__ for name, part in parts.items() if part.__bases__ != (MemoryStore,)
+    } == {}
+
+
+def test_no_postgres_backend_part_inherits_from_another_part() -> None:
+    from taskq_core.backend.postgres.backend import PostgresBackend
+    from taskq_core.backend.postgres.core import BackendCore
+
+    parts = _parts("taskq_core.backend.postgres")
+    assert set(PostgresBackend.__bases__) <= set(parts.values())
+    assert {
+        name: part.__bases__ for name, part in parts.items() if part.__bases__ != (BackendCore,)
+    } == {}

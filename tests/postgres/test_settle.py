@@ -14,7 +14,7 @@ import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.queries import render
-from taskq_core.backend.postgres.settle import Settlement
+from taskq_core.backend.postgres.settle import Settlement, settle_rows
 from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs, JobRow, Lease, Start, Success
 from taskq_core.retry import retries_left
 from taskq_core.statemachine import JobStatus
@@ -245,7 +245,8 @@ async def test_the_success_statement_settles_as_settle_does(pg: PgTarget) -> Non
                 await tx.start()
                 try:
                     if statement == "settle":
-                        settled = await backend._settle(
+                        settled = await settle_rows(
+                            backend,
                             conn,
                             [
                                 Settlement(

@@ -44,7 +44,7 @@ check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 class InMemoryBackend(
-    BatchPart,  # over EnqueuePart: it enqueues finalizers
+    BatchPart,
     EnqueuePart,
     DispatchPart,
     LeaderPart,

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import (
@@ -54,7 +54,7 @@ from taskq_core.statemachine import (
     assert_valid_transition,
 )
 
-from .settle import Ending, SettlePart
+from .settle import Ending, counts_as_started, plan_ending, settle_ending, write_settlement
 from .store import (
     PENDING,
     RUNNING,
@@ -102,7 +102,6 @@ class AdminPart(MemoryStore):
     async def list_operator_log(
         self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
-        """Operator log entries, newest first (of ``action`` and ``target`` when given)."""
         found = [
             entry
             for entry in reversed(self._operator_log)
@@ -138,15 +137,12 @@ class AdminPart(MemoryStore):
         return "cancelled"
 
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
-        """pending/scheduled -> cancelled at once; running -> cancel_phase 1 (+ cancel wake)."""
         job = self._jobs.get(job_id)
         return "not_found" if job is None else self._request_cancel(job, reason)
 
     async def cancel_where(
         self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
     ) -> BulkCancelResult:
-        """Cancel every non-terminal job the filter matches (its limit applies); the events
-        carry ``audit``."""
         with self._audited(audit):
             outcomes = Counter(
                 self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
@@ -174,7 +170,6 @@ class AdminPart(MemoryStore):
         return True
 
     async def retry_job(self, job_id: UUID) -> bool:
-        """failed/crashed/cancelled -> pending with a fresh attempt budget; False otherwise."""
         job = self._jobs.get(job_id)
         retried = job is not None and self._retry(job)
         if retried:
@@ -182,8 +177,6 @@ class AdminPart(MemoryStore):
         return retried
 
     async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
-        """Retry every retryable job the filter matches (its limit applies); the events carry
-        ``audit``."""
         with self._audited(audit):
             count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
         if count:
@@ -192,24 +185,23 @@ class AdminPart(MemoryStore):
 
     # --- stuck work --------------------------------------------------------------------------
     async def end_running_job(self, job_id: UUID, end: ForcedEnd, audit: Audit) -> ForcedEndResult:
-        """Requeue (a reclaim, now) or fail a running job by the settle rules, fenced by its
-        lease; the worker that held it loses the lease either way."""
+        # By the settle functions, the requeue as the reclaim sweep writes it.
         job = self._jobs.get(job_id)
         if job is None or job.status is not RUNNING or job.locked_by_worker is None:
             return ForcedEndResult(None if job is None else job.snapshot(), settled=False)
         error = ErrorInfo(*forced_end_error(end, audit))
-        # The backend is all its parts; the settle part holds the one settle path.
-        settle_part = cast(SettlePart, self)
         worker_id = job.locked_by_worker
         if end == "fail":
             with self._audited(audit, reason="operator_fail"):
-                lease = Lease(job.id, worker_id, job.attempt)
-                settled = await settle_part.mark_failed_or_retry(lease, error, None) is not None
-            return ForcedEndResult(job.snapshot(), settled)
-        # A reclaim, as the sweep makes it (SettlePart._reclaim) with the operator's error.
-        started = settle_part._counts_as_started(job)
+                # As mark_failed_or_retry without a delay: fenced by the lease read above.
+                leased = self._leased(Lease(job.id, worker_id, job.attempt))
+                if leased is not None:
+                    settle_ending(self, leased, worker_id, Ending("failed", error))
+            return ForcedEndResult(job.snapshot(), leased is not None)
+        # A reclaim, as the sweep makes it (settle.reclaim) with the operator's error.
+        started = counts_as_started(job)
         ending = Ending("crashed", error, self._now(), started=started, retry_as=PENDING)
-        plan = settle_part._decide(job, ending)
+        plan = plan_ending(self, job, ending)
         detail = {
             "from_state": RUNNING.value,
             "to_state": plan.status.value,
@@ -218,13 +210,12 @@ class AdminPart(MemoryStore):
             "started": started,
         }
         with self._audited(audit):
-            settle_part._write(job, worker_id, plan, kind="reclaim", detail=detail)
+            write_settlement(self, job, worker_id, plan, kind="reclaim", detail=detail)
         self._wake()
         return ForcedEndResult(job.snapshot(), settled=True)
 
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
-        """Move the matching waiting jobs to ``to_queue`` (place in time kept), one
-        ``queue_move`` event each; wake the workers when a pending one moved."""
+        # Place in time kept; one ``queue_move`` event each.
         moved = [job for job in self._matching(filter, MOVABLE_STATUSES) if job.queue != to_queue]
         now = self._now()
         with self._audited(audit):
@@ -237,8 +228,7 @@ class AdminPart(MemoryStore):
         return len(moved)
 
     async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
-        """Delete the matching jobs but running ones, with their attempts and events; one
-        operator log entry."""
+        # The jobs' attempts and events go with them; one operator log entry.
         matched = self._matching(filter, frozenset(JobStatus))
         doomed = [job for job in matched if job.status in PURGEABLE_STATUSES]
         counts = Counter(job.status for job in doomed)
@@ -259,7 +249,6 @@ class AdminPart(MemoryStore):
 
     # --- workers -----------------------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:
-        """Insert or refresh this worker's row, status running."""
         now = self._now()
         info = replace(info, queues=list(info.queues), actors=list(info.actors))
         existing = self._workers.get(info.id)
@@ -267,13 +256,11 @@ class AdminPart(MemoryStore):
         self._workers[info.id] = WorkerRecord(info, started_at=started_at, last_seen_at=now)
 
     async def mark_worker_stopped(self, worker_id: UUID) -> None:
-        """status stopped, stopped_at now."""
         worker = self._workers.get(worker_id)
         if worker is not None:
             worker.status, worker.stopped_at = "stopped", self._now()
 
     async def list_workers(self) -> list[WorkerRow]:
-        """Every worker, most recently seen first, with leadership and running jobs resolved."""
         running: Counter[UUID | None] = Counter()
         claimed: Counter[UUID | None] = Counter()
         for job in self._jobs.values():  # a claimed job waits for a consumer: not running yet
@@ -304,9 +291,7 @@ class AdminPart(MemoryStore):
     async def sync_actor_configs(
         self, declared: Sequence[ActorDeclaration], *, force: bool
     ) -> ActorConfigSyncResult:
-        """Create missing rows; report (never write) capacity differences; report structural
-        drift and overwrite it only with ``force``; write the code's retry policy and priority
-        unless unforced drift refuses the start. All or nothing, like one transaction."""
+        # All or nothing, like PG's one transaction.
         now = self._now()
         created: list[str] = []
         overrides: list[tuple[str, str, Any, Any]] = []
@@ -359,16 +344,13 @@ class AdminPart(MemoryStore):
         return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
 
     async def list_actor_configs(self) -> list[ActorConfigRow]:
-        """Every actor_config row by actor name."""
         return [self._actor_configs[name].snapshot() for name in sorted(self._actor_configs)]
 
     async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
-        """One actor_config row, or None."""
         row = self._actor_configs.get(actor)
         return None if row is None else row.snapshot()
 
     async def get_actor_max_pending(self) -> dict[str, int | None]:
-        """Stored max_pending of every actor with an actor_config row."""
         return {name: row.max_pending for name, row in self._actor_configs.items()}
 
     async def update_actor_config(
@@ -380,8 +362,6 @@ class AdminPart(MemoryStore):
         result_ttl: timedelta | None = UNSET,
         audit: Audit | None = None,
     ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
-        With ``audit``, an operator log entry records what changed."""
         check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
         row = self._actor_configs.get(actor)
         if row is None:
@@ -421,12 +401,10 @@ class AdminPart(MemoryStore):
         )
 
     async def list_queues(self) -> list[QueueRow]:
-        """Every queue that has jobs or a row, by name."""
         names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
         return [row for name in names if (row := self._queue_snapshot(name)) is not None]
 
     async def get_queue(self, name: str) -> QueueRow | None:
-        """One queue, or None when it has neither jobs nor a row."""
         return self._queue_snapshot(name)
 
     async def update_queue(
@@ -440,8 +418,6 @@ class AdminPart(MemoryStore):
         pause_reason: str | None = None,
         audit: Audit | None = None,
     ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
-        pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
         before = self._queue_snapshot(name)
         row = self._queues.setdefault(name, QueueRecord())

@@ -31,20 +31,19 @@ from taskq_core.backend.protocol.batches import (
     finalizer_to_json,
     outcomes_by_batch,
 )
-from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
-from .enqueue import EnqueuePart
-from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, as_json
+from .enqueue import add_job
+from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, MemoryStore, as_json
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="memory_backend")
 
 
-class BatchPart(EnqueuePart):
+class BatchPart(MemoryStore):
     """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
     ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
 
@@ -63,13 +62,11 @@ class BatchPart(EnqueuePart):
         )
 
     async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
-        """The batch's children in the jobs table by status (whether or not it has a row)."""
         return _counts(self._children(batch_id))
 
     async def list_batch_jobs(
         self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
     ) -> list[JobSummary]:
-        """The batch's children (of ``statuses``), the most recently finished first."""
         children = [
             job for job in self._children(batch_id) if statuses is None or job.status in statuses
         ]
@@ -78,9 +75,7 @@ class BatchPart(EnqueuePart):
 
     # --- rows ----------------------------------------------------------------------------------
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
-        """Insert the batch row (``active``); with ``connection`` it appears when that
-        transaction commits, with the children. An existing id raises ValueError, a
-        finalizer's payload over ``max_payload_bytes`` PayloadTooLargeError."""
+        # With ``connection`` the row appears when that transaction commits, with the children.
         if batch.finalizer is not None:
             check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
         handle = None if connection is None else self._transaction_handle(connection)
@@ -106,12 +101,10 @@ class BatchPart(EnqueuePart):
         return record.snapshot()
 
     async def get_batch(self, batch_id: UUID) -> BatchRow | None:
-        """One batch row, or None."""
         record = self._batches.get(batch_id)
         return None if record is None else record.snapshot()
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
-        """Batch rows matching the filter, newest first, each with its children's counts."""
         found = [
             record
             for record in self._batches.values()
@@ -130,8 +123,6 @@ class BatchPart(EnqueuePart):
 
     # --- the hook and the sweeps ---------------------------------------------------------------
     async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
-        """The outcome table for each batch with an active row, its outcomes in the given
-        order; returns the batches that left ``active`` (in order of first appearance)."""
         transitions: list[BatchTransition] = []
         for batch_id, statuses in outcomes_by_batch(outcomes).items():
             record = self._batches.get(batch_id)
@@ -149,8 +140,6 @@ class BatchPart(EnqueuePart):
         return transitions
 
     async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
-        """Active batches (oldest first, at most ``limit``) with no child pending, scheduled
-        or running become ``complete``, finalizer enqueued."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         active = sorted(
@@ -161,8 +150,6 @@ class BatchPart(EnqueuePart):
         return [self._leave(record, BatchStatus.COMPLETE) for record in done]
 
     async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
-        """Delete ended batch rows whose ``completed_at`` is more than ``older_than`` ago and
-        that have no child left in the jobs table; returns how many."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         cutoff = self._now() - older_than
@@ -212,13 +199,8 @@ class BatchPart(EnqueuePart):
         if record.finalizer is None:
             return None
         args = finalizer_from_json(record.finalizer)
-        existing = self._existing(args.job_id, None)
-        if existing is not None:
-            if not is_same_job(existing, args):
-                raise duplicate_id_error(existing.id)
-            return existing.id
         try:
-            return self._insert([args], None)[0].id
+            return add_job(self, args, None).id
         except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(record.id), error=str(exc))
             return None

@@ -93,15 +93,9 @@ class DispatchPart(MemoryStore):
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
-        """Claim up to ``limit`` due pending jobs of ``queues`` for ``worker_id``: -> running.
-
-        The due jobs of the unpaused queues with room, except those of actors at their cap,
-        in dispatch order: mode group by mode group in the order the queues are given, then
-        ``_order_keys``. Each is claimed unless its (actor, identity_key) runs already or
-        was claimed by this call, or its actor or queue reached max_concurrent (claims of
-        this call counted), until ``limit`` jobs are claimed. A job held back by its
-        identity key keeps its place in its cohort's rank; jobs of a full actor take none.
-        """
+        # The order: mode group by mode group in the order the queues are given, then
+        # ``_order_keys``; a job held back by its identity key keeps its place in its cohort's
+        # rank; jobs of a full actor take none.
         if limit <= 0:
             return []
         now = self._now()
@@ -166,7 +160,7 @@ class DispatchPart(MemoryStore):
         return [job.snapshot() for job in claimed]
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
-        """The job's place among the due jobs of its queue, in ``_order_keys`` order."""
+        # Among the due jobs of its queue, in ``_order_keys`` order.
         target = self._jobs.get(job_id)
         if target is None:
             return None
@@ -192,8 +186,6 @@ class DispatchPart(MemoryStore):
         *,
         is_leader: bool = False,
     ) -> HeartbeatResult:
-        """Touch the worker row, extend the named leases still this worker's, ping the leader
-        row, read their cancel flags."""
         now = self._now()
         worker = self._workers.get(worker_id)
         if worker is not None:
@@ -219,7 +211,6 @@ class DispatchPart(MemoryStore):
         )
 
     async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
-        """started_at = now - ran_for for claimed jobs whose lease is still this worker's."""
         written: set[UUID] = set()
         for start in starts:
             job = self._leased(Lease(start.job_id, worker_id, start.attempt))
@@ -229,8 +220,6 @@ class DispatchPart(MemoryStore):
         return written
 
     async def record_lost_attempts(self, worker_id: UUID, lost: Sequence[LostAttempt]) -> int:
-        """A 'lost' attempt row for each body that ran under a lease this worker lost, unless
-        its job has a row for that attempt or is gone."""
         added = 0
         for body in lost:
             if body.job_id not in self._jobs or self._has_attempt(body.job_id, body.attempt):
@@ -249,7 +238,6 @@ class DispatchPart(MemoryStore):
         return added
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
-        """Running jobs of this worker with a cancel requested, oldest request first."""
         return _flags(
             job
             for job in self._jobs.values()

@@ -66,103 +66,109 @@ def _new_job(args: EnqueueArgs, now: datetime, max_payload_bytes: int) -> JobRec
     )
 
 
+# Inserting, as functions of the store (the batch part inserts finalizers through them).
+def insert_jobs(
+    store: MemoryStore, args_list: Sequence[EnqueueArgs], connection: Any
+) -> list[JobRecord]:
+    """Build all rows first (so a bad item inserts nothing), then store or buffer them."""
+    handle = None if connection is None else store._transaction_handle(connection)
+    now = store._now()
+    items = list(args_list)  # a client's batch builds each item as it is read: once
+    jobs = [_new_job(args, now, store.max_payload_bytes) for args in items]
+    taken = set(store._jobs)
+    if handle is not None:
+        taken.update(job.id for job in handle.buffered)
+    for job in jobs:
+        if job.id in taken:
+            raise ValueError(f"a job with id {job.id} already exists")
+        taken.add(job.id)
+    _check_keys(store, items, jobs, handle)
+    if handle is not None:
+        handle.buffered.extend(jobs)
+    else:
+        _commit(store, jobs)
+    return jobs
+
+
+def _check_keys(
+    store: MemoryStore,
+    args_list: Sequence[EnqueueArgs],
+    jobs: list[JobRecord],
+    handle: MemoryTransaction | None,
+) -> None:
+    """Refuse the insert when a job holds one of its unique keys: a stored one, one
+    buffered in the same transaction, or an earlier item of the same batch."""
+    keyed = [
+        (args.unique_key, job.unique_key, job)
+        for args, job in zip(args_list, jobs, strict=True)
+        if args.unique_key is not None and job.unique_key is not None
+    ]
+    if not keyed:
+        return
+    held = store._held_keys()
+    if handle is not None:
+        held.update(_holders(handle.buffered))
+    for given, stored, job in keyed:
+        holder = held.get(stored)
+        if holder is not None:
+            raise collision(given, holder.id, holder.unique_until, store._now())
+        held[stored] = job
+    if handle is not None:
+        handle.given_keys.update((stored, given) for given, stored, _ in keyed)
+
+
+def _commit(store: MemoryStore, jobs: Iterable[JobRecord]) -> None:
+    """Store the records; one wake when any of them is pending."""
+    any_pending = False
+    for job in jobs:
+        store._jobs[job.id] = job
+        any_pending = any_pending or job.status is PENDING
+    if any_pending:
+        store._wake()
+
+
+def _existing(store: MemoryStore, job_id: UUID | None, connection: Any) -> JobRow | None:
+    """The job stored (or buffered in ``connection``'s transaction) under ``job_id``."""
+    if job_id is None:
+        return None
+    job = store._jobs.get(job_id)
+    if job is None and connection is not None:
+        handle = store._transaction_handle(connection)
+        job = next((j for j in handle.buffered if j.id == job_id), None)
+    return None if job is None else job.snapshot()
+
+
+def add_job(store: MemoryStore, args: EnqueueArgs, connection: Any) -> JobRow:
+    """``enqueue``'s work, a function of the store: the batch part enqueues finalizers through
+    it. The same job under an existing id comes back; another job under it is ValueError."""
+    existing = _existing(store, args.job_id, connection)
+    if existing is not None:
+        if not is_same_job(existing, args):
+            raise duplicate_id_error(existing.id)
+        return existing
+    return insert_jobs(store, [args], connection)[0].snapshot()
+
+
 class EnqueuePart(MemoryStore):
     """``enqueue``, ``enqueue_batch``, ``enqueue_batch_fast`` and ``transaction``."""
 
-    def _insert(self, args_list: Sequence[EnqueueArgs], connection: Any) -> list[JobRecord]:
-        """Build all rows first (so a bad item inserts nothing), then store or buffer them."""
-        handle = None if connection is None else self._transaction_handle(connection)
-        now = self._now()
-        items = list(args_list)  # a client's batch builds each item as it is read: once
-        jobs = [_new_job(args, now, self.max_payload_bytes) for args in items]
-        taken = set(self._jobs)
-        if handle is not None:
-            taken.update(job.id for job in handle.buffered)
-        for job in jobs:
-            if job.id in taken:
-                raise ValueError(f"a job with id {job.id} already exists")
-            taken.add(job.id)
-        self._check_keys(items, jobs, handle)
-        if handle is not None:
-            handle.buffered.extend(jobs)
-        else:
-            self._commit(jobs)
-        return jobs
-
-    def _check_keys(
-        self,
-        args_list: Sequence[EnqueueArgs],
-        jobs: list[JobRecord],
-        handle: MemoryTransaction | None,
-    ) -> None:
-        """Refuse the insert when a job holds one of its unique keys: a stored one, one
-        buffered in the same transaction, or an earlier item of the same batch."""
-        keyed = [
-            (args.unique_key, job.unique_key, job)
-            for args, job in zip(args_list, jobs, strict=True)
-            if args.unique_key is not None and job.unique_key is not None
-        ]
-        if not keyed:
-            return
-        held = self._held_keys()
-        if handle is not None:
-            held.update(_holders(handle.buffered))
-        for given, stored, job in keyed:
-            holder = held.get(stored)
-            if holder is not None:
-                raise collision(given, holder.id, holder.unique_until, self._now())
-            held[stored] = job
-        if handle is not None:
-            handle.given_keys.update((stored, given) for given, stored, _ in keyed)
-
-    def _commit(self, jobs: Iterable[JobRecord]) -> None:
-        """Store the records; one wake when any of them is pending."""
-        any_pending = False
-        for job in jobs:
-            self._jobs[job.id] = job
-            any_pending = any_pending or job.status is PENDING
-        if any_pending:
-            self._wake()
-
     async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
-        """Insert one job (buffered when ``connection`` is a transaction handle).
-
-        Idempotent on the id, as the protocol says: the same job under an existing id comes
-        back unchanged; another job under it raises ValueError.
-        """
-        existing = self._existing(args.job_id, connection)
-        if existing is not None:
-            if not is_same_job(existing, args):
-                raise duplicate_id_error(existing.id)
-            return existing
-        return self._insert([args], connection)[0].snapshot()
-
-    def _existing(self, job_id: UUID | None, connection: Any) -> JobRow | None:
-        """The job stored (or buffered in ``connection``'s transaction) under ``job_id``."""
-        if job_id is None:
-            return None
-        job = self._jobs.get(job_id)
-        if job is None and connection is not None:
-            handle = self._transaction_handle(connection)
-            job = next((j for j in handle.buffered if j.id == job_id), None)
-        return None if job is None else job.snapshot()
+        return add_job(self, args, connection)
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """Insert all jobs at once, one row per item in order; one wake-up."""
-        return [job.snapshot() for job in self._insert(args_list, connection)]
+        return [job.snapshot() for job in insert_jobs(self, args_list, connection)]
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
-        """Insert all jobs at once and return the count."""
-        return len(self._insert(args_list, connection))
+        return len(insert_jobs(self, args_list, connection))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
-        """A simulated transaction: buffered enqueues (and successes written through it)
-        commit on clean exit, vanish on error."""
+        # Simulated: buffered enqueues (and successes written through it) commit on clean exit
+        # and vanish on error.
         handle = MemoryTransaction(self)
         self._open_transactions.add(handle)
         try:
@@ -185,7 +191,7 @@ class EnqueuePart(MemoryStore):
             if holder is not None:
                 given = handle.given_keys[key]
                 raise collision(given, holder.id, holder.unique_until, self._now())
-        self._commit(handle.buffered)
+        _commit(self, handle.buffered)
         for write in handle.on_commit:
             write()
 

@@ -27,8 +27,6 @@ class FleetPart(MemoryStore):
     """``fleet_stats``."""
 
     async def fleet_stats(self, window: timedelta) -> FleetStats:
-        """Per queue and per (queue, actor) counts, the oldest pending job, the window's
-        finished jobs and start latency."""
         check_fleet_window(window)
         now = self._now()
         since = now - window

@@ -11,16 +11,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow
+from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow, derived
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
     DEFAULT_POISON_RECLAIMS,
-    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
 )
 from taskq_core.statemachine import JobStatus
 
-from .settle import SettlePart
-from .store import PENDING, RUNNING, SCHEDULED, freeze
+from .settle import is_blamed, reclaim
+from .store import PENDING, RUNNING, SCHEDULED, MemoryStore, freeze
 
 _ZERO = timedelta(0)
 _DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")
@@ -31,7 +30,7 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
-class LeaderPart(SettlePart):
+class LeaderPart(MemoryStore):
     """Election, ``scheduled_to_pending``, ``deadline_sweep``, ``reclaim_expired_locks``,
     ``expire_results``, ``delete_stale_workers``, ``waiting_queues`` and the reclaim events
     they leave."""
@@ -43,8 +42,8 @@ class LeaderPart(SettlePart):
     async def try_acquire_leadership(
         self, worker_id: UUID, *, lease: timedelta | None = None
     ) -> bool:
-        """The first worker to ask leads until it releases, or until a whole ``lease`` passes
-        without it asking again and another worker asks; the leader row is upserted."""
+        # A lease lapses only when another worker asks after it (PG: the server ends the silent
+        # session).
         now = self._now()
         leader = self._leader
         if leader is not None and leader.worker_id != worker_id:
@@ -59,17 +58,14 @@ class LeaderPart(SettlePart):
         return True
 
     async def release_leadership(self, worker_id: UUID) -> None:
-        """Give up leadership (no-op when not leading)."""
         if self._leader is not None and self._leader.worker_id == worker_id:
             self._leader = None
             self._leader_expires_at = None
 
     async def get_leader(self) -> LeaderRow | None:
-        """The current leader row, if any."""
         return self._leader
 
     async def scheduled_to_pending(self) -> int:
-        """Due scheduled jobs -> pending (scheduled_at kept as their FIFO key); wake on any."""
         now = self._now()
         due = [j for j in self._jobs.values() if j.status is SCHEDULED and j.scheduled_at <= now]
         for job in due:
@@ -79,7 +75,6 @@ class LeaderPart(SettlePart):
         return len(due)
 
     async def deadline_sweep(self) -> int:
-        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded), no attempt row."""
         now = self._now()
         late = [
             job
@@ -100,9 +95,7 @@ class LeaderPart(SettlePart):
         *,
         poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
     ) -> int:
-        """Running jobs whose lease expired (cancel in flight: plus both graces and the
-        headroom), each settled as ``SettlePart._reclaim`` decides (a poison job fails),
-        with one 'reclaim' event."""
+        # Each settled as ``settle.reclaim`` decides, with one 'reclaim' event.
         now = self._now()
         cancel_headroom = cancel_grace + cleanup_grace + CANCEL_RECLAIM_HEADROOM
         expired = [
@@ -113,9 +106,9 @@ class LeaderPart(SettlePart):
             and job.lock_expires_at + (cancel_headroom if job.cancel_requested_at else _ZERO) < now
             and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
         ]
-        blamed = {job.id for job in expired if self._blamed(job)}  # before any write, as PG
+        blamed = {job.id for job in expired if is_blamed(self, job)}  # before any write, as PG
         for job in expired:
-            self._reclaim(job, now, poison_reclaims, blamed=job.id in blamed)
+            reclaim(self, job, now, poison_reclaims, blamed=job.id in blamed)
         if expired:
             self._wake()
         return len(expired)
@@ -123,8 +116,7 @@ class LeaderPart(SettlePart):
     async def expire_results(
         self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        """Clear results whose result_expires_at has passed, oldest expiry first,
-        ``batch_size`` per batch (yielding between batches, as commits do)."""
+        # Oldest expiry first, yielding between batches as commits do.
         _check_batch_size(batch_size)
         cleared = 0
         while True:
@@ -150,14 +142,12 @@ class LeaderPart(SettlePart):
             await asyncio.sleep(0)  # a commit point between batches
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
-        """Dicts leave no dead row versions behind: nothing to vacuum."""
+        # Dicts leave no dead row versions behind: nothing to vacuum.
         return False
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
-        """Delete workers silent for ``older_than`` that hold no running job, oldest first,
-        ``batch_size`` per batch. Nothing else needs the row (sql/maintenance.sql)."""
-        if older_than <= _ZERO:
-            raise ValueError(f"older_than must be positive, got {older_than}")
+        # Oldest first; nothing else needs the row (sql/maintenance.sql).
+        derived.check_stale_age(older_than)
         _check_batch_size(batch_size)
         deleted = 0
         while True:
@@ -179,15 +169,12 @@ class LeaderPart(SettlePart):
             await asyncio.sleep(0)  # a commit point between batches
 
     async def waiting_queues(self) -> list[str]:
-        """Sorted names of the queues holding pending jobs."""
         return sorted({job.queue for job in self._jobs.values() if job.status is PENDING})
 
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
     ) -> list[EventRow]:
-        """Reclaim events with id > after_id that are at least the visibility delay old."""
-        if visibility_delay is None:
-            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        visibility_delay = derived.reclaim_visibility_delay(visibility_delay)
         horizon = self._now() - visibility_delay
         found = [
             freeze(e, EventRow)
@@ -197,5 +184,4 @@ class LeaderPart(SettlePart):
         return found[: max(limit, 0)]
 
     async def latest_reclaim_event_id(self) -> int:
-        """The newest reclaim event's id, 0 when there is none."""
         return max((e.id for e in self._events if e.kind == "reclaim"), default=0)

@@ -27,12 +27,10 @@ class NotifyPart(MemoryStore):
 
     @asynccontextmanager
     async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
-        """An Event set whenever new dispatchable work may exist, registered while inside."""
         async with _subscription(self._wake_subscribers) as event:
             yield event
 
     @asynccontextmanager
     async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
-        """An Event set whenever a running job gets a cancel request, registered while inside."""
         async with _subscription(self._cancel_subscribers) as event:
             yield event

@@ -13,7 +13,6 @@ class ProgressPart(MemoryStore):
     """Write a running job's progress."""
 
     async def write_progress(self, lease: Lease, seq: int, state: dict[str, Any]) -> bool:
-        """The report, when the lease still holds and ``seq`` is newer than the stored one."""
         job = self._leased(lease)
         if job is None or seq <= job.progress_seq:
             return False

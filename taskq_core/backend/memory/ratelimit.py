@@ -69,7 +69,6 @@ class RateLimitPart(MemoryStore):
         return self._limit_tables
 
     async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
         now = self._now()
         bucket = self._limits().buckets.get(key)
         if bucket is None:
@@ -89,11 +88,10 @@ class RateLimitPart(MemoryStore):
     async def acquire_tokens(
         self, key: str, rate: float, burst: float, count: int
     ) -> list[LimitGrant]:
-        """``count`` calls' tokens at once (nothing else runs between them here)."""
+        # Nothing else runs between the calls here: one pass.
         return [await self.acquire_token(key, rate, burst) for _ in range(count)]
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """One use of window ``key`` when fewer than ``limit`` fall within ``window``."""
         now = self._now()
         uses = [at for at in self._limits().windows.get(key, []) if at > now - window]
         self._limits().windows[key] = uses
@@ -114,7 +112,6 @@ class RateLimitPart(MemoryStore):
     async def acquire_reservation(
         self, name: str, slots: int, job_id: UUID, worker_id: UUID, lease: timedelta
     ) -> bool:
-        """One slot of ``name`` for the job until now + ``lease``; False when all are held."""
         now = self._now()
         rows = [self._limits().slots.setdefault((name, n), _Slot()) for n in range(slots)]
         mine = [row for row in rows if row.job_id == job_id]
@@ -130,7 +127,6 @@ class RateLimitPart(MemoryStore):
         return True
 
     async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
-        """The capped queues among ``queues`` and their max_concurrent."""
         rows = {name: self._queues.get(name) for name in queues}
         return {
             name: row.max_concurrent
@@ -141,7 +137,6 @@ class RateLimitPart(MemoryStore):
     async def release_reservations(
         self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
     ) -> int:
-        """Free the slots the job holds under this worker (only ``names``' when given)."""
         freed = 0
         for (name, _), row in self._limits().slots.items():
             mine = row.job_id == job_id and row.worker_id == worker_id
@@ -153,7 +148,6 @@ class RateLimitPart(MemoryStore):
     async def extend_reservation_leases(
         self, worker_id: UUID, job_ids: Sequence[UUID], lease: timedelta
     ) -> int:
-        """Renew this worker's slots of ``job_ids``."""
         wanted, until, renewed = set(job_ids), self._now() + lease, 0
         for row in self._limits().slots.values():
             if row.worker_id == worker_id and row.job_id in wanted:
@@ -162,8 +156,6 @@ class RateLimitPart(MemoryStore):
         return renewed
 
     async def sweep_leaked_reservation_slots(self) -> int:
-        """The leaked-slot sweep: slots whose lease ran out or whose job ended (or is gone) are
-        freed."""
         now, freed = self._now(), 0
         for row in self._limits().slots.values():
             if row.job_id is None:
@@ -176,7 +168,6 @@ class RateLimitPart(MemoryStore):
         return freed
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
-        """Slots held now, by name and slot."""
         now = self._now()
         held = [
             HeldSlot(slot_name, slot, row.job_id, row.worker_id, row.lease_expires_at)
@@ -190,12 +181,10 @@ class RateLimitPart(MemoryStore):
         return sorted(held, key=lambda h: (h.name, h.slot))
 
     async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
-        """Upsert the definitions a worker enforces."""
         for definition in definitions:
             self._limits().definitions[definition.name] = definition
 
     async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
-        """Delete buckets and window keys unused past ``idle`` and their rest time."""
         tables, before = self._limits(), self._now() - idle
         buckets: list[str] = []
         for key, bucket in tables.buckets.items():
@@ -220,7 +209,7 @@ class RateLimitPart(MemoryStore):
         return IdleStateSwept(len(buckets), len(windows), len(ended))
 
     async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
-        """Every registered limit and its instances' use now, on the injected clock."""
+        # On the injected clock.
         now, tables, usage = self._now(), self._limits(), []
         for name in sorted(tables.definitions):
             limit = tables.definitions[name]

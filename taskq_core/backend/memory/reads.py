@@ -41,21 +41,17 @@ class ReadsPart(MemoryStore):
     """Job reads, counts, history and the dashboard's reads."""
 
     async def get(self, job_id: UUID) -> JobRow | None:
-        """One job, or None."""
         job = self._jobs.get(job_id)
         return None if job is None else job.snapshot()
 
     async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
-        """Jobs matching the filter, newest first (created_at DESC, id DESC)."""
+        # created_at DESC, id DESC.
         return [job.snapshot() for job in self._matching(filter, _ANY_STATUS)]
 
     async def count_jobs(self, filter: JobFilter) -> int:
-        """How many jobs the filter matches (at most ``filter.limit``)."""
         return len(self._matching(filter, _ANY_STATUS))
 
     async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
-        """Live or archived job ids whose hex digits start or end with the fragment, at
-        most ``limit``, by id."""
         digits = normalize_id_fragment(fragment)
         found = [
             ident
@@ -65,7 +61,6 @@ class ReadsPart(MemoryStore):
         return sorted(found)[: max(limit, 0)]
 
     async def search_jobs(self, query: JobQuery) -> JobPage:
-        """A page of matching jobs, newest first, its total (up to count_max) and cursor."""
         now = self._now()
         since, until = _moment(query.created_since, now), _moment(query.created_until, now)
         ended = _moment(query.finished_since, now), _moment(query.finished_until, now)
@@ -96,18 +91,15 @@ class ReadsPart(MemoryStore):
         )
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
-        """Job counts per (queue, status), by queue then status in enum order."""
         counts = Counter((job.queue, job.status) for job in self._jobs.values())
         keys = sorted(counts, key=lambda key: (key[0], _STATUS_ORDER[key[1]]))
         return [QueueStatusCount(queue, status, counts[queue, status]) for queue, status in keys]
 
     async def has_active_jobs(self, queues: Sequence[str]) -> bool:
-        """Whether any pending, scheduled or running job is in these queues."""
         wanted = set(queues)
         return any(j.queue in wanted and j.status in ACTIVE_STATUSES for j in self._jobs.values())
 
     async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
-        """Pending + scheduled jobs per requested actor (actors with none are left out)."""
         wanted = set(actors)
         counts = Counter(
             job.actor
@@ -117,16 +109,12 @@ class ReadsPart(MemoryStore):
         return dict(counts)
 
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        """Every attempt of a job, oldest first."""
         return list(self._attempts.get(job_id, []))
 
     async def get_events(self, job_id: UUID) -> list[EventRow]:
-        """Every event of a job, oldest first."""
         return [freeze(e, EventRow) for e in self._events if e.job_id == job_id]
 
     async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
-        """Per-queue activity: exact active counts, the oldest pending job, terminal jobs
-        finished within ``window`` and ``minutes`` per-minute finished counts (oldest first)."""
         check_dashboard_window(window, minutes)
         now = self._now()
         names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
@@ -166,9 +154,8 @@ class ReadsPart(MemoryStore):
         return DashboardStats(now=now, window=window, queues=activity)
 
     async def list_recent_jobs(self, filter: JobFilter) -> list[JobSummary]:
-        """Jobs matching the filter, most recent activity first (finished_at for finished
-        jobs, started_at (else claimed_at) for running ones, created_at for waiting ones;
-        ties id DESC)."""
+        # Activity: finished_at when finished, started_at (else claimed_at) when running,
+        # created_at when waiting; ties id DESC.
         check_recent_limit(filter)
 
         def activity(job: JobRecord) -> tuple[datetime, UUID]:

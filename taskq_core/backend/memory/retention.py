@@ -39,9 +39,6 @@ class RetentionPart(MemoryStore):
         dry_run: bool = False,
         on_batch: Callable[[int], None] | None = None,
     ) -> PruneResult:
-        """Move terminal jobs past their status's retention to the archive, ``batch_size``
-        per batch, until a batch moves fewer than ``batch_size``, telling ``on_batch`` what
-        each moved; a dry run counts them."""
         if dry_run:
             counts = Counter((job.status, job.queue) for job in self._prunable(policy, None))
             return PruneResult(moved=dict(counts), batches=0)
@@ -63,8 +60,6 @@ class RetentionPart(MemoryStore):
     async def expire_archive(
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        """Delete archived jobs (and their attempts) whose ``expire_at`` has passed,
-        ``batch_size`` per batch; returns how many were deleted."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         deleted = 0
@@ -86,8 +81,7 @@ class RetentionPart(MemoryStore):
             await asyncio.sleep(0)  # a commit point between batches
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
-        """Lock ``name`` for the body of an ``async with`` (True), unless another holder of
-        this backend has it (False); released at exit, whatever ends the body."""
+        # Held per backend instance (PG: a session advisory lock per schema).
         return self._sweep_lock(name)
 
     @asynccontextmanager
@@ -102,14 +96,12 @@ class RetentionPart(MemoryStore):
             self._sweep_locks.discard(name)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
-        """One archived job, or None when the archive does not hold it."""
         archived = self._archived_jobs.get(job_id)
         if archived is None:
             return None
         return ArchivedJob(archived.job.snapshot(), archived.archived_at, archived.expire_at)
 
     async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        """The archived job's attempts, oldest first (empty when it is not archived)."""
         return list(self._archived_attempts.get(job_id, []))
 
     # --- one batch ---------------------------------------------------------------------------

@@ -53,7 +53,7 @@ class SchedulePart(MemoryStore):
     async def create_schedule(
         self, spec: ScheduleSpec, *, audit: Audit | None = None
     ) -> ScheduleRecord:
-        """Insert an enabled schedule, its first fire time after the clock's now."""
+        # The first fire time after the injected clock's now.
         row = new_schedule(spec, self._now(), declared_in_code=False)
         check_payload(row.actor, row.payload, self.max_payload_bytes)
         if spec.name in self._schedules:
@@ -64,14 +64,12 @@ class SchedulePart(MemoryStore):
         return _stored(row)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        """One schedule by name, or None."""
         row = self._schedules.get(name)
         return None if row is None else _stored(row)
 
     async def list_schedules(
         self, *, actor: str | None = None, enabled: bool | None = None
     ) -> list[ScheduleRecord]:
-        """Schedules by name, optionally of one actor or one enabled state."""
         return [
             _stored(row)
             for name, row in sorted(self._schedules.items())
@@ -81,7 +79,7 @@ class SchedulePart(MemoryStore):
     async def update_schedule(
         self, name: str, update: ScheduleUpdate, *, audit: Audit | None = None
     ) -> ScheduleRecord | None:
-        """Apply ``update`` (see ScheduleUpdate) at the clock's now."""
+        # At the injected clock's now.
         current = self._schedules.get(name)
         if current is None:
             return None
@@ -94,14 +92,13 @@ class SchedulePart(MemoryStore):
         return _stored(row)
 
     async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
-        """Delete the schedule (its jobs stay); False when there was none."""
         deleted = self._schedules.pop(name, None)
         if deleted is not None and audit is not None:
             self._log_operator("schedule_delete", name, audit, created_detail(deleted))
         return deleted is not None
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
-        """Upsert the declared schedules at once (see the protocol)."""
+        # At once: nothing here suspends, so it is atomic.
         for spec in specs:  # each fire copies the payload into a job: the enqueue's limit
             check_payload(spec.actor, spec.payload, self.max_payload_bytes)
         names = {spec.name for spec in specs}
@@ -112,8 +109,7 @@ class SchedulePart(MemoryStore):
         return plan.result
 
     async def fire_due_schedules(self, limit: int) -> list[FiredSchedule]:
-        """The leader's tick at once: up to ``limit`` due schedules, earliest first, each
-        one job for its latest due fire time unless a job holds that fire time's key."""
+        # At once: nothing here suspends, so the tick is atomic.
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         now = self._now()

@@ -4,7 +4,7 @@ A worker's write (success, failure, retry, snooze, retry-after, cancel, a shutdo
 interrupt, abandon), a release and the reclaim sweep all describe what happened as an
 ``Ending``; ``decide`` turns it into a ``Settlement`` by the shared rules (a requested cancel
 wins over any rescheduling, then the job's deadline, then its attempt budget; a job given
-back retries while ``retries_left``), and ``SettlePart._write`` writes it: at most one attempt
+back retries while ``retries_left``), and ``write_settlement`` writes it: at most one attempt
 row, one event, the row's fields. An attempt number is never given back: an attempt that
 spends no budget is counted in ``uncounted_attempts``. Every worker write is fenced by its
 lease (``MemoryStore._leased``).
@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
-from taskq_core import jsontext
 from taskq_core.backend.protocol import (
     ErrorInfo,
     JobRow,
@@ -26,6 +25,7 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    derived,
     first_success_per_job,
 )
 from taskq_core.backend.protocol.poison import poison_error, worker_crashes
@@ -81,7 +81,7 @@ class Ending:
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """An attempt's end, decided: the one write ``SettlePart._write`` makes.
+    """An attempt's end, decided: the one write ``write_settlement`` makes.
 
     ``attempt_outcome`` None writes no attempt row; ``counts`` False adds the attempt to the
     uncounted ones. ``job_error`` None leaves the row's last error. ``run_at``
@@ -169,113 +169,119 @@ def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
     )
 
 
+# The settle path as functions of the store: the leader's reclaim and the operator's end of
+# a running job write through them too, without being settle parts themselves.
+def plan_ending(store: MemoryStore, job: JobRecord, ending: Ending) -> Settlement:
+    """Date a start the worker had not recorded yet, then decide ``ending``."""
+    if ending.ran_for is not None and job.started_at is None:
+        job.started_at = store._now() - timedelta(seconds=ending.ran_for)
+    return decide(job, ending, store._now())
+
+
+def write_settlement(
+    store: MemoryStore,
+    job: JobRecord,
+    worker_id: UUID | None,
+    plan: Settlement,
+    *,
+    kind: str = "state_change",
+    detail: dict[str, Any] | None = None,
+) -> Settlement:
+    """Write a decided settlement: the attempt row, the event and the row, once each."""
+    # A give-back of a body its worker already recorded as lost adds no second row.
+    if plan.attempt_outcome is not None and not (
+        plan.attempt_outcome == "crashed" and store._has_attempt(job.id, job.attempt)
+    ):
+        store._record_attempt(job, plan.attempt_outcome, worker_id, plan.attempt_error)
+    if kind == "reclaim" and not plan.counts:
+        # A reclaim of a body that never started: its next claim carries the count.
+        job.unstarted_reclaims += 1
+    if not plan.counts:
+        job.uncounted_attempts += 1  # the number stays: the next body's is higher
+    store._transition(job, plan.status, worker_id=worker_id, kind=kind, detail=detail)
+    if plan.job_error is not None:
+        job.set_error(plan.job_error)
+    if plan.run_at is not None:
+        job.scheduled_at = plan.run_at
+    if plan.status in TERMINAL_STATUSES and not plan.given_back:
+        job.lock_expires_at = None  # the worker's own end: who ran it last stays
+    else:
+        job.clear_lock()
+        if plan.status is not JobStatus.CANCELLED:
+            job.cancel_phase = 0  # a forced cancel's phase ends with the attempt it forced
+    return plan
+
+
+def settle_ending(
+    store: MemoryStore,
+    job: JobRecord,
+    worker_id: UUID | None,
+    ending: Ending,
+    *,
+    detail: dict[str, Any] | None = None,
+) -> Settlement:
+    """Decide ``ending`` and write it (a state_change event)."""
+    return write_settlement(store, job, worker_id, plan_ending(store, job, ending), detail=detail)
+
+
+def counts_as_started(job: JobRecord) -> bool:
+    """Whether a reclaim of ``job`` uses its attempt: its body started, or it was already
+    reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (a job that kills its worker before
+    its start is written must not loop forever)."""
+    return job.started_at is not None or job.unstarted_reclaims >= UNSTARTED_RECLAIM_LIMIT
+
+
+def is_blamed(store: MemoryStore, job: JobRecord) -> bool:
+    """Whether its worker's death is blamed on ``job``: its start is recorded and no other
+    running body of that worker started after it (ties by id; ``backend.protocol.poison``)."""
+    if job.started_at is None:
+        return False
+    mine = (job.started_at, job.id.bytes)
+    return not any(
+        other.status is RUNNING
+        and other.locked_by_worker == job.locked_by_worker
+        and other.id != job.id
+        and other.started_at is not None
+        and (other.started_at, other.id.bytes) > mine
+        for other in store._jobs.values()
+    )
+
+
+def reclaim(
+    store: MemoryStore, job: JobRecord, now: datetime, poison_reclaims: int | None, *, blamed: bool
+) -> None:
+    """One expired lease (the reclaim): a 'reclaim' event; never started counts as started
+    after UNSTARTED_RECLAIM_LIMIT such reclaims (``start_assumed``); the
+    ``poison_reclaims``-th crash blamed on the job in a row fails it as a poison job (the
+    rule: ``backend.protocol.poison``); a retry goes back to pending at now."""
+    worker_id = job.locked_by_worker
+    started = counts_as_started(job)
+    assumed = started and job.started_at is None  # by UNSTARTED_RECLAIM_LIMIT
+    poison, crashes = None, 0
+    if blamed and poison_reclaims:
+        crashes = len(worker_crashes(e for e in store._events if e.job_id == job.id)) + 1
+        if crashes >= poison_reclaims:
+            poison = poison_error(crashes, poison_reclaims)
+    ending = Ending("crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING, poison=poison)
+    plan = plan_ending(store, job, ending)
+    detail: dict[str, Any] = {
+        "from_state": RUNNING.value,
+        "to_state": plan.status.value,
+        "reason": "lock_expired",
+        "worker_id": None if worker_id is None else str(worker_id),
+        "started": started,
+    }
+    if assumed:
+        detail["start_assumed"] = True
+    if started:
+        detail["blamed"] = blamed
+    if plan.status is JobStatus.FAILED:
+        detail.update(poison=True, crashes=crashes)
+    write_settlement(store, job, worker_id, plan, kind="reclaim", detail=detail)
+
+
 class SettlePart(MemoryStore):
     """Every write that ends or reschedules a claimed attempt, plus the cancel escalation."""
-
-    def _decide(self, job: JobRecord, ending: Ending) -> Settlement:
-        """Date a start the worker had not recorded yet, then decide ``ending``."""
-        if ending.ran_for is not None and job.started_at is None:
-            job.started_at = self._now() - timedelta(seconds=ending.ran_for)
-        return decide(job, ending, self._now())
-
-    def _write(
-        self,
-        job: JobRecord,
-        worker_id: UUID | None,
-        plan: Settlement,
-        *,
-        kind: str = "state_change",
-        detail: dict[str, Any] | None = None,
-    ) -> Settlement:
-        """Write a decided settlement: the attempt row, the event and the row, once each."""
-        # A give-back of a body its worker already recorded as lost adds no second row.
-        if plan.attempt_outcome is not None and not (
-            plan.attempt_outcome == "crashed" and self._has_attempt(job.id, job.attempt)
-        ):
-            self._record_attempt(job, plan.attempt_outcome, worker_id, plan.attempt_error)
-        if kind == "reclaim" and not plan.counts:
-            # A reclaim of a body that never started: its next claim carries the count.
-            job.unstarted_reclaims += 1
-        if not plan.counts:
-            job.uncounted_attempts += 1  # the number stays: the next body's is higher
-        self._transition(job, plan.status, worker_id=worker_id, kind=kind, detail=detail)
-        if plan.job_error is not None:
-            job.set_error(plan.job_error)
-        if plan.run_at is not None:
-            job.scheduled_at = plan.run_at
-        if plan.status in TERMINAL_STATUSES and not plan.given_back:
-            job.lock_expires_at = None  # the worker's own end: who ran it last stays
-        else:
-            job.clear_lock()
-            if plan.status is not JobStatus.CANCELLED:
-                job.cancel_phase = 0  # a forced cancel's phase ends with the attempt it forced
-        return plan
-
-    def _settle(
-        self,
-        job: JobRecord,
-        worker_id: UUID | None,
-        ending: Ending,
-        *,
-        detail: dict[str, Any] | None = None,
-    ) -> Settlement:
-        """Decide ``ending`` and write it (a state_change event)."""
-        return self._write(job, worker_id, self._decide(job, ending), detail=detail)
-
-    def _counts_as_started(self, job: JobRecord) -> bool:
-        """Whether a reclaim of ``job`` uses its attempt: its body started, or it was already
-        reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (a job that kills its worker before
-        its start is written must not loop forever)."""
-        return job.started_at is not None or job.unstarted_reclaims >= UNSTARTED_RECLAIM_LIMIT
-
-    def _blamed(self, job: JobRecord) -> bool:
-        """Whether its worker's death is blamed on ``job``: its start is recorded and no other
-        running body of that worker started after it (ties by id; ``backend.protocol.poison``)."""
-        if job.started_at is None:
-            return False
-        mine = (job.started_at, job.id.bytes)
-        return not any(
-            other.status is RUNNING
-            and other.locked_by_worker == job.locked_by_worker
-            and other.id != job.id
-            and other.started_at is not None
-            and (other.started_at, other.id.bytes) > mine
-            for other in self._jobs.values()
-        )
-
-    def _reclaim(
-        self, job: JobRecord, now: datetime, poison_reclaims: int | None, *, blamed: bool
-    ) -> None:
-        """One expired lease (the reclaim): a 'reclaim' event; never started counts as started
-        after UNSTARTED_RECLAIM_LIMIT such reclaims (``start_assumed``); the
-        ``poison_reclaims``-th crash blamed on the job in a row fails it as a poison job (the
-        rule: ``backend.protocol.poison``); a retry goes back to pending at now."""
-        worker_id = job.locked_by_worker
-        started = self._counts_as_started(job)
-        assumed = started and job.started_at is None  # by UNSTARTED_RECLAIM_LIMIT
-        poison, crashes = None, 0
-        if blamed and poison_reclaims:
-            crashes = len(worker_crashes(e for e in self._events if e.job_id == job.id)) + 1
-            if crashes >= poison_reclaims:
-                poison = poison_error(crashes, poison_reclaims)
-        ending = Ending(
-            "crashed", _LOCK_EXPIRED, now, started=started, retry_as=PENDING, poison=poison
-        )
-        plan = self._decide(job, ending)
-        detail: dict[str, Any] = {
-            "from_state": RUNNING.value,
-            "to_state": plan.status.value,
-            "reason": "lock_expired",
-            "worker_id": None if worker_id is None else str(worker_id),
-            "started": started,
-        }
-        if assumed:
-            detail["start_assumed"] = True
-        if started:
-            detail["blamed"] = blamed
-        if plan.status is JobStatus.FAILED:
-            detail.update(poison=True, crashes=crashes)
-        self._write(job, worker_id, plan, kind="reclaim", detail=detail)
 
     async def release_leases(
         self,
@@ -287,8 +293,6 @@ class SettlePart(MemoryStore):
         error: ErrorInfo | None = None,
         ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
-        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
         run_at = self._now() + retry_delay
         released = woken = 0
@@ -302,7 +306,7 @@ class SettlePart(MemoryStore):
                 "crashed", error, run_at, started=started, ran_for=0.0 if started else None
             )
             detail = {"reason": reason, "started": started}
-            woken += self._settle(job, worker_id, ending, detail=detail).status is PENDING
+            woken += settle_ending(self, job, worker_id, ending, detail=detail).status is PENDING
         if woken:
             self._wake()
         return released
@@ -315,27 +319,16 @@ class SettlePart(MemoryStore):
         ttl = config.result_ttl if config is not None else None
         ttl = ttl if ttl is not None else job.result_ttl
         ttl = ttl if ttl is not None else success.fallback_result_ttl
-        self._settle(job, worker_id, Ending("succeeded", ran_for=success.ran_for))
+        settle_ending(self, job, worker_id, Ending("succeeded", ran_for=success.ran_for))
         job.result = result
         job.result_expires_at = None if ttl is None else job.updated_at + ttl
         return True
 
-    async def mark_succeeded(
-        self,
-        lease: Lease,
-        result: Any,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        """running -> succeeded; result_expires_at from the stored, job or fallback TTL."""
-        encoded = None if result is None else jsontext.encode(result)
-        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
-        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+    mark_succeeded = derived.mark_succeeded
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """mark_succeeded for each; the ids whose leases were still this worker's. Every
-        result is read first, so one that cannot be stored writes nothing (one statement)."""
+        # Every result is read first, so one that cannot be stored writes nothing (as PG's one
+        # statement).
         successes = first_success_per_job(successes)
         results = [json_text(s.result_json) for s in successes]
         return {
@@ -353,8 +346,8 @@ class SettlePart(MemoryStore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """The success applies when the transaction handle commits; until then the job is
-        held as Postgres holds its locked row (the reclaim sweep and heartbeats skip it)."""
+        # Applied when the handle commits; until then the job is held as Postgres holds its
+        # locked row.
         handle = self._transaction_handle(connection)
         result = json_text(result_json)
         if self._leased(lease) is None or lease.job_id in handle.settling:
@@ -372,9 +365,6 @@ class SettlePart(MemoryStore):
         *,
         ran_for: float | None = None,
     ) -> JobRow | None:
-        """No delay: -> failed. Else -> scheduled at now + delay, cancelled when a cancel was
-        requested, or failed DeadlineExceeded when the retry passes schedule_to_close. None
-        when the lease is not the row's any more."""
         job = self._leased(lease)
         if job is None:
             return None
@@ -382,38 +372,34 @@ class SettlePart(MemoryStore):
             ending = Ending("failed", error, ran_for=ran_for)
         else:
             ending = Ending("retried", error, self._now() + retry_delay, ran_for=ran_for)
-        self._settle(job, lease.worker_id, ending)
+        settle_ending(self, job, lease.worker_id, ending)
         return job.snapshot()
 
     async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
-        """running -> cancelled (the actor stopped after a cancel request)."""
         job = self._leased(lease)
         if job is None:
             return False
-        self._settle(job, lease.worker_id, Ending("cancelled", ran_for=ran_for))
+        settle_ending(self, job, lease.worker_id, Ending("cancelled", ran_for=ran_for))
         return True
 
     async def mark_interrupted(
         self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
     ) -> JobStatus | None:
-        """-> pending in its place, the attempt uncounted (cancelled when a cancel was asked)."""
         job = self._leased(lease)
         if job is None:
             return None
         ending = Ending("interrupted", ran_for=0.0 if ran_for is None else ran_for)
-        status = self._settle(job, lease.worker_id, ending, detail={"reason": reason}).status
+        status = settle_ending(self, job, lease.worker_id, ending, detail={"reason": reason}).status
         if status is PENDING:
             self._wake()
         return status
 
     async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
-        """The attempt abandoned (its forced cancel never finished): the job abandoned, or
-        back to pending after a shutdown's while retries remain."""
         job = self._leased(lease)
         if job is None or job.cancel_phase != 2:
             return None
         ending = Ending("abandoned", ErrorInfo("Abandoned", reason), ran_for=0.0)
-        status = self._settle(job, lease.worker_id, ending, detail={"reason": reason}).status
+        status = settle_ending(self, job, lease.worker_id, ending, detail={"reason": reason}).status
         if status is PENDING:
             self._wake()
         return status
@@ -421,12 +407,11 @@ class SettlePart(MemoryStore):
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
     ) -> SnoozeOutcome:
-        """running -> scheduled at now + delay, attempt given back, snooze_count + 1."""
         job = self._leased(lease)
         if job is None:
             return "noop"
         ending = Ending("snoozed", None, self._now() + delay, counts=False, ran_for=ran_for)
-        status = self._settle(job, lease.worker_id, ending).status
+        status = settle_ending(self, job, lease.worker_id, ending).status
         if status is SCHEDULED:
             job.metadata["snooze_count"] = int(job.metadata.get("snooze_count", 0)) + 1
             return "scheduled"
@@ -441,21 +426,17 @@ class SettlePart(MemoryStore):
         ran_for: float | None = None,
         reason: str | None = None,
     ) -> RetryAfterOutcome:
-        """Reschedule at now + delay; with ``consume_budget`` the attempt counts, so a
-        transient job with no attempts left fails with MaxAttemptsExceeded. A requested
-        cancel ends the job cancelled instead. A body that never began (a rate limit held
-        the job back) writes no attempt row; ``reason`` is the event's detail."""
         job = self._leased(lease)
         if job is None:
             return "noop"
         run_at = self._now() + delay
         never_ran = ran_for is None and job.started_at is None
         ending = Ending("retry_after", None, run_at, counts=consume_budget, ran_for=ran_for)
-        plan = self._decide(job, ending)
+        plan = plan_ending(self, job, ending)
         if never_ran:
             plan = replace(plan, attempt_outcome=None)
         detail = None if reason is None else {"reason": reason}
-        self._write(job, lease.worker_id, plan, detail=detail)
+        write_settlement(self, job, lease.worker_id, plan, detail=detail)
         if plan.status is SCHEDULED:
             return "scheduled"
         if plan.status is JobStatus.CANCELLED:
@@ -465,7 +446,6 @@ class SettlePart(MemoryStore):
         return "failed:DeadlineExceeded"
 
     async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
-        """cancel_phase -> 2 on a running job of this lease, with an event."""
         job = self._leased(lease)
         if job is None or job.cancel_phase >= 2:
             return False

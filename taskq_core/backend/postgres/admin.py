@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -47,7 +47,7 @@ from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
 from .core import BackendCore, one_on
-from .settle import Settlement, SettlePart
+from .settle import Settlement, settle_rows
 
 # How long a suffix search may scan the ids before it gives up (PostgreSQL's syntax).
 SUFFIX_SEARCH_TIMEOUT = "10s"
@@ -65,12 +65,10 @@ class AdminPart(BackendCore):
 
     # --- reads -------------------------------------------------------------------------------
     async def get(self, job_id: UUID) -> JobRow | None:
-        """One job, or None."""
         record = await self._pool.fetchrow(self._queries["get_job"], job_id)
         return None if record is None else rows.job(record)
 
     async def list_jobs(self, filter: JobFilter) -> list[JobRow]:
-        """Jobs matching the filter, newest first."""
         records = await self._fetch_custom_plan("list_jobs", *rows.filter_args(filter))
         return [rows.job(r) for r in records]
 
@@ -85,32 +83,26 @@ class AdminPart(BackendCore):
             return list(await conn.fetch(self._queries[name], *args))
 
     async def count_by_queue_status(self) -> list[QueueStatusCount]:
-        """Job counts per (queue, status)."""
         records = await self._pool.fetch(self._queries["count_by_queue_status"])
         return [QueueStatusCount(r["queue"], JobStatus(r["status"]), r["count"]) for r in records]
 
     async def has_active_jobs(self, queues: Sequence[str]) -> bool:
-        """Whether any pending, scheduled or running job is in these queues."""
         return bool(await self._pool.fetchval(self._queries["has_active_jobs"], list(queues)))
 
     async def count_pending_jobs(self, actors: Sequence[str]) -> dict[str, int]:
-        """Pending + scheduled jobs per actor; actors with none are left out."""
         records = await self._pool.fetch(self._queries["count_pending_jobs"], list(actors))
         return {r["actor"]: r["count"] for r in records}
 
     async def get_actor_max_pending(self) -> dict[str, int | None]:
-        """Stored max_pending per actor that has an actor_config row."""
         records = await self._pool.fetch(self._queries["get_actor_max_pending"])
         return {r["actor"]: r["max_pending"] for r in records}
 
     async def count_jobs(self, filter: JobFilter) -> int:
-        """How many jobs the filter matches (at most ``filter.limit``)."""
         records = await self._fetch_custom_plan("count_jobs", *rows.filter_args(filter))
         return int(records[0]["count"])
 
     async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
-        """Live or archived job ids starting (primary-key range) or ending (a scan bounded
-        by SUFFIX_SEARCH_TIMEOUT) with the hex fragment, at most ``limit``, by id."""
+        # A prefix is a primary-key range; a suffix a scan bounded by SUFFIX_SEARCH_TIMEOUT.
         digits = normalize_id_fragment(fragment)
         if limit <= 0:
             return []
@@ -136,7 +128,6 @@ class AdminPart(BackendCore):
         return sorted(found)[:limit]
 
     async def search_jobs(self, query: JobQuery) -> JobPage:
-        """A page of matching jobs, newest first, its total (up to count_max) and cursor."""
         statuses = None if query.statuses is None else [s.value for s in query.statuses]
         matching = (
             statuses,
@@ -165,7 +156,7 @@ class AdminPart(BackendCore):
         )
 
     async def get_dispatch_position(self, job_id: UUID) -> DispatchPosition | None:
-        """The job's place in its queue's dispatch order, on the database clock."""
+        # On the database clock.
         record = await self._pool.fetchrow(self._queries["get_dispatch_position"], job_id)
         if record is None:
             return None
@@ -178,14 +169,14 @@ class AdminPart(BackendCore):
 
     # --- dashboard ---------------------------------------------------------------------------
     async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
-        """Per-queue activity for the live dashboard, every read of jobs index-backed."""
+        # Every read of jobs is index-backed.
         check_dashboard_window(window, minutes)
         records = await self._pool.fetch(self._queries["dashboard_stats"], window, minutes)
         queues = [rows.queue_activity(r, minutes) for r in records if r["name"] is not None]
         return DashboardStats(now=records[0]["now"], window=window, queues=queues)
 
     async def list_recent_jobs(self, filter: JobFilter) -> list[JobSummary]:
-        """Jobs matching the filter, most recent activity first, each status from its index."""
+        # Each status read from its own index.
         check_recent_limit(filter)
         records = await self._pool.fetch(
             self._queries["list_recent_jobs"],
@@ -198,13 +189,11 @@ class AdminPart(BackendCore):
 
     # --- history -----------------------------------------------------------------------------
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        """Every attempt of a job, oldest first."""
         return [
             rows.attempt(r) for r in await self._pool.fetch(self._queries["get_attempts"], job_id)
         ]
 
     async def get_events(self, job_id: UUID) -> list[EventRow]:
-        """Every event of a job, oldest first."""
         return [rows.event(r) for r in await self._pool.fetch(self._queries["get_events"], job_id)]
 
     # --- audit -------------------------------------------------------------------------------
@@ -223,13 +212,11 @@ class AdminPart(BackendCore):
     async def list_operator_log(
         self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
-        """Operator log entries, newest first (of ``action`` and ``target`` when given)."""
         records = await self._pool.fetch(self._queries["list_operator_log"], target, limit, action)
         return [rows.operator_log_entry(r) for r in records]
 
     # --- cancel ------------------------------------------------------------------------------
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
-        """Cancel at once when waiting; flag (phase 1) and NOTIFY when running."""
         record = await self._one(
             self._queries["cancel_where"], None, None, None, [job_id], None, reason,
             self._events_channel,
@@ -246,8 +233,6 @@ class AdminPart(BackendCore):
     async def cancel_where(
         self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
     ) -> BulkCancelResult:
-        """``write_cancel_request`` for the newest ``filter.limit`` matching active jobs;
-        its events carry ``audit``."""
         async with self._audited(audit) as conn:
             record = await one_on(
                 conn,
@@ -260,15 +245,12 @@ class AdminPart(BackendCore):
 
     # --- admin -------------------------------------------------------------------------------
     async def retry_job(self, job_id: UUID) -> bool:
-        """failed/crashed/cancelled -> pending with a fresh attempt budget."""
         record = await self._one(
             self._queries["retry_jobs"], None, None, None, [job_id], None, self._wake_channel
         )
         return bool(record["retried"])
 
     async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
-        """``retry_job`` for the newest ``filter.limit`` matching retryable jobs; its events
-        carry ``audit``."""
         async with self._audited(audit) as conn:
             record = await one_on(
                 conn, self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
@@ -277,9 +259,8 @@ class AdminPart(BackendCore):
 
     # --- stuck work --------------------------------------------------------------------------
     async def end_running_job(self, job_id: UUID, end: ForcedEnd, audit: Audit) -> ForcedEndResult:
-        """Requeue (a reclaim, now) or fail a running job through ``settle``, fenced by the
-        lease read with the row: a worker that settled it first wins, and the worker that
-        held it loses its lease either way."""
+        # Through ``settle``, fenced by the lease read with the row: a worker that settled it
+        # first wins.
         job = await self.get(job_id)
         if job is None or job.status is not JobStatus.RUNNING or job.locked_by_worker is None:
             return ForcedEndResult(job, settled=False)
@@ -292,14 +273,11 @@ class AdminPart(BackendCore):
             reason="operator_requeue" if end == "requeue" else None,
         )
         reason = "operator_requeue" if end == "requeue" else "operator_fail"
-        # The backend is all its parts; the settle part holds the one settle statement.
-        settle_part = cast(SettlePart, self)
         async with self._audited(audit, reason=reason) as conn:
-            settled = await settle_part._settle(conn, [settlement])
+            settled = await settle_rows(self, conn, [settlement])
         return ForcedEndResult(await self.get(job_id), settled=bool(settled))
 
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
-        """Move the newest ``filter.limit`` matching waiting jobs to ``to_queue``."""
         async with self._audited(audit) as conn:
             record = await one_on(
                 conn,
@@ -311,7 +289,6 @@ class AdminPart(BackendCore):
         return int(record["moved"])
 
     async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
-        """Delete the newest ``filter.limit`` matching jobs but running ones, logged."""
         record = await self._one(
             self._queries["purge_jobs"],
             *rows.filter_args(filter),

@@ -38,7 +38,7 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 @translate_errors
 class PostgresBackend(
-    BatchPart,  # over EnqueuePart: it enqueues finalizers
+    BatchPart,
     EnqueuePart,
     DispatchPart,
     LeaderPart,

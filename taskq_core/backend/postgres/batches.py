@@ -39,7 +39,8 @@ from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import JobStatus
 
 from . import bulk, rows
-from .enqueue import EnqueuePart
+from .core import BackendCore
+from .enqueue import enqueue_job
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="postgres_backend")
@@ -67,15 +68,12 @@ def _counts(statuses: list[str] | None, counts: list[int] | None) -> BatchCounts
     return BatchCounts(rows.status_counts(statuses or [], counts or []))
 
 
-class BatchPart(EnqueuePart):
+class BatchPart(BackendCore):
     """``create_batch``, ``apply_batch_outcomes``, ``get_batch``, ``count_batch_jobs``,
     ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
 
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
-        """Insert the batch row (``active``); with ``connection`` it commits with the
-        caller's transaction. The finalizer is stored, not enqueued. An existing id raises
-        ValueError. A finalizer's payload over ``max_payload_bytes`` raises
-        PayloadTooLargeError before anything is written."""
+        # The finalizer is stored, not enqueued; its size is checked before anything is written.
         if batch.finalizer is not None:
             check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
         finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
@@ -94,25 +92,21 @@ class BatchPart(EnqueuePart):
         return _batch(record)
 
     async def get_batch(self, batch_id: UUID) -> BatchRow | None:
-        """One batch row, or None."""
         record = await self._pool.fetchrow(self._queries["get_batch"], batch_id)
         return None if record is None else _batch(record)
 
     async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
-        """The batch's children in the jobs table by status (whether or not it has a row)."""
         records = await self._pool.fetch(self._queries["count_batch_jobs"], batch_id)
         return _counts([r["status"] for r in records], [r["count"] for r in records])
 
     async def list_batch_jobs(
         self, batch_id: UUID, statuses: Collection[JobStatus] | None = None, limit: int = 20
     ) -> list[JobSummary]:
-        """The batch's children (of ``statuses``), the most recently finished first."""
         names = None if statuses is None else sorted(status.value for status in statuses)
         records = await self._pool.fetch(self._queries["list_batch_jobs"], batch_id, names, limit)
         return [rows.job_summary(r) for r in records]
 
     async def list_batches(self, filter: BatchFilter) -> list[tuple[BatchRow, BatchCounts]]:
-        """Batch rows matching the filter, newest first, each with its children's counts."""
         query = self._queries["list_batches"]
         records = await self._pool.fetch(
             query, filter.queue, filter.active, filter.batch_id, filter.limit
@@ -120,9 +114,7 @@ class BatchPart(EnqueuePart):
         return [(_batch(r), _counts(r["statuses"], r["counts"])) for r in records]
 
     async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
-        """The outcome table for each batch with an active row, its outcomes in the given
-        order, in one transaction; returns the batches that left ``active`` (in order of
-        first appearance)."""
+        # One transaction.
         grouped = outcomes_by_batch(outcomes)
         if not grouped:
             return []
@@ -146,8 +138,7 @@ class BatchPart(EnqueuePart):
         return [moved[batch_id] for batch_id in grouped if batch_id in moved]
 
     async def complete_stale_batches(self, limit: int = 100) -> list[BatchTransition]:
-        """Active batches (oldest first, at most ``limit``) with no child pending, scheduled
-        or running become ``complete``, finalizer enqueued; one transaction."""
+        # One transaction.
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         async with self._pool.acquire() as conn, conn.transaction():
@@ -161,9 +152,7 @@ class BatchPart(EnqueuePart):
         return [moved[r["id"]] for r in done]
 
     async def prune_old_batches(self, older_than: timedelta, *, batch_size: int = 1000) -> int:
-        """Delete ended batch rows whose ``completed_at`` is more than ``older_than`` ago
-        (database clock) and that have no child left in the jobs table, ``batch_size`` per
-        committed batch; returns how many were deleted."""
+        # On the database clock, ``batch_size`` per committed batch.
         return await self._in_batches("prune_old_batches", batch_size, older_than)
 
     async def _end_batches(self, conn: Any, settled: Sequence[Any]) -> dict[UUID, BatchTransition]:
@@ -198,7 +187,7 @@ class BatchPart(EnqueuePart):
             return None
         args = finalizer_from_json(json.loads(stored))
         try:
-            job = await self.enqueue(args, connection=conn)
+            job = await enqueue_job(self, args, connection=conn)
         except (SingletonCollisionError, PayloadTooLargeError) as exc:
             _log.warning("batch_finalizer_refused", batch_id=str(batch_id), error=str(exc))
             return None

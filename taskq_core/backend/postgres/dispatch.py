@@ -29,12 +29,9 @@ class DispatchPart(BackendCore):
     async def dispatch_batch(
         self, worker_id: UUID, queues: Sequence[str], limit: int, lock_lease: timedelta
     ) -> list[JobRow]:
-        """Claim up to ``limit`` due pending jobs in one statement (see ``sql/dispatch.sql``).
-
-        The lighter ``dispatch_plain`` runs first while no cap or round_robin queue is
-        configured; when it finds that it does not apply, ``dispatch_batch`` runs instead,
-        and alone for the next few seconds.
-        """
+        # One statement (sql/dispatch.sql). The lighter ``dispatch_plain`` runs first while no
+        # cap or round_robin queue is configured; when it finds that it does not apply,
+        # ``dispatch_batch`` runs instead, and alone for the next few seconds.
         if limit <= 0 or not queues:
             return []
         args = (list(queues), limit, worker_id, lock_lease, self._oversample)
@@ -57,7 +54,7 @@ class DispatchPart(BackendCore):
         *,
         is_leader: bool = False,
     ) -> HeartbeatResult:
-        """Worker row, the named leases, leader row and cancel flags: one statement."""
+        # One statement.
         records = await self._heartbeat_pool.fetch(
             self._queries["heartbeat"],
             worker_id,
@@ -82,7 +79,6 @@ class DispatchPart(BackendCore):
 
     # --- terminal and rescheduling writes ----------------------------------------------------
     async def mark_started_many(self, worker_id: UUID, starts: Sequence[Start]) -> set[UUID]:
-        """started_at for claimed jobs whose bodies began; the ids written."""
         if not starts:
             return set()
         rows = await self._pool.fetch(
@@ -95,7 +91,6 @@ class DispatchPart(BackendCore):
         return {row["id"] for row in rows}
 
     async def record_lost_attempts(self, worker_id: UUID, lost: Sequence[LostAttempt]) -> int:
-        """Attempt rows for bodies that ran under leases this worker lost."""
         if not lost:
             return 0
         return int(
@@ -111,7 +106,6 @@ class DispatchPart(BackendCore):
         )
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
-        """Running jobs of this worker with a cancel requested, oldest request first."""
         records = await self._heartbeat_pool.fetch(self._queries["poll_cancel_flags"], worker_id)
         return [
             CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
@@ -119,7 +113,6 @@ class DispatchPart(BackendCore):
         ]
 
     async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
-        """cancel_phase -> 2 with an event, before the worker cancels the task."""
         done = await self._pool.fetchval(
             self._queries["write_cancel_escalation"],
             lease.job_id,

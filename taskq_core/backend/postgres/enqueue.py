@@ -127,73 +127,77 @@ class _CopyBatch:
         self.keys[stored] = (args.unique_key, job_id)
 
 
+def _enqueue_params(core: BackendCore, args: EnqueueArgs) -> tuple[Any, ...]:
+    job_id = _check(args)
+    payload = bulk.dumps(args.payload)
+    check_payload_size(args.actor, payload, core.max_payload_bytes)
+    return (
+        job_id,
+        args.actor,
+        args.queue,
+        payload,
+        args.priority,
+        args.delay,
+        args.identity_key,
+        args.fairness_key,
+        args.schedule_to_close,
+        args.retry_kind,
+        args.max_attempts,
+        args.result_ttl,
+        bulk.dumps(args.metadata),
+        args.trace_id,
+        args.span_id,
+        core._wake_channel,
+        args.unique_key,
+        args.unique_for,
+    )
+
+
+async def enqueue_job(core: BackendCore, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
+    """Insert one job; pending jobs NOTIFY the wake channel. No event (not a transition).
+
+    Idempotent on the id: an existing job with the same id comes back unchanged when it is
+    the same job (a retry whose first answer was lost), and raises ValueError otherwise.
+    ``connection`` may be any asyncpg connection: the statement binds JSON as text, so it
+    does not depend on the connection's codecs, and it commits with the caller.
+    """
+    params = _enqueue_params(core, args)
+    executor: Any = core._pool if connection is None else connection
+    for _ in range(_ENQUEUE_RUNS):
+        record = await executor.fetchrow(core._queries["enqueue"], *params)
+        if record["id"] is not None:  # inserted, or the job already under this id
+            job = rows.job_from_text_json(record)
+            if not record["created"] and not is_same_job(job, args):
+                raise duplicate_id_error(job.id)
+            return job
+        if record["holder_id"] is not None:
+            assert args.unique_key is not None
+            raise collision(
+                args.unique_key, record["holder_id"], record["holder_until"], record["now"]
+            )
+        # The id's or the key's other insert committed while this one waited on it: its
+        # row was not in this statement's snapshot; the next statement's has it (or, when
+        # it has ended meanwhile, the insert goes through).
+    raise TransientDatabaseError(
+        f"enqueue of job {params[0]} kept conflicting with concurrent inserts; retry"
+    )
+
+
 class EnqueuePart(BackendCore):
     """enqueue, enqueue_batch (COPY, rows built from what was sent), enqueue_batch_fast."""
 
-    def _enqueue_params(self, args: EnqueueArgs) -> tuple[Any, ...]:
-        job_id = _check(args)
-        payload = bulk.dumps(args.payload)
-        check_payload_size(args.actor, payload, self.max_payload_bytes)
-        return (
-            job_id,
-            args.actor,
-            args.queue,
-            payload,
-            args.priority,
-            args.delay,
-            args.identity_key,
-            args.fairness_key,
-            args.schedule_to_close,
-            args.retry_kind,
-            args.max_attempts,
-            args.result_ttl,
-            bulk.dumps(args.metadata),
-            args.trace_id,
-            args.span_id,
-            self._wake_channel,
-            args.unique_key,
-            args.unique_for,
-        )
-
-    async def enqueue(self, args: EnqueueArgs, *, connection: Any = None) -> JobRow:
-        """Insert one job; pending jobs NOTIFY the wake channel. No event (not a transition).
-
-        Idempotent on the id: an existing job with the same id comes back unchanged when it is
-        the same job (a retry whose first answer was lost), and raises ValueError otherwise.
-        ``connection`` may be any asyncpg connection: the statement binds JSON as text, so it
-        does not depend on the connection's codecs, and it commits with the caller.
-        """
-        params = self._enqueue_params(args)
-        executor: Any = self._pool if connection is None else connection
-        for _ in range(_ENQUEUE_RUNS):
-            record = await executor.fetchrow(self._queries["enqueue"], *params)
-            if record["id"] is not None:  # inserted, or the job already under this id
-                job = rows.job_from_text_json(record)
-                if not record["created"] and not is_same_job(job, args):
-                    raise duplicate_id_error(job.id)
-                return job
-            if record["holder_id"] is not None:
-                assert args.unique_key is not None
-                raise collision(
-                    args.unique_key, record["holder_id"], record["holder_until"], record["now"]
-                )
-            # The id's or the key's other insert committed while this one waited on it: its
-            # row was not in this statement's snapshot; the next statement's has it (or, when
-            # it has ended meanwhile, the insert goes through).
-        raise TransientDatabaseError(
-            f"enqueue of job {params[0]} kept conflicting with concurrent inserts; retry"
-        )
+    # A module function, bound here without a wrapper: the batch part enqueues finalizers
+    # through it on its own connection, and a client's enqueue pays no extra call.
+    enqueue = enqueue_job
 
     async def enqueue_batch(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> list[JobRow]:
-        """COPY the batch in, as ``enqueue_batch_fast`` does, and return its rows in item order.
-
-        Every column of a new row is known without reading it back: the item, the database
-        clock read in the same transaction, and the schema defaults (no trigger writes to
-        ``jobs``). So the rows are built from what was sent, the JSON columns decoded from the
-        very text the COPY carried (as the in-memory backend does).
-        """
+        # COPY, as ``enqueue_batch_fast``. Every column of a new row is known without reading it
+        # back: the item, the database clock read in the same transaction, and the schema
+        # defaults (no trigger writes to ``jobs``). So the rows are built from what was sent,
+        # the JSON columns decoded from the very text the COPY carried (as the in-memory backend
+        # does).
         if not args_list:
             return []
         rows: list[JobRow] = []
@@ -203,11 +207,8 @@ class EnqueuePart(BackendCore):
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
-        """Binary COPY of the jobs (no RETURNING) with one NOTIFY; returns the count.
-
-        The rows are encoded by ``bulk`` (no connection codec involved), so TaskQ's own
-        connections and a caller's take the same path.
-        """
+        # Binary COPY, no RETURNING. The rows are encoded by ``bulk`` (no connection codec
+        # involved), so TaskQ's own connections and a caller's take the same path.
         if not args_list:
             return 0
         await self._copy(args_list, connection)

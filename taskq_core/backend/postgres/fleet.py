@@ -57,8 +57,6 @@ class FleetPart(BackendCore):
     """``fleet_stats``."""
 
     async def fleet_stats(self, window: timedelta) -> FleetStats:
-        """Per queue and per (queue, actor) counts, the oldest pending job, the window's
-        finished jobs and start latency, from one snapshot."""
         check_fleet_window(window)
         queries = self._queries
         async with (

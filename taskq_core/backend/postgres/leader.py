@@ -14,37 +14,36 @@ import structlog
 from taskq_core.backend.protocol import (
     EventRow,
     LeaderRow,
+    derived,
 )
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
     DEFAULT_POISON_RECLAIMS,
     JOBS_VACUUM_TIMEOUT,
-    RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS,
     validate_identifier,
 )
 
 from . import rows
+from .core import BackendCore
 from .errors import is_database_trouble
-from .settle import Settlement, SettlePart
+from .settle import Settlement, settle_rows
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="postgres_backend")
 
 
-class LeaderPart(SettlePart):
+class LeaderPart(BackendCore):
     """The maintenance leader's lock and row, and the sweeps it runs."""
 
     async def try_acquire_leadership(
         self, worker_id: UUID, *, lease: timedelta | None = None
     ) -> bool:
-        """Take (or keep) the leader's session advisory lock on the dedicated connection,
-        whose ``idle_session_timeout`` is ``lease`` (the contract: the protocol's).
-
-        A renewal that finds the connection dead (the server ended a silent session, a
-        restart, a terminated backend) has lost the lock with it: this call then competes
-        again at once on a new connection, so it answers False only when the database did,
-        and raises DatabaseUnavailableError when the database cannot be reached.
-        """
+        # The lock: a session advisory lock on the dedicated connection, whose
+        # ``idle_session_timeout`` is ``lease``. A renewal that finds the connection dead (the
+        # server ended a silent session, a restart, a terminated backend) has lost the lock with
+        # it: this call then competes again at once on a new connection, so it answers False
+        # only when the database did, and raises DatabaseUnavailableError when the database
+        # cannot be reached.
         async with self._leader_lock:
             if self._leader_worker is not None:
                 if self._leader_worker != worker_id:
@@ -133,8 +132,7 @@ class LeaderPart(SettlePart):
         return True
 
     async def release_leadership(self, worker_id: UUID) -> None:
-        """Unlock, remove the leader row and close the leader connection (no-op when not
-        leading as ``worker_id``)."""
+        # Unlock, remove the leader row and close the leader connection.
         async with self._leader_lock:
             if self._leader_worker != worker_id:
                 return
@@ -165,7 +163,6 @@ class LeaderPart(SettlePart):
             conn.terminate()
 
     async def get_leader(self) -> LeaderRow | None:
-        """The current leader row, if any."""
         record = await self._pool.fetchrow(self._queries["get_leader"])
         if record is None:
             return None
@@ -173,12 +170,11 @@ class LeaderPart(SettlePart):
 
     # --- sweeps ------------------------------------------------------------------------------
     async def scheduled_to_pending(self) -> int:
-        """Due scheduled jobs -> pending; one NOTIFY when any moved."""
+        # One NOTIFY when any moved.
         record = await self._one(self._queries["scheduled_to_pending"], self._wake_channel)
         return int(record["moved"])
 
     async def deadline_sweep(self) -> int:
-        """Waiting jobs past schedule_to_close -> failed (DeadlineExceeded)."""
         return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
 
     async def reclaim_expired_locks(
@@ -188,12 +184,8 @@ class LeaderPart(SettlePart):
         *,
         poison_reclaims: int | None = DEFAULT_POISON_RECLAIMS,
     ) -> int:
-        """The reclaim: expired leases -> pending / crashed / cancelled / failed (a poison job),
-        with outbox events.
-
-        The expired leases are locked (SKIP LOCKED) and settled (outcome reclaimed) in one
-        transaction: ``settle`` decides each row's fate, as it does for a worker's release.
-        """
+        # The expired leases are locked (SKIP LOCKED) and settled (outcome reclaimed) in one
+        # transaction: ``settle`` decides each row's fate, as it does for a worker's release.
         async with self._pool.acquire() as conn, conn.transaction():
             expired = await conn.fetch(
                 self._queries["expired_leases"],
@@ -215,27 +207,22 @@ class LeaderPart(SettlePart):
                 )
                 for record in expired
             ]
-            settled = await self._settle(conn, settlements, poison_reclaims=poison_reclaims)
+            settled = await settle_rows(self, conn, settlements, poison_reclaims=poison_reclaims)
             return len(settled)
 
     async def expire_results(
         self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        """Clear results whose result_expires_at has passed, ``batch_size`` per committed
-        batch, until a batch clears fewer; returns how many were cleared."""
+        # ``batch_size`` per committed batch.
         return await self._in_batches("expire_results", batch_size, on_batch=on_batch)
 
     async def delete_stale_workers(self, older_than: timedelta, batch_size: int = 1_000) -> int:
-        """Delete workers rows silent for ``older_than`` that hold no running job,
-        ``batch_size`` per committed batch; returns how many were deleted (why that is safe:
-        sql/maintenance.sql)."""
-        if older_than <= timedelta(0):
-            raise ValueError(f"older_than must be positive, got {older_than}")
+        # ``batch_size`` per committed batch (why that is safe: sql/maintenance.sql).
+        derived.check_stale_age(older_than)
         return await self._in_batches("delete_stale_workers", batch_size, older_than)
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
-        """VACUUM the jobs table when the statistics say dead rows piled up (see the
-        protocol); VACUUM cannot run in a transaction block, so it is a statement of its own."""
+        # VACUUM cannot run in a transaction block, so it is a statement of its own.
         due = await self._pool.fetchval(
             self._queries["jobs_vacuum_due"], f"{self.schema}.jobs", min_dead, dead_fraction
         )
@@ -248,30 +235,27 @@ class LeaderPart(SettlePart):
         return True
 
     async def waiting_queues(self) -> list[str]:
-        """Queues with pending jobs, found by a skip scan of the pending dispatch index."""
+        # A skip scan of the pending dispatch index; sorted in Python, not by a collation.
         records = await self._pool.fetch(self._queries["waiting_queues"])
         return sorted(record["queue"] for record in records)  # Python's order, not a collation
 
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None
     ) -> list[EventRow]:
-        """Reclaim events after the cursor, oldest first, once past the visibility delay."""
         if limit <= 0:
             return []
-        if visibility_delay is None:
-            visibility_delay = timedelta(seconds=RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS)
+        visibility_delay = derived.reclaim_visibility_delay(visibility_delay)
         records = await self._pool.fetch(
             self._queries["poll_reclaim_events"], after_id, limit, visibility_delay
         )
         return [rows.event(r) for r in records]
 
     async def latest_reclaim_event_id(self) -> int:
-        """The newest reclaim event's id, 0 when there is none."""
         return int(await self._pool.fetchval(self._queries["latest_reclaim_event_id"]))
 
     async def close(self) -> None:
-        """Step down (unlock, remove the leader row, close its connection), then close the
-        rest; idempotent."""
+        # Step down first (unlock, remove the leader row, close its connection), then close the
+        # rest.
         if self._closed:
             return
         if self._leader_worker is not None:

@@ -14,7 +14,6 @@ class ProgressPart(BackendCore):
     """Write a running job's progress."""
 
     async def write_progress(self, lease: Lease, seq: int, state: dict[str, Any]) -> bool:
-        """The report, when the lease still holds and ``seq`` is newer than the stored one."""
         written = await self._pool.fetchval(
             self._queries["write_progress"],
             lease.job_id,

@@ -52,15 +52,13 @@ class RateLimitPart(BackendCore):
         return self._sized_reservations
 
     async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``), or the
-        call's place in the bucket's line."""
         return (await self.acquire_tokens(key, rate, burst, 1))[0]
 
     async def acquire_tokens(
         self, key: str, rate: float, burst: float, count: int
     ) -> list[LimitGrant]:
-        """``count`` calls' tokens from bucket ``key`` in one statement: the first ones
-        granted while tokens last, the others placed in the bucket's line."""
+        # One statement: the first granted while tokens last, the others placed in the bucket's
+        # line.
         record = await self._one(self._queries["acquire_tokens"], key, rate, burst, count)
         return grants_of(
             int(record["granted"]),
@@ -71,8 +69,6 @@ class RateLimitPart(BackendCore):
         )
 
     async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """One entry of window ``key`` (``limit`` per ``window``), or the call's place in
-        the window's line."""
         sizes = self._window_sizes()
         if (key, limit) not in sizes:
             await self._size_window(key, limit)
@@ -95,7 +91,6 @@ class RateLimitPart(BackendCore):
     async def acquire_reservation(
         self, name: str, slots: int, job_id: UUID, worker_id: UUID, lease: timedelta
     ) -> bool:
-        """One slot of ``name`` for the job until now() + ``lease``; False when all are held."""
         sizes = self._reservation_sizes()
         if (name, slots) not in sizes:
             await self._pool.execute(self._queries["ensure_reservation_slots"], name, slots)
@@ -106,14 +101,12 @@ class RateLimitPart(BackendCore):
         return slot is not None
 
     async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
-        """The capped queues among ``queues`` and their max_concurrent."""
         records = await self._pool.fetch(self._queries["queue_caps"], list(queues))
         return {r["name"]: int(r["max_concurrent"]) for r in records}
 
     async def release_reservations(
         self, job_id: UUID, worker_id: UUID, names: Sequence[str] | None = None
     ) -> int:
-        """Free the slots the job holds under this worker (only ``names``' when given)."""
         freed = await self._pool.fetchval(
             self._queries["release_reservations"],
             job_id,
@@ -125,7 +118,7 @@ class RateLimitPart(BackendCore):
     async def extend_reservation_leases(
         self, worker_id: UUID, job_ids: Sequence[UUID], lease: timedelta
     ) -> int:
-        """Renew this worker's slots of ``job_ids`` (the heartbeat pool: beside the leases)."""
+        # On the heartbeat pool, beside the leases.
         if not job_ids:
             return 0
         renewed = await self._heartbeat_pool.fetchval(
@@ -134,16 +127,13 @@ class RateLimitPart(BackendCore):
         return int(renewed)
 
     async def sweep_leaked_reservation_slots(self) -> int:
-        """The leaked-slot sweep: slots whose lease ran out or whose job ended are freed."""
         return int(await self._pool.fetchval(self._queries["sweep_leaked_reservation_slots"]))
 
     async def sweep_idle_limiter_state(self, idle: timedelta, limit: int = 1000) -> IdleStateSwept:
-        """Delete buckets and window keys unused past ``idle`` and their rest time."""
         record = await self._one(self._queries["sweep_idle_limiter_state"], idle, limit)
         return IdleStateSwept(int(record["buckets"]), int(record["windows"]), int(record["lines"]))
 
     async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
-        """Slots held now, by name and slot."""
         records = await self._pool.fetch(self._queries["held_reservation_slots"], name)
         return [
             HeldSlot(r["name"], r["slot"], r["job_id"], r["worker_id"], r["lease_expires_at"])
@@ -151,7 +141,7 @@ class RateLimitPart(BackendCore):
         ]
 
     async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
-        """Upsert the definitions a worker enforces (one statement)."""
+        # One statement.
         if not definitions:
             return
         await self._pool.execute(
@@ -166,7 +156,7 @@ class RateLimitPart(BackendCore):
         )
 
     async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
-        """Every registered limit and its instances' use now, on the server's clock."""
+        # On the server's clock.
         records = await self._pool.fetch(self._queries["rate_limit_usage"], instances_per_limit)
         usage = []
         for r in records:

@@ -39,7 +39,6 @@ class RegistryPart(BackendCore):
 
     # --- workers and leadership --------------------------------------------------------------
     async def register_worker(self, info: WorkerInfo) -> None:
-        """Insert (or refresh) this worker's row, status running."""
         await self._pool.execute(
             self._queries["register_worker"],
             info.id,
@@ -54,20 +53,16 @@ class RegistryPart(BackendCore):
         )
 
     async def mark_worker_stopped(self, worker_id: UUID) -> None:
-        """status stopped, stopped_at now."""
         await self._pool.execute(self._queries["mark_worker_stopped"], worker_id)
 
     async def list_workers(self) -> list[WorkerRow]:
-        """Every worker row, most recently seen first."""
         return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
 
     # --- actor config ------------------------------------------------------------------------
     async def sync_actor_configs(
         self, declared: Sequence[ActorDeclaration], *, force: bool
     ) -> ActorConfigSyncResult:
-        """Create missing rows; report capacity overrides and structural drift; overwrite the
-        drift only with ``force``; write the code's retry policy and priority unless drift
-        refuses the start. One statement, so one transaction."""
+        # One statement, so one transaction.
         if not declared:
             return ActorConfigSyncResult([], [], [], overwritten=False)
         metadata = [json.loads(bulk.dumps(d.metadata)) for d in declared]  # jsonb-normalized
@@ -112,12 +107,10 @@ class RegistryPart(BackendCore):
         return ActorConfigSyncResult(created, overrides, drift, overwritten=force and bool(drift))
 
     async def list_actor_configs(self) -> list[ActorConfigRow]:
-        """Every actor_config row by name."""
         records = await self._pool.fetch(self._queries["list_actor_configs"])
         return [rows.actor_config(r) for r in records]
 
     async def get_actor_config(self, actor: str) -> ActorConfigRow | None:
-        """One actor_config row, or None."""
         record = await self._pool.fetchrow(self._queries["get_actor_config"], actor)
         return None if record is None else rows.actor_config(record)
 
@@ -130,8 +123,7 @@ class RegistryPart(BackendCore):
         result_ttl: timedelta | None = UNSET,
         audit: Audit | None = None,
     ) -> ActorConfigRow | None:
-        """Set (value) or clear (None) capacity fields; UNSET leaves a field. None if no row.
-        With ``audit``, the change and its operator log entry commit together."""
+        # The change and its operator log entry commit together.
         check_capacity(max_concurrent=max_concurrent, max_pending=max_pending)
         async with self._pool.acquire() as conn, conn.transaction():
             before = await conn.fetchrow(self._queries["lock_actor_config"], actor)
@@ -164,11 +156,9 @@ class RegistryPart(BackendCore):
 
     # --- queues ------------------------------------------------------------------------------
     async def list_queues(self) -> list[QueueRow]:
-        """Every queue that has jobs or a row, by name."""
         return [rows.queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
 
     async def get_queue(self, name: str) -> QueueRow | None:
-        """One queue, or None when it has neither jobs nor a row."""
         record = await self._pool.fetchrow(self._queries["list_queues"], name)
         return None if record is None else rows.queue(record)
 
@@ -183,8 +173,6 @@ class RegistryPart(BackendCore):
         pause_reason: str | None = None,
         audit: Audit | None = None,
     ) -> QueueRow:
-        """Upsert a queue row; UNSET leaves a field; ``max_concurrent=None`` clears it; a
-        pause records who, when and why, a resume clears that."""
         check_queue_update(mode, max_concurrent)
         async with self._pool.acquire() as conn, conn.transaction():
             before = None

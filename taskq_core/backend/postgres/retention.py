@@ -74,9 +74,7 @@ class RetentionPart(BackendCore):
         dry_run: bool = False,
         on_batch: Callable[[int], None] | None = None,
     ) -> PruneResult:
-        """Move due terminal jobs to the archive, ``policy.batch_size`` per committed batch,
-        until a batch moves fewer than that, telling ``on_batch`` what each moved; ``dry_run``
-        counts them in one query instead."""
+        # ``policy.batch_size`` per committed batch; ``dry_run`` counts in one query instead.
         moved: dict[tuple[JobStatus, str], int] = {}
         statuses, keeps, queue = _rules(policy)
         if dry_run:
@@ -106,15 +104,12 @@ class RetentionPart(BackendCore):
     async def expire_archive(
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        """Delete archived jobs past ``expire_at`` (their attempts cascade), ``batch_size``
-        per committed batch; returns how many were deleted."""
+        # Their attempts cascade; ``batch_size`` per committed batch.
         return await self._in_batches("expire_archive_batch", batch_size, on_batch=on_batch)
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
-        """The session advisory lock ``name`` (per schema) on one direct connection kept for
-        the body (never through PgBouncer, whose transaction mode would hand the session to
-        another client); True when this caller got it. Unlocked at exit, whatever ends the
-        body."""
+        # A session advisory lock per schema on one direct connection kept for the body (never
+        # through PgBouncer, whose transaction mode would hand the session to another client).
         return self._sweep_lock(sweep_lock_key(self.schema, name))
 
     @asynccontextmanager
@@ -148,13 +143,12 @@ class RetentionPart(BackendCore):
             await self._session_pool.release(conn)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
-        """One archived job (its row built as a live job's), or None."""
+        # Its row built as a live job's.
         record = await self._pool.fetchrow(self._queries["get_archived_job"], job_id)
         if record is None:
             return None
         return ArchivedJob(rows.job(record), record["archived_at"], record["expire_at"])
 
     async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        """The attempts of an archived job, oldest first."""
         records = await self._pool.fetch(self._queries["get_archived_attempts"], job_id)
         return [rows.attempt(r) for r in records]

@@ -57,7 +57,7 @@ class SchedulePart(BackendCore):
     async def create_schedule(
         self, spec: ScheduleSpec, *, audit: Audit | None = None
     ) -> ScheduleRecord:
-        """Insert an enabled schedule, its first fire time after the database's now."""
+        # The first fire time after the database's now.
         async with self._pool.acquire() as conn, conn.transaction():
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
             row = new_schedule(spec, now, declared_in_code=False)
@@ -85,21 +85,19 @@ class SchedulePart(BackendCore):
         return _record(record)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        """One schedule by name, or None."""
         record = await self._pool.fetchrow(self._queries["get_schedule"], name)
         return None if record is None else _record(record)
 
     async def list_schedules(
         self, *, actor: str | None = None, enabled: bool | None = None
     ) -> list[ScheduleRecord]:
-        """Schedules by name, optionally of one actor or one enabled state."""
         records = await self._pool.fetch(self._queries["list_schedules"], actor, enabled)
         return [_record(r) for r in records]
 
     async def update_schedule(
         self, name: str, update: ScheduleUpdate, *, audit: Audit | None = None
     ) -> ScheduleRecord | None:
-        """Apply ``update`` to the locked row, timed on the database's clock."""
+        # On the locked row, timed on the database's clock.
         async with self._pool.acquire() as conn, conn.transaction():
             locked = await conn.fetchrow(self._queries["lock_schedule"], name)
             if locked is None:
@@ -118,7 +116,6 @@ class SchedulePart(BackendCore):
         return after
 
     async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
-        """Delete the schedule (its jobs stay); False when there was none."""
         async with self._pool.acquire() as conn, conn.transaction():
             record = await conn.fetchrow(self._queries["delete_schedule"], name)
             if record is not None and audit is not None:
@@ -140,7 +137,7 @@ class SchedulePart(BackendCore):
         )
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
-        """Upsert the declared schedules in one transaction (see the protocol)."""
+        # One transaction.
         for spec in specs:  # each fire copies the payload into a job: the enqueue's limit
             check_payload(spec.actor, spec.payload, self.max_payload_bytes)
         names = [spec.name for spec in specs]
@@ -154,8 +151,8 @@ class SchedulePart(BackendCore):
         return plan.result
 
     async def fire_due_schedules(self, limit: int) -> list[FiredSchedule]:
-        """The leader's tick in one transaction: pick the due schedules (locked, on the
-        database's clock), plan each fire, insert the jobs and move the schedules on."""
+        # One transaction: pick the due schedules (locked, on the database's clock), plan each
+        # fire, insert the jobs and move the schedules on.
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         async with self._pool.acquire() as conn, conn.transaction():

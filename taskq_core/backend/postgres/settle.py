@@ -24,12 +24,13 @@ from taskq_core.backend.protocol import (
     RetryAfterOutcome,
     SnoozeOutcome,
     Success,
+    derived,
     first_success_per_job,
 )
 from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 
-from . import bulk, rows
+from . import rows
 from .core import BackendCore
 
 Outcome = Literal[
@@ -82,50 +83,52 @@ def _status(settled: str | None) -> JobStatus | None:
     return None if settled is None else JobStatus(settled.partition(":")[0])
 
 
+async def settle_rows(
+    core: BackendCore,
+    executor: Any,
+    settlements: Sequence[Settlement],
+    *,
+    poison_reclaims: int | None = None,
+) -> list[asyncpg.Record]:
+    """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
+    rule_error) per lease that was still the row's. ``poison_reclaims``: the reclaim
+    sweep's poison limit (None: a reclaim never fails a job as poison). A function of the
+    core: the leader's reclaim and the operator's end of a running job settle through it."""
+    columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
+    return await _unstorable_as_taskq_error(
+        executor.fetch(
+            core._queries["settle"],
+            *columns,
+            core._wake_channel,
+            UNSTARTED_RECLAIM_LIMIT,
+            poison_reclaims,
+        )
+    )
+
+
+async def _unstorable_as_taskq_error(
+    fetch: Awaitable[list[asyncpg.Record]],
+) -> list[asyncpg.Record]:
+    """Await a settle. Result text jsonb refuses (not JSON, NaN, Infinity, a \\u0000
+    escape: the statement's only text cast) fails the one statement, so nothing is
+    written: the caller sees UnstorableValueError, as from the memory backend."""
+    try:
+        return await fetch
+    except (
+        asyncpg.InvalidTextRepresentationError,
+        asyncpg.UntranslatableCharacterError,
+    ) as exc:
+        reason = str(exc).splitlines()[0]
+        raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
+
+
 class SettlePart(BackendCore):
     """Every write that ends or reschedules a claimed attempt, fenced by its lease."""
-
-    async def _settle(
-        self,
-        executor: Any,
-        settlements: Sequence[Settlement],
-        *,
-        poison_reclaims: int | None = None,
-    ) -> list[asyncpg.Record]:
-        """Run ``settle`` on ``executor`` (the pool or a connection); one record (id, status,
-        rule_error) per lease that was still the row's. ``poison_reclaims``: the reclaim
-        sweep's poison limit (None: a reclaim never fails a job as poison)."""
-        columns = [[getattr(s, name) for s in settlements] for name in _SETTLEMENT_FIELDS]
-        return await self._unstorable_as_taskq_error(
-            executor.fetch(
-                self._queries["settle"],
-                *columns,
-                self._wake_channel,
-                UNSTARTED_RECLAIM_LIMIT,
-                poison_reclaims,
-            )
-        )
-
-    @staticmethod
-    async def _unstorable_as_taskq_error(
-        fetch: Awaitable[list[asyncpg.Record]],
-    ) -> list[asyncpg.Record]:
-        """Await a settle. Result text jsonb refuses (not JSON, NaN, Infinity, a \\u0000
-        escape: the statement's only text cast) fails the one statement, so nothing is
-        written: the caller sees UnstorableValueError, as from the memory backend."""
-        try:
-            return await fetch
-        except (
-            asyncpg.InvalidTextRepresentationError,
-            asyncpg.UntranslatableCharacterError,
-        ) as exc:
-            reason = str(exc).splitlines()[0]
-            raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
 
     async def _settle_one(self, lease: Lease, outcome: Outcome, **carried: Any) -> str | None:
         """Settle one lease; its new status, with ``:rule error`` when a rule failed it (None
         when the lease is not the row's any more)."""
-        records = await self._settle(self._pool, [Settlement.of(lease, outcome, **carried)])
+        records = await settle_rows(self, self._pool, [Settlement.of(lease, outcome, **carried)])
         if not records:
             return None
         status, rule_error = records[0]["status"], records[0]["rule_error"]
@@ -137,7 +140,7 @@ class SettlePart(BackendCore):
     ) -> list[asyncpg.Record]:
         """``settle_succeeded`` (settle's success branch, as its own statement for speed: see
         ``sql/settle.sql``) on ``executor``; one record (id) per lease still the row's."""
-        return await self._unstorable_as_taskq_error(
+        return await _unstorable_as_taskq_error(
             executor.fetch(
                 self._queries["settle_succeeded"],
                 worker_id,
@@ -150,21 +153,10 @@ class SettlePart(BackendCore):
             )
         )
 
-    async def mark_succeeded(
-        self,
-        lease: Lease,
-        result: Any,
-        *,
-        fallback_result_ttl: timedelta | None = None,
-        ran_for: float = 0.0,
-    ) -> bool:
-        """running -> succeeded with its attempt and event; False when not ours any more."""
-        encoded = None if result is None else bulk.dumps(result)
-        success = Success(lease.job_id, lease.attempt, encoded, fallback_result_ttl, ran_for)
-        return bool(await self.mark_succeeded_many(lease.worker_id, [success]))
+    mark_succeeded = derived.mark_succeeded
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        """Many completions in one statement; the ids whose leases this worker still held."""
+        # ``settle_succeeded``: the hot path's own statement (sql/settle.sql).
         if not successes:
             return set()
         records = await self._settle_successes(
@@ -181,8 +173,8 @@ class SettlePart(BackendCore):
         fallback_result_ttl: timedelta | None = None,
         ran_for: float = 0.0,
     ) -> bool:
-        """The completion inside the caller's transaction on ``connection``, through the
-        general ``settle`` (not the hot path; this keeps its success branch in use)."""
+        # Through the general ``settle``, not the hot path's statement: this keeps its success
+        # branch in use.
         settlement = Settlement.of(
             lease,
             "succeeded",
@@ -190,7 +182,7 @@ class SettlePart(BackendCore):
             fallback_result_ttl=fallback_result_ttl,
             ran_for=ran_for,
         )
-        return bool(await self._settle(connection, [settlement]))
+        return bool(await settle_rows(self, connection, [settlement]))
 
     # --- every other outcome -------------------------------------------------------------------
     async def mark_failed_or_retry(
@@ -201,8 +193,7 @@ class SettlePart(BackendCore):
         *,
         ran_for: float | None = None,
     ) -> JobRow | None:
-        """-> failed, scheduled at now() + delay, or cancelled (deadline decided by the
-        database). The row is read back in the settle's transaction: exactly what it wrote."""
+        # The row is read back in the settle's transaction: exactly what it wrote.
         settlement = Settlement.of(
             lease,
             "failed" if retry_delay is None else "retry",
@@ -213,25 +204,21 @@ class SettlePart(BackendCore):
             error_traceback=error.traceback,
         )
         async with self._pool.acquire() as conn, conn.transaction():
-            if not await self._settle(conn, [settlement]):
+            if not await settle_rows(self, conn, [settlement]):
                 return None
             record = await conn.fetchrow(self._queries["get_job"], lease.job_id)
         return None if record is None else rows.job(record)
 
     async def mark_cancelled(self, lease: Lease, *, ran_for: float | None = None) -> bool:
-        """running -> cancelled (cooperative exit)."""
         return await self._settle_one(lease, "cancelled", ran_for=ran_for) is not None
 
     async def mark_interrupted(
         self, lease: Lease, *, reason: str = "shutdown", ran_for: float | None = None
     ) -> JobStatus | None:
-        """-> pending in its place, the attempt uncounted (or cancelled, when asked)."""
         ran = 0.0 if ran_for is None else ran_for
         return _status(await self._settle_one(lease, "interrupted", ran_for=ran, reason=reason))
 
     async def mark_abandoned(self, lease: Lease, reason: str) -> JobStatus | None:
-        """The attempt abandoned, ``reason`` as its error message; the job abandoned (an
-        operator's cancel, or no retries left) or back to pending."""
         settled = await self._settle_one(
             lease,
             "abandoned",
@@ -245,8 +232,6 @@ class SettlePart(BackendCore):
     async def mark_snoozed(
         self, lease: Lease, delay: timedelta, *, ran_for: float | None = None
     ) -> SnoozeOutcome:
-        """-> scheduled without consuming the attempt, failed past the deadline, or
-        cancelled."""
         settled = await self._settle_one(lease, "snooze", delay=delay, ran_for=ran_for)
         if settled is None:
             return "noop"
@@ -261,8 +246,6 @@ class SettlePart(BackendCore):
         ran_for: float | None = None,
         reason: str | None = None,
     ) -> RetryAfterOutcome:
-        """-> scheduled at now() + delay, cancelled, or failed (deadline first, then the
-        attempt budget)."""
         settled = await self._settle_one(
             lease,
             "retry_after",
@@ -283,8 +266,6 @@ class SettlePart(BackendCore):
         error: ErrorInfo | None = None,
         ran: Collection[UUID] = (),
     ) -> int:
-        """Give back held jobs: unstarted ones to pending (attempt uncounted), started ones
-        (or in ``ran``) through a crashed attempt; a requested cancel ends them cancelled."""
         if not leases:
             return 0
         error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
@@ -302,4 +283,4 @@ class SettlePart(BackendCore):
             )
             for lease in leases
         ]
-        return len(await self._settle(self._pool, settlements))
+        return len(await settle_rows(self, self._pool, settlements))
