@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from taskq_core.cron_timing import Schedule
 from taskq_core.obs.metrics import labels
-from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.sweeps.progress import progress_period
 from taskq_core.worker.transient import (

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from taskq_core.cron_timing import Schedule
 from taskq_core.errors import DatabaseUnavailableError
-from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import run_scheduled
 from tests.worker.sweep_support import MIDNIGHT, at, lead, memory_deps, renewed, until
