@@ -29,8 +29,8 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import ScheduleSpec
+from taskq_core.cron_timing import Schedule
 from taskq_core.obs.logs import configure_logging
-from taskq_core.schedule import Schedule
 
 
 def _specs(count: int) -> list[ScheduleSpec]:

@@ -33,7 +33,7 @@ from taskq_core.capacity import CapacityCache
 from taskq_core.client_batches import BatchMethods
 from taskq_core.client_progress import ProgressMethods
 from taskq_core.client_reclaims import ReclaimMethods
-from taskq_core.client_schedules import ScheduleMethods
+from taskq_core.cron_schedules import ScheduleMethods
 from taskq_core.enqueue_plan import NOT_OPEN, EnqueuePlanner, as_timedelta
 from taskq_core.enqueue_plan import EnqueueItem as EnqueueItem  # importable from here too
 from taskq_core.enqueue_retry import TransientRetry

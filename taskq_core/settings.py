@@ -24,10 +24,10 @@ from taskq_core.constants import (
     validate_identifier,
 )
 from taskq_core.credentials import shown_rejected, without_value
+from taskq_core.cron_timing import check_cron_expression, parse_daily_time
 from taskq_core.dsn import check_dsn, check_redis_url
 from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, InvalidIdentifierError
-from taskq_core.schedule import check_cron_expression, parse_daily_time
 
 ENV_PREFIX = "TASKQ_"
 

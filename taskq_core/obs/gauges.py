@@ -55,6 +55,17 @@ class _Liveness(Protocol):
     def ages(self) -> dict[str, float]: ...
 
 
+class _RunState(Protocol):
+    """A worker's run state as the gauges read it (``worker.state.WorkerState``)."""
+
+    @property
+    def is_leader(self) -> _Event: ...
+    @property
+    def shutdown_phase(self) -> int: ...
+    @property
+    def leader_sample(self) -> LeaderSample | None: ...
+
+
 class WatchedWorker(Protocol):
     """A running worker as the gauges read it (``worker.deps.WorkerDeps``)."""
 
@@ -65,13 +76,9 @@ class WatchedWorker(Protocol):
     @property
     def database(self) -> _Outage: ...
     @property
-    def is_leader(self) -> _Event: ...
-    @property
-    def shutdown_phase(self) -> int: ...
-    @property
     def liveness(self) -> _Liveness: ...
     @property
-    def leader_sample(self) -> LeaderSample | None: ...
+    def state(self) -> _RunState: ...
 
 
 class NotifySource(Protocol):
@@ -108,12 +115,14 @@ def _database_available(_: CallbackOptions) -> list[Observation]:
 
 def _is_leader(_: CallbackOptions) -> list[Observation]:
     workers = list(_workers)
-    return _one(1 if any(deps.is_leader.is_set() for deps in workers) else 0) if workers else []
+    return (
+        _one(1 if any(deps.state.is_leader.is_set() for deps in workers) else 0) if workers else []
+    )
 
 
 def _shutdown_phase(_: CallbackOptions) -> list[Observation]:
     workers = list(_workers)
-    return _one(max(int(deps.shutdown_phase) for deps in workers)) if workers else []
+    return _one(max(int(deps.state.shutdown_phase) for deps in workers)) if workers else []
 
 
 def _notify_connected(_: CallbackOptions) -> list[Observation]:
@@ -133,8 +142,8 @@ def _leader_samples() -> list[LeaderSample]:
     """The samples of the workers that lead now (a former leader's sample is stale)."""
     samples = []
     for deps in list(_workers):
-        sample = deps.leader_sample
-        if sample is not None and deps.is_leader.is_set():
+        sample = deps.state.leader_sample
+        if sample is not None and deps.state.is_leader.is_set():
             samples.append(sample)
     return samples
 

@@ -70,7 +70,7 @@ async def admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) 
         ),
         status_of_reschedule,
     )
-    deps.stats.rate_limited += 1
+    deps.state.stats.rate_limited += 1
     deps.log.debug(
         "job_rate_limited",
         job_id=str(job.id),
@@ -93,7 +93,7 @@ async def _fail_unkeyed(deps: WorkerDeps, held: ActiveJob, exc: KeyFunctionError
         status_of_row,
     )
     deps.log.warning("job_limit_key_failed", job_id=str(held.job.id), error=error.message)
-    deps.stats.failed += 1
+    deps.state.stats.failed += 1
     return "failed"
 
 

@@ -59,9 +59,9 @@ class ConsumerLoop:
     async def _take_jobs(self) -> None:
         deps = self.deps
         queue = deps.local_queue
-        stop_waiter = asyncio.ensure_future(deps.consumer_stop.wait())
+        stop_waiter = asyncio.ensure_future(deps.state.consumer_stop.wait())
         try:
-            while not deps.consumer_stop.is_set():
+            while not deps.state.consumer_stop.is_set():
                 if not queue.empty():  # the hot path under load: no waiting machinery at all
                     await execute_job(deps, queue.get_nowait())
                     continue
@@ -84,7 +84,7 @@ async def execute_job(deps: WorkerDeps, held: ActiveJob) -> str:
         return "lost"
     job = held.job
     started = deps.clock.monotonic()
-    if deps.telemetry:
+    if deps.state.telemetry:
         with consumer_span(
             deps.labels, job.actor, job.queue, str(job.id), job.attempt,
             job.trace_id, job.span_id, held.dispatch_span,
@@ -108,7 +108,7 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
         actor=job.actor,
         queue=job.queue,
         attempt=job.attempt,
-        trace_id=recording_trace_id(job.trace_id) if deps.telemetry else job.trace_id,
+        trace_id=recording_trace_id(job.trace_id) if deps.state.telemetry else job.trace_id,
         identity_key=job.identity_key,
     )
     try:

@@ -57,7 +57,7 @@ class CronLoop:
             fired.extend(batch)
             if len(batch) < self.limit:
                 break
-            if not still_leading(deps) or deps.shutdown_event.is_set():
+            if not still_leading(deps) or deps.state.shutdown_event.is_set():
                 break
         return CronTickResult(fired)
 

@@ -49,22 +49,22 @@ class DrainMonitor:
         if self.idle_since is None:
             self.idle_since = now
         if now - self.idle_since >= deps.settings.idle_settle_window:
-            return EXIT_IDLE_FAILURES if deps.stats.failed else EXIT_OK
+            return EXIT_IDLE_FAILURES if deps.state.stats.failed else EXIT_OK
         return None
 
     async def run(self) -> None:
         """Check until idle (or out of time), then request the shutdown."""
         deps = self.deps
-        while not deps.shutdown_event.is_set() and deps.shutdown_phase == 0:
+        while not deps.state.shutdown_event.is_set() and deps.state.shutdown_phase == 0:
             try:
                 code = await self.run_once()
             except TRANSIENT_ERRORS as exc:
                 deps.database.failed("drain_monitor", exc)
                 code = None
             if code is not None:
-                deps.exit_code = code
-                deps.log.info("worker_idle", exit_code=code, failed=deps.stats.failed)
+                deps.state.exit_code = code
+                deps.log.info("worker_idle", exit_code=code, failed=deps.state.stats.failed)
                 self.request_shutdown("idle" if code != EXIT_IDLE_MAX_RUNTIME else "max_runtime")
                 break
             await wait_or_shutdown(deps, deps.settings.idle_poll_interval)
-        await deps.shutdown_event.wait()
+        await deps.state.shutdown_event.wait()

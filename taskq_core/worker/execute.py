@@ -210,7 +210,10 @@ async def _until_thread_ends(deps: WorkerDeps, held: ActiveJob, thread: Awaitabl
         except asyncio.CancelledError:
             if future.done():
                 break
-            if held.cancel_phase >= CancelPhase.ABANDON_PENDING or deps.shutdown_event.is_set():
+            if (
+                held.cancel_phase >= CancelPhase.ABANDON_PENDING
+                or deps.state.shutdown_event.is_set()
+            ):
                 raise  # written off (or the worker is gone): stop waiting for the thread
             if not cancelled:
                 cancelled = True

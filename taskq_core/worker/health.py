@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from taskq_core.connection_cap import ConnectionCap
 from taskq_core.errors import TRANSIENT_ERRORS, ConfigError, HealthSocketInUseError
 from taskq_core.obs.telemetry import metrics_registry, render_metrics
-from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
+from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.state import ShutdownPhase
 from taskq_core.worker.watchdog import LoopLiveness, dump_task_stacks
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ class HealthServer:
         """200 when running normally, the database is available and no loop is stale."""
         deps = self.deps
         reasons = []
-        if deps.shutdown_phase != ShutdownPhase.NONE:
+        if deps.state.shutdown_phase != ShutdownPhase.NONE:
             reasons.append("shutting_down")
         database = await self.database_status()
         if not database["available"]:
@@ -352,14 +353,16 @@ class HealthServer:
         stale = self.liveness.stale()
         if stale:
             reasons.append("stale_loops")
-        started = deps.shutdown_started_at
+        started = deps.state.shutdown_started_at
         body = {
             "ready": not reasons,
             "reasons": reasons,
             "redis_configured": deps.settings.redis_url is not None,
             "active_jobs": len(deps.active),
-            "is_leader": deps.is_leader.is_set(),
-            "shutdown_phase": None if deps.shutdown_phase == 0 else deps.shutdown_phase.name,
+            "is_leader": deps.state.is_leader.is_set(),
+            "shutdown_phase": None
+            if deps.state.shutdown_phase == 0
+            else deps.state.shutdown_phase.name,
             "shutdown_elapsed_seconds": None
             if started is None
             else round(deps.clock.monotonic() - started, 3),

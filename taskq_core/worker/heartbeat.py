@@ -67,16 +67,16 @@ class HeartbeatLoop:
             deps.worker_id,
             deps.settings.lock_lease_delta,
             [h.lease for h in held],
-            is_leader=deps.is_leader.is_set(),
+            is_leader=deps.state.is_leader.is_set(),
         )
         deps.meters.heartbeat_duration.record(deps.clock.monotonic() - began)
         deps.database.succeeded()
         await self._renew_reservations(result.held)
         await self._count_fleet()
         await self._read_queue_caps()
-        if not result.registered and deps.info is not None:
+        if not result.registered and deps.state.info is not None:
             # The leader's stale-worker cleanup removed our row while we were silent.
-            await deps.backend.register_worker(deps.info)
+            await deps.backend.register_worker(deps.state.info)
             deps.log.warning("worker_reregistered", worker_id=str(deps.worker_id))
         for holding in held:
             if holding.job.id in result.extended:
@@ -145,7 +145,7 @@ class HeartbeatLoop:
         except TRANSIENT_ERRORS as exc:
             deps.database.failed("heartbeat", exc)  # counted again at the next beat
         async with deps.backend.subscribe_cancel_wake() as cancel_wake:
-            while not deps.shutdown_event.is_set():
+            while not deps.state.shutdown_event.is_set():
                 deps.liveness.tick("heartbeat", period=interval)
                 now = deps.clock.monotonic()
                 try:
@@ -170,7 +170,7 @@ class HeartbeatLoop:
                     wake_at = min(wake_at, deadline)
                 waited_from = deps.clock.monotonic()
                 timeout = max(0.0, wake_at - waited_from)
-                wakers = [cancel_wake, deps.shutdown_event]
+                wakers = [cancel_wake, deps.state.shutdown_event]
                 if self.failures:  # beat again as soon as another loop sees the database
                     wakers.append(deps.database.available)
                 await wait_any(*wakers, timeout=timeout)

@@ -3,8 +3,8 @@
 A worker is a follower or the leader. Every worker campaigns once per heartbeat interval
 (``try_acquire_leadership`` with TASKQ_LOCK_LEASE as the lease; Postgres: a session advisory
 lock on a dedicated connection whose ``idle_session_timeout`` is the lease). A won campaign
-makes it the leader (``deps.is_leader``) and records when it began
-(``deps.leader_renewed_at``); a lost one, or the database away, makes it a follower again.
+makes it the leader (``deps.state.is_leader``) and records when it began
+(``deps.state.leader_renewed_at``); a lost one, or the database away, makes it a follower again.
 
 The leadership is a lease the leader must keep renewing. Locally it lapses at the start of
 the last renewal that succeeded + the lease - one heartbeat interval (``leadership_lapsed``):
@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from taskq_core.cron_timing import Schedule
 from taskq_core.obs.metrics import labels
-from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.sweeps.progress import progress_period
 from taskq_core.worker.transient import (
@@ -48,10 +48,10 @@ def leadership_lapsed(deps: WorkerDeps) -> bool:
     """Whether this worker holds leadership on a lease it can no longer vouch for: its last
     renewal that succeeded began a lease minus one heartbeat interval ago, or longer (the
     process or its loop was stopped, or its campaigns failed meanwhile)."""
-    if not deps.is_leader.is_set():
+    if not deps.state.is_leader.is_set():
         return False
     settings = deps.settings
-    deadline = deps.leader_renewed_at + settings.lock_lease - settings.heartbeat_interval
+    deadline = deps.state.leader_renewed_at + settings.lock_lease - settings.heartbeat_interval
     return deps.clock.monotonic() >= deadline
 
 
@@ -60,11 +60,11 @@ def drop_lapsed_leadership(deps: WorkerDeps) -> None:
     ``leader_lease_lapsed``; nothing otherwise. The next campaign decides who leads."""
     if not leadership_lapsed(deps):
         return
-    deps.is_leader.clear()
+    deps.state.is_leader.clear()
     deps.log.warning(
         "leader_lease_lapsed",
         worker_id=str(deps.worker_id),
-        since_renewal=round(deps.clock.monotonic() - deps.leader_renewed_at, 3),
+        since_renewal=round(deps.clock.monotonic() - deps.state.leader_renewed_at, 3),
         lease=deps.settings.lock_lease,
     )
     deps.meters.leader_lost.add(1)
@@ -74,7 +74,7 @@ def still_leading(deps: WorkerDeps) -> bool:
     """Whether a leader loop may start a pass now: this worker leads on a live lease (a lapsed
     one is dropped here)."""
     drop_lapsed_leadership(deps)
-    return deps.is_leader.is_set()
+    return deps.state.is_leader.is_set()
 
 
 class LeaderElection:
@@ -96,10 +96,10 @@ class LeaderElection:
             deps.worker_id, lease=deps.settings.lock_lease_delta
         )
         if leading:
-            deps.leader_renewed_at = began
-        if leading and not deps.is_leader.is_set():
-            deps.leader_since = deps.clock.monotonic()
-            deps.is_leader.set()
+            deps.state.leader_renewed_at = began
+        if leading and not deps.state.is_leader.is_set():
+            deps.state.leader_since = deps.clock.monotonic()
+            deps.state.is_leader.set()
             deps.log.info("leader_elected", worker_id=str(deps.worker_id))
             deps.meters.leader_elected.add(1)
         elif not leading:
@@ -108,8 +108,8 @@ class LeaderElection:
 
     def _step_down(self) -> None:
         deps = self.deps
-        if deps.is_leader.is_set():
-            deps.is_leader.clear()
+        if deps.state.is_leader.is_set():
+            deps.state.is_leader.clear()
             deps.log.warning("leader_lost", worker_id=str(deps.worker_id))
             deps.meters.leader_lost.add(1)
 
@@ -117,7 +117,7 @@ class LeaderElection:
         """Campaign until shutdown, then resign."""
         deps = self.deps
         try:
-            while not deps.shutdown_event.is_set():
+            while not deps.state.shutdown_event.is_set():
                 deps.liveness.tick("leader_election", period=deps.settings.heartbeat_interval)
                 try:
                     await self.run_once()
@@ -128,7 +128,7 @@ class LeaderElection:
                     deps.database.failed("leader_election", exc)
                     # Campaign again as soon as the database is back, not a whole tick later.
                     await retry_pause(
-                        deps.database, deps.settings.heartbeat_interval, deps.shutdown_event
+                        deps.database, deps.settings.heartbeat_interval, deps.state.shutdown_event
                     )
                     continue
                 except Exception as exc:
@@ -137,7 +137,7 @@ class LeaderElection:
                 await wait_or_shutdown(deps, deps.settings.heartbeat_interval)
         finally:
             deps.liveness.forget("leader_election")
-            deps.is_leader.clear()
+            deps.state.is_leader.clear()
             try:
                 await shielded(deps.backend.release_leadership(deps.worker_id))
             except Exception as exc:
@@ -150,7 +150,7 @@ async def run_gated(
     """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown."""
     guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     backoff = Backoff()
-    while not deps.shutdown_event.is_set():
+    while not deps.state.shutdown_event.is_set():
         if still_leading(deps):
             deps.liveness.tick(name, period=interval)
             try:
@@ -160,14 +160,16 @@ async def run_gated(
                 guard.succeeded()
             except TRANSIENT_ERRORS as exc:
                 deps.database.failed(name, exc)
-                await retry_pause(deps.database, min(interval, backoff.next()), deps.shutdown_event)
+                await retry_pause(
+                    deps.database, min(interval, backoff.next()), deps.state.shutdown_event
+                )
                 continue
             except Exception as exc:
                 guard.failed(exc)
             await wait_or_shutdown(deps, interval)
         else:
             deps.liveness.forget(name)  # a closed gate must not look like a stalled loop
-            await wait_any(deps.is_leader, deps.shutdown_event)
+            await wait_any(deps.state.is_leader, deps.state.shutdown_event)
     deps.liveness.forget(name)
 
 
@@ -192,12 +194,12 @@ async def run_scheduled(
     """
     guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     try:
-        while not deps.shutdown_event.is_set():
+        while not deps.state.shutdown_event.is_set():
             deps.liveness.forget(name)
             if not still_leading(deps):
-                await wait_any(deps.is_leader, deps.shutdown_event)
+                await wait_any(deps.state.is_leader, deps.state.shutdown_event)
                 continue
-            term = deps.leader_since  # a new term (lost and won again) re-plans too
+            term = deps.state.leader_since  # a new term (lost and won again) re-plans too
             fire = schedule.next_fire(deps.clock.now())
             deps.log.info(
                 "sweep_planned", loop=name, next_fire=fire.isoformat(), schedule=str(schedule)
@@ -210,16 +212,16 @@ async def run_scheduled(
 
 def _leading(deps: WorkerDeps, term: float) -> bool:
     """Whether this worker still leads, on a live lease, in the term that began at ``term``."""
-    return still_leading(deps) and deps.leader_since == term
+    return still_leading(deps) and deps.state.leader_since == term
 
 
 async def _wait_for_fire(deps: WorkerDeps, fire: datetime, term: float, recheck: float) -> bool:
     """Wait until the clock reaches ``fire``; False when shutdown or a lost lead ends it."""
-    while not deps.shutdown_event.is_set() and _leading(deps, term):
+    while not deps.state.shutdown_event.is_set() and _leading(deps, term):
         remaining = (fire - deps.clock.now()).total_seconds()
         if remaining <= 0:
             return True
-        await wait_any(deps.shutdown_event, timeout=min(remaining, recheck))
+        await wait_any(deps.state.shutdown_event, timeout=min(remaining, recheck))
     return False
 
 
@@ -232,13 +234,13 @@ async def _run_fire(
 ) -> None:
     """Run one fire of ``step``: again after a transient error, while leading."""
     backoff = Backoff()
-    while not deps.shutdown_event.is_set() and _leading(deps, term):
+    while not deps.state.shutdown_event.is_set() and _leading(deps, term):
         deps.liveness.tick(name, period=progress_period(deps.settings))
         try:
             await timed(deps, name, step)
         except TRANSIENT_ERRORS as exc:
             deps.database.failed(name, exc)
-            await retry_pause(deps.database, backoff.next(), deps.shutdown_event)
+            await retry_pause(deps.database, backoff.next(), deps.state.shutdown_event)
             continue
         except Exception as exc:
             guard.failed(exc)  # logged; raises past the streak limit
@@ -261,4 +263,4 @@ async def timed(deps: WorkerDeps, name: str, step: Callable[[], Awaitable[Any]])
 
 async def wait_or_shutdown(deps: WorkerDeps, seconds: float) -> None:
     """Sleep ``seconds`` unless shutdown begins first."""
-    await wait_any(deps.shutdown_event, timeout=seconds)
+    await wait_any(deps.state.shutdown_event, timeout=seconds)

@@ -1,7 +1,7 @@
 """LeaderSampler: the leader's read of the fleet for the gauges, every 15 seconds.
 
 Jobs per queue and status (``taskq.queue.depth``) and reservation slots held per reservation
-(``taskq.reservation.slots_held``), kept on ``deps.leader_sample`` where ``obs.gauges``
+(``taskq.reservation.slots_held``), kept on ``deps.state.leader_sample`` where ``obs.gauges``
 reports them while this worker leads. One worker samples for the whole fleet, so a dashboard
 sums nothing twice. The depths come from ``dashboard_stats``, which walks indexes only
 (cheap on a large table); nothing is read while no meter provider is installed.
@@ -31,7 +31,7 @@ class LeaderSampler:
         """Read the depths and the held slots; None (and no read) without a meter provider."""
         deps = self.deps
         if not meter_installed():
-            deps.leader_sample = None
+            deps.state.leader_sample = None
             return None
         stats = await deps.backend.dashboard_stats(_FINISHED_WINDOW, 1)
         depths: dict[tuple[str, str], int] = {}
@@ -42,5 +42,5 @@ class LeaderSampler:
             depths[(queue.name, "running")] = queue.running
         held = Counter(slot.name for slot in await deps.backend.held_reservation_slots())
         sample = LeaderSample(depths, dict(held))
-        deps.leader_sample = sample
+        deps.state.leader_sample = sample
         return sample

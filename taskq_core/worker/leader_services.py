@@ -21,7 +21,7 @@ from taskq_core.constants import (
     STALE_WORKER_CHECK_INTERVAL,
     STRANDED_CHECK_INTERVAL,
 )
-from taskq_core.schedule import Schedule, sweep_schedule
+from taskq_core.cron_timing import Schedule, sweep_schedule
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.cron_loop import CronLoop
 from taskq_core.worker.deps import WorkerDeps

@@ -46,7 +46,7 @@ class ParentWatch:
         """Check every ``interval`` until shutdown; request it when the parent is gone."""
         deps = self.deps
         try:
-            while not deps.shutdown_event.is_set():
+            while not deps.state.shutdown_event.is_set():
                 deps.liveness.tick(LOOP_NAME, period=self.interval)
                 if self.run_once():
                     deps.log.warning(
@@ -55,7 +55,9 @@ class ParentWatch:
                     deps.liveness.forget(LOOP_NAME)  # done watching: not a stalled loop
                     self.request_shutdown("supervisor_gone")
                     break
-                await wait_any(deps.shutdown_event, timeout=self.interval)
-            await deps.shutdown_event.wait()  # a sibling returns only once shutdown is under way
+                await wait_any(deps.state.shutdown_event, timeout=self.interval)
+            await (
+                deps.state.shutdown_event.wait()
+            )  # a sibling returns only once shutdown is under way
         finally:
             deps.liveness.forget(LOOP_NAME)

@@ -57,8 +57,8 @@ class ProducerLoop:
             return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
         if deps.completer.backlog >= deps.completer.backlog_limit:
             return ProducerTick(0, 0)  # successes wait to be written: claim no more until then
-        deps.telemetry = deps.settings.otel_enabled and tracing_installed()
-        span = DispatchSpan(deps.labels, deps.queues, free) if deps.telemetry else None
+        deps.state.telemetry = deps.settings.otel_enabled and tracing_installed()
+        span = DispatchSpan(deps.labels, deps.queues, free) if deps.state.telemetry else None
         started = deps.clock.monotonic()
         try:
             jobs = await deps.backend.dispatch_batch(
@@ -112,7 +112,7 @@ class ProducerLoop:
     async def _loop(self) -> None:
         deps = self.deps
         async with deps.backend.subscribe_wake() as wake:
-            while not deps.producer_stop.is_set():
+            while not deps.state.producer_stop.is_set():
                 deps.liveness.tick("producer", period=self.poll_interval)
                 wake.clear()
                 deps.active.slot_freed.clear()
@@ -126,7 +126,7 @@ class ProducerLoop:
                     self._guard.succeeded()
                 except TRANSIENT_ERRORS as exc:
                     deps.database.failed("producer", exc)
-                    await retry_pause(deps.database, self._backoff.next(), deps.producer_stop)
+                    await retry_pause(deps.database, self._backoff.next(), deps.state.producer_stop)
                     continue
                 except Exception as exc:
                     self._guard.failed(exc)
@@ -134,5 +134,8 @@ class ProducerLoop:
                     await asyncio.sleep(0)  # more work is likely waiting: go again at once
                     continue
                 await wait_any(
-                    wake, deps.active.slot_freed, deps.producer_stop, timeout=self.poll_interval
+                    wake,
+                    deps.active.slot_freed,
+                    deps.state.producer_stop,
+                    timeout=self.poll_interval,
                 )

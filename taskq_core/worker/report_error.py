@@ -67,7 +67,7 @@ async def fail_invalid_payload(
     await settle(
         deps, held, lambda: deps.backend.mark_failed_or_retry(lease, error, None), status_of_row
     )
-    deps.stats.failed += 1
+    deps.state.stats.failed += 1
     return "failed"
 
 
@@ -83,7 +83,7 @@ async def record_unstorable(
         status_of_row,
     )
     deps.log.warning("job_result_unstorable", job_id=str(held.job.id), error=error.message)
-    deps.stats.failed += 1
+    deps.state.stats.failed += 1
     return "failed"
 
 
@@ -112,12 +112,12 @@ async def record_error(
         retry_in=delay.total_seconds() if delay else None,
     )
     if row is not None and row.status.value == "failed":
-        deps.stats.failed += 1
+        deps.state.stats.failed += 1
         return "failed"
     if row is not None and row.status.value == "cancelled":
-        deps.stats.cancelled += 1
+        deps.state.stats.cancelled += 1
         return "cancelled"
-    deps.stats.retried += 1
+    deps.state.stats.retried += 1
     return "retried"
 
 
@@ -143,7 +143,7 @@ async def record_cancel(deps: WorkerDeps, held: ActiveJob, ran_for: float) -> st
         lambda: deps.backend.mark_cancelled(lease, ran_for=ran_for),
         status_if_cancelled,
     )
-    deps.stats.cancelled += 1
+    deps.state.stats.cancelled += 1
     return "cancelled"
 
 

@@ -72,7 +72,7 @@ async def record(
         deps.completer.submit(
             held, Success(lease.job_id, lease.attempt, result, ref.result_ttl, ran_for)
         )
-        deps.stats.succeeded += 1
+        deps.state.stats.succeeded += 1
         return "succeeded"
     # Snooze and RetryAfter are written inline, not through report_error: no extra await.
     if outcome == "snooze":
@@ -83,7 +83,7 @@ async def record(
             status_of_reschedule,
         )
         if state == "failed":
-            deps.stats.failed += 1
+            deps.state.stats.failed += 1
         return "snoozed" if state == "scheduled" else str(state)
     if outcome == "retry_after":
         result_state = await settle(
@@ -95,7 +95,7 @@ async def record(
             status_of_reschedule,
         )
         if str(result_state).startswith("failed"):
-            deps.stats.failed += 1
+            deps.state.stats.failed += 1
         return str(result_state)
     return await record_error(deps, ref, held, value, ran_for)
 
@@ -170,7 +170,7 @@ async def record_in_transaction(
         or hooks.submit_write(held, JobStatus.SUCCEEDED) is None
     ):
         deps.active.remove(held)
-    deps.stats.succeeded += 1
+    deps.state.stats.succeeded += 1
     return "succeeded"
 
 

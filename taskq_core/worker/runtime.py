@@ -35,6 +35,7 @@ from taskq_core.obs.gauges import watch_worker
 from taskq_core.obs.logs import get_logger
 from taskq_core.obs.metrics import meters_for
 from taskq_core.ratelimit.bootstrap import actor_limits, close_limiter, start_limiter
+from taskq_core.ratelimit.gate import RateLimiter
 from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs, LeaseTerms
@@ -125,16 +126,16 @@ class Worker:
             await sync_cron_schedules(
                 backend, self.registry.values(), until_idle=self.until_idle, log=self.log
             )
-            deps = self._build_deps(backend)
-            deps.limiter = await start_limiter(
+            limiter = await start_limiter(
                 limits, self.settings, backend, clock=self.clock, log=self.log
             )
+            deps = self._build_deps(backend, limiter)
             # Before the worker row exists: a socket another live worker serves refuses the
             # start (HealthSocketInUseError, exit 1) with nothing to clean up.
             health = await self._start_health(deps)
             try:
-                deps.info = self._worker_info()
-                await backend.register_worker(deps.info)
+                deps.state.info = self._worker_info()
+                await backend.register_worker(deps.state.info)
             except BaseException:
                 if health is not None:
                     await health.stop()
@@ -153,10 +154,10 @@ class Worker:
                 if health is not None:
                     await health.stop()
                 await shielded(self._teardown(deps))
-                started = deps.shutdown_started_at
+                started = deps.state.shutdown_started_at
                 if started is not None:
                     deps.meters.shutdown_duration.record(deps.clock.monotonic() - started)
-            return deps.exit_code
+            return deps.state.exit_code
         finally:
             if self._owns_backend:
                 await backend.close()
@@ -167,11 +168,11 @@ class Worker:
 
     def _write_budget(self, deps: WorkerDeps) -> float:
         """Seconds left for the last writes: what the shutdown watchdog's budget leaves."""
-        started = deps.shutdown_started_at
+        started = deps.state.shutdown_started_at
         elapsed = 0.0 if started is None else deps.clock.monotonic() - started
         return max(1.0, self.settings.termination_grace_period - elapsed - 2.0)
 
-    def _build_deps(self, backend: Backend) -> WorkerDeps:
+    def _build_deps(self, backend: Backend, limiter: RateLimiter | None = None) -> WorkerDeps:
         s = self.settings
         holdings = ActiveJobs(LeaseTerms(s.lock_lease, margin=s.heartbeat_interval))
         database = DatabaseOutage(self.clock, self.log, meters_for(s.otel_enabled))
@@ -200,6 +201,7 @@ class Worker:
             ),
             database=database,
             active=holdings,
+            limiter=limiter,
             liveness=LoopLiveness(
                 self.clock,
                 grace_factor=s.watchdog_tick_grace_factor,
@@ -247,7 +249,7 @@ class Worker:
             dump_after_fraction=s.watchdog_dump_after_fraction,
         )
         deadline = asyncio.create_task(
-            watchdog.run(lambda: deps.shutdown_started_at, deps.shutdown_begun),
+            watchdog.run(lambda: deps.state.shutdown_started_at, deps.state.shutdown_begun),
             name="shutdown_watchdog",
         )
         deadline.add_done_callback(lambda _: lag.stop())
@@ -331,7 +333,7 @@ class Worker:
             await close_limiter(deps.limiter)
         finally:
             deps.executor.shutdown(wait=False, cancel_futures=True)
-        self.log.info("worker_stopped", exit_code=deps.exit_code, **vars(deps.stats))
+        self.log.info("worker_stopped", exit_code=deps.state.exit_code, **vars(deps.state.stats))
 
 
 def loop_scope_connections(providers: ProviderRegistry, actors: Iterable[ActorRef]) -> list[str]:

@@ -26,7 +26,8 @@ from taskq_core.obs.logs import configure_logging
 from taskq_core.settings import TaskqSettings
 from taskq_core.worker.active import CancelPhase
 from taskq_core.worker.cancel import count_transition, write_abandoned
-from taskq_core.worker.deps import ShutdownPhase, WorkerDeps
+from taskq_core.worker.deps import WorkerDeps
+from taskq_core.worker.state import ShutdownPhase
 from taskq_core.worker.transient import TRANSIENT_ERRORS
 from taskq_core.worker.watchdog import dump_task_stacks
 
@@ -47,8 +48,8 @@ class ShutdownOrchestrator:
     def request(self, reason: str) -> None:
         """Start the shutdown (idempotent); repeated signals escalate."""
         if self._task is None:
-            self.deps.shutdown_started_at = self.deps.clock.monotonic()
-            self.deps.shutdown_begun.set()
+            self.deps.state.shutdown_started_at = self.deps.clock.monotonic()
+            self.deps.state.shutdown_begun.set()
             self.deps.log.info("worker_stopping", reason=reason)
             self._task = asyncio.get_running_loop().create_task(self.orchestrate(), name="shutdown")
 
@@ -101,14 +102,14 @@ class ShutdownOrchestrator:
             if len(deps.active):
                 await self._abandon()
         finally:
-            deps.consumer_stop.set()
-            deps.shutdown_event.set()
+            deps.state.consumer_stop.set()
+            deps.state.shutdown_event.set()
             self.done.set()
 
     async def _drain(self) -> None:
         deps = self.deps
-        deps.shutdown_phase = ShutdownPhase.DRAINING
-        deps.producer_stop.set()
+        deps.state.shutdown_phase = ShutdownPhase.DRAINING
+        deps.state.producer_stop.set()
         unstarted = []
         while not deps.local_queue.empty():  # no await in this loop: consumers cannot race it
             held = deps.local_queue.get_nowait()
@@ -126,7 +127,7 @@ class ShutdownOrchestrator:
 
     async def _cancel_cooperatively(self) -> None:
         deps = self.deps
-        deps.shutdown_phase = ShutdownPhase.CANCELLING
+        deps.state.shutdown_phase = ShutdownPhase.CANCELLING
         now = deps.clock.monotonic()
         for held in deps.active.running():
             if held.cancel_reason != "requested" or held.cancel_observed_at is None:
@@ -140,7 +141,7 @@ class ShutdownOrchestrator:
 
     async def _force(self) -> None:
         deps = self.deps
-        deps.shutdown_phase = ShutdownPhase.FORCING
+        deps.state.shutdown_phase = ShutdownPhase.FORCING
         for held in deps.active.running():
             if held.lost is None and held.cancel_phase < CancelPhase.FORCED:
                 try:
@@ -160,7 +161,7 @@ class ShutdownOrchestrator:
     async def _abandon(self) -> None:
         """Write off the jobs that ignored even the forced cancel."""
         deps = self.deps
-        deps.shutdown_phase = ShutdownPhase.ABANDONING
+        deps.state.shutdown_phase = ShutdownPhase.ABANDONING
         for held in deps.active.running():
             if held.lost is not None:
                 held.abandon()

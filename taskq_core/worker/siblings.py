@@ -60,7 +60,7 @@ class Sibling:
 
 
 def _completer(ctx: SiblingContext) -> Loop:
-    return lambda: ctx.deps.completer.run(ctx.deps.shutdown_event)
+    return lambda: ctx.deps.completer.run(ctx.deps.state.shutdown_event)
 
 
 def _stale_loop_watchdog(ctx: SiblingContext) -> Loop:
@@ -69,7 +69,7 @@ def _stale_loop_watchdog(ctx: SiblingContext) -> Loop:
         deps.liveness,
         deps.log,
         check_interval=deps.settings.watchdog_check_interval,
-        shutdown=deps.shutdown_event,
+        shutdown=deps.state.shutdown_event,
     )
 
 
@@ -115,18 +115,18 @@ def sibling_loops(ctx: SiblingContext) -> dict[str, Loop]:
 
 
 async def run_siblings(deps: WorkerDeps, loops: dict[str, Loop], started: asyncio.Event) -> None:
-    """Run ``loops`` in one TaskGroup until they all end; a crash sets ``deps.exit_code``."""
+    """Run ``loops`` in one TaskGroup until they all end; a crash sets ``deps.state.exit_code``."""
     try:
         async with asyncio.TaskGroup() as group:
             for name, loop in loops.items():
                 group.create_task(_supervised(deps, name, loop), name=name)
             started.set()
     except* SiblingContractError as violations:
-        deps.exit_code = EXIT_ERROR
+        deps.state.exit_code = EXIT_ERROR
         for error in violations.exceptions:
             deps.log.critical("sibling_contract_violated", error=str(error))
     except* Exception as crashes:
-        deps.exit_code = EXIT_ERROR
+        deps.state.exit_code = EXIT_ERROR
         for crash in crashes.exceptions:
             deps.log.critical("sibling_crashed", error=repr(crash), exc_info=crash)
 
@@ -139,15 +139,15 @@ async def _supervised(deps: WorkerDeps, name: str, loop: Loop) -> None:
         raise
     except BaseException:
         deps.meters.sibling_crashes.add(1, labels(loop=name))
-        deps.producer_stop.set()
-        deps.consumer_stop.set()
-        deps.shutdown_event.set()
+        deps.state.producer_stop.set()
+        deps.state.consumer_stop.set()
+        deps.state.shutdown_event.set()
         raise
     if (
-        not deps.shutdown_event.is_set()
-        and not (name == "producer" and deps.producer_stop.is_set())
-        and not (name.startswith("consumer-") and deps.consumer_stop.is_set())
+        not deps.state.shutdown_event.is_set()
+        and not (name == "producer" and deps.state.producer_stop.is_set())
+        and not (name.startswith("consumer-") and deps.state.consumer_stop.is_set())
     ):
         deps.meters.sibling_crashes.add(1, labels(loop=name))
-        deps.shutdown_event.set()
+        deps.state.shutdown_event.set()
         raise SiblingContractError(f"{name} returned while the worker was running")

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from taskq_core.backend.protocol import ScheduleRecord, ScheduleSpec
-from taskq_core.schedule import Schedule
+from taskq_core.cron_timing import Schedule
 from tests.cli.conftest import Db, one_error_line, parse_json
 from tests.cli.test_completions import _bash_complete, needs_bash
 from tests.conftest import CliResult, PgTarget

@@ -28,7 +28,7 @@ from taskq_core.backend.protocol import (
     schedule_job_key,
 )
 from taskq_core.backend.protocol.admin import Audit
-from taskq_core.schedule import Schedule
+from taskq_core.cron_timing import Schedule
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 

@@ -19,8 +19,8 @@ import pytest
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import ScheduleSpec, schedule_job_key
+from taskq_core.cron_timing import Schedule
 from taskq_core.ids import uuid7
-from taskq_core.schedule import Schedule
 from tests.conftest import PgTarget
 from tests.e2e.test_resilience import WorkerProcess, backend, spawn, until
 

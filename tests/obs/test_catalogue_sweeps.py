@@ -103,7 +103,7 @@ async def test_the_leader_sample_reports_depths_only_while_leading(sdk: Sdk) -> 
     assert sample is not None
     with watch_worker(deps):
         assert sdk.points("taskq.queue.depth") == []  # a follower reports no fleet figures
-        deps.is_leader.set()
+        deps.state.is_leader.set()
         depth = {(p.attributes["messaging.destination.name"], p.attributes["taskq.job.status"]):
                  p.value for p in sdk.points("taskq.queue.depth")}  # fmt: skip
     assert depth[("media", "pending")] == 3
@@ -121,7 +121,7 @@ async def test_leader_loops_time_their_passes_and_count_unexpected_errors(sdk: S
         calls += 1
         if calls == 1:
             raise ValueError("a bug in a sweep")
-        deps.shutdown_event.set()
+        deps.state.shutdown_event.set()
 
     await run_gated(deps, "sweeps", 0.0, flaky)
     assert sdk.value("taskq.maintenance.duration", loop="sweeps") == 2
@@ -142,4 +142,4 @@ async def test_elections_and_losses_are_counted(sdk: Sdk) -> None:
     assert not await election.run_once()
     assert sdk.value("taskq.maintenance_leader.elected") == 1
     assert sdk.value("taskq.maintenance_leader.lost") == 1
-    assert not deps.is_leader.is_set()
+    assert not deps.state.is_leader.is_set()

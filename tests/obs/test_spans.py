@@ -127,7 +127,7 @@ async def test_without_a_tracer_provider_jobs_make_no_span_but_are_counted(
     assert job.trace_id is None  # no tracer provider: no enqueue span to link to
     worker = make_worker(backend, [traced], queues=["media"])
     assert await worker.run() == 0
-    assert worker.deps is not None and not worker.deps.telemetry
+    assert worker.deps is not None and not worker.deps.state.telemetry
     assert meters_only.value("messaging.client.consumed.messages", taskq__actor="traced") == 1
 
 

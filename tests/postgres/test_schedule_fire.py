@@ -15,7 +15,7 @@ import pytest
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import ScheduleSpec, schedule_job_key
-from taskq_core.schedule import Schedule
+from taskq_core.cron_timing import Schedule
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 

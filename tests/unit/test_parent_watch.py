@@ -58,7 +58,7 @@ async def test_run_requests_a_shutdown_and_logs_when_the_parent_is_gone() -> Non
 
     def request_shutdown(reason: str) -> None:
         requested.append(reason)
-        deps.shutdown_event.set()
+        deps.state.shutdown_event.set()
 
     watch = ParentWatch(deps, SUPERVISOR, request_shutdown, getppid=parent, interval=0.01)
     with structlog.testing.capture_logs() as logs:
@@ -82,7 +82,7 @@ async def test_run_waits_for_the_shutdown_it_requested_before_returning() -> Non
     await asyncio.sleep(0)
     assert not task.done()  # a sibling returning before shutdown would stop the worker
     assert "parent_watch" not in deps.liveness.ages()  # not mistaken for a stalled loop
-    deps.shutdown_event.set()
+    deps.state.shutdown_event.set()
     await asyncio.wait_for(task, 5)
     assert requested == ["supervisor_gone"]
 
@@ -93,7 +93,7 @@ async def test_run_ends_on_shutdown_without_requesting_one() -> None:
     watch = ParentWatch(deps, SUPERVISOR, requested.append, getppid=FakeParent(SUPERVISOR))
     task = asyncio.create_task(watch.run())
     await _until(lambda: "parent_watch" in deps.liveness.ages())
-    deps.shutdown_event.set()
+    deps.state.shutdown_event.set()
     await asyncio.wait_for(task, 5)
     assert requested == [] and "parent_watch" not in deps.liveness.ages()
 

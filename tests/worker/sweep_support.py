@@ -30,13 +30,13 @@ TERMINAL = (
 
 def lead(deps: WorkerDeps) -> None:
     """Make ``deps`` the leader as a won campaign does: its lease renewed now."""
-    deps.leader_renewed_at = deps.clock.monotonic()
-    deps.is_leader.set()
+    deps.state.leader_renewed_at = deps.clock.monotonic()
+    deps.state.is_leader.set()
 
 
 def renewed(deps: WorkerDeps) -> None:
     """The election renewed the lease now (a leader whose lease lapsed stops its loops)."""
-    deps.leader_renewed_at = deps.clock.monotonic()
+    deps.state.leader_renewed_at = deps.clock.monotonic()
 
 
 def at(hhmm: str, day: int = 1) -> datetime:

@@ -111,7 +111,7 @@ async def test_a_fire_time_made_elsewhere_is_logged_at_debug_only(deps: WorkerDe
 async def test_the_gated_loop_fires_only_while_leading(deps: WorkerDeps) -> None:
     await deps.backend.create_schedule(daily("nightly"))
     advance(deps, timedelta(hours=4))
-    deps.is_leader.clear()
+    deps.state.is_leader.clear()
     cron = CronLoop(deps)
     ticks: list[int] = []
 
@@ -127,5 +127,5 @@ async def test_the_gated_loop_fires_only_while_leading(deps: WorkerDeps) -> None
         await until(lambda: len(ticks) >= 2)
         assert ticks[0] == 1 and set(ticks[1:]) == {0}
     finally:
-        deps.shutdown_event.set()
+        deps.state.shutdown_event.set()
         await asyncio.wait_for(task, 5)

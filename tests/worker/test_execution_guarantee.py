@@ -176,15 +176,15 @@ async def test_a_stall_drops_a_lapsed_leadership(
     backend: InMemoryBackend, clock: FakeClock
 ) -> None:
     deps = worker_deps(backend, clock)
-    deps.leader_renewed_at = clock.monotonic()
-    deps.is_leader.set()
+    deps.state.leader_renewed_at = clock.monotonic()
+    deps.state.is_leader.set()
     guard = StallGuard(deps, CancelController(deps))
     clock.advance(1.0)
     guard.stalled(1.0)
-    assert deps.is_leader.is_set()  # its lease still holds
+    assert deps.state.is_leader.is_set()  # its lease still holds
     clock.advance(DEADLINE)
     guard.stalled(DEADLINE)
-    assert not deps.is_leader.is_set()
+    assert not deps.state.is_leader.is_set()
 
 
 async def test_the_heartbeat_reports_a_late_wake_as_a_stall_once(

@@ -37,13 +37,13 @@ async def test_a_leader_whose_renewal_is_older_than_its_lease_has_lapsed() -> No
     deps.clock.advance(LOCAL_LEASE - 0.01)  # type: ignore[attr-defined]
     assert not leadership_lapsed(deps)
     drop_lapsed_leadership(deps)  # not lapsed: nothing happens
-    assert deps.is_leader.is_set()
+    assert deps.state.is_leader.is_set()
     deps.clock.advance(0.01)  # type: ignore[attr-defined]
     assert leadership_lapsed(deps)
     with structlog.testing.capture_logs() as logs:
         drop_lapsed_leadership(deps)
         drop_lapsed_leadership(deps)  # once dropped, nothing more to do
-    assert not deps.is_leader.is_set() and not leadership_lapsed(deps)
+    assert not deps.state.is_leader.is_set() and not leadership_lapsed(deps)
     assert [e["event"] for e in logs] == ["leader_lease_lapsed"]
     assert logs[0]["since_renewal"] == LOCAL_LEASE
 
@@ -61,7 +61,7 @@ async def test_a_gated_loop_runs_no_pass_once_the_lease_lapsed() -> None:
     try:
         await until(lambda: len(passes) >= 2)
         deps.clock.advance(10)  # type: ignore[attr-defined]  # frozen past the lease
-        await until(lambda: not deps.is_leader.is_set())
+        await until(lambda: not deps.state.is_leader.is_set())
         lapsed_at = deps.clock.monotonic()
         for _ in range(20):  # the loop waits on the gate now: no pass runs
             await asyncio.sleep(0)
@@ -69,21 +69,21 @@ async def test_a_gated_loop_runs_no_pass_once_the_lease_lapsed() -> None:
         assert await election.run_once()  # nobody else campaigned: elected again
         await until(lambda: passes[-1] >= lapsed_at)
     finally:
-        deps.shutdown_event.set()
+        deps.state.shutdown_event.set()
         await asyncio.wait_for(task, 5)
 
 
 async def test_a_resumed_leader_steps_down_before_campaigning_and_another_worker_leads() -> None:
     old, new = fleet(2)
     assert await LeaderElection(old).run_once()
-    old_term = old.leader_since
+    old_term = old.state.leader_since
     assert not await LeaderElection(new).run_once()  # the lease is fresh
     old.clock.advance(2.0)  # type: ignore[attr-defined]  # the old leader is frozen
     assert await LeaderElection(new).run_once()  # a whole lease without a renewal
     with structlog.testing.capture_logs() as logs:
         assert not await LeaderElection(old).run_once()
     assert [e["event"] for e in logs] == ["leader_lease_lapsed"]
-    assert not old.is_leader.is_set() and new.is_leader.is_set()
-    assert old.leader_since == old_term  # it never started another term
+    assert not old.state.is_leader.is_set() and new.state.is_leader.is_set()
+    assert old.state.leader_since == old_term  # it never started another term
     leader = await old.backend.get_leader()
     assert leader is not None and leader.worker_id == new.worker_id

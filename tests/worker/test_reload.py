@@ -28,9 +28,9 @@ def test_reload_applies_the_log_format_and_names_what_needs_a_restart(
 ) -> None:
     backend = InMemoryBackend()
     worker = make_worker(backend, [], log_format="json", max_concurrency=2)
-    deps = worker._build_deps(backend)
     log = Recorder()
-    deps.log = log
+    worker.log = log
+    deps = worker._build_deps(backend)
     monkeypatch.setenv("TASKQ_LOG_FORMAT", "console")
     monkeypatch.setenv("TASKQ_LOG_LEVEL", "DEBUG")
     monkeypatch.setenv("TASKQ_MAX_CONCURRENCY", "7")

@@ -241,8 +241,8 @@ async def test_a_worker_whose_row_was_cleaned_up_registers_again_at_its_heartbea
     deps = setup()
     backend, clock = deps.backend, deps.clock
     assert isinstance(clock, FakeClock)
-    deps.info = WorkerInfo(deps.worker_id, "host", 1, ["q"], ["a"], 1)
-    await backend.register_worker(deps.info)
+    deps.state.info = WorkerInfo(deps.worker_id, "host", 1, ["q"], ["a"], 1)
+    await backend.register_worker(deps.state.info)
     clock.advance(timedelta(days=2))  # a host suspended for two days
     assert await StaleWorkerCleanup(deps).run_once() == 1
     with structlog.testing.capture_logs() as logs:

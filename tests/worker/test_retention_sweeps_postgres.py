@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -131,10 +132,12 @@ async def test_two_leaders_prune_at_once_one_runs_the_other_skips(
     backends: list[PostgresBackend], conn: asyncpg.Connection, pg: PgTarget
 ) -> None:
     await add_jobs(conn, pg.schema, "succeeded", timedelta(days=2), count=50)
-    first = deps_on(backends[0], prune_retention_succeeded="1d", prune_batch_size=7)
-    second = deps_on(backends[1], prune_retention_succeeded="1d", prune_batch_size=7)
     held = HeldOpen(backends[0])
-    first.backend = held  # type: ignore[assignment]
+    first = replace(
+        deps_on(backends[0], prune_retention_succeeded="1d", prune_batch_size=7),
+        backend=held,  # type: ignore[arg-type]
+    )
+    second = deps_on(backends[1], prune_retention_succeeded="1d", prune_batch_size=7)
     running = asyncio.create_task(PruneSweep(first).run_once())
     await asyncio.wait_for(held.pruned.wait(), 30)
     assert await PruneSweep(second).run_once() is None  # the other leader holds the lock

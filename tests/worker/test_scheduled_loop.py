@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from taskq_core.cron_timing import Schedule
 from taskq_core.errors import DatabaseUnavailableError
-from taskq_core.schedule import Schedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.leader import run_scheduled
 from tests.worker.sweep_support import MIDNIGHT, at, lead, memory_deps, renewed, until
@@ -59,7 +59,7 @@ async def loop(deps: WorkerDeps) -> AsyncIterator[tuple[PlanSpy, Step]]:
     spy, step = PlanSpy("0 3 * * *"), Step(deps)
     task = asyncio.create_task(run_scheduled(deps, "prune", spy, step, recheck=RECHECK))
     yield spy, step
-    deps.shutdown_event.set()
+    deps.state.shutdown_event.set()
     await asyncio.wait_for(task, 5)
 
 
@@ -87,7 +87,7 @@ async def test_the_step_runs_at_the_fire_time_and_the_next_fire_is_planned(
 
 
 async def test_a_fire_time_missed_while_following_is_not_caught_up(deps: WorkerDeps) -> None:
-    deps.is_leader.clear()
+    deps.state.is_leader.clear()
     spy, step = PlanSpy("0 3 * * *"), Step(deps)
     task = asyncio.create_task(run_scheduled(deps, "prune", spy, step, recheck=RECHECK))
     advance_to(deps, at("04:00"))
@@ -96,7 +96,7 @@ async def test_a_fire_time_missed_while_following_is_not_caught_up(deps: WorkerD
     assert step.runs == []
     advance_to(deps, at("03:00", day=2))
     await until(lambda: step.runs == [at("03:00", day=2)])
-    deps.shutdown_event.set()
+    deps.state.shutdown_event.set()
     await asyncio.wait_for(task, 5)
 
 
@@ -106,13 +106,13 @@ async def test_losing_leadership_during_the_wait_replans_and_never_runs_as_follo
     spy, step = loop
     await until(lambda: spy.plans == [MIDNIGHT])
     passes = _count_forgets(deps)  # the loop forgets its tick at the top of every pass
-    deps.is_leader.clear()
+    deps.state.is_leader.clear()
     advance_to(deps, at("03:00"))  # the fire time passes while following
     await until(lambda: passes() == 1)  # the wait saw the loss and gave up
     assert step.runs == []
     deps.clock.advance(60)  # type: ignore[attr-defined]
     # Winning again (LeaderElection stamps the term), whether or not the loop saw the gap.
-    deps.leader_since = deps.clock.monotonic()
+    deps.state.leader_since = deps.clock.monotonic()
     lead(deps)
     await until(lambda: len(spy.plans) == 2)
     assert spy.plans[1] == at("03:01")
@@ -126,7 +126,7 @@ async def test_a_new_leadership_term_replans_even_without_a_visible_gap(
     await until(lambda: spy.plans == [MIDNIGHT])
     deps.clock.advance(30)  # type: ignore[attr-defined]
     renewed(deps)
-    deps.leader_since = deps.clock.monotonic()  # lost and won again between two reads
+    deps.state.leader_since = deps.clock.monotonic()  # lost and won again between two reads
     await until(lambda: len(spy.plans) == 2)
     assert spy.plans[1] == MIDNIGHT + timedelta(seconds=30)
 
@@ -172,7 +172,7 @@ async def test_shutdown_ends_a_long_wait(deps: WorkerDeps) -> None:
         run_scheduled(deps, "prune", spy, Step(deps), recheck=3600.0)  # wakes on shutdown only
     )
     await until(lambda: spy.plans == [MIDNIGHT])
-    deps.shutdown_event.set()
+    deps.state.shutdown_event.set()
     await asyncio.wait_for(task, 5)
 
 

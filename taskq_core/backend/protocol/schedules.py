@@ -1,7 +1,7 @@
 """Cron schedules: their rows, the operator's and the code's writes, and the leader's fire.
 
 A schedule fires its actor at the times its cron expression names in its timezone
-(``taskq_core.schedule.Schedule``). ``next_fire_at`` is always computed from the backend's
+(``taskq_core.cron_timing.Schedule``). ``next_fire_at`` is always computed from the backend's
 clock (Postgres: the server's, read in the same transaction), never the caller's. Each fire
 time makes exactly one job: the job's ``unique_key`` is ``schedule:NAME@FIRE_TIME`` (held
 in every state), so a second insert for the same fire time is refused by the database even
@@ -18,8 +18,8 @@ from uuid import UUID
 
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import UNSET
+from taskq_core.cron_timing import Schedule
 from taskq_core.ids import uuid7
-from taskq_core.schedule import Schedule
 
 
 @dataclass(frozen=True, slots=True)

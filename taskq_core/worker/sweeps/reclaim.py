@@ -48,7 +48,7 @@ class ReclaimExpiredLeases:
         """Whether expired leases may be taken from their workers now."""
         deps = self.deps
         settled = deps.clock.monotonic() - self.config.settle
-        return deps.leader_since <= settled and deps.database.available_since <= settled
+        return deps.state.leader_since <= settled and deps.database.available_since <= settled
 
     async def run_once(self) -> int:
         """Jobs reclaimed (0 while reclaims must still wait); counted in the meters."""

@@ -1,9 +1,12 @@
 """When something recurring fires: a 5-field cron expression read in a timezone.
 
-The leader's daily sweeps (prune, archive expiry) take their schedule from a daily ``HH:MM``
-UTC setting or a cron setting that overrides it (``sweep_schedule``); cron schedules of actors
-use the same ``Schedule`` with their own timezone. Parsing errors are ``ValueError`` lines
-that say what is wrong, for the settings and the CLI to prefix with the variable or flag.
+Pure time arithmetic, no I/O: ``Schedule`` (the expression, its zone, the DST rules, the next
+and the latest fire times), the checks of an expression, a zone and a daily ``HH:MM``, and the
+leader's daily sweeps' schedule (prune, archive expiry: a daily ``HH:MM`` UTC setting, or a
+cron setting that overrides it, ``sweep_schedule``). What applications declare and change
+(``@cron``, the client's schedule methods) is ``cron_schedules.py``. Parsing errors are
+``ValueError`` lines that say what is wrong, for the settings and the CLI to prefix with the
+variable or flag.
 """
 
 from __future__ import annotations

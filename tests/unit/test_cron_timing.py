@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from taskq_core.schedule import Schedule, check_cron_expression, parse_daily_time, sweep_schedule
+from taskq_core.cron_timing import Schedule, check_cron_expression, parse_daily_time, sweep_schedule
 
 
 def at(text: str) -> datetime:
