@@ -2,7 +2,7 @@
 
 Tables and the dashboard show ids whole or as their last digits; an operator copies either
 and pastes it. A whole UUID is used as given (an unknown one is reported where it is read);
-a piece is looked up with ``find_job_ids``, and an ambiguous piece is refused with how many
+a piece is looked up with ``list_job_ids_matching``, and an ambiguous piece is refused with how many
 jobs it matches, so nothing is ever done to a job the operator did not mean.
 """
 
@@ -50,7 +50,7 @@ async def resolve_job_id(backend: Backend, text: str) -> UUID:
     whole = full_job_id(check_job_ref(text))
     if whole is not None:
         return whole
-    found = await backend.find_job_ids(text, _COUNTED + 1)
+    found = await backend.list_job_ids_matching(text, _COUNTED + 1)
     if not found:
         raise JobNotFoundError(f"no job id starts or ends with {text.strip()!r}")
     if len(found) == 1:

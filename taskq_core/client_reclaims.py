@@ -112,7 +112,7 @@ async def _watch(
     """The feed's loop: poll a page, yield it, wait for a wake or the interval."""
     retry = TransientRetry(POLL_RETRY_TIMEOUT)
     if after_id is None:
-        after_id = await retry.run(backend.latest_reclaim_event_id, what="watch_reclaims")
+        after_id = await retry.run(backend.get_latest_reclaim_event_id, what="watch_reclaims")
     cursor = after_id
     delay = timedelta(seconds=feed.visibility_delay)
     loop = asyncio.get_running_loop()

@@ -97,7 +97,7 @@ def serve(
 
     async def run() -> None:
         async with open_backend(settings) as backend:
-            await backend.fleet_stats(span)  # fail here, as one line, if it cannot read
+            await backend.get_fleet_stats(span)  # fail here, as one line, if it cannot read
             server = FleetServer(FleetMetrics(backend, fleet), host, port)
             await server.start()
             try:

@@ -182,7 +182,7 @@ async def _follow(
     from taskq_core.client import JobsClient
 
     async with open_backend(settings) as backend:
-        start = await backend.latest_reclaim_event_id() if after is None else after
+        start = await backend.get_latest_reclaim_event_id() if after is None else after
         output.note(f"following reclaims after event {start} (Ctrl-C stops)")
         async with JobsClient(backend=backend) as client:
             feed = client.watch_reclaims(

@@ -155,10 +155,10 @@ class BackendSource:
         # Every read ends before one's error goes up: the backend is closed after it, and a
         # read still running then would fail with nobody to hear it.
         read = await asyncio.gather(
-            self.backend.dashboard_stats(settings.window, settings.minutes),
+            self.backend.get_dashboard_stats(settings.window, settings.minutes),
             self.backend.list_workers(),
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
-            self.backend.rate_limit_usage(),
+            self.backend.get_rate_limit_usage(),
             self.backend.list_batches(batch_filter),
             return_exceptions=True,
         )

@@ -1,7 +1,7 @@
 """Fleet metrics: the queue-level picture for Prometheus, read from the database once for the
 whole fleet (not per worker), whoever serves it (``taskq metrics serve``, the web UI).
 
-``FleetReader`` reads a snapshot (``fleet_stats`` and the workers) at most once per
+``FleetReader`` reads a snapshot (``get_fleet_stats`` and the workers) at most once per
 ``min_interval`` however often it is asked: concurrent scrapes share one read in flight, and a
 failed read (the database away, a read past ``read_timeout``) is a snapshot too, whose only
 sample is ``taskq_fleet_up 0``; the next read after the interval tries again, so the metrics
@@ -42,7 +42,7 @@ _TERMINAL = tuple(s for s in JobStatus if s in TERMINAL_STATUSES)
 class FleetSource(Protocol):
     """What the fleet metrics read: a Backend has both."""
 
-    async def fleet_stats(self, window: timedelta) -> FleetStats: ...
+    async def get_fleet_stats(self, window: timedelta) -> FleetStats: ...
 
     async def list_workers(self) -> list[WorkerRow]: ...
 
@@ -124,7 +124,7 @@ class FleetReader:
         started = self.clock.monotonic()
         try:
             async with asyncio.timeout(self.settings.read_timeout):
-                stats = await self.source.fleet_stats(self.settings.window)
+                stats = await self.source.get_fleet_stats(self.settings.window)
                 workers = await self.source.list_workers()
         except Exception as exc:
             error = (

@@ -93,7 +93,7 @@ async def start_limiter(
         await backend.register_rate_limits(definitions(plans, redis=bool(settings.redis_url)))
     store = limiter_store(settings, backend, clock=clock, log=log) if limited else backend
     limiter = RateLimiter(plans, store, backend, clock=clock, lease=settings.lock_lease_delta)
-    limiter.set_queue_caps(await backend.queue_caps(settings.queues))
+    limiter.set_queue_caps(await backend.get_queue_caps(settings.queues))
     return limiter
 
 

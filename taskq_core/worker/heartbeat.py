@@ -113,7 +113,7 @@ class HeartbeatLoop:
         effect on its queue's reservation within a beat."""
         limiter = self.deps.limiter
         if limiter is not None:
-            limiter.set_queue_caps(await self.deps.backend.queue_caps(self.deps.queues))
+            limiter.set_queue_caps(await self.deps.backend.get_queue_caps(self.deps.queues))
 
     async def _count_fleet(self) -> None:
         """Tell the limiter how many live workers run each limited actor: it spaces denied

@@ -3,7 +3,7 @@
 Jobs per queue and status (``taskq.queue.depth``) and reservation slots held per reservation
 (``taskq.reservation.slots_held``), kept on ``deps.state.leader_sample`` where ``obs.gauges``
 reports them while this worker leads. One worker samples for the whole fleet, so a dashboard
-sums nothing twice. The depths come from ``dashboard_stats``, which walks indexes only
+sums nothing twice. The depths come from ``get_dashboard_stats``, which walks indexes only
 (cheap on a large table); nothing is read while no meter provider is installed.
 """
 
@@ -17,7 +17,7 @@ from taskq_core.obs.metrics import meter_installed
 from taskq_core.worker.deps import WorkerDeps
 
 LEADER_SAMPLE_INTERVAL = 15.0
-# dashboard_stats also counts the jobs finished within a window; the sample uses none of it.
+# get_dashboard_stats also counts the jobs finished within a window; the sample uses none of it.
 _FINISHED_WINDOW = timedelta(seconds=LEADER_SAMPLE_INTERVAL)
 
 
@@ -33,14 +33,14 @@ class LeaderSampler:
         if not meter_installed():
             deps.state.leader_sample = None
             return None
-        stats = await deps.backend.dashboard_stats(_FINISHED_WINDOW, 1)
+        stats = await deps.backend.get_dashboard_stats(_FINISHED_WINDOW, 1)
         depths: dict[tuple[str, str], int] = {}
         for queue in stats.queues:
             depths[(queue.name, "pending")] = queue.pending
             depths[(queue.name, "scheduled")] = queue.scheduled
             depths[(queue.name, "claimed")] = queue.claimed
             depths[(queue.name, "running")] = queue.running
-        held = Counter(slot.name for slot in await deps.backend.held_reservation_slots())
+        held = Counter(slot.name for slot in await deps.backend.list_held_reservation_slots())
         sample = LeaderSample(depths, dict(held))
         deps.state.leader_sample = sample
         return sample

@@ -38,7 +38,7 @@ def crash(db: Db, job: JobRow) -> UUID:
         "WHERE id = $1",
         job.id,
     )
-    assert db.call(lambda b: b.reclaim_expired_locks(NO_GRACE, NO_GRACE)) == 1
+    assert db.call(lambda b: b.reclaim_expired_leases(NO_GRACE, NO_GRACE)) == 1
     return worker
 
 

@@ -80,7 +80,7 @@ _leased = {"job": _pick, "variant": _variant}
 
 _BY_KIND = dict(
     [
-        _op("scheduled_to_pending"),  # first: a failing sequence shrinks towards it
+        _op("promote_scheduled_jobs"),  # first: a failing sequence shrinks towards it
         _op(
             "enqueue",
             actor=st.sampled_from(["a", "b"]),
@@ -130,7 +130,7 @@ _BY_KIND = dict(
         _op("heartbeat", worker=_worker, jobs=st.lists(st.integers(0, 8), max_size=4)),
         _op("travel", seconds=st.sampled_from(TRAVELS)),
         _op("reclaim"),
-        _op("deadline_sweep"),
+        _op("fail_overdue_jobs"),
         _op("retry_job", job=_pick),
         # Retention thresholds are whole seconds, as the travels are (see TRAVELS).
         _op("prune", keep=st.sampled_from([10, 60]), batch_size=st.integers(1, 3)),
@@ -213,12 +213,12 @@ class Walk:
                 return None
 
             return f"travel {seconds}", travel
-        if op.kind == "scheduled_to_pending":
-            return op.kind, lambda h: h.backend.scheduled_to_pending()
+        if op.kind == "promote_scheduled_jobs":
+            return op.kind, lambda h: h.backend.promote_scheduled_jobs()
         if op.kind == "reclaim":
-            return op.kind, lambda h: h.backend.reclaim_expired_locks(timedelta(0), timedelta(0))
-        if op.kind == "deadline_sweep":
-            return op.kind, lambda h: h.backend.deadline_sweep()
+            return op.kind, lambda h: h.backend.reclaim_expired_leases(timedelta(0), timedelta(0))
+        if op.kind == "fail_overdue_jobs":
+            return op.kind, lambda h: h.backend.fail_overdue_jobs()
         if op.kind == "prune":
             policy = PrunePolicy(
                 retention=dict.fromkeys(TERMINAL_STATUSES, timedelta(seconds=op["keep"])),

@@ -183,7 +183,7 @@ async def assert_cancelled_for_good(harness: Harness, job: JobRow, outcome: str)
     last = (await harness.backend.get_events(job.id))[-1]
     assert (last.from_status, last.to_status) == (JobStatus.RUNNING, JobStatus.CANCELLED)
     await harness.travel(3600)
-    assert await harness.backend.scheduled_to_pending() == 0
+    assert await harness.backend.promote_scheduled_jobs() == 0
     assert await harness.backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE) == []
 
 
@@ -375,7 +375,7 @@ async def test_a_retry_after_a_shutdown_escalation_starts_the_next_attempt_unfor
     row = await backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
     assert row is not None and (row.status, row.cancel_phase) == (JobStatus.SCHEDULED, 0)
     await harness.travel(6)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert again.cancel_phase == 0
     assert not await backend.mark_abandoned(again.lease(), "not forced")

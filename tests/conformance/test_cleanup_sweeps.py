@@ -106,7 +106,7 @@ async def test_a_silent_worker_holding_a_running_job_stays_until_the_job_is_recl
     assert await backend.delete_stale_workers(SILENCE) == 1
     assert await _worker_ids(harness) == {holder}
     assert (await reload(backend, job.id)).locked_by_worker == holder
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     assert await backend.delete_stale_workers(SILENCE) == 1
     assert await _worker_ids(harness) == set()
 
@@ -134,7 +134,7 @@ async def test_a_cutoff_that_is_not_in_the_past_is_refused(
 # --- waiting queues --------------------------------------------------------------------------
 async def test_waiting_queues_are_the_sorted_queues_with_pending_jobs(harness: Harness) -> None:
     backend = harness.backend
-    assert await backend.waiting_queues() == []
+    assert await backend.list_waiting_queues() == []
     first, second, later = sorted(new_queue() for _ in range(3))
     await backend.enqueue(args(queue=second))
     await backend.enqueue(args(queue=second))
@@ -142,12 +142,12 @@ async def test_waiting_queues_are_the_sorted_queues_with_pending_jobs(harness: H
     await backend.enqueue(args(queue=later, delay=timedelta(minutes=5)))
     await job_in(harness, JobStatus.SUCCEEDED)
     await running_job(backend)
-    assert await backend.waiting_queues() == [first, second]
+    assert await backend.list_waiting_queues() == [first, second]
     # A scheduled job counts once it comes due and is promoted.
     await harness.travel(300 + MARGIN)
-    assert await backend.scheduled_to_pending() == 1
-    assert await backend.waiting_queues() == [first, second, later]
+    assert await backend.promote_scheduled_jobs() == 1
+    assert await backend.list_waiting_queues() == [first, second, later]
     # A queue whose pending jobs were all claimed is no longer waiting.
     claimed = await backend.dispatch_batch(uuid4(), [second], 10, LEASE)
     assert len(claimed) == 2
-    assert await backend.waiting_queues() == [first, later]
+    assert await backend.list_waiting_queues() == [first, later]

@@ -1,4 +1,4 @@
-"""Dashboard reads: per-queue activity (``dashboard_stats``) and the jobs pane's
+"""Dashboard reads: per-queue activity (``get_dashboard_stats``) and the jobs pane's
 ``list_recent_jobs``, the same on both backends."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ HOUR = timedelta(hours=1)
 
 
 async def _activity(harness: Harness, queue: str, minutes: int = 10) -> QueueActivity:
-    stats = await harness.backend.dashboard_stats(HOUR, minutes)
+    stats = await harness.backend.get_dashboard_stats(HOUR, minutes)
     found = [q for q in stats.queues if q.name == queue]
     assert len(found) == 1, [q.name for q in stats.queues]
     return found[0]
@@ -33,12 +33,12 @@ async def _succeeded(harness: Harness, queue: str, actor: str = "work") -> None:
     assert await harness.backend.mark_succeeded(job.lease(), {"ok": True})
 
 
-# --- dashboard_stats --------------------------------------------------------------------------
+# --- get_dashboard_stats --------------------------------------------------------------------------
 
 
 async def test_there_is_no_queue_activity_before_anything_happens(harness: Harness) -> None:
     before = await harness.now()
-    stats = await harness.backend.dashboard_stats(HOUR, 10)
+    stats = await harness.backend.get_dashboard_stats(HOUR, 10)
     assert stats.queues == []
     assert stats.window == HOUR
     assert before <= stats.now <= await harness.now()
@@ -51,7 +51,7 @@ async def test_active_jobs_are_counted_exactly_per_queue(harness: Harness) -> No
     await backend.enqueue_batch([args(queue=media, delay=HOUR) for _ in range(2)])
     await running_job(backend, queue=media, priority=100)  # dispatched ahead of the rest
     await backend.enqueue(args(queue=mail, priority=7))
-    stats = await backend.dashboard_stats(HOUR, 10)
+    stats = await backend.get_dashboard_stats(HOUR, 10)
     by_name = {q.name: q for q in stats.queues}
     assert [q.name for q in stats.queues] == sorted([media, mail])
     assert (by_name[media].pending, by_name[media].scheduled, by_name[media].running) == (3, 2, 1)
@@ -83,7 +83,7 @@ async def test_the_oldest_pending_job_is_found_across_priorities(harness: Harnes
     await harness.travel(5)
     activity = await _activity(harness, queue)
     assert activity.oldest_pending_at == (await reload(backend, oldest.id)).scheduled_at
-    stats = await backend.dashboard_stats(HOUR, 10)
+    stats = await backend.get_dashboard_stats(HOUR, 10)
     assert activity.oldest_pending_at is not None
     waited = stats.now - activity.oldest_pending_at
     assert timedelta(seconds=35) <= waited < timedelta(seconds=60)
@@ -97,7 +97,7 @@ async def test_pending_jobs_with_and_without_a_fairness_key_all_count(harness: H
     await backend.enqueue_batch([args(queue=mixed), args(queue=mixed, priority=3)])
     await backend.enqueue_batch([args(queue=mixed, fairness_key="t2", priority=-1)])
     await backend.enqueue_batch([args(queue=keyed, fairness_key="t1") for _ in range(2)])
-    stats = await backend.dashboard_stats(HOUR, 10)
+    stats = await backend.get_dashboard_stats(HOUR, 10)
     by_name = {q.name: q for q in stats.queues}
     assert sorted(by_name) == sorted([mixed, keyed])
     assert (by_name[mixed].pending, by_name[keyed].pending) == (4, 2)
@@ -151,7 +151,7 @@ async def test_idle_queues_with_a_row_or_only_old_jobs_are_listed(harness: Harne
     await backend.update_queue(idle, mode="round_robin", max_concurrent=3, paused=True)
     await _succeeded(harness, old)
     await harness.travel(3 * 3600)
-    stats = await backend.dashboard_stats(HOUR, 10)
+    stats = await backend.get_dashboard_stats(HOUR, 10)
     by_name = {q.name: q for q in stats.queues}
     assert by_name[idle] == QueueActivity(
         name=idle,
@@ -174,7 +174,7 @@ async def test_dashboard_stats_reject_a_bad_window(
     harness: Harness, window: timedelta, minutes: int
 ) -> None:
     with pytest.raises(ValueError):
-        await harness.backend.dashboard_stats(window, minutes)
+        await harness.backend.get_dashboard_stats(window, minutes)
 
 
 # --- list_recent_jobs --------------------------------------------------------------------------

@@ -135,9 +135,9 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
         for job_id in job_ids
     ]
     workers = sorted((w.id, w.running_jobs, w.claimed_jobs) for w in await backend.list_workers())
-    stats = await backend.dashboard_stats(timedelta(hours=1), 1)
+    stats = await backend.get_dashboard_stats(timedelta(hours=1), 1)
     queues = [(q.name, q.pending, q.scheduled, q.running, q.claimed) for q in stats.queues]
-    fleet = await backend.fleet_stats(timedelta(hours=1))
+    fleet = await backend.get_fleet_stats(timedelta(hours=1))
     actors = [
         (a.queue, a.actor, a.pending, a.running, a.claimed, a.finished)
         for q in fleet.queues
@@ -149,7 +149,7 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
         queues,
         actors,
         await backend.count_jobs(JobFilter(queue=QUEUE, active=True, limit=None)),
-        await backend.waiting_queues(),
+        await backend.list_waiting_queues(),
     )
 
 

@@ -94,7 +94,7 @@ async def test_scheduled_jobs_wait_for_the_scheduled_sweep(harness: Harness) -> 
     assert await dispatch(harness.backend, "q") == []
     await harness.travel(11)
     assert await dispatch(harness.backend, "q") == []  # due, but still scheduled
-    assert await harness.backend.scheduled_to_pending() == 1
+    assert await harness.backend.promote_scheduled_jobs() == 1
     assert [row.id for row in await dispatch(harness.backend, "q")] == [job.id]
 
 
@@ -341,7 +341,7 @@ async def test_a_redispatch_after_a_retry_sets_claimed_at_again_and_clears_start
     assert job.started_at is not None
     await backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(seconds=5))
     await harness.travel(6)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     before = await harness.now()
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     after = await harness.now()

@@ -1,4 +1,4 @@
-"""The fleet metrics' read (``fleet_stats``): per queue and per actor counts, the oldest
+"""The fleet metrics' read (``get_fleet_stats``): per queue and per actor counts, the oldest
 pending job, the window's finished jobs and the start latency, the same on both backends."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ LEASE = timedelta(minutes=30)  # longer than any travel here: no lease expires m
 
 
 async def _queue(harness: Harness, name: str) -> QueueFleetStats:
-    stats = await harness.backend.fleet_stats(WINDOW)
+    stats = await harness.backend.get_fleet_stats(WINDOW)
     found = [q for q in stats.queues if q.name == name]
     assert len(found) == 1, [q.name for q in stats.queues]
     return found[0]
@@ -48,7 +48,7 @@ def _close_to(latency: StartLatency | None, started: int, mean: float, p50: floa
 
 async def test_nothing_is_reported_before_anything_happens(harness: Harness) -> None:
     before = await harness.now()
-    stats = await harness.backend.fleet_stats(WINDOW)
+    stats = await harness.backend.get_fleet_stats(WINDOW)
     assert stats.queues == []
     assert stats.window == WINDOW
     assert before <= stats.now <= await harness.now()
@@ -64,7 +64,7 @@ async def test_waiting_and_running_jobs_are_counted_per_queue_and_actor(harness:
     await backend.enqueue(args("thumb", queue=media, delay=timedelta(hours=1)))
     await backend.enqueue(args("send", queue=mail))
 
-    stats = await backend.fleet_stats(WINDOW)
+    stats = await backend.get_fleet_stats(WINDOW)
     by_name = {q.name: q for q in stats.queues}
     assert sorted(by_name) == sorted([media, mail])
     queue = by_name[media]
@@ -87,11 +87,11 @@ async def test_the_oldest_pending_job_is_found_across_priorities_and_keys(
     oldest = await backend.enqueue(args(queue=queue, priority=-5, fairness_key="t1"))
     await harness.travel(30)
     await backend.enqueue_batch([args(queue=queue, priority=9), args(queue=queue)])
-    stats = await backend.fleet_stats(WINDOW)
+    stats = await backend.get_fleet_stats(WINDOW)
     (found,) = [q for q in stats.queues if q.name == queue]
     assert found.oldest_pending_at == (await reload(backend, oldest.id)).scheduled_at
     # The dashboard's read finds the same job (PostgreSQL: two copies of one CTE).
-    dashboard = await backend.dashboard_stats(WINDOW, 1)
+    dashboard = await backend.get_dashboard_stats(WINDOW, 1)
     (activity,) = [q for q in dashboard.queues if q.name == queue]
     assert activity.oldest_pending_at == found.oldest_pending_at
     await _start_all(harness, queue, 3)
@@ -156,7 +156,7 @@ async def test_a_delay_is_not_waiting_and_old_starts_leave_the_window(harness: H
     early, _ = await running_job(backend, queue=queue, actor="a")  # started long ago ...
     await backend.enqueue(args("a", queue=queue, delay=timedelta(hours=1)))
     await harness.travel(3600 + 20)
-    assert await backend.scheduled_to_pending() >= 1
+    assert await backend.promote_scheduled_jobs() >= 1
     await _start_all(harness, queue, 1)  # due 20 seconds ago, enqueued an hour before
     assert await backend.mark_succeeded(early.lease(), None)  # ... ends within the window
 
@@ -180,4 +180,4 @@ async def test_fleet_stats_reject_a_window_that_is_not_positive(
     harness: Harness, window: timedelta
 ) -> None:
     with pytest.raises(ValueError):
-        await harness.backend.fleet_stats(window)
+        await harness.backend.get_fleet_stats(window)

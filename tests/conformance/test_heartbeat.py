@@ -53,9 +53,9 @@ async def test_an_extended_lease_is_not_reclaimed(harness: Harness) -> None:
     await harness.travel(25)
     await backend.heartbeat(worker, timedelta(seconds=30), [job.lease()])
     await harness.travel(25)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 0
     await harness.travel(10)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     assert (await reload(backend, job.id)).attempt == 1
 
 
@@ -127,7 +127,7 @@ async def test_a_heartbeat_leaves_the_workers_unnamed_rows_to_expire_and_be_recl
     untouched = (await reload(backend, dropped.id)).lock_expires_at
     assert untouched is not None and untouched < await harness.now() + timedelta(seconds=10)
     await harness.travel(10)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     assert (await reload(backend, dropped.id)).status is JobStatus.PENDING
     assert (await reload(backend, held.id)).status is JobStatus.RUNNING
 
@@ -139,7 +139,7 @@ async def test_a_heartbeat_refuses_a_reclaimed_lease_by_leaving_it_out_of_held(
     worker = uuid4()
     job, _ = await running_job(backend, worker=worker)
     await harness.travel(LEASE.total_seconds() + 1)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)  # same worker
     result = await backend.heartbeat(worker, timedelta(seconds=60), [job.lease()])
     assert result.held == result.extended == frozenset()

@@ -54,7 +54,7 @@ async def second_attempt(harness: Harness, *, started: bool = True) -> tuple[Job
     first, worker = await running_job(backend, max_attempts=5)
     await backend.mark_failed_or_retry(first.lease(), BOOM, timedelta(seconds=1))
     await harness.travel(2)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     [again] = await backend.dispatch_batch(worker, [first.queue], 1, LEASE)
     if started:
         await backend.mark_started_many(worker, [Start(again.id, again.attempt)])
@@ -101,7 +101,7 @@ async def test_a_job_reclaimed_and_claimed_again_by_the_same_worker_refuses_the_
     backend = harness.backend
     job, worker = await running_job(backend, max_attempts=3)
     await harness.travel(EXPIRED)
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 1
     [again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert (again.locked_by_worker, again.attempt) == (worker, 2)
     assert not await backend.mark_succeeded(job.lease(), {"from": "attempt 1"})
@@ -241,10 +241,10 @@ async def test_a_success_pending_in_an_open_transaction_keeps_the_job_from_the_r
     await harness.travel(EXPIRED)  # the lease has run out, but no sweep has run yet
     async with backend.transaction() as connection:
         assert await backend.mark_succeeded_with_conn(connection, job.lease(), '"done"')
-        assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 0  # row held
+        assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 0  # row held
     row = await reload(backend, job.id)
     assert (row.status, row.result) == (JobStatus.SUCCEEDED, "done")
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 0
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 0
 
 
 async def test_a_lease_being_settled_in_an_open_transaction_is_held_but_not_extended(

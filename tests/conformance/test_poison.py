@@ -20,7 +20,7 @@ MESSAGE = "3 workers died running it (TASKQ_POISON_RECLAIMS is 3); not handed ou
 async def crash(harness: Harness, job: JobRow, *, poison: int | None = POISON) -> JobRow:
     """The job's worker dies: its lease runs out and the leader reclaims it."""
     await harness.travel(EXPIRED)
-    assert await harness.backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=poison) == 1
+    assert await harness.backend.reclaim_expired_leases(GRACE, GRACE, poison_reclaims=poison) == 1
     return await reload(harness.backend, job.id)
 
 
@@ -150,7 +150,7 @@ async def test_a_requested_cancel_wins_over_poison(harness: Harness) -> None:
     assert await backend.write_cancel_request(job.id, "stop") == "requested"
     headroom = 2 * GRACE.total_seconds() + CANCEL_RECLAIM_HEADROOM.total_seconds()
     await harness.travel(EXPIRED + headroom)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=POISON) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE, poison_reclaims=POISON) == 1
     row = await reload(backend, job.id)
     assert row.status is JobStatus.CANCELLED
     assert row.error_class != POISON_JOB_ERROR
@@ -189,7 +189,7 @@ async def test_the_default_limit_is_three(harness: Harness) -> None:
     statuses = []
     for _ in range(3):
         await harness.travel(EXPIRED)
-        assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        assert await harness.backend.reclaim_expired_leases(GRACE, GRACE) == 1
         row = await reload(harness.backend, job.id)
         statuses.append(row.status)
         if row.status is JobStatus.PENDING:
@@ -284,7 +284,7 @@ async def reclaim_all(harness: Harness, expected: int) -> None:
     """Every held lease runs out and the leader reclaims them in one sweep."""
     await harness.travel(EXPIRED)
     assert (
-        await harness.backend.reclaim_expired_locks(GRACE, GRACE, poison_reclaims=POISON)
+        await harness.backend.reclaim_expired_leases(GRACE, GRACE, poison_reclaims=POISON)
         == expected
     )
 

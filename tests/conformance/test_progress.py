@@ -88,7 +88,7 @@ async def test_a_reclaimed_job_refuses_its_old_worker(harness: Harness) -> None:
     backend = harness.backend
     job, _ = await running_job(backend, max_attempts=5)
     await harness.travel(LEASE.total_seconds() + 1)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     assert (await reload(backend, job.id)).status is JobStatus.PENDING
     assert await backend.write_progress(job.lease(), 1, state(1)) is False
 
@@ -99,7 +99,7 @@ async def test_the_seq_carries_over_to_the_next_attempt(harness: Harness) -> Non
     assert await backend.write_progress(first.lease(), 7, state(7))
     await backend.mark_failed_or_retry(first.lease(), BOOM, timedelta(seconds=1))
     await harness.travel(2)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     [again] = await backend.dispatch_batch(worker, [first.queue], 1, LEASE)
     assert (again.attempt, again.progress_seq, again.progress_state) == (2, 7, state(7))
     assert await backend.write_progress(again.lease(), 7, state(1)) is False

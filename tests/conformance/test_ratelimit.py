@@ -20,7 +20,7 @@ async def test_a_reservation_admits_as_many_jobs_as_it_has_slots(harness: Harnes
     jobs = [uuid4() for _ in range(3)]
     taken = [await backend.acquire_reservation("gpu", 2, job, worker, SLOT_LEASE) for job in jobs]
     assert taken == [True, True, False]
-    held = await backend.held_reservation_slots("gpu")
+    held = await backend.list_held_reservation_slots("gpu")
     assert [(h.slot, h.job_id, h.worker_id) for h in held] == [
         (0, jobs[0], worker),
         (1, jobs[1], worker),
@@ -45,7 +45,7 @@ async def test_release_frees_only_the_named_reservations(harness: Harness) -> No
     assert await backend.acquire_reservation("a", 1, job, worker, SLOT_LEASE)
     assert await backend.acquire_reservation("b", 1, job, worker, SLOT_LEASE)
     assert await backend.release_reservations(job, worker, ["a"]) == 1
-    assert [h.name for h in await backend.held_reservation_slots()] == ["b"]
+    assert [h.name for h in await backend.list_held_reservation_slots()] == ["b"]
 
 
 async def test_a_job_acquiring_again_takes_over_the_slot_it_holds(harness: Harness) -> None:
@@ -53,7 +53,7 @@ async def test_a_job_acquiring_again_takes_over_the_slot_it_holds(harness: Harne
     assert await backend.acquire_reservation("one", 1, job, uuid4(), SLOT_LEASE)
     later_worker = uuid4()  # the job was reclaimed and runs again elsewhere
     assert await backend.acquire_reservation("one", 1, job, later_worker, SLOT_LEASE)
-    [held] = await backend.held_reservation_slots("one")
+    [held] = await backend.list_held_reservation_slots("one")
     assert (held.job_id, held.worker_id) == (job, later_worker)
 
 
@@ -65,7 +65,7 @@ async def test_a_slot_whose_lease_ran_out_is_free_unless_renewed(harness: Harnes
     await harness.travel(20)
     assert await backend.extend_reservation_leases(worker, [renewed_job], SLOT_LEASE) == 1
     await harness.travel(20)  # 40 s after the acquire: only the renewed lease still runs
-    assert [h.name for h in await backend.held_reservation_slots()] == ["r"]
+    assert [h.name for h in await backend.list_held_reservation_slots()] == ["r"]
     assert not await backend.acquire_reservation("r", 1, uuid4(), worker, SLOT_LEASE)
     assert await backend.acquire_reservation("l", 1, uuid4(), worker, SLOT_LEASE)
 
@@ -95,7 +95,7 @@ async def test_sweep_frees_lapsed_slots_and_those_of_ended_jobs(harness: Harness
     assert await backend.sweep_leaked_reservation_slots() == 2  # the ended and the unknown job
     await harness.travel(10)
     assert await backend.sweep_leaked_reservation_slots() == 1  # the lapsed lease
-    held = {h.job_id for h in await backend.held_reservation_slots("s")}
+    held = {h.job_id for h in await backend.list_held_reservation_slots("s")}
     assert held == {running.id, waiting.id}
     assert await backend.sweep_leaked_reservation_slots() == 0
 
@@ -120,7 +120,7 @@ async def test_a_job_held_back_by_a_limit_goes_back_scheduled_without_an_attempt
     assert last.detail == {"reason": "rate_limit:api"}
     # It runs again later under a new number, its one counted attempt still unused.
     await harness.travel(3)
-    assert await backend.scheduled_to_pending() >= 1
+    assert await backend.promote_scheduled_jobs() >= 1
     claimed = await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
     assert [(c.id, c.attempt, c.attempts_used) for c in claimed] == [(job.id, 2, 1)]
 
@@ -152,7 +152,7 @@ async def test_usage_reads_each_registered_limit_and_its_instances(harness: Harn
     for key in ("sms:a", "sms:a", "sms:b"):
         assert (await backend.acquire_window(key, 3, window)).allowed
     assert await backend.acquire_reservation("gpu", 2, uuid4(), uuid4(), SLOT_LEASE)
-    usage = await backend.rate_limit_usage()
+    usage = await backend.get_rate_limit_usage()
     rows = {(u.limit.name, u.instance): u.used for u in usage}
     api = rows.pop(("api", "api"))
     assert api is not None and 3.5 <= api <= 4.0  # four spent, a little refill since
@@ -166,7 +166,7 @@ async def test_usage_reads_each_registered_limit_and_its_instances(harness: Harn
     assert [u.instance for u in usage if u.limit.name == "sms"] == ["sms:a", "sms:b"]
     assert [u.limit.name for u in usage] == sorted(u.limit.name for u in usage)
     await harness.travel(61)
-    later = {u.instance: u.used for u in await backend.rate_limit_usage(instances_per_limit=1)}
+    later = {u.instance: u.used for u in await backend.get_rate_limit_usage(instances_per_limit=1)}
     assert later["api"] == 0.0 and later["sms:a"] == 0.0 and "sms:b" not in later
 
 
@@ -175,7 +175,7 @@ async def test_an_unkeyed_limit_owns_its_name_alone(harness: Harness) -> None:
     await backend.register_rate_limits([LimitDefinition("gpu", "reservation", 2.0)])
     assert await backend.acquire_reservation("gpu:x", 1, uuid4(), uuid4(), SLOT_LEASE)
     assert await backend.acquire_reservation("queue-cap:mail", 3, uuid4(), uuid4(), SLOT_LEASE)
-    usage = await backend.rate_limit_usage()
+    usage = await backend.get_rate_limit_usage()
     assert [(u.instance, u.used) for u in usage] == [("gpu", 0.0)]
 
 
@@ -183,7 +183,7 @@ async def test_registering_again_takes_the_new_definition(harness: Harness) -> N
     backend = harness.backend
     await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 10.0, 1.0)])
     await backend.register_rate_limits([LimitDefinition("api", "token_bucket", 20.0, 2.0)])
-    [usage] = await backend.rate_limit_usage()
+    [usage] = await backend.get_rate_limit_usage()
     assert (usage.limit.capacity, usage.limit.per_second) == (20.0, 2.0)
 
 

@@ -175,7 +175,7 @@ async def test_attempts_and_events_come_back_oldest_first(harness: Harness) -> N
         # body began writes none).
         await backend.mark_started_many(worker, [Start(claimed.id, claimed.attempt)])
         await backend.mark_retry_after(claimed.lease(), timedelta(0))
-        await backend.scheduled_to_pending()
+        await backend.promote_scheduled_jobs()
     attempts = await backend.get_attempts(job.id)
     assert [a.outcome for a in attempts] == ["retry_after", "retry_after"]
     assert [a.attempt for a in attempts] == [1, 2]

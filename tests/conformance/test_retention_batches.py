@@ -130,7 +130,7 @@ async def test_every_attempt_goes_to_the_archive_and_leaves_with_its_job(
     job, worker = await running_job(backend, max_attempts=3)
     assert await backend.mark_failed_or_retry(job.lease(), BOOM, timedelta(0)) is not None
     await harness.travel(1)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     [second] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert await backend.mark_failed_or_retry(second.lease(), BOOM, None) is not None
     await harness.travel(KEEP.total_seconds() + MARGIN)

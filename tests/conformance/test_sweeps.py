@@ -19,9 +19,9 @@ async def test_scheduled_jobs_become_pending_once_due(harness: Harness) -> None:
     backend = harness.backend
     soon = await backend.enqueue(args(delay=timedelta(seconds=10)))
     later = await backend.enqueue(args(delay=timedelta(minutes=10)))
-    assert await backend.scheduled_to_pending() == 0
+    assert await backend.promote_scheduled_jobs() == 0
     await harness.travel(11)
-    assert await backend.scheduled_to_pending() == 1
+    assert await backend.promote_scheduled_jobs() == 1
     row = await reload(backend, soon.id)
     assert row.status is JobStatus.PENDING
     assert (await reload(backend, later.id)).status is JobStatus.SCHEDULED
@@ -37,7 +37,7 @@ async def test_promoting_scheduled_jobs_wakes_the_subscribers(harness: Harness) 
     await harness.backend.enqueue(args(delay=timedelta(seconds=5)))
     await harness.travel(6)
     async with harness.backend.subscribe_wake() as woken:
-        assert await harness.backend.scheduled_to_pending() == 1
+        assert await harness.backend.promote_scheduled_jobs() == 1
         await wait_set(woken)
 
 
@@ -49,9 +49,9 @@ async def test_waiting_jobs_past_their_deadline_fail(harness: Harness) -> None:
     )
     relaxed = await backend.enqueue(args(schedule_to_close=timedelta(hours=1)))
     running, _ = await running_job(backend, schedule_to_close=timedelta(seconds=30))
-    assert await backend.deadline_sweep() == 0
+    assert await backend.fail_overdue_jobs() == 0
     await harness.travel(31)
-    assert await backend.deadline_sweep() == 2
+    assert await backend.fail_overdue_jobs() == 2
     for job, was in ((pending, JobStatus.PENDING), (scheduled, JobStatus.SCHEDULED)):
         row = await reload(backend, job.id)
         assert (row.status, row.error_class) == (JobStatus.FAILED, "DeadlineExceeded")
@@ -67,9 +67,9 @@ async def test_an_expired_lock_with_retries_left_goes_back_to_pending(harness: H
     backend = harness.backend
     job, worker = await running_job(backend, max_attempts=3)
     await harness.travel(EXPIRED - 2)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 0
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 0
     await harness.travel(2)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
     assert row.status is JobStatus.PENDING
     assert row.attempt == 1
@@ -105,7 +105,7 @@ async def test_an_expired_lock_without_retries_crashes_the_job(harness: Harness)
     exhausted, _ = await running_job(backend, max_attempts=1)
     final, _ = await running_job(backend, retry_kind="non_retryable", max_attempts=5)
     await harness.travel(EXPIRED)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 2
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 2
     for job in (exhausted, final):
         row = await reload(backend, job.id)
         assert row.status is JobStatus.CRASHED and row.finished_at is not None
@@ -120,7 +120,7 @@ async def test_indefinite_jobs_are_retried_until_their_deadline(harness: Harness
         backend, retry_kind="indefinite", max_attempts=1, schedule_to_close=timedelta(seconds=20)
     )
     await harness.travel(EXPIRED)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 2
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 2
     assert (await reload(backend, open_ended.id)).status is JobStatus.PENDING
     assert (await reload(backend, deadlined.id)).status is JobStatus.CRASHED
 
@@ -133,9 +133,9 @@ async def test_a_cancel_in_flight_gets_the_graces_and_a_minute_before_reclaim(
     await backend.write_cancel_request(job.id, "stop")
     headroom = EXPIRED + 2 * GRACE.total_seconds() + 60
     await harness.travel(headroom - 2)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 0
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 0
     await harness.travel(2)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     assert (await reload(backend, job.id)).status is JobStatus.CANCELLED
 
 
@@ -146,7 +146,7 @@ async def test_a_requested_cancel_wins_over_the_retry_of_a_reclaimed_job(
     job, worker = await running_job(backend, max_attempts=3)
     await backend.write_cancel_request(job.id, "stop")
     await harness.travel(EXPIRED + 2 * GRACE.total_seconds() + 60)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
     assert (row.status, row.cancel_phase, row.cancel_reason) == (JobStatus.CANCELLED, 1, "stop")
     assert row.finished_at is not None and row.locked_by_worker is None
@@ -166,7 +166,7 @@ async def test_an_exhausted_job_with_a_cancel_in_flight_ends_cancelled(harness: 
     job, _ = await running_job(backend, max_attempts=1)
     await backend.write_cancel_request(job.id, "stop")
     await harness.travel(EXPIRED + 60)
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 1
     row = await reload(backend, job.id)
     assert row.status is JobStatus.CANCELLED
     [attempt] = await backend.get_attempts(job.id)
@@ -179,7 +179,7 @@ async def test_a_live_lease_is_never_reclaimed(harness: Harness) -> None:
     backend = harness.backend
     job, _ = await running_job(backend)
     await harness.travel(EXPIRED - 2)
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 0
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 0
     assert (await reload(backend, job.id)).status is JobStatus.RUNNING
 
 
@@ -187,14 +187,14 @@ async def test_a_reclaim_wakes_the_subscribers(harness: Harness) -> None:
     await running_job(harness.backend, max_attempts=1)
     await harness.travel(EXPIRED)
     async with harness.backend.subscribe_wake() as woken:
-        assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        assert await harness.backend.reclaim_expired_leases(GRACE, GRACE) == 1
         await wait_set(woken)
 
 
 async def reclaim_three(harness: Harness) -> list[UUID]:
     jobs = [(await running_job(harness.backend, max_attempts=n))[0] for n in (1, 2, 1)]
     await harness.travel(EXPIRED)
-    assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == 3
+    assert await harness.backend.reclaim_expired_leases(GRACE, GRACE) == 3
     return [job.id for job in jobs]
 
 
@@ -254,7 +254,7 @@ async def test_later_reclaims_continue_the_cursor(harness: Harness) -> None:
     assert {event.job_id for event in seen} == set(first)
     late, _ = await running_job(harness.backend, max_attempts=1)
     await harness.travel(EXPIRED)
-    assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await harness.backend.reclaim_expired_leases(GRACE, GRACE) == 1
     await harness.travel(3)
     [event] = await harness.backend.poll_reclaim_events(seen[-1].id)
     assert event.job_id == late.id and event.id > seen[-1].id
@@ -266,7 +266,7 @@ async def test_a_reclaimed_job_that_never_started_goes_back_to_pending_without_a
     backend = harness.backend
     job, worker = await running_job(backend, started=False, max_attempts=1)
     await harness.travel(EXPIRED)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
     assert (row.status, row.attempt, row.attempts_used) == (JobStatus.PENDING, 1, 0)
     assert row.locked_by_worker is None and row.lock_expires_at is None
@@ -299,12 +299,12 @@ async def test_a_job_reclaimed_unstarted_past_the_limit_counts_as_started(
     job, worker = await running_job(backend, started=False, max_attempts=1)
     for _ in range(UNSTARTED_RECLAIM_LIMIT):
         await harness.travel(EXPIRED)
-        assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
         assert (await reload(backend, job.id)).attempts_used == 0
         [_again] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert await backend.get_attempts(job.id) == []
     await harness.travel(EXPIRED)
-    assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+    assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     row = await reload(backend, job.id)
     assert (row.status, row.attempts_used, row.error_class) == (
         JobStatus.CRASHED,
@@ -324,7 +324,7 @@ async def test_a_requested_cancel_wins_over_the_reclaim_of_a_job_that_never_star
     job, _ = await running_job(backend, started=False)
     await backend.write_cancel_request(job.id, "stop")
     await harness.travel(EXPIRED + 60)
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 1
     row = await reload(backend, job.id)
     assert (row.status, row.attempts_used) == (JobStatus.CANCELLED, 0)
     assert await backend.get_attempts(job.id) == []

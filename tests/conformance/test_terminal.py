@@ -144,9 +144,9 @@ async def test_a_retry_delay_is_counted_on_the_backend_clock(harness: Harness) -
     [attempt] = await harness.backend.get_attempts(job.id)
     assert attempt.outcome == "retried"
     await harness.travel(58)
-    assert await harness.backend.scheduled_to_pending() == 0
+    assert await harness.backend.promote_scheduled_jobs() == 0
     await harness.travel(3)
-    assert await harness.backend.scheduled_to_pending() == 1
+    assert await harness.backend.promote_scheduled_jobs() == 1
     claimed = await harness.backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert [(r.id, r.attempt) for r in claimed] == [(job.id, 2)]
 
@@ -191,7 +191,7 @@ async def test_snooze_reschedules_without_consuming_an_attempt(harness: Harness)
     [attempt] = await harness.backend.get_attempts(job.id)
     assert (attempt.attempt, attempt.outcome) == (1, "snoozed")
     await harness.travel(31)
-    await harness.backend.scheduled_to_pending()
+    await harness.backend.promote_scheduled_jobs()
     [again] = await harness.backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     assert (again.attempt, again.attempts_used) == (2, 1)  # a body of its own, the budget whole
     assert await harness.backend.mark_snoozed(again.lease(), timedelta(seconds=1)) == "scheduled"
@@ -322,7 +322,7 @@ async def test_a_late_write_after_a_reclaim_and_redispatch_is_a_no_op(harness: H
     backend = harness.backend
     job, worker_a = await running_job(backend, lease=timedelta(seconds=30))
     await harness.travel(31)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     worker_b = uuid4()
     [again] = await backend.dispatch_batch(worker_b, [job.queue], 1, LEASE)
     assert (again.id, again.attempt, again.locked_by_worker) == (job.id, 2, worker_b)

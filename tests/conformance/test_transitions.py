@@ -37,12 +37,12 @@ async def cancel(h: Harness, job: JobRow, _: UUID | None) -> object:
 
 async def deadline(h: Harness, job: JobRow, _: UUID | None) -> object:
     await h.travel(2 * 3600)
-    return await h.backend.deadline_sweep()
+    return await h.backend.fail_overdue_jobs()
 
 
 async def promote(h: Harness, job: JobRow, _: UUID | None) -> object:
     await h.travel(2 * 3600)
-    return await h.backend.scheduled_to_pending()
+    return await h.backend.promote_scheduled_jobs()
 
 
 async def succeed(h: Harness, job: JobRow, _: UUID | None) -> object:
@@ -63,7 +63,7 @@ async def cooperative_cancel(h: Harness, job: JobRow, _: UUID | None) -> object:
 
 async def reclaim(h: Harness, job: JobRow, _: UUID | None) -> object:
     await h.travel(LEASE.total_seconds() + 1)
-    return await h.backend.reclaim_expired_locks(GRACE, GRACE)
+    return await h.backend.reclaim_expired_leases(GRACE, GRACE)
 
 
 async def abandon(h: Harness, job: JobRow, _: UUID | None) -> object:
@@ -210,10 +210,10 @@ async def test_a_whole_life_records_only_valid_transitions(harness: Harness) -> 
     assert worker is not None
     await backend.mark_snoozed(job.lease(), timedelta(seconds=1))
     await harness.travel(2)
-    await backend.scheduled_to_pending()
+    await backend.promote_scheduled_jobs()
     await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     await harness.travel(LEASE.total_seconds() + 1)
-    await backend.reclaim_expired_locks(GRACE, GRACE)
+    await backend.reclaim_expired_leases(GRACE, GRACE)
     [claimed] = await backend.dispatch_batch(worker, [job.queue], 1, LEASE)
     await backend.mark_started_many(worker, [Start(job.id, claimed.attempt)])
     await backend.write_cancel_request(job.id, "stop")

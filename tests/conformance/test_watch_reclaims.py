@@ -56,7 +56,7 @@ async def reclaim(harness: Harness, count: int = 1) -> list[UUID]:
     """``count`` running jobs whose worker died, reclaimed by the leader; their ids."""
     jobs = [(await running_job(harness.backend, max_attempts=2))[0] for _ in range(count)]
     await harness.travel(EXPIRED)
-    assert await harness.backend.reclaim_expired_locks(GRACE, GRACE) == count
+    assert await harness.backend.reclaim_expired_leases(GRACE, GRACE) == count
     return [job.id for job in jobs]
 
 
@@ -181,11 +181,11 @@ async def test_the_latest_reclaim_event_id_counts_only_reclaims_visible_or_not(
     harness: Harness,
 ) -> None:
     backend = harness.backend
-    assert await backend.latest_reclaim_event_id() == 0
+    assert await backend.get_latest_reclaim_event_id() == 0
     [job_id] = await reclaim(harness)
     reclaim_event = (await backend.get_events(job_id))[-1]
     assert reclaim_event.kind == "reclaim"
     # Not past the visibility delay yet, and later events of other kinds do not count.
     job, _ = await running_job(backend)
     assert await backend.mark_succeeded(job.lease(), None)
-    assert await backend.latest_reclaim_event_id() == reclaim_event.id
+    assert await backend.get_latest_reclaim_event_id() == reclaim_event.id

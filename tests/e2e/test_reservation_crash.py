@@ -57,14 +57,14 @@ async def test_a_killed_workers_slot_lapses_and_the_waiting_jobs_run(
         # start mark runs again as the same attempt, by design).
         async with asyncio.timeout(30):
             while not (
-                await backend.held_reservation_slots("e2e_solo")
+                await backend.list_held_reservation_slots("e2e_solo")
                 and await _started(backend, holder.id)
             ):
                 await asyncio.sleep(0.05)
     finally:
         victim.send_signal(signal.SIGKILL)
         await victim.wait()
-    [slot] = await backend.held_reservation_slots("e2e_solo")
+    [slot] = await backend.list_held_reservation_slots("e2e_solo")
     assert slot.job_id == holder.id  # still held: a SIGKILLed worker releases nothing
 
     waiting = [await backend.enqueue(EnqueueArgs("use_slot", {"n": n})) for n in range(3)]
@@ -80,7 +80,7 @@ async def test_a_killed_workers_slot_lapses_and_the_waiting_jobs_run(
         assert row.started_at is not None and row.started_at >= slot.lease_expires_at
     again = await backend.get(holder.id)
     assert again is not None and (again.status, again.result) == (JobStatus.SUCCEEDED, 2)
-    assert await backend.held_reservation_slots() == []
+    assert await backend.list_held_reservation_slots() == []
 
 
 async def _started(backend: PostgresBackend, job_id: UUID) -> bool:

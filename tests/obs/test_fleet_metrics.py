@@ -184,13 +184,13 @@ class CountingSource:
         self.entered = asyncio.Event()
         self.failing = False
 
-    async def fleet_stats(self, window: timedelta) -> FleetStats:
+    async def get_fleet_stats(self, window: timedelta) -> FleetStats:
         self.reads += 1
         self.entered.set()
         await self.gate.wait()
         if self.failing:
             raise DatabaseUnavailableError("connection refused")
-        return await self.backend.fleet_stats(window)
+        return await self.backend.get_fleet_stats(window)
 
     async def list_workers(self) -> list[WorkerRow]:
         return await self.backend.list_workers()

@@ -94,14 +94,14 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         await conn.execute(f"ANALYZE {schema}.jobs")
         await conn.execute(f"ANALYZE {schema}.workers")
 
-        # waiting_queues: a skip scan, one index probe per queue (plus the one that finds
+        # list_waiting_queues: a skip scan, one index probe per queue (plus the one that finds
         # none after the last), whatever the backlog.
-        waiting = await generic_plan(conn, render("waiting_queues", schema), analyze=True)
+        waiting = await generic_plan(conn, render("list_waiting_queues", schema), analyze=True)
         found = scans(waiting)
         assert {node["Index Name"] for node in found} == {"jobs_fair_dispatch_idx"}, found
         fetched = sum(node["Actual Rows"] * node["Actual Loops"] for node in found)
         assert fetched <= QUEUES + 1, fetched
-        records = await conn.fetch(render("waiting_queues", schema))
+        records = await conn.fetch(render("list_waiting_queues", schema))
         assert sorted(r["queue"] for r in records) == [f"q{n}" for n in range(QUEUES)]
 
         # expire_results: the pick walks jobs_result_expiry_idx, the update finds its rows by

@@ -87,7 +87,7 @@ async def test_release_and_reclaim_retry_exactly_when_retries_are_left(pg: PgTar
         finally:
             await conn.close()
         zero = timedelta(0)
-        assert await backend.reclaim_expired_locks(zero, zero) == len(GRID)
+        assert await backend.reclaim_expired_leases(zero, zero) == len(GRID)
         now = await backend._pool.fetchval("SELECT clock_timestamp()")
         for job in reclaimed:
             after = await backend.get(job.id)

@@ -34,7 +34,7 @@ async def held_back(
     worker = uuid4()
     await backend.register_worker(WorkerInfo(worker, "host", 1, ["q"], ["charge"], 4))
     for _ in range(times):
-        await backend.scheduled_to_pending()
+        await backend.promote_scheduled_jobs()
         [claimed] = await backend.dispatch_batch(worker, ["q"], 1, LEASE)
         outcome = await backend.mark_retry_after(
             claimed.lease(), timedelta(seconds=delay), consume_budget=False, reason=reason

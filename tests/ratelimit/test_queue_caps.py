@@ -116,7 +116,7 @@ async def test_three_workers_never_run_more_of_a_queue_at_once_than_its_cap(
             at_once += step
             most = max(most, at_once)
         assert most <= CAP
-        assert await first.held_reservation_slots() == []  # every slot given back
+        assert await first.list_held_reservation_slots() == []  # every slot given back
         # The jobs went through the queue's reservation: its CAP slot rows exist.
         slot_rows = await runs_pool.fetchval(
             f"SELECT count(*) FROM {pg.schema}.reservation_slots WHERE name = $1",
@@ -149,7 +149,7 @@ async def test_a_cap_set_while_the_worker_runs_is_read_at_the_next_heartbeat(
             await backend.enqueue(EnqueueArgs("waits", {}, queue=QUEUE))
 
             async def one_queue_slot_held() -> bool:
-                return len(await backend.held_reservation_slots(name)) == 1
+                return len(await backend.list_held_reservation_slots(name)) == 1
 
             await _until_async(one_queue_slot_held)
             await backend.update_queue(QUEUE, max_concurrent=None)
@@ -158,7 +158,7 @@ async def test_a_cap_set_while_the_worker_runs_is_read_at_the_next_heartbeat(
             go.set()
             running.stop()
             await asyncio.wait_for(run, 30)
-        assert await backend.held_reservation_slots() == []
+        assert await backend.list_held_reservation_slots() == []
     finally:
         await backend.close()
 

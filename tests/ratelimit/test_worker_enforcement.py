@@ -104,7 +104,7 @@ async def test_denied_jobs_wait_without_using_attempts_then_run(backend: Backend
     starts = [row.started_at for row in rows if row is not None and row.started_at]
     assert most_in_any_window(starts, timedelta(seconds=0.5)) <= 2 + 10 * 0.5 + 1
     # The worker recorded the limit it enforced, for readers without the code (top).
-    [usage] = await backend.rate_limit_usage()
+    [usage] = await backend.get_rate_limit_usage()
     assert (usage.limit.name, usage.limit.kind, usage.limit.capacity) == ("api", "token_bucket", 2)
     assert usage.limit.per_second == 10 and usage.limit.store == "postgres"
 

@@ -90,7 +90,7 @@ async def test_never_more_jobs_at_once_than_slots_and_all_slots_back_after(
         assert row is not None and (row.status, row.attempts_used) == (JobStatus.SUCCEEDED, 1)
     failed = await backend.get(failing.id)
     assert failed is not None and failed.status is JobStatus.FAILED
-    assert await backend.held_reservation_slots() == []  # success and failure gave them back
+    assert await backend.list_held_reservation_slots() == []  # success and failure gave them back
 
 
 async def test_a_slot_is_renewed_while_the_body_runs_and_freed_by_a_cancel(
@@ -100,7 +100,7 @@ async def test_a_slot_is_renewed_while_the_body_runs_and_freed_by_a_cancel(
     run = asyncio.create_task(worker(backend, [hold]).run())
     try:
         await eventually(lambda: _held_by(backend, job.id))
-        [first] = await backend.held_reservation_slots("solo")
+        [first] = await backend.list_held_reservation_slots("solo")
         # The heartbeat renews the slot with the job's lease (TASKQ_LOCK_LEASE is 2 s here).
         await eventually(lambda: _renewed_after(backend, first.lease_expires_at))
         assert await backend.write_cancel_request(job.id, "test") == "requested"
@@ -110,7 +110,7 @@ async def test_a_slot_is_renewed_while_the_body_runs_and_freed_by_a_cancel(
         run.cancel()
     row = await backend.get(job.id)
     assert row is not None and row.status is JobStatus.CANCELLED
-    assert await backend.held_reservation_slots() == []
+    assert await backend.list_held_reservation_slots() == []
 
 
 async def test_a_leaked_slot_is_swept_by_the_leader_and_its_jobs_run(backend: Backend) -> None:
@@ -124,12 +124,14 @@ async def test_a_leaked_slot_is_swept_by_the_leader_and_its_jobs_run(backend: Ba
     assert await asyncio.wait_for(worker(backend, [hold]).run(), 60) == 0
     row = await backend.get(job.id)
     assert row is not None and (row.status, row.attempts_used) == (JobStatus.SUCCEEDED, 1)
-    assert await backend.held_reservation_slots() == []
+    assert await backend.list_held_reservation_slots() == []
 
 
 async def _held_by(backend: Backend, job_id: object) -> bool:
-    return any(h.job_id == job_id for h in await backend.held_reservation_slots())
+    return any(h.job_id == job_id for h in await backend.list_held_reservation_slots())
 
 
 async def _renewed_after(backend: Backend, moment: Any) -> bool:
-    return any(h.lease_expires_at > moment for h in await backend.held_reservation_slots("solo"))
+    return any(
+        h.lease_expires_at > moment for h in await backend.list_held_reservation_slots("solo")
+    )

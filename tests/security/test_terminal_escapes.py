@@ -221,7 +221,7 @@ def seed_hostile(pg: PgTarget) -> Hostile:
         "WHERE id = $1",
         ids["reclaimed"],
     )
-    assert db.call(lambda b: b.reclaim_expired_locks(timedelta(0), timedelta(0))) == 1
+    assert db.call(lambda b: b.reclaim_expired_leases(timedelta(0), timedelta(0))) == 1
     # Old enough for `prune --dry-run` to count it.
     db.sql(
         "UPDATE {schema}.jobs SET finished_at = finished_at - interval '30 days' WHERE id = $1",

@@ -27,7 +27,7 @@ async def test_the_detail_and_explain_screens_name_a_poison_job() -> None:
         [claimed] = await backend.dispatch_batch(worker, ["q"], 1, LEASE)
         await backend.mark_started_many(worker, [Start(job.id, claimed.attempt)])
         clock.advance(LEASE.total_seconds() + 1)
-        await backend.reclaim_expired_locks(GRACE, GRACE)
+        await backend.reclaim_expired_leases(GRACE, GRACE)
     app = top_app(BackendSource(backend, database="localhost:5432/taskq", schema="public"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

@@ -27,7 +27,7 @@ async def poison_job(backend: InMemoryBackend, clock: FakeClock) -> tuple[JobRow
         await backend.mark_started_many(worker, [Start(job.id, claimed.attempt)])
         workers.append(worker)
         clock.advance(LEASE.total_seconds() + 1)
-        assert await backend.reclaim_expired_locks(GRACE, GRACE) == 1
+        assert await backend.reclaim_expired_leases(GRACE, GRACE) == 1
     return job, workers
 
 

@@ -147,10 +147,10 @@ async def test_wake_is_set_when_scheduled_jobs_become_due(
 ) -> None:
     await backend.enqueue(EnqueueArgs("resize", delay=timedelta(seconds=10)))
     async with backend.subscribe_wake() as wake:
-        assert await backend.scheduled_to_pending() == 0
+        assert await backend.promote_scheduled_jobs() == 0
         assert not wake.is_set()
         clock.advance(10)
-        assert await backend.scheduled_to_pending() == 1
+        assert await backend.promote_scheduled_jobs() == 1
         assert wake.is_set()
 
 
@@ -160,7 +160,7 @@ async def test_wake_is_set_on_reclaim_and_on_operator_retry(
     job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1))
     clock.advance(LEASE.total_seconds() + 1)
     async with backend.subscribe_wake() as wake:
-        assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+        assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
         assert wake.is_set()
     assert await _status(backend, job_id) is JobStatus.CRASHED
     async with backend.subscribe_wake() as wake:
@@ -213,7 +213,7 @@ async def test_every_timestamp_comes_from_the_injected_clock(
     assert row.scheduled_at == start + timedelta(seconds=5)
     assert row.schedule_to_close == start + timedelta(hours=1)
     clock.advance(5)
-    await backend.scheduled_to_pending()
+    await backend.promote_scheduled_jobs()
     worker = uuid4()
     [claimed] = await backend.dispatch_batch(worker, ["default"], 1, LEASE)
     assert claimed.claimed_at == start + timedelta(seconds=5)
@@ -230,11 +230,11 @@ async def test_leases_expire_only_when_the_injected_clock_moves(
 ) -> None:
     job_id, _ = await _running_job(backend)
     await asyncio.sleep(0.01)  # real time passing changes nothing
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 0
     clock.advance(LEASE)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 0  # not yet past
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 0  # not yet past
     clock.advance(0.001)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     assert await _status(backend, job_id) is JobStatus.PENDING
 
 
@@ -283,7 +283,7 @@ async def test_snapshots_do_not_follow_later_writes(backend: InMemoryBackend) ->
 async def test_event_details_are_copies(backend: InMemoryBackend, clock: FakeClock) -> None:
     job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1))
     clock.advance(60)
-    await backend.reclaim_expired_locks(timedelta(0), timedelta(0))
+    await backend.reclaim_expired_leases(timedelta(0), timedelta(0))
     clock.advance(5)
     [event] = await backend.poll_reclaim_events(0)
     event.detail["reason"] = "tampered"
@@ -431,7 +431,7 @@ async def _crashed_job(backend: InMemoryBackend, clock: FakeClock, **fields: Any
     """A job whose only attempt crashed when its lease expired: it has a 'reclaim' event."""
     job_id, _ = await _running_job(backend, EnqueueArgs("resize", max_attempts=1, **fields))
     clock.advance(LEASE + timedelta(seconds=1))
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     assert await _status(backend, job_id) is JobStatus.CRASHED
     return job_id
 

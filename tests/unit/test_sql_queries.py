@@ -11,7 +11,7 @@ def test_every_fragment_is_included_and_none_is_left_unresolved() -> None:
     loaded = queries._load_all()
     assert not [name for name, body in loaded.items() if "{fragment:" in body]
     # The two reads that find every queue and its oldest pending job share one text.
-    for name in ("dashboard_stats", "fleet_queues"):
+    for name in ("get_dashboard_stats", "fleet_queues"):
         assert "pending_heads AS (" in loaded[name]
 
 

@@ -94,7 +94,7 @@ async def claim(deps: WorkerDeps, actor_name: str = "waits") -> ActiveJob:
 async def claim_again(deps: WorkerDeps, clock: FakeClock, job: JobRow) -> ActiveJob:
     """The lease of ``job`` ran out, the leader reclaimed it and this worker claims it anew."""
     clock.advance(LEASE + 1)
-    assert await deps.backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1
+    assert await deps.backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
     [again] = await deps.backend.dispatch_batch(
         deps.worker_id, ["default"], 1, timedelta(seconds=LEASE)
     )
@@ -290,7 +290,7 @@ async def test_a_body_that_ran_under_a_lost_lease_is_in_the_history(
     task = asyncio.create_task(execute_job(deps, held))
     await until(lambda: bodies == ["start 1"])
     clock.advance(LEASE + 1)
-    assert await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1  # unstarted
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1  # unstarted
     lose(deps, held, "stalled")
     assert await task == "lost"
     await deps.completer.flush_once()

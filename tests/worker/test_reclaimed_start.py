@@ -49,7 +49,7 @@ async def reclaimed_unstarted(backend: Backend) -> JobRow:
     job = await backend.enqueue(EnqueueArgs("look_at_own_row", {}))
     [claimed] = await backend.dispatch_batch(uuid4(), ["default"], 1, EXPIRED_LEASE)
     assert claimed.id == job.id
-    assert await backend.reclaim_expired_locks(NO_GRACE, NO_GRACE) == 1
+    assert await backend.reclaim_expired_leases(NO_GRACE, NO_GRACE) == 1
     row = await backend.get(job.id)
     assert row is not None and (row.status, row.unstarted_reclaims) == (JobStatus.PENDING, 1)
     return row

@@ -46,5 +46,5 @@ async def test_the_check_asks_for_waiting_queues_not_for_counts_over_the_table()
     await backend.enqueue(EnqueueArgs("work", queue="later", delay=timedelta(minutes=5)))
     assert await check.run_once() == []  # a scheduled job waits for its time, not a worker
     clock.advance(timedelta(minutes=5))
-    await backend.scheduled_to_pending()
+    await backend.promote_scheduled_jobs()
     assert await check.run_once() == ["later"]

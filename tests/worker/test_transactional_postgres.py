@@ -103,7 +103,7 @@ async def test_a_lease_lost_while_the_actor_runs_rolls_its_writes_back(
                 "WHERE id = $1",
                 row.id,
             )
-            if await backend.reclaim_expired_locks(timedelta(0), timedelta(0)) == 1:
+            if await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1:
                 break
         else:
             pytest.fail("the heartbeat renewed the lease before every reclaim")

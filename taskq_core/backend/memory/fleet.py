@@ -1,4 +1,4 @@
-"""The fleet's queue-level picture over the store: what ``fleet_stats`` reports, counted from
+"""The fleet's queue-level picture over the store: what ``get_fleet_stats`` reports, counted from
 the job records on the injected clock (one pass, so one instant)."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ def _ordered(counts: Counter[JobStatus]) -> dict[JobStatus, int]:
 
 
 class FleetPart(MemoryStore):
-    """``fleet_stats``."""
+    """``get_fleet_stats``."""
 
-    async def fleet_stats(self, window: timedelta) -> FleetStats:
+    async def get_fleet_stats(self, window: timedelta) -> FleetStats:
         check_fleet_window(window)
         now = self._now()
         since = now - window

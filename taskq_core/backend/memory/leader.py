@@ -31,8 +31,8 @@ def _check_batch_size(batch_size: int) -> None:
 
 
 class LeaderPart(MemoryStore):
-    """Election, ``scheduled_to_pending``, ``deadline_sweep``, ``reclaim_expired_locks``,
-    ``expire_results``, ``delete_stale_workers``, ``waiting_queues`` and the reclaim events
+    """Election, ``promote_scheduled_jobs``, ``fail_overdue_jobs``, ``reclaim_expired_leases``,
+    ``expire_results``, ``delete_stale_workers``, ``list_waiting_queues`` and the reclaim events
     they leave."""
 
     # When the leader's lease lapses unless it asks again (None: no lease); PG's server ends
@@ -65,7 +65,7 @@ class LeaderPart(MemoryStore):
     async def get_leader(self) -> LeaderRow | None:
         return self._leader
 
-    async def scheduled_to_pending(self) -> int:
+    async def promote_scheduled_jobs(self) -> int:
         now = self._now()
         due = [j for j in self._jobs.values() if j.status is SCHEDULED and j.scheduled_at <= now]
         for job in due:
@@ -74,7 +74,7 @@ class LeaderPart(MemoryStore):
             self._wake()
         return len(due)
 
-    async def deadline_sweep(self) -> int:
+    async def fail_overdue_jobs(self) -> int:
         now = self._now()
         late = [
             job
@@ -88,7 +88,7 @@ class LeaderPart(MemoryStore):
             job.set_error(_DEADLINE_PASSED)
         return len(late)
 
-    async def reclaim_expired_locks(
+    async def reclaim_expired_leases(
         self,
         cancel_grace: timedelta,
         cleanup_grace: timedelta,
@@ -168,7 +168,7 @@ class LeaderPart(MemoryStore):
                 return deleted
             await asyncio.sleep(0)  # a commit point between batches
 
-    async def waiting_queues(self) -> list[str]:
+    async def list_waiting_queues(self) -> list[str]:
         return sorted({job.queue for job in self._jobs.values() if job.status is PENDING})
 
     async def poll_reclaim_events(
@@ -183,5 +183,5 @@ class LeaderPart(MemoryStore):
         ]
         return found[: max(limit, 0)]
 
-    async def latest_reclaim_event_id(self) -> int:
+    async def get_latest_reclaim_event_id(self) -> int:
         return max((e.id for e in self._events if e.kind == "reclaim"), default=0)

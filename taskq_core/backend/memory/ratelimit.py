@@ -126,7 +126,7 @@ class RateLimitPart(MemoryStore):
         chosen.job_id, chosen.worker_id, chosen.lease_expires_at = job_id, worker_id, now + lease
         return True
 
-    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+    async def get_queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
         rows = {name: self._queues.get(name) for name in queues}
         return {
             name: row.max_concurrent
@@ -167,7 +167,7 @@ class RateLimitPart(MemoryStore):
                 freed += 1
         return freed
 
-    async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
+    async def list_held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         now = self._now()
         held = [
             HeldSlot(slot_name, slot, row.job_id, row.worker_id, row.lease_expires_at)
@@ -208,7 +208,7 @@ class RateLimitPart(MemoryStore):
             del tables.lines[key]
         return IdleStateSwept(len(buckets), len(windows), len(ended))
 
-    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+    async def get_rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
         # On the injected clock.
         now, tables, usage = self._now(), self._limits(), []
         for name in sorted(tables.definitions):

@@ -51,7 +51,7 @@ class ReadsPart(MemoryStore):
     async def count_jobs(self, filter: JobFilter) -> int:
         return len(self._matching(filter, _ANY_STATUS))
 
-    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+    async def list_job_ids_matching(self, fragment: str, limit: int) -> list[UUID]:
         digits = normalize_id_fragment(fragment)
         found = [
             ident
@@ -114,7 +114,7 @@ class ReadsPart(MemoryStore):
     async def get_events(self, job_id: UUID) -> list[EventRow]:
         return [freeze(e, EventRow) for e in self._events if e.job_id == job_id]
 
-    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+    async def get_dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         check_dashboard_window(window, minutes)
         now = self._now()
         names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))

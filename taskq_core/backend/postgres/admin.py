@@ -101,7 +101,7 @@ class AdminPart(BackendCore):
         records = await self._fetch_custom_plan("count_jobs", *rows.filter_args(filter))
         return int(records[0]["count"])
 
-    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+    async def list_job_ids_matching(self, fragment: str, limit: int) -> list[UUID]:
         # A prefix is a primary-key range; a suffix a scan bounded by SUFFIX_SEARCH_TIMEOUT.
         digits = normalize_id_fragment(fragment)
         if limit <= 0:
@@ -168,10 +168,10 @@ class AdminPart(BackendCore):
         )
 
     # --- dashboard ---------------------------------------------------------------------------
-    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+    async def get_dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         # Every read of jobs is index-backed.
         check_dashboard_window(window, minutes)
-        records = await self._pool.fetch(self._queries["dashboard_stats"], window, minutes)
+        records = await self._pool.fetch(self._queries["get_dashboard_stats"], window, minutes)
         queues = [rows.queue_activity(r, minutes) for r in records if r["name"] is not None]
         return DashboardStats(now=records[0]["now"], window=window, queues=queues)
 

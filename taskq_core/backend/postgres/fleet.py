@@ -54,9 +54,9 @@ def _sum_finished(actors: Sequence[ActorFleetStats]) -> dict[JobStatus, int]:
 
 
 class FleetPart(BackendCore):
-    """``fleet_stats``."""
+    """``get_fleet_stats``."""
 
-    async def fleet_stats(self, window: timedelta) -> FleetStats:
+    async def get_fleet_stats(self, window: timedelta) -> FleetStats:
         check_fleet_window(window)
         queries = self._queries
         async with (

@@ -169,15 +169,15 @@ class LeaderPart(BackendCore):
         return LeaderRow(record["worker_id"], record["elected_at"], record["last_seen_at"])
 
     # --- sweeps ------------------------------------------------------------------------------
-    async def scheduled_to_pending(self) -> int:
+    async def promote_scheduled_jobs(self) -> int:
         # One NOTIFY when any moved.
-        record = await self._one(self._queries["scheduled_to_pending"], self._wake_channel)
+        record = await self._one(self._queries["promote_scheduled_jobs"], self._wake_channel)
         return int(record["moved"])
 
-    async def deadline_sweep(self) -> int:
-        return int(await self._pool.fetchval(self._queries["deadline_sweep"]))
+    async def fail_overdue_jobs(self) -> int:
+        return int(await self._pool.fetchval(self._queries["fail_overdue_jobs"]))
 
-    async def reclaim_expired_locks(
+    async def reclaim_expired_leases(
         self,
         cancel_grace: timedelta,
         cleanup_grace: timedelta,
@@ -234,9 +234,9 @@ class LeaderPart(BackendCore):
         )
         return True
 
-    async def waiting_queues(self) -> list[str]:
+    async def list_waiting_queues(self) -> list[str]:
         # A skip scan of the pending dispatch index; sorted in Python, not by a collation.
-        records = await self._pool.fetch(self._queries["waiting_queues"])
+        records = await self._pool.fetch(self._queries["list_waiting_queues"])
         return sorted(record["queue"] for record in records)  # Python's order, not a collation
 
     async def poll_reclaim_events(
@@ -250,8 +250,8 @@ class LeaderPart(BackendCore):
         )
         return [rows.event(r) for r in records]
 
-    async def latest_reclaim_event_id(self) -> int:
-        return int(await self._pool.fetchval(self._queries["latest_reclaim_event_id"]))
+    async def get_latest_reclaim_event_id(self) -> int:
+        return int(await self._pool.fetchval(self._queries["get_latest_reclaim_event_id"]))
 
     async def close(self) -> None:
         # Step down first (unlock, remove the leader row, close its connection), then close the

@@ -100,8 +100,8 @@ class RateLimitPart(BackendCore):
         )
         return slot is not None
 
-    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
-        records = await self._pool.fetch(self._queries["queue_caps"], list(queues))
+    async def get_queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+        records = await self._pool.fetch(self._queries["get_queue_caps"], list(queues))
         return {r["name"]: int(r["max_concurrent"]) for r in records}
 
     async def release_reservations(
@@ -133,8 +133,8 @@ class RateLimitPart(BackendCore):
         record = await self._one(self._queries["sweep_idle_limiter_state"], idle, limit)
         return IdleStateSwept(int(record["buckets"]), int(record["windows"]), int(record["lines"]))
 
-    async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
-        records = await self._pool.fetch(self._queries["held_reservation_slots"], name)
+    async def list_held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
+        records = await self._pool.fetch(self._queries["list_held_reservation_slots"], name)
         return [
             HeldSlot(r["name"], r["slot"], r["job_id"], r["worker_id"], r["lease_expires_at"])
             for r in records
@@ -155,9 +155,9 @@ class RateLimitPart(BackendCore):
             [d.store for d in definitions],
         )
 
-    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+    async def get_rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
         # On the server's clock.
-        records = await self._pool.fetch(self._queries["rate_limit_usage"], instances_per_limit)
+        records = await self._pool.fetch(self._queries["get_rate_limit_usage"], instances_per_limit)
         usage = []
         for r in records:
             limit = LimitDefinition(

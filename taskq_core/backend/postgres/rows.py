@@ -185,7 +185,7 @@ def worker(record: asyncpg.Record) -> WorkerRow:
 
 
 def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
-    """A ``dashboard_stats`` record as a QueueActivity, its minutes oldest first."""
+    """A ``get_dashboard_stats`` record as a QueueActivity, its minutes oldest first."""
     per_minute = [0] * minutes
     for minute_ago, count in zip(record["minutes_ago"], record["minute_counts"], strict=True):
         per_minute[minutes - 1 - minute_ago] = count  # oldest first

@@ -31,7 +31,7 @@ class JobIdSearchTooSlowError(TaskqError):
 
 
 def normalize_id_fragment(fragment: str) -> str:
-    """A job id fragment as ``find_job_ids`` matches it: lowercase hex digits, hyphens
+    """A job id fragment as ``list_job_ids_matching`` matches it: lowercase hex digits, hyphens
     dropped (``0196A3B2-7c`` and ``0196a3b27c`` are the same). ValueError when it is empty,
     holds anything but hex digits and hyphens, or is longer than an id."""
     digits = fragment.strip().replace("-", "").lower()
@@ -337,7 +337,7 @@ class AdminBackend(Protocol):
         """How many jobs ``list_jobs(filter)`` would return, counted without reading them
         (at most ``filter.limit`` when it is set)."""
 
-    async def find_job_ids(self, fragment: str, limit: int) -> list[UUID]:
+    async def list_job_ids_matching(self, fragment: str, limit: int) -> list[UUID]:
         """Ids of jobs (live or archived) whose 32-hex-digit form starts or ends with
         ``fragment`` (see ``normalize_id_fragment``; ValueError when it is not hex), at most
         ``limit`` of them, ordered by id. How an operator names a job by a copied piece of
@@ -365,7 +365,7 @@ class AdminBackend(Protocol):
         """The job's place in its queue's dispatch order (see DispatchPosition); None when
         there is no such job. An operator read (``taskq jobs explain``), not a hot path."""
 
-    async def dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
+    async def get_dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         """Per-queue activity for a live dashboard, cheap on a large table.
 
         Exact pending/scheduled/running/claimed counts, the oldest pending job's

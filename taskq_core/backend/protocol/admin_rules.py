@@ -74,7 +74,7 @@ def queue_changes(before: QueueRow | None, after: QueueRow) -> dict[str, Any]:
 
 
 def check_dashboard_window(window: timedelta, minutes: int) -> None:
-    """Validate ``dashboard_stats`` arguments the same way in every implementation."""
+    """Validate ``get_dashboard_stats`` arguments the same way in every implementation."""
     if window <= timedelta(0):
         raise ValueError(f"window must be positive, got {window}")
     if not 1 <= minutes <= 1440:

@@ -78,7 +78,7 @@ class ClientBackend(Protocol):
     ) -> list[EventRow]:
         """Reclaim events with id > after_id older than the visibility delay, by id."""
 
-    async def latest_reclaim_event_id(self) -> int:
+    async def get_latest_reclaim_event_id(self) -> int:
         """The id of the newest reclaim event, visible or not yet past the visibility delay
         (0 when there is none): where a reclaim feed that starts "from now" begins."""
 

@@ -1,6 +1,6 @@
 """What the fleet metrics need of a backend: the queue-level picture in one consistent read.
 
-``fleet_stats`` is read once for the whole fleet (a Prometheus scrape target, not each
+``get_fleet_stats`` is read once for the whole fleet (a Prometheus scrape target, not each
 worker): per queue and per (queue, actor), the waiting and running jobs, the oldest pending
 job, the jobs finished within a window and how long the jobs that started within it waited.
 Everything is on the backend's clock, at one instant (``FleetStats.now``).
@@ -85,7 +85,7 @@ class FleetStats:
 
 
 def check_fleet_window(window: timedelta) -> None:
-    """Validate ``fleet_stats``'s window the same way in every implementation."""
+    """Validate ``get_fleet_stats``'s window the same way in every implementation."""
     if window <= timedelta(0):
         raise ValueError(f"window must be positive, got {window}")
 
@@ -116,7 +116,7 @@ def start_latency(waits: Sequence[float]) -> StartLatency | None:
 class FleetBackend(Protocol):
     """The fleet's queue-level picture, read once for every worker."""
 
-    async def fleet_stats(self, window: timedelta) -> FleetStats:
+    async def get_fleet_stats(self, window: timedelta) -> FleetStats:
         """Per queue and per (queue, actor): exact pending, scheduled (queue), running and
         claimed counts, the oldest pending job, jobs finished within ``window`` by status,
         and the start latency of the jobs that started within it (see StartLatency).

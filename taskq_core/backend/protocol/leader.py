@@ -54,15 +54,15 @@ class LeaderBackend(Protocol):
     async def get_leader(self) -> LeaderRow | None:
         """The current leader row, if any."""
 
-    async def scheduled_to_pending(self) -> int:
+    async def promote_scheduled_jobs(self) -> int:
         """Due scheduled jobs -> pending (scheduled_at kept as the FIFO key); NOTIFY when any
         moved."""
 
-    async def deadline_sweep(self) -> int:
+    async def fail_overdue_jobs(self) -> int:
         """pending/scheduled jobs past schedule_to_close -> failed (DeadlineExceeded), no
         attempt row."""
 
-    async def reclaim_expired_locks(
+    async def reclaim_expired_leases(
         self,
         cancel_grace: timedelta,
         cleanup_grace: timedelta,
@@ -117,7 +117,7 @@ class LeaderBackend(Protocol):
         role that does not own the table gets a warning from the server and nothing happens.
         Memory: nothing piles up, never vacuums."""
 
-    async def waiting_queues(self) -> list[str]:
+    async def list_waiting_queues(self) -> list[str]:
         """Sorted names of the queues that hold at least one pending job. PG walks the
         pending dispatch index one queue at a time (a skip scan), so the cost follows the
         number of queues, not of jobs. Scheduled jobs count once they come due."""

@@ -175,17 +175,17 @@ class RateLimitBackend(LimiterStore, Protocol):
         keyed limits stop keeping one instance per key they ever saw. Reservation slots
         stay."""
 
-    async def held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
+    async def list_held_reservation_slots(self, name: str | None = None) -> list[HeldSlot]:
         """Slots held now (lease not run out), by name and slot; only ``name``'s when given."""
 
-    async def queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
+    async def get_queue_caps(self, queues: Sequence[str]) -> dict[str, int]:
         """``queues.max_concurrent`` of those of ``queues`` that set one (the worker's queue
         reservations): one read of the queue rows, no job counted."""
 
     async def register_rate_limits(self, definitions: Sequence[LimitDefinition]) -> None:
         """Upsert these definitions (a worker's start: the code's limits win)."""
 
-    async def rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
+    async def get_rate_limit_usage(self, instances_per_limit: int = 20) -> list[LimitUsage]:
         """Every registered limit with its use now, on the backend's clock: per limit, its
         most used instances first, at most ``instances_per_limit`` (a keyed limit may have
         thousands); limits by name."""

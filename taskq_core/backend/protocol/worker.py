@@ -183,7 +183,7 @@ class WorkerBackend(Protocol):
         cohorts. Queues
         of different modes are served mode group by mode group, in the order given. Only
         ``pending`` rows with scheduled_at <= now() are due (scheduled jobs wait for
-        ``scheduled_to_pending``).
+        ``promote_scheduled_jobs``).
         An actor's ``max_concurrent`` counts its running jobs in every queue; a queue's counts
         running jobs in that queue; at most one job per (actor, identity_key) runs at a time.
         Concurrent dispatchers may exceed a cap by at most (dispatchers - 1) * cap.
@@ -208,7 +208,7 @@ class WorkerBackend(Protocol):
         in ``ran``: the jobs whose bodies the worker knows ran, start recorded or not) -> pending
         in its place (scheduled_at kept), its attempt uncounted and no attempt row; a
         started one gets a crashed attempt carrying ``error`` and -> scheduled at now() +
-        ``retry_delay`` when retries are left (as in ``reclaim_expired_locks``), else
+        ``retry_delay`` when retries are left (as in ``reclaim_expired_leases``), else
         crashed. A requested cancel ends either ``cancelled``. Each gets a state_change event
         (detail ``reason`` and ``started``); a wake when any went back to pending. Returns
         how many rows changed."""

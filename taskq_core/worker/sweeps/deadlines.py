@@ -13,7 +13,7 @@ class DeadlineSweep:
 
     async def run_once(self) -> int:
         """Jobs failed; counted in the meters."""
-        failed = await self.deps.backend.deadline_sweep()
+        failed = await self.deps.backend.fail_overdue_jobs()
         if failed:
             self.deps.meters.deadline_failed.add(failed)
         return failed

@@ -13,7 +13,7 @@ class ScheduledPromotion:
 
     async def run_once(self) -> int:
         """Promote due jobs; returns how many."""
-        promoted = await self.deps.backend.scheduled_to_pending()
+        promoted = await self.deps.backend.promote_scheduled_jobs()
         if promoted:
             self.deps.meters.scheduled_promoted.add(promoted)
         return promoted

@@ -55,7 +55,7 @@ class ReclaimExpiredLeases:
         if not self.allowed():
             return 0
         config = self.config
-        reclaimed = await self.deps.backend.reclaim_expired_locks(
+        reclaimed = await self.deps.backend.reclaim_expired_leases(
             config.cancellation_grace,
             config.cleanup_grace,
             poison_reclaims=config.poison_reclaims,

@@ -20,7 +20,7 @@ class StrandedQueues:
         """Names of stranded queues (also logged)."""
         backend = self.deps.backend
         # One index probe per queue, not a count over the whole jobs table.
-        waiting = set(await backend.waiting_queues())
+        waiting = set(await backend.list_waiting_queues())
         if not waiting:
             return []
         now = self.deps.clock.now()

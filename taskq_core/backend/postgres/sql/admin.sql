@@ -288,7 +288,7 @@ FROM target t;
 
 -- fragment: queue_names
 -- The CTEs that find every queue and the oldest pending job of each, shared by
--- dashboard_stats and fleet_queues (fleet.sql): pending_queues (the queues with pending
+-- get_dashboard_stats and fleet_queues (fleet.sql): pending_queues (the queues with pending
 -- jobs), pending_heads (per queue and priority group, the head of the unkeyed and the keyed
 -- jobs), other_pairs (the (status, queue) pairs of every other job) and names (every queue
 -- with jobs or a row in queues). Included after WITH RECURSIVE (and the CTEs before it).
@@ -382,7 +382,7 @@ names AS (
     SELECT q.name FROM {schema}.queues q
 )
 
--- name: dashboard_stats
+-- name: get_dashboard_stats
 -- The live dashboard's per-queue activity, on the database clock ($1 window for the
 -- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
 -- large table, so every read of jobs walks an index:

@@ -17,7 +17,7 @@ SELECT transaction_timestamp() AS now;
 --   (status, queue) pair;
 -- * scheduled counts are index (only) scans of jobs_status_queue_idx;
 -- * the oldest pending job: pending_heads, from the queue_names fragment (admin.sql) that
---   dashboard_stats reads too.
+--   get_dashboard_stats reads too.
 WITH RECURSIVE {fragment:queue_names}
 SELECT n.name, COALESCE(s.paused, false) AS paused,
        (SELECT count(*) FROM {schema}.jobs j

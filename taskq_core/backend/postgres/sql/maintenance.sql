@@ -6,7 +6,7 @@
 -- the reclaim sweep selects here and settles through `settle` (settle.sql) in the same
 -- transaction, by the rules every other outcome follows.
 
--- name: scheduled_to_pending
+-- name: promote_scheduled_jobs
 -- Due scheduled jobs -> pending. scheduled_at is kept: it is the FIFO key once pending.
 WITH due AS (
     SELECT j.id
@@ -30,7 +30,7 @@ woken AS (
 )
 SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken;
 
--- name: deadline_sweep
+-- name: fail_overdue_jobs
 -- Waiting jobs whose schedule_to_close passed -> failed (DeadlineExceeded). No attempt ran,
 -- so no attempt row.
 WITH late AS (
@@ -138,7 +138,7 @@ gone AS (
 )
 SELECT count(*) FROM gone;
 
--- name: waiting_queues
+-- name: list_waiting_queues
 -- The queues holding pending jobs, by a loose index scan (a skip scan) of
 -- jobs_fair_dispatch_idx, the dispatch index that holds every pending row led by queue:
 -- each step jumps to the first queue after the last one found, so the cost follows the
@@ -185,7 +185,7 @@ WHERE kind = 'reclaim' AND id > $1::bigint
 ORDER BY id
 LIMIT $2::bigint;
 
--- name: latest_reclaim_event_id
+-- name: get_latest_reclaim_event_id
 -- Where a feed "from now" starts: the newest reclaim event's id (the end of
 -- job_events_reclaim_idx), 0 when there is none.
 SELECT COALESCE(max(id), 0) FROM {schema}.job_events WHERE kind = 'reclaim';

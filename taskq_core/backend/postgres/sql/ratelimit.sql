@@ -173,7 +173,7 @@ extra AS (
 )
 SELECT 1;
 
--- name: queue_caps
+-- name: get_queue_caps
 -- The queues among $1 that set max_concurrent, and its value: the worker holds a slot of the
 -- queue's reservation per running job of it.
 SELECT q.name, q.max_concurrent
@@ -262,7 +262,7 @@ freed AS (
 )
 SELECT count(*) FROM freed;
 
--- name: held_reservation_slots
+-- name: list_held_reservation_slots
 -- Slots held now (lease not run out), only reservation $1's when it is not NULL.
 SELECT s.name, s.slot, s.job_id, s.worker_id, s.lease_expires_at
 FROM {schema}.reservation_slots s
@@ -281,7 +281,7 @@ SET kind = excluded.kind, capacity = excluded.capacity, per_second = excluded.pe
     span = excluded.span, keyed = excluded.keyed, store = excluded.store,
     updated_at = clock_timestamp();
 
--- name: rate_limit_usage
+-- name: get_rate_limit_usage
 -- Every registered limit with the use of its instances now (`<name>` and, keyed,
 -- `<name>:<key>`): tokens spent of the burst with the refill counted, entries within the
 -- window, slots held (lease not run out); at most $1 instances per limit, most used first.
