@@ -62,8 +62,8 @@ def poison_check(c: JobFacts) -> Check:
     return Check("poison_job", True, message, facts)
 
 
-def _ended_facts(job: JobRow, *, retryable: bool) -> dict[str, Any]:
-    """The facts of a job that has ended: when, its attempts, its last error."""
+def _outcome_facts(job: JobRow) -> dict[str, Any]:
+    """When a job ended, its attempts and its last error."""
     return {
         "finished_at": job.finished_at,
         "attempt": job.attempt,
@@ -71,8 +71,12 @@ def _ended_facts(job: JobRow, *, retryable: bool) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "error_class": job.error_class,
         "error_message": job.error_message,
-        "retryable": retryable,
     }
+
+
+def _ended_facts(job: JobRow, *, retryable: bool) -> dict[str, Any]:
+    """The facts of a job that has ended, and whether a retry can run it again."""
+    return {**_outcome_facts(job), "retryable": retryable}
 
 
 def archived_check(archived: ArchivedJob) -> Check:
@@ -91,12 +95,7 @@ def archived_check(archived: ArchivedJob) -> Check:
     facts: dict[str, Any] = {
         "archived_at": archived.archived_at,
         "expire_at": archived.expire_at,
-        "finished_at": job.finished_at,
-        "attempt": job.attempt,
-        "attempts_used": job.attempts_used,
-        "max_attempts": job.max_attempts,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
+        **_outcome_facts(job),
     }
     return Check("archived", True, message, facts)
 
