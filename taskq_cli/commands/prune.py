@@ -3,9 +3,11 @@ would move).
 
 The policy is the leader's (``taskq_core.retention.prune_policy``: per-status retention,
 archive period and batch size from the settings), narrowed by ``--status``, ``--queue`` and
-``--older-than``. A real prune takes the cluster lock the leader's prune takes, so it never
-runs beside another prune; a dry run only counts and needs no lock. On a terminal a progress
-bar counts the moved jobs against the dry-run total, one batch at a time.
+``--older-than``. A real prune asks first: on a terminal it says how many jobs would move and
+waits for a yes; elsewhere it needs ``--yes``, as bulk ``cancel`` and ``retry`` do. It takes
+the cluster lock the leader's prune takes, so it never runs beside another prune; a dry run
+only counts and needs no lock. On a terminal a progress bar counts the moved jobs against
+the dry-run total, one batch at a time.
 """
 
 from __future__ import annotations
@@ -19,8 +21,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from taskq_cli import inputs, output
+from taskq_cli.confirm import confirm_or_refuse
 from taskq_cli.database import open_backend
-from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_cli.options import (
+    DsnOption,
+    JsonOption,
+    SchemaOption,
+    YesOption,
+    load_settings,
+    run_async,
+)
 from taskq_core.backend.protocol import Backend, PrunePolicy, PruneResult
 from taskq_core.constants import PRUNE_LOCK
 from taskq_core.durations import format_duration
@@ -68,6 +78,7 @@ def prune(
         ),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    yes: YesOption = False,
     json: JsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
@@ -93,6 +104,17 @@ def prune(
         async with open_backend(settings, direct=True) as backend:
             if dry_run:
                 return await backend.prune_jobs(policy, dry_run=True)
+            if not yes:
+                due = await backend.prune_jobs(policy, dry_run=True)
+                if not due.total:
+                    return due  # nothing to move, nothing to ask
+                jobs = f"{due.total} job{'' if due.total == 1 else 's'}"
+                confirm_or_refuse(
+                    f"Move {jobs} to the archive ({_describe_policy(policy)})? Their events "
+                    "are deleted",
+                    f"prune would move {jobs} to the archive ({_describe_policy(policy)})",
+                    yes=False,
+                )
             return await _prune_locked(backend, policy, progress)
 
     result = run_async(run())

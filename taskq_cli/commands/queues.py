@@ -149,10 +149,13 @@ def _update(
     create: bool,
     json: bool,
     reason: str | None = None,
+    *,
+    keep_pause: bool = False,
     **changes: Any,
 ) -> QueueRow:
     """Apply ``changes`` to a known queue (or a new one with ``--create``) and report it:
-    in words, or with ``json`` as the fields that changed and the queue after."""
+    in words, or with ``json`` as the fields that changed and the queue after.
+    ``keep_pause``: a queue already paused is left as it is (its first note kept)."""
     inputs.check_text(name, "QUEUE")
     if create:
         inputs.new_name(name, "queue", "QUEUE")
@@ -167,9 +170,12 @@ def _update(
                 f"unknown queue {name!r} (known: {shown}); pass --create to configure a queue "
                 "before it has jobs"
             )
+        if keep_pause and before is not None and before.paused:
+            return before, before
         return before, await backend.update_queue(name, **changes, audit=who)
 
     before, row = with_backend(ctx, dsn, schema, run)
+    kept = keep_pause and before is row
     if json:
         output.print_json(
             {
@@ -181,6 +187,10 @@ def _update(
         )
     else:
         output.info(_describe(row))
+    if kept:
+        output.warn(
+            f"queue {name!r} was already paused: its first note is kept (--force replaces it)"
+        )
     return row
 
 
@@ -221,6 +231,9 @@ def set_max_concurrent(
     ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Remove the cap (unlimited).")] = False,
     create: CreateOption = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm a cap of 0, which starts none of its jobs.")
+    ] = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
@@ -230,6 +243,11 @@ def set_max_concurrent(
         raise ConfigError("give either N or --clear")
     if limit is not None:
         inputs.check_int(limit, "N", minimum=0)
+    if limit == 0 and not yes:
+        raise ConfigError(
+            "a cap of 0 starts none of the queue's jobs, a pause that records no who or why: "
+            f"use `taskq queues pause {queue} --reason ...`, or add --yes to set 0"
+        )
     _update(ctx, dsn, schema, queue, create, json, max_concurrent=None if clear else limit)
 
 
@@ -241,13 +259,18 @@ def pause(
         str | None, typer.Option("--reason", help="Why (shown in queues list and top).")
     ] = None,
     create: CreateOption = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Pause again over an existing pause, replacing its note."),
+    ] = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
 ) -> None:
     """Stop dispatching the queue's jobs (running jobs finish; enqueues still land).
 
-    Records who paused it (user@host), when, and ``--reason``.
+    Records who paused it (user@host), when, and ``--reason``. A queue already paused keeps
+    its first pause and note unless ``--force``.
     """
     _update(
         ctx,
@@ -257,6 +280,7 @@ def pause(
         create,
         json,
         reason,
+        keep_pause=not force,
         paused=True,
         paused_by=audit(reason).by,
         pause_reason=inputs.optional_text(reason, "--reason"),

@@ -91,7 +91,7 @@ def test_a_dry_run_counts_by_status_and_queue_and_moves_nothing(
     cli: Callable[..., CliResult], db: Db, jobs: Jobs
 ) -> None:
     before = ids(db, "jobs")
-    result = cli("prune", "--dry-run")
+    result = cli("prune", "--yes", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert table_rows(result.stdout) == [
         ["status", "queue", "would", "move"],
@@ -110,7 +110,7 @@ def test_a_prune_moves_exactly_the_due_jobs_and_prints_what_it_moved(
 ) -> None:
     before = ids(db, "jobs")
     attempts = db.count("job_attempts")
-    result = cli("prune")
+    result = cli("prune", "--yes")
     assert result.exit_code == 0, result.stderr
     assert table_rows(result.stdout)[1:] == [
         ["succeeded", "emails", "1"],
@@ -137,11 +137,11 @@ def test_a_prune_moves_exactly_the_due_jobs_and_prints_what_it_moved(
 def test_the_json_counts_match_the_archive_and_name_the_batches_and_policy(
     cli: Callable[..., CliResult], db: Db, jobs: Jobs
 ) -> None:
-    dry = parse_json(cli("prune", "--dry-run", "--json"))
+    dry = parse_json(cli("prune", "--yes", "--dry-run", "--json"))
     assert dry["dry_run"] is True and dry["batches"] == 0 and dry["total"] == 3
     assert db.count("jobs_archive") == 0
 
-    document = parse_json(cli("prune", "--json", env={"TASKQ_PRUNE_BATCH_SIZE": "2"}))
+    document = parse_json(cli("prune", "--yes", "--json", env={"TASKQ_PRUNE_BATCH_SIZE": "2"}))
     assert document["dry_run"] is False
     assert printed_counts(document) == printed_counts(dry) == archived_counts(db)
     assert document["total"] == 3
@@ -159,7 +159,7 @@ def test_the_json_counts_match_the_archive_and_name_the_batches_and_policy(
         "queue": None,
     }
 
-    again = parse_json(cli("prune", "--json"))
+    again = parse_json(cli("prune", "--yes", "--json"))
     assert again["total"] == 0 and again["counts"] == []
 
 
@@ -170,13 +170,13 @@ def test_the_prune_holds_its_lock_on_the_direct_dsn_not_the_pooled_one(
     # session: the prune connects directly. Here nothing listens on the pooled DSN at all.
     unreachable = {"TASKQ_PG_DSN_POOLED": "postgresql://postgres@127.0.0.1:1/postgres"}
     assert cli("jobs", "list", env=unreachable).exit_code == 1  # the pooled DSN is really used
-    document = parse_json(cli("prune", "--json", env=unreachable))
+    document = parse_json(cli("prune", "--yes", "--json", env=unreachable))
     assert document["total"] == 3 and ids(db, "jobs_archive") == jobs.due
 
 
 def test_nothing_due_says_so(cli: Callable[..., CliResult], db: Db) -> None:
     db.succeeded_job()
-    result = cli("prune")
+    result = cli("prune", "--yes")
     assert result.exit_code == 0, result.stderr
     assert "nothing to prune: 0 jobs moved" in result.stdout
     assert db.count("jobs_archive") == 0
@@ -186,13 +186,15 @@ def test_status_and_older_than_narrow_the_prune(
     cli: Callable[..., CliResult], db: Db, jobs: Jobs
 ) -> None:
     # Failed jobs finished more than 30 days ago: both failed ones, nothing else.
-    document = parse_json(cli("prune", "--status", "failed", "--older-than", "30d", "--json"))
+    document = parse_json(
+        cli("prune", "--yes", "--status", "failed", "--older-than", "30d", "--json")
+    )
     assert printed_counts(document) == {("failed", "emails"): 2}
     assert document["policy"]["retention_seconds"] == {"failed": (30 * DAY).total_seconds()}
     assert ids(db, "jobs_archive") == {str(jobs.failed_young.id), str(jobs.failed_old.id)}
 
     # Every terminal status, finished more than 5 days ago, in queue media only.
-    document = parse_json(cli("prune", "--older-than", "5d", "--queue", "media", "--json"))
+    document = parse_json(cli("prune", "--yes", "--older-than", "5d", "--queue", "media", "--json"))
     assert printed_counts(document) == {("succeeded", "media"): 1, ("cancelled", "media"): 1}
     assert str(jobs.succeeded_emails.id) in ids(db, "jobs")
 
@@ -201,7 +203,7 @@ def test_older_than_takes_a_past_timestamp(
     cli: Callable[..., CliResult], db: Db, jobs: Jobs
 ) -> None:
     cutoff = (datetime.now(UTC) - 20 * DAY).isoformat(timespec="seconds")
-    document = parse_json(cli("prune", "--older-than", cutoff, "--json"))
+    document = parse_json(cli("prune", "--yes", "--older-than", cutoff, "--json"))
     # Finished before the cutoff: everything but the cancelled job (10 days ago).
     assert document["total"] == 4
     assert str(jobs.cancelled_media.id) in ids(db, "jobs")
@@ -229,7 +231,7 @@ def test_bad_input_is_one_line_exit_1_and_moves_nothing(
     cli: Callable[..., CliResult], db: Db, jobs: Jobs, args: list[str], says: str
 ) -> None:
     before = ids(db, "jobs")
-    line = one_error_line(cli("prune", *args))
+    line = one_error_line(cli("prune", "--yes", *args))
     assert says in line
     assert ids(db, "jobs") == before and db.count("jobs_archive") == 0
 
@@ -237,7 +239,7 @@ def test_bad_input_is_one_line_exit_1_and_moves_nothing(
 async def test_a_prune_refuses_while_another_holds_the_lock(pg: PgTarget) -> None:
     def prune_process() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [TASKQ_BIN, "prune"], env=pg.env(), capture_output=True, text=True, timeout=60
+            [TASKQ_BIN, "prune", "--yes"], env=pg.env(), capture_output=True, text=True, timeout=60
         )
 
     backend = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=2)
@@ -268,6 +270,8 @@ def test_the_progress_bar_shows_on_a_terminal(db: Db, pg: PgTarget, jobs: Jobs) 
         dimensions=(40, 200),
         timeout=30,
     )
+    child.expect(r"Move 3 jobs to the archive .*\[y/N\]")  # a terminal is asked first
+    child.sendline("y")
     text: str = child.read()
     child.wait()
     assert child.exitstatus == 0, text
@@ -276,9 +280,36 @@ def test_the_progress_bar_shows_on_a_terminal(db: Db, pg: PgTarget, jobs: Jobs) 
     assert ids(db, "jobs_archive") == jobs.due
 
 
+@pytest.mark.slow
+def test_a_terminal_that_answers_no_archives_nothing(db: Db, pg: PgTarget, jobs: Jobs) -> None:
+    import pexpect
+
+    child = pexpect.spawn(
+        TASKQ_BIN, ["prune", "--older-than", "1m"], env=pg.env(), encoding="utf-8", timeout=30
+    )
+    child.expect(r"Move \d+ jobs to the archive .*\[y/N\]")
+    child.sendline("")  # the default is no
+    text: str = child.read()
+    child.wait()
+    assert child.exitstatus == 1, text
+    assert "nothing was changed" in text
+    assert ids(db, "jobs_archive") == set()
+
+
+def test_a_script_must_say_yes_and_nothing_moves_without_it(
+    cli: Callable[..., CliResult], db: Db, jobs: Jobs
+) -> None:
+    # `--older-than 2m` typed for `2d`: without --yes it only says what it would have done.
+    result = cli("prune", "--older-than", "2m")
+    assert result.exit_code == 1
+    assert "prune would move" in result.stderr and "re-run with --yes" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert ids(db, "jobs_archive") == set()
+
+
 def test_a_piped_prune_prints_no_progress_bar(pg: PgTarget, db: Db, jobs: Jobs) -> None:
     result = subprocess.run(
-        [TASKQ_BIN, "prune"],
+        [TASKQ_BIN, "prune", "--yes"],
         env={**pg.env(), "TASKQ_PRUNE_BATCH_SIZE": "1"},
         capture_output=True,
         text=True,
@@ -324,7 +355,7 @@ def test_prune_works_against_the_embedded_database(embedded_dir: Path) -> None:
     asyncio.run(age())
     dry = json.loads(taskq("prune", "--dry-run", "--json").stdout)
     assert dry["counts"] == [{"status": "cancelled", "queue": "default", "count": 2}]
-    moved = taskq("prune")
+    moved = taskq("prune", "--yes")
     assert "moved 2 jobs to the archive in 1 batch;" in moved.stdout
     shown = json.loads(taskq("jobs", "show", job_ids[0], "--json").stdout)
     assert shown["archived"] is not None and shown["events"] == []

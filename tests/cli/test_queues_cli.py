@@ -127,9 +127,17 @@ def test_pause_records_who_when_and_why_and_list_shows_it(cli: Cli, db: Db) -> N
     assert (queue["paused"], queue["paused_by"], queue["pause_reason"]) == (False, None, None)
 
 
+def test_a_zero_cap_needs_yes_and_points_at_pause(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    refused = cli("queues", "set-max-concurrent", "media", "0")
+    assert refused.exit_code == 1
+    assert "taskq queues pause media --reason" in refused.stderr and "--yes" in refused.stderr
+    assert len(db.claim(uuid4(), "media")) == 1  # no cap was set: the job still starts
+
+
 def test_a_zero_cap_says_what_it_means(cli: Cli, db: Db) -> None:
     db.enqueue(queue="media")
-    result = cli("queues", "set-max-concurrent", "media", "0")
+    result = cli("queues", "set-max-concurrent", "media", "0", "--yes")
     assert result.exit_code == 0, result.stderr
     assert "max_concurrent 0 (none of its jobs start until the cap is raised or cleared)" in (
         result.stdout
@@ -158,3 +166,16 @@ def test_pause_and_resume_go_to_the_operator_log_with_who_and_why(cli: Cli, db: 
     )
     assert capped.detail == {"changed": {"max_concurrent": {"from": None, "to": 3}}}
     assert capped.reason is None
+
+
+def test_pausing_a_paused_queue_keeps_the_first_note_unless_forced(cli: Cli, db: Db) -> None:
+    db.enqueue(queue="media")
+    assert cli("queues", "pause", "media", "--reason", "disk full").exit_code == 0
+    again = cli("queues", "pause", "media", "--reason", "deploy")
+    assert again.exit_code == 0, again.stderr
+    assert "already paused" in again.stderr and "--force" in again.stderr
+    assert cli("queues", "list", "--json").stdout.count("disk full") == 1
+    forced = cli("queues", "pause", "media", "--reason", "deploy", "--force")
+    assert forced.exit_code == 0, forced.stderr
+    listed = cli("queues", "list", "--json").stdout
+    assert "deploy" in listed and "disk full" not in listed
