@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         PayloadValidationError,
         ScheduleNotFoundError,
         TaskqError,
+        UnknownActorError,
     )
     from taskq_core.ratelimit.primitives import (
         ConcurrencyReservation,
@@ -65,6 +66,7 @@ _HOMES = {
     "PayloadValidationError": "errors",
     "ScheduleNotFoundError": "errors",
     "TaskqError": "errors",
+    "UnknownActorError": "errors",
     "ConcurrencyReservation": "ratelimit.primitives",
     "KeyedRateLimitRef": "ratelimit.primitives",
     "KeyedReservationRef": "ratelimit.primitives",
@@ -109,6 +111,7 @@ __all__ = [
     "TaskqError",
     "TaskqSettings",
     "TokenBucket",
+    "UnknownActorError",
     "actor",
     "cron",
 ]

@@ -58,6 +58,8 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
     ``enqueue_retry_timeout`` (seconds or a timedelta, default 30 s, 0 turns it off) bounds how
     long ``enqueue`` retries while the database is away or asks for a retry; an enqueue into
     the caller's transaction (``connection=``) is never retried: the transaction is theirs.
+    ``strict_actors=True`` refuses a by-name enqueue for an actor no worker has registered
+    (UnknownActorError, naming the closest registered names) instead of letting it wait.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         registry: Iterable[ActorRef] | None = None,
         capacity_ttl: float = 5.0,
         enqueue_retry_timeout: timedelta | float = DEFAULT_ENQUEUE_RETRY_TIMEOUT,
+        strict_actors: bool = False,
     ) -> None:
         retry_for = as_timedelta(enqueue_retry_timeout)
         if retry_for is None or retry_for < timedelta(0):
@@ -80,7 +83,9 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         self._owns_backend = backend is None
         self._registry = {ref.name: ref for ref in registry or ()}
         # Shares the registry: ``register`` adds to it.
-        self._planner = EnqueuePlanner(lambda: self.backend, self._registry, capacity_ttl)
+        self._planner = EnqueuePlanner(
+            lambda: self.backend, self._registry, capacity_ttl, strict_actors=strict_actors
+        )
 
     async def __aenter__(self) -> JobsClient:
         await self.open()

@@ -10,8 +10,9 @@ reaches into another's privates.
 
 from __future__ import annotations
 
+import difflib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, overload
@@ -25,7 +26,7 @@ from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.backend.protocol.values import stored_retry
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
-from taskq_core.errors import ConfigError, MaxPendingExceededError
+from taskq_core.errors import ConfigError, MaxPendingExceededError, UnknownActorError
 from taskq_core.names import check_name
 from taskq_core.obs.metrics import instruments, labels
 from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -218,6 +219,14 @@ class PreparedBatch(Sequence[EnqueueArgs]):
         )
 
 
+def unknown_actor(name: str, known: Iterable[str]) -> str:
+    """What to say of actor ``name`` that no worker has registered, with the closest of the
+    ``known`` names (a typo is the usual cause)."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return f"no worker has registered actor {name!r}{hint}"
+
+
 class EnqueuePlanner:
     """One client's preparation of enqueues: each distinct actor resolved once per batch (a
     by-name actor's stored row re-read at most every ``capacity_ttl`` seconds), and the
@@ -225,11 +234,17 @@ class EnqueuePlanner:
     capacity cache is set when the client opens."""
 
     def __init__(
-        self, backend: Callable[[], Backend], registry: dict[str, ActorRef], capacity_ttl: float
+        self,
+        backend: Callable[[], Backend],
+        registry: dict[str, ActorRef],
+        capacity_ttl: float,
+        *,
+        strict_actors: bool = False,
     ) -> None:
         self._backend = backend
         self.registry = registry
         self.capacity_ttl = capacity_ttl
+        self.strict_actors = strict_actors
         self.capacity: CapacityCache | None = None
         # A by-name actor's stored row (None: not registered), and when it was read.
         self._stored: dict[str, tuple[float, ActorConfigRow | None]] = {}
@@ -272,6 +287,9 @@ class EnqueuePlanner:
             return ActorPlan(name, ref, queue, ref.retry, ref.priority, ref.result_ttl)
         row = await self._stored_config(name)
         if row is None:
+            if self.strict_actors:
+                known = [config.actor for config in await self._backend().list_actor_configs()]
+                raise UnknownActorError(unknown_actor(name, [*known, *self.registry]))
             return ActorPlan(name, None, DEFAULT_QUEUE, DEFAULT_RETRY_POLICY, 0, None)
         retry = stored_retry(row) or DEFAULT_RETRY_POLICY
         queue = check_name(row.queue, "queue", field=where)

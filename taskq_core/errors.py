@@ -11,6 +11,11 @@ class ConfigError(TaskqError):
     """A setting, DSN, file or argument is malformed or violates an invariant."""
 
 
+class UnknownActorError(ConfigError):
+    """An enqueue by name for an actor no worker has registered, refused because the client
+    (``JobsClient(strict_actors=True)``, ``taskq enqueue --strict``) asked for that."""
+
+
 class InvalidIdentifierError(ConfigError):
     """A schema (or other SQL identifier) would be unsafe to interpolate."""
 

@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
 from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.client import EnqueueItem, JobsClient
 from taskq_core.durations import format_duration
+from taskq_core.enqueue_plan import unknown_actor
 from taskq_core.errors import ConfigError, SingletonCollisionError, TaskqError
 
 MAX_COUNT = 10_000
@@ -136,6 +137,10 @@ def enqueue(
         str | None,
         typer.Option("--actors", help="MODULE:ATTR registry: validate the payload first."),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Refuse an actor no worker has registered (for scripts)."),
+    ] = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
@@ -166,13 +171,18 @@ def enqueue(
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow]]:
         config = await backend.get_actor_config(actor)
-        client = JobsClient(backend=backend, registry=registry)
+        client = JobsClient(backend=backend, registry=registry, strict_actors=strict)
         await client.open()
         try:
-            return config, await client.enqueue_batch([item] * count)
+            rows = await client.enqueue_batch([item] * count)
         except SingletonCollisionError as exc:
             raise await _refusal(backend, exc) from exc
+        if config is None:
+            known = [row.actor for row in await backend.list_actor_configs()]
+            unknown.append(unknown_actor(actor, known))
+        return config, rows
 
+    unknown: list[str] = []
     config, rows = with_backend(ctx, dsn, schema, run)
     if json:
         output.print_json(
@@ -191,9 +201,9 @@ def enqueue(
         # The job stays in this queue even if the actor registers on another one later
         # (``jobs explain`` then names the mismatch), so say which queue it took.
         output.warn(
-            f"no worker has registered actor {actor!r} yet: the job(s) wait in queue "
+            f"{unknown[0]} yet: the job(s) wait in queue "
             f"{rows[0].queue!r} until a worker with that actor consumes it (pass --queue "
-            "if the actor's workers will consume another queue)"
+            "if the actor's workers will consume another queue; --strict refuses instead)"
         )
     elif rows[0].queue != config.queue:
         output.warn(

@@ -106,6 +106,28 @@ def test_an_actor_no_worker_registered_is_enqueued_with_a_warning(cli: Cli, db: 
     assert "wait" in result.stderr
 
 
+def test_a_misspelt_actor_is_named_with_the_closest_registered_one(cli: Cli, db: Db) -> None:
+    db.register_actor("flaky")
+    db.register_actor("resize")
+    result = cli("enqueue", "flakey")
+    assert result.exit_code == 0  # it still waits, as before: a worker may register it later
+    assert "no worker has registered actor 'flakey' (did you mean 'flaky'?)" in result.stderr
+    assert "--strict" in result.stderr
+
+
+def test_strict_refuses_an_actor_no_worker_registered_and_enqueues_nothing(
+    cli: Cli, db: Db
+) -> None:
+    db.register_actor("flaky")
+    result = cli("enqueue", "flakey", "--strict", "--count", "3")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: no worker has registered actor 'flakey' (did you mean 'flaky'?)\n"
+    )
+    assert db.jobs() == []
+    assert cli("enqueue", "flaky", "--strict").exit_code == 0  # a registered one goes in
+
+
 def test_a_job_enqueued_before_its_actor_registered_elsewhere_is_explained(
     cli: Cli, db: Db
 ) -> None:

@@ -13,7 +13,12 @@ from pydantic import BaseModel
 from taskq_core.actors import JobContext, actor
 from taskq_core.backend.protocol import ActorDeclaration, JobFilter
 from taskq_core.client import EnqueueItem, JobsClient
-from taskq_core.errors import JobNotFoundError, MaxPendingExceededError, PayloadValidationError
+from taskq_core.errors import (
+    JobNotFoundError,
+    MaxPendingExceededError,
+    PayloadValidationError,
+    UnknownActorError,
+)
 from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
@@ -215,3 +220,19 @@ async def test_a_client_that_was_never_opened_says_so(harness: Harness) -> None:
     with pytest.raises(RuntimeError, match="not open"):
         await client.enqueue_many_fast([("by-name", {})])
     assert await harness.backend.list_jobs(JobFilter()) == []
+
+
+async def test_a_strict_client_refuses_an_unregistered_actor_naming_the_closest(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    await backend.sync_actor_configs(
+        [ActorDeclaration("flaky", "default", {}, None, None, None)], force=False
+    )
+    async with JobsClient(backend=backend, strict_actors=True) as client:
+        with pytest.raises(UnknownActorError, match=r"'flakey' \(did you mean 'flaky'\?\)"):
+            await client.enqueue("flakey", {})
+        assert (await client.enqueue("flaky", {})).actor == "flaky"
+    assert [job.actor for job in await backend.list_jobs(JobFilter(limit=None))] == ["flaky"]
+    async with JobsClient(backend=backend) as lenient:  # the default lets it wait
+        assert (await lenient.enqueue("flakey", {})).queue == "default"
