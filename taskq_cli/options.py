@@ -49,7 +49,12 @@ def load_settings(
     from taskq_core.settings import TaskqSettings
 
     root = global_options(ctx)
-    return TaskqSettings.load(pg_dsn=dsn or root.dsn, schema_name=schema or root.schema, **extra)
+    return TaskqSettings.load_flagged(
+        {"pg_dsn": "--dsn", "schema_name": "--schema"},
+        pg_dsn=dsn or root.dsn,
+        schema_name=schema or root.schema,
+        **extra,
+    )
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

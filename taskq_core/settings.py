@@ -7,6 +7,7 @@ raised as one ConfigError line naming the variable.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal, Self
 
@@ -411,6 +412,13 @@ class TaskqSettings(BaseSettings):
         the environment's TASKQ_PG_DSN also wins over the environment's TASKQ_PG_DSN_DIRECT
         and TASKQ_PG_DSN_POOLED, which belong to that other database.
         """
+        return cls.load_flagged({}, **overrides)
+
+    @classmethod
+    def load_flagged(cls, flags: Mapping[str, str], **overrides: Any) -> TaskqSettings:
+        """``load``, with ``flags`` naming the command-line flag each override came from
+        (``{"pg_dsn": "--dsn"}``): an error about such a value names the flag, not the
+        variable."""
         given = {key: value for key, value in overrides.items() if value is not None}
         try:
             settings = cls(**given)
@@ -423,7 +431,8 @@ class TaskqSettings(BaseSettings):
                     return settings.model_copy(update=update)
             return settings
         except ValidationError as exc:
-            raise ConfigError(describe_validation_error(exc)) from None
+            named = {field: flag for field, flag in flags.items() if field in given}
+            raise ConfigError(describe_validation_error(exc, named)) from None
 
     @property
     def direct_dsn(self) -> str:
@@ -467,8 +476,9 @@ def settings_not_in_effect(settings: TaskqSettings) -> dict[str, str]:
     }
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """Render the first pydantic error as one line naming the TASKQ_* variable.
+def describe_validation_error(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """Render the first pydantic error as one line naming the TASKQ_* variable, or the flag
+    the value came from (``flags``: field -> flag).
 
     The rejected value is quoted only when its setting cannot hold a credential (masked and
     bounded even then); a DSN, a Redis URL or a token is described by the reason alone.
@@ -478,8 +488,9 @@ def describe_validation_error(exc: ValidationError) -> str:
     loc = [str(part) for part in error.get("loc", ()) if isinstance(part, str)]
     if not loc:
         return f"invalid settings: {message}"
-    variable = ENV_PREFIX + loc[0].upper()
+    flag = (flags or {}).get(loc[0])
+    variable = f"value of {flag}" if flag else f"setting {ENV_PREFIX}{loc[0].upper()}"
     value = error.get("input")
     shown = shown_rejected(loc[0], value)
     message = without_value(message, loc[0], value)  # a validator may quote it
-    return f"invalid setting {variable}{f' (got {shown})' if shown else ''}: {message}"
+    return f"invalid {variable}{f' (got {shown})' if shown else ''}: {message}"

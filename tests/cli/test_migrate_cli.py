@@ -75,7 +75,8 @@ def test_unsafe_schema_name_is_one_line_exit_1(taskq_cli: Any) -> None:
     )
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
-    assert "TASKQ_SCHEMA_NAME" in result.stderr and "Traceback" not in result.stderr
+    # Named by the flag it came from (issue 38: errors caused by a flag name the flag).
+    assert "--schema" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unreachable_database_is_one_line_exit_1(taskq_cli: Any) -> None:
@@ -96,8 +97,14 @@ def test_default_dsn_failure_names_the_zero_setup_option(taskq_cli: Any) -> None
 def test_malformed_dsn_is_one_line_exit_1(taskq_cli: Any) -> None:
     result = taskq_cli("migrate", "up", "--dsn", "mysql://x")
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: invalid setting TASKQ_PG_DSN")
+    assert result.stderr.startswith("error: invalid value of --dsn")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_malformed_dsn_from_the_environment_names_the_variable(taskq_cli: Any) -> None:
+    result = taskq_cli("migrate", "up", env={"TASKQ_PG_DSN": "mysql://x"})
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: invalid setting TASKQ_PG_DSN")
 
 
 def test_debug_shows_the_traceback(taskq_cli: Any) -> None:
