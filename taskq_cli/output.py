@@ -339,7 +339,7 @@ def shown_status(job: JobSummary) -> str:
 def attempt_summary(job: JobSummary) -> str:
     """The attempt in words: the last body's number, and the retry budget used of its
     size (numbers count every claim; only some use the budget: docs/reliability.md)."""
-    used = f"{job.attempts_used} of {job.max_attempts} used ({job.retry_kind})"
+    used = f"{job.attempts_used} of {job.attempt_budget} used ({job.retry_kind})"
     return used if job.attempt == 0 else f"#{job.attempt}, {used}"
 
 
@@ -351,7 +351,7 @@ def job_rows(jobs: Iterable[JobSummary], reference: datetime | None = None) -> l
             job.actor,
             job.queue,
             status_cell(shown_status(job)),
-            f"{job.attempts_used}/{job.max_attempts}",
+            f"{job.attempts_used}/{job.attempt_budget}",
             age(job.created_at, reference),
             error_text(job.error_class, job.error_message),
         ]

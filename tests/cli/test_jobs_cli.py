@@ -322,3 +322,14 @@ def test_colours_follow_the_terminal_and_no_color(db: Db, pg: PgTarget) -> None:
 
     assert "\x1b[31mfailed" in on_a_terminal()  # red on a terminal
     assert "\x1b[31m" not in on_a_terminal(NO_COLOR="1")
+
+
+def test_a_non_retryable_job_shows_a_budget_of_one(cli: Cli, db: Db) -> None:
+    job = db.enqueue(retry_kind="non_retryable", max_attempts=3)
+    listed = cli("jobs", "list")
+    row = next(line for line in listed.stdout.splitlines() if str(job.id)[:8] in line)
+    assert " 0/1 " in f" {row} " and "/3" not in row
+    shown = cli("jobs", "show", str(job.id))
+    assert "0 of 1 used (non_retryable)" in shown.stdout
+    document = parse_json(cli("jobs", "show", str(job.id), "--json"))
+    assert document["job"]["max_attempts"] == 3  # the JSON keeps the stored row as it is

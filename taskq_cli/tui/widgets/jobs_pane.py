@@ -96,7 +96,7 @@ class JobsTable(FittedTable):
             Text(job.actor),
             Text(job.queue),
             palette.status(job.status, claimed=job.is_claimed),
-            Text(f"{job.attempts_used}/{job.max_attempts}", justify="right"),
+            Text(f"{job.attempts_used}/{job.attempt_budget}", justify="right"),
             Text(f"{age(activity_at(job), snapshot.now)} ago"),
             palette.text(error, "bad"),
         ]

@@ -53,6 +53,7 @@ class JobLine(BaseModel):
     attempt: int  # the last claim's number
     attempts_used: int  # of the retry budget
     max_attempts: int
+    attempt_budget: int  # what the policy runs: 1 for a non_retryable job
     priority: int
     created_at: datetime
     scheduled_at: datetime
@@ -71,7 +72,12 @@ class JobLine(BaseModel):
         if job.error_class is not None:
             error = f"{job.error_class}: {message}" if message else job.error_class
         return cls.model_validate(
-            {**job_summary(job), "error": error, "batch_id": batch_id_of(job.metadata)}
+            {
+                **job_summary(job),
+                "attempt_budget": job.attempt_budget,
+                "error": error,
+                "batch_id": batch_id_of(job.metadata),
+            }
         )
 
 
@@ -114,6 +120,7 @@ class JobView(BaseModel):
     attempt: int  # the last claim's number
     attempts_used: int  # of the retry budget
     max_attempts: int
+    attempt_budget: int  # what the policy runs: 1 for a non_retryable job
     retry_kind: str
     priority: int
     origin: str | None
@@ -146,7 +153,12 @@ class JobView(BaseModel):
         """The fields of ``job_document`` (the CLI's) this page shows, with where the job
         came from and its progress."""
         return cls.model_validate(
-            {**job_document(job), "origin": job_origin(job), "progress": ProgressView.of(job)}
+            {
+                **job_document(job),
+                "attempt_budget": job.attempt_budget,
+                "origin": job_origin(job),
+                "progress": ProgressView.of(job),
+            }
         )
 
 

@@ -146,6 +146,12 @@ class JobSummary:
         return self.attempt - self.uncounted_attempts
 
     @property
+    def attempt_budget(self) -> int:
+        """The attempts the retry policy will really run: 1 for a non-retryable job, whatever
+        ``max_attempts`` it stored; what screens show ``attempts_used`` out of."""
+        return 1 if self.retry_kind == "non_retryable" else self.max_attempts
+
+    @property
     def is_terminal(self) -> bool:
         """Whether the job has finished for good."""
         return self.status in TERMINAL_STATUSES
