@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from taskq_core.backend.protocol import Backend
+from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.backend.protocol.admin import normalize_id_fragment
 from taskq_core.errors import ConfigError, JobNotFoundError
 
@@ -61,4 +61,21 @@ async def resolve_job_id(backend: Backend, text: str) -> UUID:
     raise ConfigError(
         f"job id {text.strip()!r} is ambiguous: {count} jobs match ({shown}{more}); "
         "give more of the id"
+    )
+
+
+async def live_job(backend: Backend, ident: UUID, act: str) -> JobRow:
+    """The job ``act`` (``cancel``, ``retry``, ...) is about to change. A job the prune moved
+    to the archive is answered as archived (``jobs show`` finds it there), not as unknown."""
+    job = await backend.get(ident)
+    if job is not None:
+        return job
+    archived = await backend.get_archived_job(ident)
+    if archived is None:
+        raise JobNotFoundError(f"no job with id {ident}")
+    ended = archived.job
+    when = f" at {ended.finished_at:%Y-%m-%d %H:%M:%S}Z" if ended.finished_at else ""
+    raise ConfigError(
+        f"job {ident} is archived: it ended {ended.status.value}{when} and the prune moved it "
+        f"to the archive, so there is nothing to {act} (taskq jobs show {ident} reads it)"
     )

@@ -16,7 +16,7 @@ import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
-from taskq_cli.job_ids import check_job_ref, resolve_job_id
+from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, SchemaOption, YesOption
 from taskq_core.backend.protocol import (
@@ -181,9 +181,7 @@ def _cancel_one(
 ) -> None:
     async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobRow, JobRow]:
         ident = await resolve_job_id(backend, job_ref)
-        before = await backend.get(ident)
-        if before is None:
-            raise JobNotFoundError(f"no job with id {ident}")
+        before = await live_job(backend, ident, "cancel")
         # One job through the bulk write: it records who and why in the job's event.
         result = await backend.cancel_where(
             JobFilter(ids=[ident], limit=None), who.reason, audit=who
@@ -286,9 +284,7 @@ def _retry_one(
 
     async def run(backend: Backend) -> tuple[UUID, JobStatus, JobStatus | None]:
         ident = await resolve_job_id(backend, job_ref)
-        job = await backend.get(ident)
-        if job is None:
-            raise JobNotFoundError(f"no job with id {ident}")
+        job = await live_job(backend, ident, "retry")
         if await backend.retry_where(JobFilter(ids=[ident], limit=None), audit=who):
             return ident, job.status, None
         after = await backend.get(ident)

@@ -19,7 +19,7 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.commands.cancel_retry import check_known, describe, filter_document
 from taskq_cli.database import with_backend
-from taskq_cli.job_ids import check_job_ref, resolve_job_id
+from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import DsnOption, SchemaOption, YesOption
 from taskq_core.backend.protocol import Backend, JobFilter, JobRow
@@ -82,9 +82,7 @@ def _end(
 
     async def run(backend: Backend) -> tuple[UUID, JobRow, ForcedEndResult]:
         ident = await resolve_job_id(backend, job_ref)
-        before = await backend.get(ident)
-        if before is None:
-            raise JobNotFoundError(f"no job with id {ident}")
+        before = await live_job(backend, ident, end)
         return ident, before, await backend.end_running_job(ident, end, who)
 
     ident, before, result = with_backend(ctx, dsn, schema, run)
@@ -248,9 +246,7 @@ def _move_one(
 ) -> None:
     async def run(backend: Backend) -> tuple[UUID, JobRow, JobRow, int]:
         ident = await resolve_job_id(backend, job_ref)
-        before = await backend.get(ident)
-        if before is None:
-            raise JobNotFoundError(f"no job with id {ident}")
+        before = await live_job(backend, ident, "move")
         moved = await backend.move_where(JobFilter(ids=[ident], limit=None), target, who)
         after = await backend.get(ident)
         return ident, before, after or before, moved

@@ -359,3 +359,25 @@ def test_prune_works_against_the_embedded_database(embedded_dir: Path) -> None:
     assert "moved 2 jobs to the archive in 1 batch;" in moved.stdout
     shown = json.loads(taskq("jobs", "show", job_ids[0], "--json").stdout)
     assert shown["archived"] is not None and shown["events"] == []
+
+
+def test_an_archived_job_is_answered_as_archived_by_every_command(
+    cli: Callable[..., CliResult], jobs: Jobs
+) -> None:
+    assert cli("prune", "--yes").exit_code == 0
+    ident = str(jobs.failed_old.id)
+    for args in (
+        ["cancel", ident],
+        ["retry", ident],
+        ["jobs", "requeue", ident],
+        ["jobs", "fail", ident],
+        ["jobs", "move", ident, "--to", "elsewhere"],
+    ):
+        result = cli(*args)
+        assert result.exit_code == 1, (args, result)
+        line = one_error_line(result)
+        assert f"job {ident} is archived: it ended failed" in line, line
+        assert "no job with id" not in line
+    assert cli("jobs", "show", ident).exit_code == 0  # where it is still found
+    unknown = cli("cancel", "00000000-0000-0000-0000-000000000001")
+    assert unknown.exit_code == 1 and "no job with id" in unknown.stderr
