@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -53,6 +54,18 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
+def _socket_of(pid: int) -> Path:
+    """Where worker ``pid`` serves its health socket: the TASKQ_HEALTH_SOCKET_PATH it was
+    started with (a workgroup child's, set by its supervisor), else the default path."""
+    import psutil
+
+    try:
+        given = psutil.Process(pid).environ().get("TASKQ_HEALTH_SOCKET_PATH")
+    except (psutil.Error, OSError):  # gone, or another user's: the default is all we know
+        given = None
+    return Path(given) if given else default_socket_path(pid)
+
+
 def resolve_socket(socket: str | None, pid: int | None, configured: str | None) -> str:
     """The socket to probe: the flags, then TASKQ_HEALTH_SOCKET_PATH, then discovery."""
     if socket is not None and pid is not None:
@@ -62,7 +75,7 @@ def resolve_socket(socket: str | None, pid: int | None, configured: str | None) 
     if pid is not None:
         if not pid_alive(pid):
             raise TaskqError(f"no process with pid {pid} is running")
-        path = default_socket_path(pid)
+        path = _socket_of(pid)
         if not path.exists():
             raise TaskqError(f"no health socket for pid {pid} at {path}; pass --socket PATH")
         return str(path)

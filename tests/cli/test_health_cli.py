@@ -174,3 +174,22 @@ def test_socket_and_pid_together_are_a_usage_error(taskq_cli: Any, xdg: Path) ->
         health(taskq_cli, "live", "--socket", "/tmp/x.sock", "--pid", "1", xdg=xdg)
     )
     assert "not both" in line
+
+
+def test_pid_finds_a_socket_its_supervisor_put_elsewhere(
+    taskq_cli: Any, xdg: Path, served: ServedWorker
+) -> None:
+    # A workgroup child serves at <runtime dir>/<label>.sock, the TASKQ_HEALTH_SOCKET_PATH
+    # its supervisor starts it with; --pid reads that from the process.
+    assert served.path is not None
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "TASKQ_HEALTH_SOCKET_PATH": served.path},
+    )
+    try:
+        result = health(taskq_cli, "live", "--pid", str(child.pid), xdg=xdg)
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout) == {"status": "ok"}
+    finally:
+        child.kill()
+        child.wait()
