@@ -1,10 +1,11 @@
 """``taskq health live|ready|metrics``: exec probes for a worker's health server.
 
-Which socket: ``--socket PATH``, else ``--pid PID`` (that worker's socket in the runtime
-directory), else TASKQ_HEALTH_SOCKET_PATH, else the one live worker's socket found in the
-runtime directory (``$XDG_RUNTIME_DIR/taskq`` or ``/tmp/taskq-<uid>``). Finding none, or
-several, is an error that says what to pass. ``--port PORT`` asks a worker's TCP health port
-(TASKQ_HEALTH_PORT) instead, on TASKQ_HEALTH_HOST (127.0.0.1 when that is a wildcard).
+Which socket: ``--socket PATH``, else ``--pid PID`` (the TASKQ_HEALTH_SOCKET_PATH that worker
+was started with, as a workgroup child is, else its socket in the runtime directory), else
+TASKQ_HEALTH_SOCKET_PATH, else the one live worker's socket found in the runtime directory
+(``$XDG_RUNTIME_DIR/taskq`` or ``/tmp/taskq-<uid>``). Finding none, or several, is an error
+that says what to pass. ``--port PORT`` asks a worker's TCP health port (TASKQ_HEALTH_PORT)
+instead, on TASKQ_HEALTH_HOST (127.0.0.1 when that is a wildcard).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from taskq_core.supervisor.plan import (
     WorkgroupPlan,
     build_plan,
     check_actors,
+    default_runtime_dir,
     runtime_dir_of,
 )
 from taskq_core.supervisor.runtime import open_workgroup
@@ -270,7 +271,13 @@ def start(
 
 
 def _runtime_dir(file: Path) -> Path:
-    """The runtime directory a ``start`` of ``file`` uses (the file is read, not planned)."""
+    """The runtime directory of the supervisor running ``file``: the default one, derived from
+    the file's path alone, when a supervisor answers there (so a file midway through an edit
+    does not stop ``status``, ``stop`` or ``reload``); else the file's ``runtime_dir``, which
+    needs the file read (not planned)."""
+    default = default_runtime_dir(file)
+    if is_answering(default):
+        return default
     return runtime_dir_of(load_workgroup(file))
 
 

@@ -621,6 +621,12 @@ async def test_an_operator_controls_a_running_group_from_another_shell(
     assert removed["exit_code"] == 0
     assert supervisor.named("workgroup_reloaded")[-1]["unchanged"] == ["main-1"]
 
+    # An operator midway through editing the file can still ask the running group and stop
+    # it: neither needs the file, only the supervisor it names.
+    path.write_text('[[workers]]\nname = "main\nqueues = [')
+    midway = await asyncio.to_thread(workgroup_cli, pg, "status", str(path), "--json")
+    assert midway.returncode == 0, midway.stderr
+    assert json.loads(midway.stdout)["pid"] == supervisor.process.pid
     stop_ = await asyncio.to_thread(workgroup_cli, pg, "stop", str(path))
     assert stop_.returncode == 0, stop_.stderr
     assert "stopped (1 child)" in stop_.stdout
@@ -630,6 +636,7 @@ async def test_an_operator_controls_a_running_group_from_another_shell(
     assert {e["reason"] for e in supervisor.named("child_exited")} >= {"shutdown"}
     assert not [pid for pid in supervisor.pids() if alive(pid)]
 
+    path.write_text(toml(workers.format(n=1)))
     gone = await asyncio.to_thread(workgroup_cli, pg, "status", str(path))
     assert gone.returncode == 1 and gone.stderr.count("\n") == 1
     assert gone.stderr.startswith("error: no workgroup is running with runtime directory")
