@@ -1,8 +1,9 @@
 """How a bad workgroup file is reported: one ``FILE: key.path: reason`` line, never a traceback.
 
-``WorkgroupConfigError`` is that line. ``describe_toml_error`` points a TOML syntax error at the
-key path of its line; ``describe_validation_error`` turns pydantic's first error into a reason a
-person can act on (expected type, bound, a "did you mean" for misspelt keys).
+``WorkgroupConfigError`` is that line. ``describe_toml_error`` points a TOML syntax error at its
+line (and the key that line assigns); ``describe_validation_error`` turns every pydantic error
+into a reason a person can act on (expected type, bound, a "did you mean" for misspelt keys),
+all of them on the one line.
 """
 
 from __future__ import annotations
@@ -33,11 +34,21 @@ class WorkgroupConfigError(ConfigError):
 
 
 def describe_toml_error(file: str, text: str, exc: tomllib.TOMLDecodeError) -> WorkgroupConfigError:
-    """A syntax error, located at the key path of the line tomllib points at."""
+    """A syntax error, located at the line tomllib points at: ``line N`` (with the key that
+    line assigns, when it assigns one). tomllib points where it gave up, which for an
+    unclosed string or array is the end of the file: a key guessed from the lines above
+    named an unrelated one."""
     message = str(exc)
     match = re.search(r"\(at line (\d+), column (\d+)\)", message)
-    line_no = int(match.group(1)) if match else len(text.splitlines())  # end of document
-    return WorkgroupConfigError(file, _locate_line(text, line_no), f"invalid TOML: {message}")
+    lines = text.splitlines()
+    line_no = int(match.group(1)) if match else len(lines)  # end of document
+    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", message)
+    own = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+    assigns = re.match(r'^\s*([A-Za-z0-9_.\-"\']+)\s*=', own)
+    where = f"line {line_no}"
+    if assigns:
+        where += f" ({_locate_line(text, line_no)})"
+    return WorkgroupConfigError(file, where, f"invalid TOML: {reason}")
 
 
 def _locate_line(text: str, line_no: int) -> str:
@@ -109,13 +120,22 @@ _REQUIRED_HINTS = {
 def describe_validation_error(
     file: str, raw: Any, exc: ValidationError, *, root: type[BaseModel]
 ) -> WorkgroupConfigError:
-    """The first pydantic error as a file/key/reason error (and how many more there are).
+    """Every pydantic error as one file/key/reason line: the first names the key, the others
+    follow as ``; key: reason``, so one run shows every problem.
 
     ``raw`` is the parsed document (key paths keep only parts that exist in it) and ``root``
     the model that validated it (misspelt keys are matched against its tables' fields).
     """
     errors = exc.errors()
-    error = errors[0]
+    described = [_describe_one(raw, error, root) for error in errors]
+    key, reason = described[0]
+    for other_key, other_reason in described[1:]:
+        reason += f"; {other_key}: {other_reason}"
+    return WorkgroupConfigError(file, key, reason)
+
+
+def _describe_one(raw: Any, error: Any, root: type[BaseModel]) -> tuple[str, str]:
+    """One pydantic error as the key path it names and a reason a person can act on."""
     kind = str(error.get("type", ""))
     loc = tuple(error.get("loc", ()))
     key = _key_path(raw, loc, include_missing=kind in ("missing", "extra_forbidden"))
@@ -138,9 +158,7 @@ def describe_validation_error(
     else:
         # Our own validators (durations, names, actors) already quote the offending value.
         reason = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-    if len(errors) > 1:
-        reason += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return WorkgroupConfigError(file, key or "(top level)", reason)
+    return key or "(top level)", reason
 
 
 def _key_path(raw: Any, loc: Sequence[Any], *, include_missing: bool) -> str:
