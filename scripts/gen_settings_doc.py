@@ -49,6 +49,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "worker_label",
             "force_update_actor_config",
             "workgroup_instance",
+            "workgroup_queues",
         ),
     ),
     (

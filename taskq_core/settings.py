@@ -225,6 +225,10 @@ class TaskqSettings(BaseSettings):
     workgroup_instance: str | None = None
     """Set by ``taskq workgroup start`` for its children: the supervisor they belong to (a
     child also exits when its supervisor is gone)."""
+    workgroup_queues: Annotated[list[str] | None, NoDecode] = None
+    """Set by ``taskq workgroup start`` for its children: every queue the group consumes,
+    comma-separated, so a child warns of actors on queues no worker consumes only when the
+    whole group leaves them unconsumed (``actors_on_unconsumed_queues``)."""
 
     # Observability
     otel_enabled: bool = True
@@ -348,7 +352,7 @@ class TaskqSettings(BaseSettings):
         except InvalidIdentifierError as exc:
             raise ValueError(str(exc)) from None
 
-    @field_validator("queues", mode="before")
+    @field_validator("queues", "workgroup_queues", mode="before")
     @classmethod
     def _split_queues(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -114,6 +114,8 @@ def build_plan(
         )
     children: list[ChildPlan] = []
     grace = 0.0
+    # Each child judges its actors' queues against the whole group's (the settings doc).
+    group_queues = ",".join(sorted({queue for spec in config.specs for queue in spec.queues}))
     for spec in config.specs:
         settings = _spec_settings(shown, spec)
         grace = max(grace, settings.termination_grace_period)
@@ -133,6 +135,7 @@ def build_plan(
                 **spec.env,
                 "TASKQ_WORKER_LABEL": label,
                 "TASKQ_WORKGROUP_INSTANCE": instance,
+                "TASKQ_WORKGROUP_QUEUES": group_queues,
             }
             children.append(
                 ChildPlan(

@@ -35,6 +35,7 @@ STARTER_FILE = "starter.toml"
 SUPERVISOR_OWNED_ENV = {
     "TASKQ_WORKER_LABEL": "set by the supervisor to each child's label",
     "TASKQ_WORKGROUP_INSTANCE": "set by the supervisor to the group's UUIDv7",
+    "TASKQ_WORKGROUP_QUEUES": "set by the supervisor to every queue the group consumes",
     "TASKQ_HEALTH_SOCKET_PATH": "set by the supervisor: each child gets its own socket",
 }
 SPEC_KEY_ENV = {

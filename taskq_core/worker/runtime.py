@@ -290,8 +290,10 @@ class Worker:
         queues = set(self.settings.queues)
         if not queues:
             self.log.warning("worker_consumes_no_queues", worker_queues=[])
+        # A workgroup child is judged with its group: its siblings consume the rest.
+        covered = queues | set(self.settings.workgroup_queues or ())
         stranded = {
-            ref.name: ref.queue for ref in self.registry.values() if ref.queue not in queues
+            ref.name: ref.queue for ref in self.registry.values() if ref.queue not in covered
         }
         if stranded:
             self.log.warning(
