@@ -7,18 +7,28 @@ waiting for its request, chosen in this order:
 
 1. the one that has been *stalled* longest: it has sent some bytes but not a whole request
    head, or it sits idle between two requests;
-2. otherwise the oldest *fresh* one (accepted, nothing read yet).
+2. otherwise the oldest *fresh* one (accepted, nothing read yet), once it has had
+   FRESH_GRACE_SECONDS to send its request.
 
-A connection whose request is being served never gives way. A real client sends its whole
-request head at once, so it is being served before the cap comes round to it, while the
-slow ones evict one another. The admin UI's server (taskq_cli/ui/serving.py) and the
+A connection whose request is being served never gives way, nor does a fresh one within its
+grace: when every connection is one of those, the newcomer is refused. Without the grace, a
+storm of reconnecting slow clients accepted in bursts could evict a real client accepted a
+moment earlier, before the server had read the request it sent at once. So a real client,
+which sends its whole request head at once, is being served before the cap comes round to
+it, while the slow ones evict one another. The admin UI's server (taskq_cli/ui/serving.py) and the
 worker's health server (worker/health.py) both use it, each with a deadline of its own on
 every request.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Protocol
+
+# How long a connection that has sent nothing yet is safe from eviction: a real client's
+# request head arrives well within it, even from a busy machine.
+FRESH_GRACE_SECONDS = 1.0
 
 
 class Closable(Protocol):
@@ -36,12 +46,20 @@ class ConnectionCap:
     ``serving`` once the head is read, ``closed`` when it is gone.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        grace: float = FRESH_GRACE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"a connection cap must be at least 1, got {limit}")
         self.limit = limit
-        # Oldest first (dicts keep insertion order).
-        self._fresh: dict[Closable, None] = {}
+        self.grace = grace
+        self._clock = clock
+        # Oldest first (dicts keep insertion order); a fresh one with when it was admitted.
+        self._fresh: dict[Closable, float] = {}
         self._stalled: dict[Closable, None] = {}
         self._serving: set[Closable] = set()
         self.evicted = 0
@@ -62,7 +80,7 @@ class ConnectionCap:
             self.closed(victim)
             self.evicted += 1
             victim.close()
-        self._fresh[connection] = None
+        self._fresh[connection] = self._clock()
         return True
 
     def stalled(self, connection: Closable) -> None:
@@ -95,7 +113,8 @@ class ConnectionCap:
         return True
 
     def _longest_waiting(self) -> Closable | None:
-        for group in (self._stalled, self._fresh):
-            for connection in group:
-                return connection
+        for connection in self._stalled:
+            return connection
+        for connection, admitted in self._fresh.items():  # the oldest, if its grace is over
+            return connection if self._clock() - admitted >= self.grace else None
         return None
