@@ -1,9 +1,10 @@
 """``taskq cancel`` and ``taskq retry``: change one job, or every job a filter matches.
 
-One job by id, or many by filter. A bulk operation never runs without ``--yes``: without it
-the command counts what it would change, says so, and exits 1. With it, it reports how many
-rows it changed. Every change records who did it (user@host) and why (``--reason``) in the
-events of the jobs it changed (``taskq jobs show``).
+One job by id, or many by filter. A bulk operation counts what it would change and, without
+``--yes``, asks on a terminal (no by default) or, in a script, says so and exits 1, as
+``taskq prune`` does. Done, it reports how many rows it changed. Every change records who
+did it (user@host) and why (``--reason``) in the events of the jobs it changed
+(``taskq jobs show``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from uuid import UUID
 import typer
 
 from taskq_cli import inputs, output
+from taskq_cli.confirm import confirm_or_refuse
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
@@ -100,15 +102,16 @@ def bulk(
     yes: bool,
     apply: Callable[[Backend], Awaitable[T]],
 ) -> T:
-    """Apply a bulk change with --yes; without it, count the matches, say so, and fail."""
+    """Apply a bulk change with --yes; without it, count the matches and ask on a terminal,
+    or say so and fail in a script (as ``taskq prune`` does)."""
 
     async def run(backend: Backend) -> T:
         await check_known(backend, job_filter)
         if not yes:
             matched = await backend.count_jobs(job_filter)
-            raise ConfigError(
-                f"{verb} would affect {matched} job(s) ({describe(job_filter)}); "
-                "re-run with --yes to do it"
+            what = f"{matched} job(s) ({describe(job_filter)})"
+            confirm_or_refuse(
+                f"{verb.capitalize()} {what}?", f"{verb} would affect {what}", yes=False
             )
         return await apply(backend)
 

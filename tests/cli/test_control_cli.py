@@ -1,4 +1,5 @@
-"""`taskq cancel` and `taskq retry`: one job or a filter; bulk never runs without --yes."""
+"""`taskq cancel` and `taskq retry`: one job or a filter; bulk asks on a terminal and needs
+--yes in a script."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from taskq_core.statemachine import JobStatus
 from tests.cli.conftest import Db, one_error_line
-from tests.conftest import CliResult
+from tests.conftest import TASKQ_BIN, CliResult, PgTarget
 
 pytestmark = pytest.mark.postgres
 
@@ -70,6 +71,31 @@ def test_bulk_cancel_without_yes_counts_and_changes_nothing(cli: Cli, db: Db) ->
     line = one_error_line(cli("cancel", "--queue", "media"))
     assert "cancel would affect 3 job(s)" in line and "--yes" in line
     assert {job.status for job in db.jobs()} == {JobStatus.PENDING}
+
+
+@pytest.mark.slow
+def test_bulk_cancel_on_a_terminal_asks_and_does_what_the_answer_says(db: Db, pg: PgTarget) -> None:
+    import pexpect
+
+    for _ in range(2):
+        db.enqueue(queue="media")
+
+    def answer(reply: str) -> tuple[int, str]:
+        child = pexpect.spawn(
+            TASKQ_BIN, ["cancel", "--queue", "media"], env=pg.env(), encoding="utf-8", timeout=30
+        )
+        child.expect(r"Cancel 2 job\(s\) \(.*\)\? \[y/N\]")
+        child.sendline(reply)
+        text: str = child.read()
+        child.wait()
+        return int(child.exitstatus), text
+
+    declined, text = answer("n")
+    assert declined == 1 and "nothing was changed" in text
+    assert {job.status for job in db.jobs()} == {JobStatus.PENDING}
+    accepted, text = answer("y")
+    assert accepted == 0, text
+    assert {job.status for job in db.jobs()} == {JobStatus.CANCELLED}
 
 
 def test_bulk_cancel_with_yes_cancels_exactly_the_matches(cli: Cli, db: Db) -> None:
