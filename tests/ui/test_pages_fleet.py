@@ -212,6 +212,16 @@ async def test_values_from_the_database_render_as_text(pg: PgTarget) -> None:
         assert "&lt;b&gt;bold&lt;/b&gt;" in (await ui.client.get("/")).text
 
 
+async def test_pausing_a_paused_queue_keeps_the_first_note(pg: PgTarget) -> None:
+    async with open_ui(pg) as ui:
+        await ui.backend.enqueue(args(queue="emails"))
+        first = await ui.client.post("/api/queues/emails/pause", json={"reason": "disk full"})
+        assert first.status_code == 200 and first.json()["pause"]["reason"] == "disk full"
+        again = await ui.client.post("/api/queues/emails/pause", json={"reason": "deploy"})
+        assert again.status_code == 200
+        assert again.json()["pause"]["reason"] == "disk full"  # the first operator's note
+
+
 async def test_a_database_outage_answers_with_the_banner(pg: PgTarget) -> None:
     async with PostgresProxy(pg.dsn) as proxy, open_ui(pg, dsn=proxy.dsn) as ui:
         await ui.backend.enqueue(args(queue="emails"))

@@ -32,7 +32,7 @@ from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.paths import segment_value
 from taskq_cli.ui.render import back_to, is_htmx, page
-from taskq_core.backend.protocol import QueueActivity, QueueRow
+from taskq_core.backend.protocol import QueueActivity
 from taskq_core.names import NAME_RULE, is_valid_name
 from taskq_core.statemachine import JobStatus
 
@@ -158,9 +158,13 @@ def _bad_request(message: str) -> Exception:
     return ValidationException(message)
 
 
-async def _set_paused(ui: Ui, segment: str, paused: bool, reason: str | None) -> QueueRow:
+async def _set_paused(ui: Ui, segment: str, paused: bool, reason: str | None) -> None:
+    """Pause or resume the queue. A queue already paused keeps its first pause and note (who
+    paused it and why), as ``taskq queues pause`` does without ``--force``."""
     queue = await _known(ui, segment)
-    return await ui.source.set_queue_paused(queue.name, paused, reason)
+    if paused and queue.paused:
+        return
+    await ui.source.set_queue_paused(queue.name, paused, reason)
 
 
 async def _answer(ui: Ui, request: Request[Any, Any, Any]) -> Template | Redirect:
