@@ -104,6 +104,7 @@ def prune(
         async with open_backend(settings, direct=True) as backend:
             if dry_run:
                 return await backend.prune_jobs(policy, dry_run=True)
+            due = None
             if not yes:
                 due = await backend.prune_jobs(policy, dry_run=True)
                 if not due.total:
@@ -115,7 +116,7 @@ def prune(
                     f"prune would move {jobs} to the archive ({_describe_policy(policy)})",
                     yes=False,
                 )
-            return await _prune_locked(backend, policy, progress)
+            return await _prune_locked(backend, policy, progress, due)
 
     result = run_async(run())
     done = _Run(policy, result, dry_run)
@@ -125,15 +126,20 @@ def prune(
     _render(done)
 
 
-async def _prune_locked(backend: Backend, policy: PrunePolicy, progress: bool) -> PruneResult:
-    """The prune under the cluster lock; refused while another prune holds it."""
+async def _prune_locked(
+    backend: Backend, policy: PrunePolicy, progress: bool, counted: PruneResult | None
+) -> PruneResult:
+    """The prune under the cluster lock; refused while another prune holds it. ``counted``:
+    the dry run the operator was asked about, the progress bar's total (else counted here)."""
     async with backend.sweep_lock(PRUNE_LOCK) as got:
         if not got:
             raise PruneLockHeldError(
                 f"another prune is running (it holds the lock {PRUNE_LOCK!r}): nothing was "
                 "moved; run it again once that one is done"
             )
-        due = await backend.prune_jobs(policy, dry_run=True) if progress else None
+        due = None
+        if progress:
+            due = counted or await backend.prune_jobs(policy, dry_run=True)
         if due is None or not due.total:
             return await backend.prune_jobs(policy)
         with _progress_bar(due.total) as advance:

@@ -6,9 +6,9 @@ connect. uvicorn's own settings, where it has them:
 - ``http``: h11 always (``auto`` would pick httptools when installed, which ignores the
   head size below), through ``GuardedH11Protocol``.
 - ``h11_max_incomplete_event_size``: a request line and headers of MAX_HEAD_BYTES at most
-  (400 past it). h11 measures only a head that is still incomplete, so the guard hands it
-  a head's bytes in pieces of at most that size: one read holding a larger head is
-  refused too.
+  while they trickle in (400 past it). h11 measures only a head that is still incomplete;
+  one that arrives whole in a single read is measured before routing (request_guard.py,
+  431).
 - ``timeout_keep_alive``: KEEP_ALIVE_SECONDS idle between two requests.
 - ``backlog``: ACCEPT_BURST, the kernel's queue of connections not yet accepted, which is
   also how many asyncio accepts at a time: a burst then takes at most that many files
@@ -120,13 +120,7 @@ class GuardedH11Protocol(H11Protocol):
         self._arm(self.limits.head_seconds)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase != "head" or len(data) <= MAX_HEAD_BYTES:
-            super().data_received(data)
-        else:
-            for start in range(0, len(data), MAX_HEAD_BYTES):
-                super().data_received(data[start : start + MAX_HEAD_BYTES])
-                if self.transport.is_closing():
-                    return
+        super().data_received(data)
         self._follow()
 
     def on_response_complete(self) -> None:
