@@ -169,7 +169,7 @@ def enqueue(
         unique_for=window,
     )
 
-    async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow]]:
+    async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow], str]:
         config = await backend.get_actor_config(actor)
         client = JobsClient(backend=backend, registry=registry, strict_actors=strict)
         await client.open()
@@ -177,13 +177,13 @@ def enqueue(
             rows = await client.enqueue_batch([item] * count)
         except SingletonCollisionError as exc:
             raise await _refusal(backend, exc) from exc
-        if config is None:
+        unregistered = ""
+        if config is None:  # say so, with the registered names closest to it
             known = [row.actor for row in await backend.list_actor_configs()]
-            unknown.append(unknown_actor(actor, known))
-        return config, rows
+            unregistered = unknown_actor(actor, known)
+        return config, rows, unregistered
 
-    unknown: list[str] = []
-    config, rows = with_backend(ctx, dsn, schema, run)
+    config, rows, unregistered = with_backend(ctx, dsn, schema, run)
     if json:
         output.print_json(
             {
@@ -201,7 +201,7 @@ def enqueue(
         # The job stays in this queue even if the actor registers on another one later
         # (``jobs explain`` then names the mismatch), so say which queue it took.
         output.warn(
-            f"{unknown[0]} yet: the job(s) wait in queue "
+            f"{unregistered} yet: the job(s) wait in queue "
             f"{rows[0].queue!r} until a worker with that actor consumes it (pass --queue "
             "if the actor's workers will consume another queue; --strict refuses instead)"
         )
