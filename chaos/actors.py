@@ -36,7 +36,7 @@ def chaos_actor(fn: Callable[..., Any]) -> ActorRef:
 @chaos_actor
 async def work(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
     """Sleeps ``ms`` milliseconds; the plain at-least-once body."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         await asyncio.sleep(payload.get("ms", 100) / 1000)
     return {"pid": os.getpid()}
 
@@ -44,7 +44,7 @@ async def work(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
 @chaos_actor
 def work_thread(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
     """``work`` as a plain ``def`` (run in a thread): nothing can interrupt its sleep."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         time.sleep(payload.get("ms", 100) / 1000)
     return {"pid": os.getpid()}
 
@@ -55,7 +55,7 @@ async def transactional(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
 
     The row commits with the job's success or not at all, so a job never has two rows.
     """
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         await asyncio.sleep(payload.get("ms", 100) / 1000)
         connect = getattr(ctx, "connection", None)
         if connect is None:
@@ -74,7 +74,7 @@ async def transactional(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
 @chaos_actor
 async def cooperative(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
     """Waits ``seconds`` unless its cancel_event is set first (then returns early)."""
-    with body(ctx.job_id, ctx.attempt) as mark:
+    with body(ctx) as mark:
         try:
             await asyncio.wait_for(ctx.cancel_event.wait(), payload.get("seconds", 5))
         except TimeoutError:
@@ -93,7 +93,7 @@ def _stubborn_seconds(payload: dict[str, Any], ctx: Ctx) -> float:
 @chaos_actor
 async def stubborn(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
     """Runs its seconds whatever happens: never looks at its cancel_event, swallows cancels."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         deadline = time.monotonic() + _stubborn_seconds(payload, ctx)
         while (left := deadline - time.monotonic()) > 0:
             try:
@@ -106,7 +106,7 @@ async def stubborn(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
 @chaos_actor
 def stubborn_thread(payload: dict[str, Any], ctx: Ctx) -> dict[str, int]:
     """A plain ``def`` (run in a thread) that sleeps its seconds: nothing can interrupt it."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         time.sleep(_stubborn_seconds(payload, ctx))
     return {"pid": os.getpid()}
 

@@ -24,7 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from uuid import UUID
+
+from taskq_core.actors import JobContext
 
 ENV_VAR = "CHAOS_MARKERS"
 END_KINDS = ("done", "stopped", "cancelled", "raised")
@@ -32,12 +35,14 @@ END_KINDS = ("done", "stopped", "cancelled", "raised")
 _numbers = itertools.count(1)  # next() on a count is atomic: threads may take numbers too
 
 
-def record(kind: str, job_id: UUID, attempt: int, body: int = 0) -> None:
-    """Append one marker line to the file ``CHAOS_MARKERS`` names (nothing when unset)."""
+def record(kind: str, job_id: UUID, attempt: int, body: int = 0, at: float | None = None) -> None:
+    """Append one marker line to the file ``CHAOS_MARKERS`` names (nothing when unset); ``at``
+    is the event's time when it was read before now."""
     path = os.environ.get(ENV_VAR)
     if not path:
         return
-    line = f"{kind} {job_id} {attempt} {os.getpid()} {body} {time.time():.6f}\n".encode()
+    when = time.time() if at is None else at
+    line = f"{kind} {job_id} {attempt} {os.getpid()} {body} {when:.6f}\n".encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
@@ -60,10 +65,15 @@ class BodyMark:
 
 
 @contextmanager
-def body(job_id: UUID, attempt: int) -> Iterator[BodyMark]:
-    """Record a body's start, and its end however it ends (returned, cancelled, raised)."""
+def body(ctx: JobContext[Any]) -> Iterator[BodyMark]:
+    """Record a body's start, and its end however it ends (returned, cancelled, raised).
+
+    The start is dated when the worker let the body start (its last lease check, which the
+    context keeps), not at this line: a process stopped between the two resumes a body that
+    had begun, and its first line then runs after the stop, however long it lasted."""
+    job_id, attempt = ctx.job_id, ctx.attempt
     mark = BodyMark(job_id, attempt, next(_numbers))
-    record("start", job_id, attempt, mark.number)
+    record("start", job_id, attempt, mark.number, at=ctx._let_start_at)
     ending = "raised"
     try:
         yield mark

@@ -78,6 +78,10 @@ class JobContext(Generic[P]):
     _progress: ProgressSink | None = field(default=None, repr=False)
     # Makes the sink on the first report (most jobs report none: a job pays nothing for it).
     _progress_factory: Callable[[], ProgressSink] | None = field(default=None, repr=False)
+    # Wall-clock time the worker let the body start (its last lease check). A process frozen
+    # between that check and the body's first line resumes a body that had begun: the chaos
+    # ledger dates a body from here, not from its own first line.
+    _let_start_at: float | None = field(default=None, repr=False)
 
     async def report_progress(
         self, current: float, total: float | None = None, message: str | None = None

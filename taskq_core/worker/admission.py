@@ -16,6 +16,7 @@ the reclaim sweep gave back unstarted before has its start written first, awaite
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from taskq_core.actors import ActorRef
@@ -212,6 +213,8 @@ def check_lease_at_start(deps: WorkerDeps, held: ActiveJob) -> None:
     if not held.start_written and deps.active.expired(held, deps.clock.monotonic()):
         raise LeaseGoneAtStart
     held.body_ran = True
+    if held.ctx is not None:
+        held.ctx._let_start_at = time.time()
 
 
 def mark_start(deps: WorkerDeps, held: ActiveJob) -> None:

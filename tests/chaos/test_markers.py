@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from chaos.markers import ENV_VAR, Markers, body
+from taskq_core import JobContext
 
 
 @pytest.fixture
@@ -21,6 +22,14 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+def context(job: UUID, let_start_at: float | None = None) -> JobContext[dict[str, int]]:
+    ctx: JobContext[dict[str, int]] = JobContext(
+        job_id=job, attempt=1, worker_id=uuid4(), actor="a", queue="q", payload={}
+    )
+    ctx._let_start_at = let_start_at
+    return ctx
+
+
 def write(path: Path, *lines: str) -> Markers:
     path.write_text("".join(f"{line}\n" for line in lines))
     return Markers.read(path)
@@ -28,15 +37,15 @@ def write(path: Path, *lines: str) -> Markers:
 
 async def test_every_body_records_how_it_ended(ledger: Path) -> None:
     jobs = [uuid4() for _ in range(4)]
-    with body(jobs[0], 1):
+    with body(context(jobs[0])):
         pass
-    with body(jobs[1], 1) as mark:
+    with body(context(jobs[1])) as mark:
         mark.stopped()
-    with pytest.raises(RuntimeError), body(jobs[2], 1):
+    with pytest.raises(RuntimeError), body(context(jobs[2])):
         raise RuntimeError("boom")
 
     async def cancelled() -> None:
-        with body(jobs[3], 1):
+        with body(context(jobs[3])):
             await asyncio.sleep(60)
 
     task = asyncio.create_task(cancelled())
@@ -52,9 +61,20 @@ async def test_every_body_records_how_it_ended(ledger: Path) -> None:
     assert all(b.ended is not None and b.ended >= b.started for b in bodies)
 
 
+def test_a_body_is_dated_from_when_the_worker_let_it_start(ledger: Path) -> None:
+    """A process stopped between the worker's lease check and the body's first line resumes
+    a body that had begun: its start is the check's time, not the first line's."""
+    let_start_at = time.time() - 30
+    with body(context(uuid4(), let_start_at)):
+        pass
+    (dated,) = Markers.read(ledger).bodies()
+    assert dated.started == pytest.approx(let_start_at, abs=1e-5)
+    assert dated.ended is not None and dated.ended > let_start_at + 29
+
+
 def test_two_bodies_of_one_attempt_at_once_are_told_apart(ledger: Path) -> None:
     job = uuid4()
-    with body(job, 1), body(job, 1):
+    with body(context(job)), body(context(job)):
         time.sleep(0.001)  # the two ends are stamped after both starts, a tick apart at least
     markers = Markers.read(ledger)
     first, second = markers.bodies()

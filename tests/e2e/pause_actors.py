@@ -46,7 +46,7 @@ async def _until_open(gate: Path) -> None:
 @pause_actor
 async def gated(payload: dict[str, Any], ctx: Ctx) -> int:
     """Runs until the gate ``payload["gate"]`` exists, cancelled or not."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         await _until_open(Path(payload["gate"]))
     return os.getpid()
 
@@ -54,7 +54,7 @@ async def gated(payload: dict[str, Any], ctx: Ctx) -> int:
 @pause_actor
 def gated_thread(payload: dict[str, Any], ctx: Ctx) -> int:
     """A plain ``def`` (a thread no cancel can stop) that runs until the gate exists."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         gate = Path(payload["gate"])
         while not gate.exists():
             time.sleep(POLL)
@@ -64,7 +64,7 @@ def gated_thread(payload: dict[str, Any], ctx: Ctx) -> int:
 @pause_actor
 async def quick(payload: dict[str, Any], ctx: Ctx) -> int:
     """Returns at once."""
-    with body(ctx.job_id, ctx.attempt):
+    with body(ctx):
         pass
     return os.getpid()
 
