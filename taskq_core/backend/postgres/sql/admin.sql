@@ -215,10 +215,7 @@ SELECT count(*) AS count
 FROM (
     SELECT 1
     FROM {schema}.jobs j
-    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-      AND ($2::text IS NULL OR j.queue = $2::text)
-      AND ($3::text IS NULL OR j.actor = $3::text)
-      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    WHERE {fragment:job_filter}
     LIMIT $5::bigint
 ) matched;
 
@@ -251,7 +248,8 @@ due AS (
       AND j.status = 'pending' AND j.scheduled_at <= (SELECT now FROM clock)
 ),
 served AS (
-    -- Never served sorts first, as NULLS FIRST does in dispatch.
+    -- dispatch_batch's cohort_turns, read for one queue: keep the two alike. Never served
+    -- sorts first, as NULLS FIRST does in dispatch.
     SELECT c.cohort, COALESCE(s.last_started, '-infinity'::timestamptz) AS last_served
     FROM (SELECT DISTINCT d.cohort FROM due d) c
     CROSS JOIN target t
@@ -501,6 +499,8 @@ running AS (
     ORDER BY COALESCE(j.started_at, j.claimed_at) DESC
     LIMIT 200
 ),
+-- pending and scheduled repeat running's shape on purpose: each status group keeps its own
+-- LIMIT (one merged branch would share 200 rows between them).
 pending AS (
     SELECT {fragment:job_summary_columns}, j.created_at AS activity_at
     FROM {schema}.jobs j
@@ -637,10 +637,7 @@ matched AS (
     SELECT j.id
     FROM {schema}.jobs j
     WHERE j.status IN ('pending', 'scheduled')
-      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-      AND ($2::text IS NULL OR j.queue = $2::text)
-      AND ($3::text IS NULL OR j.actor = $3::text)
-      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+      AND {fragment:job_filter}
       AND j.queue <> $6::text
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
@@ -681,10 +678,7 @@ SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS wo
 WITH matched AS (
     SELECT j.id, j.status
     FROM {schema}.jobs j
-    WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-      AND ($2::text IS NULL OR j.queue = $2::text)
-      AND ($3::text IS NULL OR j.actor = $3::text)
-      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+    WHERE {fragment:job_filter}
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
 ),

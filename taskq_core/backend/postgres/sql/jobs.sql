@@ -121,10 +121,7 @@ matched AS (
     SELECT j.id
     FROM {schema}.jobs j
     WHERE j.status IN ('pending', 'scheduled', 'running')
-      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-      AND ($2::text IS NULL OR j.queue = $2::text)
-      AND ($3::text IS NULL OR j.actor = $3::text)
-      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+      AND {fragment:job_filter}
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
 ),
@@ -185,10 +182,7 @@ matched AS (
     SELECT j.id, j.status, j.unique_key, j.unique_until, j.created_at
     FROM {schema}.jobs j
     WHERE j.status IN ('failed', 'crashed', 'cancelled')
-      AND ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-      AND ($2::text IS NULL OR j.queue = $2::text)
-      AND ($3::text IS NULL OR j.actor = $3::text)
-      AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+      AND {fragment:job_filter}
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
 ),
@@ -234,14 +228,19 @@ SELECT * FROM {schema}.jobs WHERE id = $1::uuid;
 -- For operator filter queries inside their own transaction: plan for the actual arguments.
 SET LOCAL plan_cache_mode = force_custom_plan;
 
+-- fragment: job_filter
+-- A JobFilter's match on a job `j` (rows.filter_args): $1 statuses (NULL: any; empty:
+-- none), $2 queue, $3 actor, $4 ids. list_jobs, count_jobs and the bulk writes share it.
+($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.actor = $3::text)
+  AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+
 -- name: list_jobs
 -- $1 statuses (NULL: any; empty: none), $2 queue, $3 actor, $4 ids, $5 limit (NULL: all).
 SELECT *
 FROM {schema}.jobs j
-WHERE ($1::text[] IS NULL OR j.status = ANY ($1::text[]::{schema}.job_status[]))
-  AND ($2::text IS NULL OR j.queue = $2::text)
-  AND ($3::text IS NULL OR j.actor = $3::text)
-  AND ($4::uuid[] IS NULL OR j.id = ANY ($4::uuid[]))
+WHERE {fragment:job_filter}
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT $5::bigint;
 

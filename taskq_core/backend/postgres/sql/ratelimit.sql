@@ -363,6 +363,8 @@ gone_buckets AS (
     WHERE b.key = i.key
     RETURNING 1
 ),
+-- The definition lookup repeats idle_buckets' (longest matching name) for the other kind
+-- of limit: the two differ in their kind, key column and the span they read.
 idle_windows AS (
     SELECT e.key
     FROM {schema}.rate_limit_window_entries e

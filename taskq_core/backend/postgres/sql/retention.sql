@@ -66,14 +66,8 @@ archived AS (
         progress_state, updated_at, unique_key, unique_until, unstarted_reclaims,
         uncounted_attempts, archived_at, expire_at
     )
-    SELECT m.id, m.actor, m.queue, m.payload, m.status, m.priority, m.scheduled_at,
-        m.created_at, m.retry_kind, m.max_attempts, m.attempt, m.locked_by_worker,
-        m.lock_expires_at, m.claimed_at, m.started_at, m.finished_at, m.cancel_phase,
-        m.cancel_requested_at, m.cancel_reason, m.identity_key, m.fairness_key,
-        m.schedule_to_close, m.result, m.result_ttl, m.result_expires_at, m.error_class,
-        m.error_message, m.error_traceback, m.metadata, m.trace_id, m.span_id, m.progress_seq,
-        m.progress_state, m.updated_at, m.unique_key, m.unique_until, m.unstarted_reclaims,
-        m.uncounted_attempts, k.now, k.now + $5::interval
+    -- `moved` returns the columns in this list's order: its rows, then the archive's two.
+    SELECT m.*, k.now, k.now + $5::interval
     FROM moved m CROSS JOIN k
 ),
 archived_attempts AS (
