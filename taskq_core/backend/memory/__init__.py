@@ -13,6 +13,10 @@ writes, workers, actor configs, queues), ``notify`` (wake-ups), ``retention`` (p
 archive expiry, archived reads) and ``schedules`` (cron schedules and the leader's fire). A
 new subsystem gets a module and a part of its own here: ``ratelimit`` (rate limits,
 reservations), ``batches``, ``fleet`` (the fleet metrics' read).
+
+Each member repeats the protocol's signature word for word on purpose (mypy checks the match)
+and carries no docstring: the contract is ``backend/protocol``'s; a comment says only what
+this backend does its own way. Logic both backends share is in ``backend/protocol``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ the database clock), InMemoryBackend with dicts and an injected Clock, and both 
 behavioural conformance suite in ``tests/conformance``. The protocol says what a caller can
 observe; how a backend finds its rows (indexes, windows) is its own business.
 
+Both implementations repeat each member's signature word for word, on purpose: mypy checks
+the structural match against these Protocols, and a signature is all an implementation
+repeats. The docstrings (the contracts) live here only; logic both backends compute alike
+lives here too (``derived``, and the rules beside each part), called from both.
+
 Bump BACKEND_PROTOCOL_VERSION when an existing member's observable contract changes in a way an
 old implementation would silently mishandle; both implementations assert it at import.
 History: v2 fences every worker write by its Lease (worker and attempt), tells claimed jobs
