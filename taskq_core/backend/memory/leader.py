@@ -18,6 +18,7 @@ from taskq_core.constants import (
 )
 from taskq_core.statemachine import JobStatus
 
+from .retention import in_batches
 from .settle import is_blamed, reclaim
 from .store import PENDING, RUNNING, SCHEDULED, MemoryStore, freeze
 
@@ -117,9 +118,7 @@ class LeaderPart(MemoryStore):
         self, batch_size: int = 10_000, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
         # Oldest expiry first, yielding between batches as commits do.
-        _check_batch_size(batch_size)
-        cleared = 0
-        while True:
+        def clear_batch() -> int:
             now = self._now()
             due = sorted(
                 (
@@ -134,12 +133,9 @@ class LeaderPart(MemoryStore):
             for job in due:
                 job.result = job.result_expires_at = None
                 job.updated_at = now
-            cleared += len(due)
-            if on_batch is not None:
-                on_batch(len(due))
-            if len(due) < batch_size:
-                return cleared
-            await asyncio.sleep(0)  # a commit point between batches
+            return len(due)
+
+        return await in_batches(batch_size, clear_batch, on_batch)
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
         # Dicts leave no dead row versions behind: nothing to vacuum.

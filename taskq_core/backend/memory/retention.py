@@ -28,6 +28,26 @@ from taskq_core.statemachine import JobStatus
 from .store import ArchivedRecord, JobRecord, MemoryStore
 
 
+async def in_batches(
+    batch_size: int, take: Callable[[], int], on_batch: Callable[[int], None] | None = None
+) -> int:
+    """Run ``take`` (one batch's writes, without awaiting: atomic, as a transaction is; it
+    returns how many rows it touched) until a batch touches fewer than ``batch_size``,
+    yielding to the event loop between batches as PostgreSQL commits between them (the
+    Postgres part's ``BackendCore._in_batches``). Returns the rows touched in all."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    total = 0
+    while True:
+        count = take()
+        total += count
+        if on_batch is not None:
+            on_batch(count)
+        if count < batch_size:
+            return total
+        await asyncio.sleep(0)  # a commit point: let other work run between batches
+
+
 class RetentionPart(MemoryStore):
     """``prune_jobs``, ``expire_archive``, ``sweep_lock``, ``get_archived_job`` and
     ``get_archived_attempts``."""
@@ -44,26 +64,23 @@ class RetentionPart(MemoryStore):
             return PruneResult(moved=dict(counts), batches=0)
         moved: Counter[tuple[JobStatus, str]] = Counter()
         batches = 0
-        while True:
+
+        def archive_batch() -> int:
+            nonlocal batches
             batch = self._prunable(policy, policy.batch_size)
             if batch:
                 self._archive(batch, policy)
                 moved.update((job.status, job.queue) for job in batch)
             batches += 1
-            if on_batch is not None:
-                on_batch(len(batch))
-            if len(batch) < policy.batch_size:
-                break
-            await asyncio.sleep(0)  # a commit point: let other work run between batches
+            return len(batch)
+
+        await in_batches(policy.batch_size, archive_batch, on_batch)
         return PruneResult(moved=dict(moved), batches=batches)
 
     async def expire_archive(
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        deleted = 0
-        while True:
+        def delete_batch() -> int:
             now = self._now()
             expired = [
                 job_id
@@ -73,12 +90,9 @@ class RetentionPart(MemoryStore):
             for job_id in expired:
                 del self._archived_jobs[job_id]
                 self._archived_attempts.pop(job_id, None)
-            deleted += len(expired)
-            if on_batch is not None:
-                on_batch(len(expired))
-            if len(expired) < batch_size:
-                return deleted
-            await asyncio.sleep(0)  # a commit point between batches
+            return len(expired)
+
+        return await in_batches(batch_size, delete_batch, on_batch)
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
         # Held per backend instance (PG: a session advisory lock per schema).

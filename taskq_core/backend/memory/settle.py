@@ -293,7 +293,7 @@ class SettlePart(MemoryStore):
         error: ErrorInfo | None = None,
         ran: Collection[UUID] = (),
     ) -> int:
-        error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
+        error = derived.release_error(reason, error)
         run_at = self._now() + retry_delay
         released = woken = 0
         for lease in {lease.job_id: lease for lease in leases}.values():

@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.constants import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     events_channel,
@@ -27,7 +28,7 @@ from taskq_core.constants import (
     wake_channel,
 )
 
-from . import connection, rows
+from . import bulk, connection, rows
 from .errors import is_database_trouble, translate
 from .notify import NotifyListener
 from .queries import SchemaQueries
@@ -299,6 +300,20 @@ class BackendCore:
                 on_batch(count)
             if count < batch_size:
                 return total
+
+    async def _log_operator(
+        self, conn: Any, action: str, target: str, audit: Audit, detail: dict[str, Any]
+    ) -> None:
+        """The operator_log row of an operator write (who and why from ``audit``), on
+        ``conn``: in the write's transaction, so the two commit together."""
+        await conn.execute(
+            self._queries["insert_operator_log"],
+            action,
+            target,
+            audit.by,
+            audit.reason,
+            bulk.dumps(detail),
+        )
 
     async def _one(self, query: str, *args: Any) -> asyncpg.Record:
         """The single row an aggregate statement always returns."""

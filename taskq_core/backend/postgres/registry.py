@@ -144,13 +144,8 @@ class RegistryPart(BackendCore):
             after = rows.actor_config(record)
             if audit is not None:
                 changed = capacity_changes(rows.actor_config(before), after)
-                await conn.execute(
-                    self._queries["insert_operator_log"],
-                    "actor_config_set",
-                    actor,
-                    audit.by,
-                    audit.reason,
-                    bulk.dumps({"changed": changed}),
+                await self._log_operator(
+                    conn, "actor_config_set", actor, audit, {"changed": changed}
                 )
         return after
 
@@ -195,12 +190,5 @@ class RegistryPart(BackendCore):
             )
             if audit is not None:
                 changed = queue_changes(before, rows.queue(record))
-                await conn.execute(
-                    self._queries["insert_operator_log"],
-                    "queue_update",
-                    name,
-                    audit.by,
-                    audit.reason,
-                    bulk.dumps({"changed": changed}),
-                )
+                await self._log_operator(conn, "queue_update", name, audit, {"changed": changed})
         return rows.queue(record)

@@ -79,7 +79,7 @@ class SchedulePart(BackendCore):
             if record is None:
                 raise ScheduleExistsError(spec.name)
             if audit is not None:
-                await self._log_schedule(
+                await self._log_operator(
                     conn, "schedule_create", spec.name, audit, created_detail(row)
                 )
         return _record(record)
@@ -112,7 +112,7 @@ class SchedulePart(BackendCore):
             after = _record(record)
             if audit is not None:
                 changed = schedule_changes(before, after)
-                await self._log_schedule(conn, "schedule_update", name, audit, {"changed": changed})
+                await self._log_operator(conn, "schedule_update", name, audit, {"changed": changed})
         return after
 
     async def delete_schedule(self, name: str, *, audit: Audit | None = None) -> bool:
@@ -120,21 +120,8 @@ class SchedulePart(BackendCore):
             record = await conn.fetchrow(self._queries["delete_schedule"], name)
             if record is not None and audit is not None:
                 detail = created_detail(_record(record))
-                await self._log_schedule(conn, "schedule_delete", name, audit, detail)
+                await self._log_operator(conn, "schedule_delete", name, audit, detail)
         return record is not None
-
-    async def _log_schedule(
-        self, conn: Any, action: str, name: str, audit: Audit, detail: dict[str, Any]
-    ) -> None:
-        """The operator_log row of a schedule write, in its transaction."""
-        await conn.execute(
-            self._queries["insert_operator_log"],
-            action,
-            name,
-            audit.by,
-            audit.reason,
-            bulk.dumps(detail),
-        )
 
     async def sync_code_schedules(self, specs: Sequence[ScheduleSpec]) -> ScheduleSyncResult:
         # One transaction.

@@ -268,7 +268,7 @@ class SettlePart(BackendCore):
     ) -> int:
         if not leases:
             return 0
-        error = error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
+        error = derived.release_error(reason, error)
         settlements = [
             Settlement(
                 lease.job_id,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from taskq_core import jsontext
-from taskq_core.backend.protocol.values import Lease
+from taskq_core.backend.protocol.values import ErrorInfo, Lease
 from taskq_core.backend.protocol.worker import Success
 from taskq_core.constants import RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS
 
@@ -50,3 +50,8 @@ def check_stale_age(older_than: timedelta) -> None:
     """``delete_stale_workers`` refuses an age that is not positive (ValueError)."""
     if older_than <= timedelta(0):
         raise ValueError(f"older_than must be positive, got {older_than}")
+
+
+def release_error(reason: str, error: ErrorInfo | None) -> ErrorInfo:
+    """``release_leases``' error for a started job: the one given, else WorkerReleased."""
+    return error or ErrorInfo("WorkerReleased", f"the worker gave the job back ({reason})")
