@@ -6,6 +6,7 @@ from typing import Any
 
 from taskq_core.backend.protocol import (
     EventRow,
+    JobSummary,
 )
 from taskq_core.explain.answer import (
     Check,
@@ -209,55 +210,33 @@ def _slots(c: JobFacts) -> Check:
 
 def _queue_capacity(c: JobFacts) -> Check:
     cap = None if c.queue is None else c.queue.max_concurrent
-    running = c.queue_running
-    facts = {"max_concurrent": cap, "running_job_ids": [j.id for j in running]}
-    if cap is None:
-        return Check(
-            "queue_capacity_full", False, f"queue {c.job.queue!r} has no max_concurrent", facts
-        )
-    if len(running) >= cap:
-        named = f": running {name_jobs(running)}" if running else ""
-        return Check(
-            "queue_capacity_full",
-            True,
-            f"queue {c.job.queue!r} is at its max_concurrent {cap} "
-            f"({plural(len(running), 'running job')}){named}",
-            facts,
-        )
-    return Check(
-        "queue_capacity_full",
-        False,
-        f"queue {c.job.queue!r} runs {len(running)} of max_concurrent {cap}",
-        facts,
-    )
+    return _capacity("queue_capacity_full", f"queue {c.job.queue!r}", cap, c.queue_running)
 
 
 def _actor_capacity(c: JobFacts) -> Check:
-    cap = c.actor_cap
-    running = c.actor_running
+    subject = f"actor {c.job.actor!r}"
+    return _capacity(
+        "actor_capacity_full", subject, c.actor_cap, c.actor_running, unlimited=" (unlimited)"
+    )
+
+
+def _capacity(
+    name: str, subject: str, cap: int | None, running: list[JobSummary], *, unlimited: str = ""
+) -> Check:
+    """Whether ``subject`` (a queue or an actor) is at its max_concurrent ``cap``."""
     facts = {"max_concurrent": cap, "running_job_ids": [j.id for j in running]}
     if cap is None:
-        return Check(
-            "actor_capacity_full",
-            False,
-            f"actor {c.job.actor!r} has no max_concurrent (unlimited)",
-            facts,
-        )
+        return Check(name, False, f"{subject} has no max_concurrent{unlimited}", facts)
     if len(running) >= cap:
         named = f": running {name_jobs(running)}" if running else ""
         return Check(
-            "actor_capacity_full",
+            name,
             True,
-            f"actor {c.job.actor!r} is at its max_concurrent {cap} "
+            f"{subject} is at its max_concurrent {cap} "
             f"({plural(len(running), 'running job')}){named}",
             facts,
         )
-    return Check(
-        "actor_capacity_full",
-        False,
-        f"actor {c.job.actor!r} runs {len(running)} of max_concurrent {cap}",
-        facts,
-    )
+    return Check(name, False, f"{subject} runs {len(running)} of max_concurrent {cap}", facts)
 
 
 def _identity(c: JobFacts) -> Check:

@@ -212,20 +212,20 @@ def _table_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+# bool before int: a TOML boolean is a Python int too.
+_TOML_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
+
+
 def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
+    found = (name for kind, name in _TOML_TYPES if isinstance(value, kind))
+    return next(found, type(value).__name__)
 
 
 def _short(value: Any) -> str:
