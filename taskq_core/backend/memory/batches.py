@@ -28,10 +28,9 @@ from taskq_core.backend.protocol.batches import (
     NewBatch,
     count_failures,
     finalizer_from_json,
-    finalizer_to_json,
     outcomes_by_batch,
+    stored_finalizer,
 )
-from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
@@ -76,12 +75,10 @@ class BatchPart(MemoryStore):
     # --- rows ----------------------------------------------------------------------------------
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
         # With ``connection`` the row appears when that transaction commits, with the children.
-        if batch.finalizer is not None:
-            check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
+        finalizer = stored_finalizer(batch, self.max_payload_bytes)
         handle = None if connection is None else self._transaction_handle(connection)
         if batch.id in self._batches or (handle is not None and batch.id in handle.batches):
             raise ValueError(f"a batch with id {batch.id} already exists")
-        finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
         record = BatchRecord(
             id=batch.id,
             queue=batch.queue,

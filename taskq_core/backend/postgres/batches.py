@@ -30,10 +30,9 @@ from taskq_core.backend.protocol.batches import (
     NewBatch,
     count_failures,
     finalizer_from_json,
-    finalizer_to_json,
     outcomes_by_batch,
+    stored_finalizer,
 )
-from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import JobSummary
 from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import JobStatus
@@ -73,10 +72,8 @@ class BatchPart(BackendCore):
     ``list_batches``, ``complete_stale_batches`` and ``prune_old_batches``."""
 
     async def create_batch(self, batch: NewBatch, *, connection: Any = None) -> BatchRow:
-        # The finalizer is stored, not enqueued; its size is checked before anything is written.
-        if batch.finalizer is not None:
-            check_enqueue_payload(batch.finalizer, self.max_payload_bytes)
-        finalizer = None if batch.finalizer is None else finalizer_to_json(batch.finalizer)
+        # The finalizer is stored, not enqueued.
+        finalizer = stored_finalizer(batch, self.max_payload_bytes)
         executor: Any = self._pool if connection is None else connection
         record = await executor.fetchrow(
             self._queries["create_batch"],

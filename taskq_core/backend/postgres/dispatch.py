@@ -65,11 +65,7 @@ class DispatchPart(BackendCore):
         )
         registered = bool(records[0]["registered"])  # the statement always answers a row
         records = [r for r in records if r["job_id"] is not None]
-        flags = [
-            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
-            for r in records
-            if r["cancel_requested_at"] is not None
-        ]
+        flags = [rows.cancel_flag(r) for r in records if r["cancel_requested_at"] is not None]
         return HeartbeatResult(
             held=frozenset(r["job_id"] for r in records),
             extended=frozenset(r["job_id"] for r in records if r["extended"]),
@@ -107,10 +103,7 @@ class DispatchPart(BackendCore):
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         records = await self._heartbeat_pool.fetch(self._queries["poll_cancel_flags"], worker_id)
-        return [
-            CancelFlag(r["job_id"], r["cancel_phase"], r["cancel_requested_at"], r["cancel_reason"])
-            for r in records
-        ]
+        return [rows.cancel_flag(r) for r in records]
 
     async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
         done = await self._pool.fetchval(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
 from taskq_core.backend.protocol import (
     ActorConfigRow,
     AttemptRow,
+    CancelFlag,
     EventRow,
     JobFilter,
     JobRow,
@@ -25,6 +26,9 @@ from taskq_core.statemachine import JobStatus
 
 from . import bulk
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _JOB_FIELDS = tuple(f.name for f in fields(JobRow))
 _STATUS_INDEX = _JOB_FIELDS.index("status")
 _JOB_STATUS = {status.value: status for status in JobStatus}
@@ -32,8 +36,8 @@ _TEXT_JSON_INDEXES = tuple(
     _JOB_FIELDS.index(name) for name in ("payload", "result", "metadata", "progress_state")
 )
 _SUMMARY_FIELDS = tuple(f.name for f in fields(JobSummary))  # the leading JobRow fields
-_ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRow))
-_ACTOR_CONFIG_FIELDS = tuple(f.name for f in fields(ActorConfigRow))
+_RowT = TypeVar("_RowT", bound="DataclassInstance")
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # _row's, by row type
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -93,29 +97,44 @@ def job_from_text_json(record: asyncpg.Record) -> JobRow:
     return from_values(JobRow, values)
 
 
+def _row(row_type: type[_RowT], record: asyncpg.Record, **given: Any) -> _RowT:
+    """A ``row_type`` from the record's columns named as its fields; ``given`` holds the
+    fields computed here or read from a column of another name."""
+    names = _FIELD_NAMES.get(row_type)
+    if names is None:
+        names = _FIELD_NAMES[row_type] = tuple(f.name for f in fields(row_type))
+    return row_type(**{name: given[name] if name in given else record[name] for name in names})
+
+
 def attempt(record: asyncpg.Record) -> AttemptRow:
     """A ``job_attempts`` record as an AttemptRow."""
-    return AttemptRow(**{name: record[name] for name in _ATTEMPT_FIELDS})
+    return _row(AttemptRow, record)
+
+
+def cancel_flag(record: asyncpg.Record) -> CancelFlag:
+    """A ``heartbeat`` or ``poll_cancel_flags`` record as a CancelFlag."""
+    return CancelFlag(
+        record["job_id"],
+        record["cancel_phase"],
+        record["cancel_requested_at"],
+        record["cancel_reason"],
+    )
 
 
 def event(record: asyncpg.Record) -> EventRow:
     """A ``job_events`` record as an EventRow."""
     from_status, to_status = record["from_status"], record["to_status"]
-    return EventRow(
-        id=record["id"],
-        job_id=record["job_id"],
-        occurred_at=record["occurred_at"],
-        kind=record["kind"],
+    return _row(
+        EventRow,
+        record,
         from_status=None if from_status is None else JobStatus(from_status),
         to_status=None if to_status is None else JobStatus(to_status),
-        worker_id=record["worker_id"],
-        detail=record["detail"],
     )
 
 
 def actor_config(record: asyncpg.Record) -> ActorConfigRow:
     """An ``actor_config`` record as an ActorConfigRow."""
-    return ActorConfigRow(**{name: record[name] for name in _ACTOR_CONFIG_FIELDS})
+    return _row(ActorConfigRow, record)
 
 
 def _status_counts(statuses: list[str], counts: list[int]) -> dict[JobStatus, int]:
@@ -131,28 +150,13 @@ def status_counts(statuses: list[str], counts: list[int]) -> dict[JobStatus, int
 
 def operator_log_entry(record: asyncpg.Record) -> OperatorLogEntry:
     """A ``list_operator_log`` record as an OperatorLogEntry."""
-    return OperatorLogEntry(
-        id=record["id"],
-        occurred_at=record["occurred_at"],
-        action=record["action"],
-        target=record["target"],
-        by=record["by_operator"],
-        reason=record["reason"],
-        detail=record["detail"],
-    )
+    return _row(OperatorLogEntry, record, by=record["by_operator"])
 
 
 def queue(record: asyncpg.Record) -> QueueRow:
     """A ``list_queues`` record as a QueueRow."""
-    return QueueRow(
-        name=record["name"],
-        mode=record["mode"],
-        max_concurrent=record["max_concurrent"],
-        paused=record["paused"],
-        has_row=record["has_row"],
-        counts=_status_counts(record["statuses"], record["counts"]),
-        pause=_pause(record),
-    )
+    counts = _status_counts(record["statuses"], record["counts"])
+    return _row(QueueRow, record, counts=counts, pause=_pause(record))
 
 
 def _pause(record: asyncpg.Record) -> QueuePause | None:

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.values import EnqueueArgs, JobSummary
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
@@ -234,6 +235,15 @@ def outcomes_by_batch(outcomes: Sequence[BatchOutcome]) -> dict[UUID, list[JobSt
         if outcome.status in TERMINAL_STATUSES:
             grouped.setdefault(outcome.batch_id, []).append(outcome.status)
     return grouped
+
+
+def stored_finalizer(batch: NewBatch, max_payload_bytes: int) -> dict[str, Any] | None:
+    """What ``create_batch`` stores of the batch's finalizer (None without one); a payload
+    over the backend's limit is refused first (PayloadTooLargeError), nothing written."""
+    if batch.finalizer is None:
+        return None
+    check_enqueue_payload(batch.finalizer, max_payload_bytes)
+    return finalizer_to_json(batch.finalizer)
 
 
 def finalizer_to_json(args: EnqueueArgs) -> dict[str, Any]:
