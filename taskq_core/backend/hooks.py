@@ -42,7 +42,9 @@ class NotifyHooks(Protocol):
 
 
 class NoNotifyHooks:
-    """Hooks that report nothing: the default of a backend built directly."""
+    """Hooks that report nothing: the default of a backend built directly.
+
+    A null object: it repeats NotifyHooks' members on purpose, each doing nothing."""
 
     def listening(self, listener: Listener) -> None:
         """Nothing to report."""

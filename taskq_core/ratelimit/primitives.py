@@ -58,6 +58,8 @@ def _positive_duration(what: str, value: object, label: str) -> timedelta:
     return value
 
 
+# The three kinds of limit share one shape on purpose (name, numbers, ``kind``, checks in
+# ``__post_init__``, ``capacity``, ``describe``): the registry and the stores read any of them.
 @dataclass(frozen=True)
 class TokenBucket:
     """At most ``rate`` calls per ``per`` on average, with bursts of up to ``burst`` calls

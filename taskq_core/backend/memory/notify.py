@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from .store import MemoryStore
 
 
+# The Postgres part's ``_subscribe`` holds a subscriber the same way, after starting its
+# listener: the two backends share no module below the protocol.
 @asynccontextmanager
 async def _subscription(subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
     event = asyncio.Event()

@@ -172,7 +172,8 @@ class WorkerRecord:
 
 @dataclass(slots=True)
 class ActorConfigRecord:
-    """A mutable ``actor_config`` row."""
+    """A mutable ``actor_config`` row: ActorConfigRow's fields, repeated on purpose (a frozen
+    row cannot be updated in place; ``freeze`` copies them by name)."""
 
     actor: str
     queue: str

@@ -177,6 +177,8 @@ class BackendCore:
             hooks=notify_hooks,
         )
 
+    # ``connect`` repeats ``__init__``'s tuning keywords on purpose and hands them through:
+    # one call opens the pools and builds the backend.
     @classmethod
     async def connect(
         cls,

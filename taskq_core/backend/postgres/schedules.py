@@ -202,7 +202,8 @@ def _written(row: ScheduleRecord) -> tuple[Any, ...]:
 
 
 def _upserted(row: ScheduleRecord) -> tuple[Any, ...]:
-    """One row of upsert_code_schedules' arrays (JSON as text, as arrays carry it)."""
+    """One row of upsert_code_schedules' arrays (JSON as text, as arrays carry it). Like
+    ``_written`` and insert_schedule's, a statement's parameter order: each spelled out."""
     return (
         row.id,
         row.name,
