@@ -25,7 +25,15 @@ from taskq_cli.job_documents import job_detail_document, job_summary
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.job_progress import progress_line, reported_at
 from taskq_cli.json_preview import preview_json, whole_json
-from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_cli.options import (
+    DsnOption,
+    JobIdArgument,
+    JsonOption,
+    SchemaOption,
+    load_settings,
+    run_async,
+    status_option,
+)
 from taskq_core.backend.protocol import (
     ArchivedJob,
     Backend,
@@ -58,22 +66,8 @@ MAX_LIMIT = 100_000
 COUNT_MAX = 100_000
 _STATUSES = frozenset(JobStatus)
 
-
-def _status_names() -> list[str]:
-    return [status.value for status in JobStatus]
-
-
 StatusOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--status",
-        help="Only jobs in this status (repeat, or a,b).",
-        autocompletion=_status_names,
-    ),
-]
-JobIdArgument = Annotated[
-    str,
-    typer.Argument(help="Job id: the UUID or any unique prefix or suffix of it.", metavar="ID"),
+    list[str] | None, status_option("Only jobs in this status (repeat, or a,b).", _STATUSES)
 ]
 
 

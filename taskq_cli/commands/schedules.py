@@ -20,7 +20,7 @@ from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.job_documents import job_summary
 from taskq_cli.operator import ReasonOption, audit
-from taskq_cli.options import DsnOption, JsonOption, SchemaOption
+from taskq_cli.options import ActorArgument, DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import (
     ActorConfigRow,
     Backend,
@@ -228,9 +228,7 @@ def _changed(before: ScheduleRecord | None, after: ScheduleRecord | None) -> dic
 def add(
     ctx: typer.Context,
     name: NameArgument,
-    actor: Annotated[
-        str, typer.Argument(help="Actor name (as registered by the workers).", metavar="ACTOR")
-    ],
+    actor: ActorArgument,
     cron: Annotated[
         str,
         typer.Argument(
