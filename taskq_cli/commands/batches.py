@@ -129,16 +129,10 @@ def list_batches(
         return [BatchProgress(row.id, row, counts) for row, counts in listed]
 
     batches = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"batches": [b.document() for b in batches], "count": len(batches)})
-        return
-    if not batches:
-        output.note(
-            "no batches match (only batches with a failure policy or a finalizer are listed)"
-        )
-        return
     reference = output.now()
-    output.print_table(
+    listed = output.print_listing(
+        shape,
+        {"batches": [b.document() for b in batches], "count": len(batches)},
         [
             output.Column("id", "id"),
             output.Column("queue"),
@@ -168,9 +162,9 @@ def list_batches(
             )
             for b in batches
         ],
-        wide=shape == "wide",
+        empty="no batches match (only batches with a failure policy or a finalizer are listed)",
     )
-    if len(batches) == batch_filter.limit:
+    if listed and len(batches) == batch_filter.limit:
         output.note(f"showing the newest {len(batches)}; a larger --limit shows more")
 
 

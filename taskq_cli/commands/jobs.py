@@ -120,22 +120,16 @@ def list_jobs(
 
     page = with_backend(ctx, dsn, schema, run)
     next_cursor = None if page.next_after is None else job_cursor.encode(page.next_after)
-    if shape == "json":
-        output.print_json(
-            {
-                "jobs": [job_summary(job) for job in page.jobs],
-                "count": len(page.jobs),
-                "total": page.total,
-                "total_exact": page.total_exact,
-                "next_cursor": next_cursor,
-            }
-        )
-        return
-    if not page.jobs:
-        output.note("no jobs match")
-        return
-    output.print_table(output.JOB_COLUMNS, output.job_rows(page.jobs), wide=shape == "wide")
-    if next_cursor is not None:
+    document = {
+        "jobs": [job_summary(job) for job in page.jobs],
+        "count": len(page.jobs),
+        "total": page.total,
+        "total_exact": page.total_exact,
+        "next_cursor": next_cursor,
+    }
+    rows = output.job_rows(page.jobs)
+    listed = output.print_listing(shape, document, output.JOB_COLUMNS, rows, empty="no jobs match")
+    if listed and next_cursor is not None:
         total = f"{page.total}" if page.total_exact else f"more than {page.total}"
         output.note(
             f"showing {len(page.jobs)} of {total}; next page: --cursor {next_cursor} "

@@ -106,13 +106,9 @@ def list_schedules(
         return await (await _client(backend)).list_schedules(actor=actor, enabled=enabled)
 
     records = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"schedules": [schedule_document(r) for r in records]})
-        return
-    if not records:
-        output.note("no schedules match: add one with `taskq schedules add` or @cron")
-        return
-    output.print_table(
+    output.print_listing(
+        shape,
+        {"schedules": [schedule_document(r) for r in records]},
         [
             output.Column("name"),
             output.Column("actor"),
@@ -136,7 +132,7 @@ def list_schedules(
             )
             for r in records
         ],
-        wide=shape == "wide",
+        empty="no schedules match: add one with `taskq schedules add` or @cron",
     )
 
 
