@@ -18,7 +18,8 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.batch_progress import FAILED_STATUSES, UNTRACKED, BatchProgress, read_progress
 from taskq_cli.database import with_backend
-from taskq_cli.job_ids import full_job_id
+from taskq_cli.job_documents import row_fields
+from taskq_cli.job_ids import check_id_ref, full_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, JobSummary
 from taskq_core.backend.protocol.admin import normalize_id_fragment
@@ -54,14 +55,7 @@ class BatchNotFoundError(TaskqError):
 def check_batch_ref(text: str) -> str:
     """``text`` when it can name a batch (a UUID, or hex digits of one), checked before any
     database is reached."""
-    if full_job_id(text) is None:
-        try:
-            normalize_id_fragment(text)
-        except ValueError:
-            raise BatchNotFoundError(
-                f"{text!r} is not a batch id (expected a UUID or a unique part of one)"
-            ) from None
-    return text
+    return check_id_ref(text, "batch", BatchNotFoundError)
 
 
 async def resolve_batch_id(backend: Backend, text: str) -> UUID:
@@ -202,13 +196,7 @@ async def _show(backend: Backend, text: str) -> _Shown:
 
 
 def _failure_document(job: JobSummary) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "status": job.status,
-        "finished_at": job.finished_at,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
-    }
+    return row_fields(job, "id status finished_at error_class error_message")
 
 
 @app.command("show")
