@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Each command lists its own parameters (typer has no option groups, and an option must
+# show in its command's help), so commands that take the same options have signatures
+# alike line for line: those lines are declarations, and what each option says lives here.
+
 DsnOption = Annotated[
     str | None,
     typer.Option("--dsn", help="PostgreSQL DSN, 'embedded' or 'embedded:PATH' (TASKQ_PG_DSN)."),

@@ -147,6 +147,8 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
     )
 
 
+# requeue and fail mirror each other on purpose: one forced end (_end) under two verbs,
+# each its own command with its own help.
 def requeue(
     ctx: typer.Context,
     job_id: JobIdArgument,

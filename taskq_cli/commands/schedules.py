@@ -337,6 +337,8 @@ def _set_enabled(
         output.info(f"schedule {after.name!r} disabled: it does not fire until enabled")
 
 
+# enable and disable mirror each other on purpose: one write (_set_enabled) under two
+# verbs, each its own command with its own help.
 @app.command("enable")
 def enable(
     ctx: typer.Context,
