@@ -17,35 +17,27 @@ from taskq_cli.job_progress import progress_document
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow, JobSummary
 
 
+def row_fields(row: object, names: str) -> dict[str, Any]:
+    """``{name: row.name}`` for each of the space-separated ``names``, in their order (the
+    order a document prints in)."""
+    return {name: getattr(row, name) for name in names.split()}
+
+
 def job_summary(job: JobSummary) -> dict[str, Any]:
     """A job as listings show it: everything except payload, result and traceback."""
     return {
-        "id": job.id,
-        "actor": job.actor,
-        "queue": job.queue,
-        "status": job.status,
-        "priority": job.priority,
-        "attempt": job.attempt,
-        "attempts_used": job.attempts_used,
-        "max_attempts": job.max_attempts,
-        "retry_kind": job.retry_kind,
-        "created_at": job.created_at,
-        "scheduled_at": job.scheduled_at,
+        **row_fields(
+            job,
+            "id actor queue status priority attempt attempts_used max_attempts retry_kind "
+            "created_at scheduled_at",
+        ),
         "claimed": job.is_claimed,
-        "claimed_at": job.claimed_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "updated_at": job.updated_at,
-        "locked_by_worker": job.locked_by_worker,
-        "lock_expires_at": job.lock_expires_at,
-        "identity_key": job.identity_key,
-        "fairness_key": job.fairness_key,
-        "schedule_to_close": job.schedule_to_close,
-        "cancel_phase": job.cancel_phase,
-        "cancel_requested_at": job.cancel_requested_at,
-        "cancel_reason": job.cancel_reason,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
+        **row_fields(
+            job,
+            "claimed_at started_at finished_at updated_at locked_by_worker lock_expires_at "
+            "identity_key fairness_key schedule_to_close cancel_phase cancel_requested_at "
+            "cancel_reason error_class error_message",
+        ),
     }
 
 
@@ -57,44 +49,26 @@ def job_document(job: JobRow) -> dict[str, Any]:
         "payload": job.payload,
         "result": job.result,
         "result_ttl_seconds": None if ttl is None else ttl.total_seconds(),
-        "result_expires_at": job.result_expires_at,
-        "error_traceback": job.error_traceback,
-        "metadata": job.metadata,
-        "trace_id": job.trace_id,
-        "span_id": job.span_id,
-        "progress_seq": job.progress_seq,
-        "progress_state": job.progress_state,
-        "unique_key": job.unique_key,
-        "unique_until": job.unique_until,
+        **row_fields(
+            job,
+            "result_expires_at error_traceback metadata trace_id span_id progress_seq "
+            "progress_state unique_key unique_until",
+        ),
     }
 
 
 def attempt_document(attempt: AttemptRow) -> dict[str, Any]:
     """One attempt: outcome, worker, duration, error."""
-    return {
-        "attempt": attempt.attempt,
-        "outcome": attempt.outcome,
-        "worker_id": attempt.worker_id,
-        "started_at": attempt.started_at,
-        "finished_at": attempt.finished_at,
-        "duration_ms": attempt.duration_ms,
-        "error_class": attempt.error_class,
-        "error_message": attempt.error_message,
-        "error_traceback": attempt.error_traceback,
-    }
+    return row_fields(
+        attempt,
+        "attempt outcome worker_id started_at finished_at duration_ms error_class "
+        "error_message error_traceback",
+    )
 
 
 def event_document(event: EventRow) -> dict[str, Any]:
     """One timeline event."""
-    return {
-        "id": event.id,
-        "occurred_at": event.occurred_at,
-        "kind": event.kind,
-        "from_status": event.from_status,
-        "to_status": event.to_status,
-        "worker_id": event.worker_id,
-        "detail": event.detail,
-    }
+    return row_fields(event, "id occurred_at kind from_status to_status worker_id detail")
 
 
 def archived_document(archived: ArchivedJob) -> dict[str, Any]:

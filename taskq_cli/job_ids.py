@@ -12,7 +12,7 @@ from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.backend.protocol.admin import normalize_id_fragment
-from taskq_core.errors import ConfigError, JobNotFoundError
+from taskq_core.errors import ConfigError, JobNotFoundError, TaskqError
 
 # How many candidates an ambiguous piece reports by id before it only counts them.
 _SHOWN = 5
@@ -31,12 +31,19 @@ def full_job_id(text: str) -> UUID | None:
 def check_job_ref(text: str) -> str:
     """``text`` when it can name a job (a UUID, or hex digits of one), checked before any
     database is reached; else the JobNotFoundError an unknown id gets."""
+    return check_id_ref(text, "job", JobNotFoundError)
+
+
+def check_id_ref(text: str, noun: str, not_found: type[TaskqError]) -> str:
+    """``text`` when it can name a ``noun`` (a job, a batch: a UUID, or hex digits of one),
+    checked before any database is reached; else ``not_found``, the error an unknown id
+    gets."""
     if full_job_id(text) is None:
         try:
             normalize_id_fragment(text)
         except ValueError:
-            raise JobNotFoundError(
-                f"{text!r} is not a job id (expected a UUID or a unique part of one)"
+            raise not_found(
+                f"{text!r} is not a {noun} id (expected a UUID or a unique part of one)"
             ) from None
     return text
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -11,8 +11,13 @@ import typer
 if TYPE_CHECKING:
     # Loaded when settings are: the root command imports this module at start-up.
     from taskq_core.settings import TaskqSettings
+    from taskq_core.statemachine import JobStatus
 
 T = TypeVar("T")
+
+# Each command lists its own parameters (typer has no option groups, and an option must
+# show in its command's help), so commands that take the same options have signatures
+# alike line for line: those lines are declarations, and what each option says lives here.
 
 DsnOption = Annotated[
     str | None,
@@ -23,6 +28,33 @@ SchemaOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 YesOption = Annotated[bool, typer.Option("--yes", help="Confirm a bulk operation.")]
+
+# The job a command acts on, and the filters of the commands that act on many jobs.
+JobIdArgument = Annotated[
+    str,
+    typer.Argument(help="Job id: the UUID or any unique prefix or suffix of it.", metavar="ID"),
+]
+QueueFilterOption = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
+ActorFilterOption = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
+ActorArgument = Annotated[
+    str, typer.Argument(help="Actor name (as registered by the workers).", metavar="ACTOR")
+]
+
+
+def status_option(help: str, statuses: Collection[JobStatus]) -> Any:
+    """A repeatable ``--status`` whose shell completion offers ``statuses`` (in JobStatus
+    order); each command says in ``help`` which of them it takes."""
+    return typer.Option("--status", help=help, autocompletion=_status_names(statuses))
+
+
+def _status_names(statuses: Collection[JobStatus]) -> Callable[[], list[str]]:
+    def names() -> list[str]:
+        # Imported at TAB time only, as the command modules are.
+        from taskq_core.statemachine import JobStatus
+
+        return [status.value for status in JobStatus if status in statuses]
+
+    return names
 
 
 @dataclass

@@ -111,6 +111,28 @@ def output_format(value: str | None, json_flag: bool = False) -> str:
     return value
 
 
+def print_listing(
+    shape: str,
+    document: dict[str, Any],
+    columns: Sequence[str | Column],
+    rows: Iterable[Sequence[Any]],
+    *,
+    empty: str,
+) -> bool:
+    """A list command's answer in ``shape`` (``output_format``'s): ``document`` as JSON, else
+    ``rows`` as a table (every column for ``wide``), or the note ``empty`` when there are
+    none. True when it printed a table, under which a command may add a note."""
+    if shape == "json":
+        print_json(document)
+        return False
+    data = list(rows)
+    if not data:
+        note(empty)
+        return False
+    print_table(columns, data, wide=shape == "wide")
+    return True
+
+
 def print_table(
     columns: Sequence[str | Column],
     rows: Iterable[Sequence[Any]],

@@ -106,13 +106,9 @@ def list_configs(
         return await backend.list_actor_configs()
 
     rows = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"actors": [actor_config_document(row) for row in rows]})
-        return
-    if not rows:
-        output.note("no actors registered yet: a worker registers its actors when it starts")
-        return
-    output.print_table(
+    output.print_listing(
+        shape,
+        {"actors": [actor_config_document(row) for row in rows]},
         [
             output.Column("actor"),
             output.Column("queue"),
@@ -132,7 +128,7 @@ def list_configs(
             )
             for row in rows
         ],
-        wide=shape == "wide",
+        empty="no actors registered yet: a worker registers its actors when it starts",
     )
 
 

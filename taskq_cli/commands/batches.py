@@ -18,7 +18,8 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.batch_progress import FAILED_STATUSES, UNTRACKED, BatchProgress, read_progress
 from taskq_cli.database import with_backend
-from taskq_cli.job_ids import full_job_id
+from taskq_cli.job_documents import row_fields
+from taskq_cli.job_ids import check_id_ref, full_job_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, JobSummary
 from taskq_core.backend.protocol.admin import normalize_id_fragment
@@ -54,14 +55,7 @@ class BatchNotFoundError(TaskqError):
 def check_batch_ref(text: str) -> str:
     """``text`` when it can name a batch (a UUID, or hex digits of one), checked before any
     database is reached."""
-    if full_job_id(text) is None:
-        try:
-            normalize_id_fragment(text)
-        except ValueError:
-            raise BatchNotFoundError(
-                f"{text!r} is not a batch id (expected a UUID or a unique part of one)"
-            ) from None
-    return text
+    return check_id_ref(text, "batch", BatchNotFoundError)
 
 
 async def resolve_batch_id(backend: Backend, text: str) -> UUID:
@@ -129,16 +123,10 @@ def list_batches(
         return [BatchProgress(row.id, row, counts) for row, counts in listed]
 
     batches = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"batches": [b.document() for b in batches], "count": len(batches)})
-        return
-    if not batches:
-        output.note(
-            "no batches match (only batches with a failure policy or a finalizer are listed)"
-        )
-        return
     reference = output.now()
-    output.print_table(
+    listed = output.print_listing(
+        shape,
+        {"batches": [b.document() for b in batches], "count": len(batches)},
         [
             output.Column("id", "id"),
             output.Column("queue"),
@@ -168,9 +156,9 @@ def list_batches(
             )
             for b in batches
         ],
-        wide=shape == "wide",
+        empty="no batches match (only batches with a failure policy or a finalizer are listed)",
     )
-    if len(batches) == batch_filter.limit:
+    if listed and len(batches) == batch_filter.limit:
         output.note(f"showing the newest {len(batches)}; a larger --limit shows more")
 
 
@@ -208,13 +196,7 @@ async def _show(backend: Backend, text: str) -> _Shown:
 
 
 def _failure_document(job: JobSummary) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "status": job.status,
-        "finished_at": job.finished_at,
-        "error_class": job.error_class,
-        "error_message": job.error_message,
-    }
+    return row_fields(job, "id status finished_at error_class error_message")
 
 
 @app.command("show")

@@ -20,7 +20,14 @@ from taskq_cli.confirm import confirm_or_refuse
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
-from taskq_cli.options import DsnOption, SchemaOption, YesOption
+from taskq_cli.options import (
+    ActorFilterOption,
+    DsnOption,
+    QueueFilterOption,
+    SchemaOption,
+    YesOption,
+    status_option,
+)
 from taskq_core.backend.protocol import (
     Backend,
     BulkCancelResult,
@@ -45,16 +52,41 @@ CancelReasonOption = Annotated[
     str | None,
     typer.Option("--reason", help="Why (stored on the job and in its event, with who)."),
 ]
-QueueOption = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
-ActorOption = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
+CancelStatusOption = Annotated[
+    list[str] | None,
+    status_option(
+        "Only jobs in this status: pending, scheduled, running (repeat).", ACTIVE_STATUSES
+    ),
+]
+RetryStatusOption = Annotated[
+    list[str] | None,
+    status_option(
+        "Re-pend jobs in this status: failed, cancelled, crashed (repeat).", RETRYABLE_STATUSES
+    ),
+]
 
 
-def _cancellable() -> list[str]:
-    return [s.value for s in JobStatus if s in ACTIVE_STATUSES]
+def refuse_filters(
+    queue: str | None, actor: str | None, status: list[str] | None, flags: str
+) -> None:
+    """With a job id, no filters: a command acts on one job or on those a filter matches
+    (``flags`` names the filters in the message)."""
+    if queue is not None or actor is not None or status:
+        raise ConfigError(f"give a job id or {flags} filters, not both")
 
 
-def _retryable() -> list[str]:
-    return [s.value for s in JobStatus if s in RETRYABLE_STATUSES]
+def bulk_filter(
+    statuses: list[JobStatus] | None, queue: str | None, actor: str | None, **fields: Any
+) -> JobFilter:
+    """The jobs a bulk change matches: ``statuses``, the checked ``--queue`` and ``--actor``,
+    no limit (``fields``: the rest a command adds)."""
+    return JobFilter(
+        status=statuses,
+        queue=inputs.optional_text(queue, "--queue"),
+        actor=inputs.optional_text(actor, "--actor"),
+        limit=None,
+        **fields,
+    )
 
 
 def filter_document(job_filter: JobFilter) -> dict[str, Any]:
@@ -122,16 +154,9 @@ def cancel(
     ctx: typer.Context,
     job_id: IdArgument = None,
     reason: CancelReasonOption = None,
-    queue: QueueOption = None,
-    actor: ActorOption = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            help="Only jobs in this status: pending, scheduled, running (repeat).",
-            autocompletion=_cancellable,
-        ),
-    ] = None,
+    queue: QueueFilterOption = None,
+    actor: ActorFilterOption = None,
+    status: CancelStatusOption = None,
     yes: YesOption = False,
     json: output.ChangesJsonOption = False,
     dsn: DsnOption = None,
@@ -140,20 +165,13 @@ def cancel(
     """Cancel a job (at once when waiting, cooperatively when running), or all that match."""
     who = audit(reason)
     if job_id is not None:
-        if queue is not None or actor is not None or status:
-            raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
+        refuse_filters(queue, actor, status, "--queue/--actor/--status")
         _cancel_one(ctx, dsn, schema, check_job_ref(job_id), who, json)
         return
     if queue is None and actor is None:
         raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to cancel many")
     statuses = inputs.parse_statuses(status, allowed=ACTIVE_STATUSES)
-    job_filter = JobFilter(
-        status=statuses,
-        active=True if statuses is None else None,
-        queue=inputs.optional_text(queue, "--queue"),
-        actor=inputs.optional_text(actor, "--actor"),
-        limit=None,
-    )
+    job_filter = bulk_filter(statuses, queue, actor, active=True if statuses is None else None)
 
     async def apply(backend: Backend) -> BulkCancelResult:
         return await backend.cancel_where(job_filter, who.reason, audit=who)
@@ -235,16 +253,9 @@ def _cancel_fields(job: JobRow) -> dict[str, Any]:
 def retry(
     ctx: typer.Context,
     job_id: IdArgument = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            help="Re-pend jobs in this status: failed, cancelled, crashed (repeat).",
-            autocompletion=_retryable,
-        ),
-    ] = None,
-    queue: QueueOption = None,
-    actor: ActorOption = None,
+    status: RetryStatusOption = None,
+    queue: QueueFilterOption = None,
+    actor: ActorFilterOption = None,
     reason: ReasonOption = None,
     yes: YesOption = False,
     json: output.ChangesJsonOption = False,
@@ -254,8 +265,7 @@ def retry(
     """Re-pend a failed, crashed or cancelled job with a fresh attempt budget, or all that match."""
     who = audit(reason)
     if job_id is not None:
-        if queue is not None or actor is not None or status:
-            raise ConfigError("give a job id or --status/--queue/--actor filters, not both")
+        refuse_filters(queue, actor, status, "--status/--queue/--actor")
         _retry_one(ctx, dsn, schema, job_id, who, json)
         return
     statuses = inputs.parse_statuses(status, allowed=RETRYABLE_STATUSES)
@@ -263,12 +273,7 @@ def retry(
         raise ConfigError(
             "give a job id, or --status failed|crashed|cancelled (with --yes) to retry many"
         )
-    job_filter = JobFilter(
-        status=statuses,
-        queue=inputs.optional_text(queue, "--queue"),
-        actor=inputs.optional_text(actor, "--actor"),
-        limit=None,
-    )
+    job_filter = bulk_filter(statuses, queue, actor)
 
     async def apply(backend: Backend) -> int:
         return await backend.retry_where(job_filter, audit=who)

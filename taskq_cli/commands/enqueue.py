@@ -25,7 +25,7 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.job_documents import job_summary
-from taskq_cli.options import DsnOption, SchemaOption
+from taskq_cli.options import ActorArgument, DsnOption, SchemaOption
 from taskq_core.actors import ActorRef, load_registry
 from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
 from taskq_core.backend.protocol.unique import check_unique
@@ -87,9 +87,7 @@ async def _refusal(backend: Backend, error: SingletonCollisionError) -> TaskqErr
 
 def enqueue(
     ctx: typer.Context,
-    actor: Annotated[
-        str, typer.Argument(help="Actor name (as registered by the workers).", metavar="ACTOR")
-    ],
+    actor: ActorArgument,
     payload: Annotated[
         str | None,
         typer.Option(

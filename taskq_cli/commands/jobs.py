@@ -25,7 +25,15 @@ from taskq_cli.job_documents import job_detail_document, job_summary
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.job_progress import progress_line, reported_at
 from taskq_cli.json_preview import preview_json, whole_json
-from taskq_cli.options import DsnOption, JsonOption, SchemaOption, load_settings, run_async
+from taskq_cli.options import (
+    DsnOption,
+    JobIdArgument,
+    JsonOption,
+    SchemaOption,
+    load_settings,
+    run_async,
+    status_option,
+)
 from taskq_core.backend.protocol import (
     ArchivedJob,
     Backend,
@@ -58,22 +66,8 @@ MAX_LIMIT = 100_000
 COUNT_MAX = 100_000
 _STATUSES = frozenset(JobStatus)
 
-
-def _status_names() -> list[str]:
-    return [status.value for status in JobStatus]
-
-
 StatusOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--status",
-        help="Only jobs in this status (repeat, or a,b).",
-        autocompletion=_status_names,
-    ),
-]
-JobIdArgument = Annotated[
-    str,
-    typer.Argument(help="Job id: the UUID or any unique prefix or suffix of it.", metavar="ID"),
+    list[str] | None, status_option("Only jobs in this status (repeat, or a,b).", _STATUSES)
 ]
 
 
@@ -126,22 +120,16 @@ def list_jobs(
 
     page = with_backend(ctx, dsn, schema, run)
     next_cursor = None if page.next_after is None else job_cursor.encode(page.next_after)
-    if shape == "json":
-        output.print_json(
-            {
-                "jobs": [job_summary(job) for job in page.jobs],
-                "count": len(page.jobs),
-                "total": page.total,
-                "total_exact": page.total_exact,
-                "next_cursor": next_cursor,
-            }
-        )
-        return
-    if not page.jobs:
-        output.note("no jobs match")
-        return
-    output.print_table(output.JOB_COLUMNS, output.job_rows(page.jobs), wide=shape == "wide")
-    if next_cursor is not None:
+    document = {
+        "jobs": [job_summary(job) for job in page.jobs],
+        "count": len(page.jobs),
+        "total": page.total,
+        "total_exact": page.total_exact,
+        "next_cursor": next_cursor,
+    }
+    rows = output.job_rows(page.jobs)
+    listed = output.print_listing(shape, document, output.JOB_COLUMNS, rows, empty="no jobs match")
+    if listed and next_cursor is not None:
         total = f"{page.total}" if page.total_exact else f"more than {page.total}"
         output.note(
             f"showing {len(page.jobs)} of {total}; next page: --cursor {next_cursor} "

@@ -17,11 +17,25 @@ from uuid import UUID
 import typer
 
 from taskq_cli import inputs, output
-from taskq_cli.commands.cancel_retry import check_known, describe, filter_document
+from taskq_cli.commands.cancel_retry import (
+    bulk_filter,
+    check_known,
+    describe,
+    filter_document,
+    refuse_filters,
+)
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
-from taskq_cli.options import DsnOption, SchemaOption, YesOption
+from taskq_cli.options import (
+    ActorFilterOption,
+    DsnOption,
+    JobIdArgument,
+    QueueFilterOption,
+    SchemaOption,
+    YesOption,
+    status_option,
+)
 from taskq_core.backend.protocol import Backend, JobFilter, JobRow
 from taskq_core.backend.protocol.admin import (
     MOVABLE_STATUSES,
@@ -34,24 +48,18 @@ from taskq_core.backend.protocol.admin import (
 from taskq_core.errors import ConfigError, InvalidTransitionError, JobNotFoundError
 from taskq_core.statemachine import JobStatus
 
-JobIdArgument = Annotated[
-    str,
-    typer.Argument(help="Job id: the UUID or any unique prefix or suffix of it.", metavar="ID"),
+MoveStatusOption = Annotated[
+    list[str] | None,
+    status_option("Only jobs in this status: pending, scheduled (repeat).", MOVABLE_STATUSES),
 ]
-QueueFilter = Annotated[str | None, typer.Option("--queue", help="Jobs of this queue.")]
-ActorFilter = Annotated[str | None, typer.Option("--actor", help="Jobs of this actor.")]
+PurgeStatusOption = Annotated[
+    list[str] | None,
+    status_option("Only jobs in this status (repeat); never running.", PURGEABLE_STATUSES),
+]
 
 
 def _names(statuses: frozenset[JobStatus]) -> str:
     return ", ".join(s.value for s in JobStatus if s in statuses)
-
-
-def _movable() -> list[str]:
-    return [s.value for s in JobStatus if s in MOVABLE_STATUSES]
-
-
-def _purgeable() -> list[str]:
-    return [s.value for s in JobStatus if s in PURGEABLE_STATUSES]
 
 
 # --- requeue and fail ------------------------------------------------------------------------
@@ -139,6 +147,8 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
     )
 
 
+# requeue and fail mirror each other on purpose: one forced end (_end) under two verbs,
+# each its own command with its own help.
 def requeue(
     ctx: typer.Context,
     job_id: JobIdArgument,
@@ -178,16 +188,9 @@ def move(
         ),
     ] = None,
     to: Annotated[str | None, typer.Option("--to", help="The queue to move the jobs to.")] = None,
-    queue: QueueFilter = None,
-    actor: ActorFilter = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            help="Only jobs in this status: pending, scheduled (repeat).",
-            autocompletion=_movable,
-        ),
-    ] = None,
+    queue: QueueFilterOption = None,
+    actor: ActorFilterOption = None,
+    status: MoveStatusOption = None,
     reason: ReasonOption = None,
     yes: YesOption = False,
     json: output.ChangesJsonOption = False,
@@ -200,18 +203,14 @@ def move(
     target = inputs.new_name(to, "queue", "--to")
     who = audit(reason)
     if job_id is not None:
-        if queue is not None or actor is not None or status:
-            raise ConfigError("give a job id or --queue/--actor/--status filters, not both")
+        refuse_filters(queue, actor, status, "--queue/--actor/--status")
         _move_one(ctx, dsn, schema, check_job_ref(job_id), target, who, json)
         return
     if queue is None and actor is None:
         raise ConfigError("give a job id, or --queue and/or --actor (with --yes) to move many")
     statuses = inputs.parse_statuses(status, allowed=MOVABLE_STATUSES)
-    job_filter = JobFilter(
-        status=sorted(MOVABLE_STATUSES) if statuses is None else statuses,
-        queue=inputs.optional_text(queue, "--queue"),
-        actor=inputs.optional_text(actor, "--actor"),
-        limit=None,
+    job_filter = bulk_filter(
+        sorted(MOVABLE_STATUSES) if statuses is None else statuses, queue, actor
     )
     if job_filter.queue == target:
         raise ConfigError(f"the jobs of {target!r} are in {target!r} already")
@@ -276,16 +275,9 @@ def _move_one(
 # --- purge -----------------------------------------------------------------------------------
 def purge(
     ctx: typer.Context,
-    queue: QueueFilter = None,
-    actor: ActorFilter = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            help="Only jobs in this status (repeat); never running.",
-            autocompletion=_purgeable,
-        ),
-    ] = None,
+    queue: QueueFilterOption = None,
+    actor: ActorFilterOption = None,
+    status: PurgeStatusOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
     ] = False,
@@ -306,12 +298,8 @@ def purge(
             "purge never deletes running jobs: a worker holds them; "
             "cancel or requeue them first (taskq cancel, taskq jobs requeue)"
         )
-    statuses = inputs.parse_statuses(status, allowed=PURGEABLE_STATUSES)
-    job_filter = JobFilter(
-        status=statuses,
-        queue=inputs.optional_text(queue, "--queue"),
-        actor=inputs.optional_text(actor, "--actor"),
-        limit=None,
+    job_filter = bulk_filter(
+        inputs.parse_statuses(status, allowed=PURGEABLE_STATUSES), queue, actor
     )
     if not dry_run and not yes:
         raise ConfigError(

@@ -30,6 +30,7 @@ from taskq_cli.options import (
     YesOption,
     load_settings,
     run_async,
+    status_option,
 )
 from taskq_core.backend.protocol import Backend, PrunePolicy, PruneResult
 from taskq_core.constants import PRUNE_LOCK
@@ -37,10 +38,6 @@ from taskq_core.durations import format_duration
 from taskq_core.errors import ConfigError, TaskqError
 from taskq_core.retention import prune_policy
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
-
-
-def _terminal_names() -> list[str]:
-    return [status.value for status in JobStatus if status in TERMINAL_STATUSES]
 
 
 class PruneLockHeldError(TaskqError):
@@ -71,10 +68,9 @@ def prune(
     ] = None,
     status: Annotated[
         list[str] | None,
-        typer.Option(
-            "--status",
-            help="Only this terminal status (repeat, or a,b); default: every terminal status.",
-            autocompletion=_terminal_names,
+        status_option(
+            "Only this terminal status (repeat, or a,b); default: every terminal status.",
+            TERMINAL_STATUSES,
         ),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,

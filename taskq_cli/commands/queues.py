@@ -94,13 +94,9 @@ def list_queues(
         return await backend.list_queues()
 
     rows = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"queues": [queue_document(row) for row in rows]})
-        return
-    if not rows:
-        output.note("no queues yet: a queue appears with its first job or setting")
-        return
-    output.print_table(
+    output.print_listing(
+        shape,
+        {"queues": [queue_document(row) for row in rows]},
         _queue_columns(),
         [
             (
@@ -112,7 +108,7 @@ def list_queues(
             )
             for row in rows
         ],
-        wide=shape == "wide",
+        empty="no queues yet: a queue appears with its first job or setting",
     )
 
 

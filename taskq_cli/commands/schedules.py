@@ -20,7 +20,7 @@ from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
 from taskq_cli.job_documents import job_summary
 from taskq_cli.operator import ReasonOption, audit
-from taskq_cli.options import DsnOption, JsonOption, SchemaOption
+from taskq_cli.options import ActorArgument, DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import (
     ActorConfigRow,
     Backend,
@@ -106,13 +106,9 @@ def list_schedules(
         return await (await _client(backend)).list_schedules(actor=actor, enabled=enabled)
 
     records = with_backend(ctx, dsn, schema, run)
-    if shape == "json":
-        output.print_json({"schedules": [schedule_document(r) for r in records]})
-        return
-    if not records:
-        output.note("no schedules match: add one with `taskq schedules add` or @cron")
-        return
-    output.print_table(
+    output.print_listing(
+        shape,
+        {"schedules": [schedule_document(r) for r in records]},
         [
             output.Column("name"),
             output.Column("actor"),
@@ -136,7 +132,7 @@ def list_schedules(
             )
             for r in records
         ],
-        wide=shape == "wide",
+        empty="no schedules match: add one with `taskq schedules add` or @cron",
     )
 
 
@@ -228,9 +224,7 @@ def _changed(before: ScheduleRecord | None, after: ScheduleRecord | None) -> dic
 def add(
     ctx: typer.Context,
     name: NameArgument,
-    actor: Annotated[
-        str, typer.Argument(help="Actor name (as registered by the workers).", metavar="ACTOR")
-    ],
+    actor: ActorArgument,
     cron: Annotated[
         str,
         typer.Argument(
@@ -343,6 +337,8 @@ def _set_enabled(
         output.info(f"schedule {after.name!r} disabled: it does not fire until enabled")
 
 
+# enable and disable mirror each other on purpose: one write (_set_enabled) under two
+# verbs, each its own command with its own help.
 @app.command("enable")
 def enable(
     ctx: typer.Context,

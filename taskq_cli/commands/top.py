@@ -8,7 +8,9 @@ show as a banner inside the dashboard while it keeps retrying. ``q`` quits with 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +19,10 @@ from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_core.errors import ConfigError
 from taskq_core.explain import ExplainSettings
+
+if TYPE_CHECKING:
+    from taskq_cli.dashboard.source import BackendSource, DashboardSettings
+    from taskq_core.settings import TaskqSettings
 
 RefreshOption = Annotated[
     float,
@@ -50,16 +56,34 @@ def top(
     """Live dashboard: queues, workers and recent failures; cancel, retry, pause from it."""
     settings = load_settings(ctx, dsn, schema)
     # Imported here so `--help` and shell completion never load Textual.
-    from taskq_cli.dashboard.filters import JobsFilter
-    from taskq_cli.dashboard.source import BackendSource, DashboardSettings
+    from taskq_cli.dashboard.source import DashboardSettings
     from taskq_cli.tui.app import TopApp
-    from taskq_core.backend.factory import describe_dsn
 
     dashboard = DashboardSettings(explain=ExplainSettings.from_settings(settings))
 
     async def run() -> None:
-        async with open_backend(settings) as backend:
-            limit_store = redis_limit_store(settings)
+        async with open_dashboard_source(settings, dashboard) as source:
+            if not (sys.stdin.isatty() and sys.stdout.isatty()):
+                raise ConfigError("taskq top needs a terminal (stdin and stdout are not a TTY)")
+            await TopApp(source, refresh=refresh, timeout=timeout).run_async()
+
+    run_async(run())
+
+
+@asynccontextmanager
+async def open_dashboard_source(
+    settings: TaskqSettings, dashboard: DashboardSettings, *, max_size: int | None = None
+) -> AsyncIterator[BackendSource]:
+    """The dashboard's read model for one run (``top``, ``ui serve``): a backend of
+    ``max_size`` connections and the Redis limit store when one is set, both closed on exit.
+    Its first snapshot is read here, so a database that cannot answer fails as one line."""
+    from taskq_cli.dashboard.filters import JobsFilter
+    from taskq_cli.dashboard.source import BackendSource
+    from taskq_core.backend.factory import describe_dsn
+
+    limit_store = redis_limit_store(settings)
+    try:
+        async with open_backend(settings, max_size=max_size) as backend:
             source = BackendSource(
                 backend,
                 database=describe_dsn(settings.pooled_dsn),
@@ -67,13 +91,8 @@ def top(
                 settings=dashboard,
                 limit_store=limit_store,
             )
-            try:
-                await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
-                if not (sys.stdin.isatty() and sys.stdout.isatty()):
-                    raise ConfigError("taskq top needs a terminal (stdin and stdout are not a TTY)")
-                await TopApp(source, refresh=refresh, timeout=timeout).run_async()
-            finally:
-                if limit_store is not None:
-                    await limit_store.close()
-
-    run_async(run())
+            await source.snapshot(JobsFilter())
+            yield source
+    finally:
+        if limit_store is not None:
+            await limit_store.close()

@@ -22,7 +22,6 @@ from typing import Annotated, Any
 
 import typer
 
-from taskq_cli.database import open_backend
 from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_cli.ui.sign_ins import token_weakness
 from taskq_core.errors import ConfigError
@@ -123,9 +122,7 @@ def serve(
     # Imported here so `--help` and shell completion never load the web stack.
     import uvicorn
 
-    from taskq_cli.dashboard.filters import JobsFilter
-    from taskq_cli.dashboard.limit_store import redis_limit_store
-    from taskq_cli.dashboard.source import BackendSource
+    from taskq_cli.commands.top import open_dashboard_source
     from taskq_cli.ui.app import create_app
     from taskq_cli.ui.config import LOOPBACK_NAMES, UiConfig, dashboard_settings
     from taskq_cli.ui.log_budget import (
@@ -134,7 +131,6 @@ def serve(
         unbound_client_driven_logs,
     )
     from taskq_cli.ui.serving import ServeLimits, connection_limit, uvicorn_config
-    from taskq_core.backend.factory import describe_dsn
     from taskq_core.explain import ExplainSettings
     from taskq_core.liveness import worker_stale_after
     from taskq_core.obs.fleet import FleetMetrics, FleetSettings
@@ -152,20 +148,13 @@ def serve(
     budget_filter = bound_client_driven_logs(budget)
 
     async def run() -> None:
-        limit_store = redis_limit_store(settings)
         try:
-            async with open_backend(settings, max_size=_POOL_MAX_SIZE) as backend:
-                source = BackendSource(
-                    backend,
-                    database=describe_dsn(settings.pooled_dsn),
-                    schema=settings.schema_name,
-                    settings=dashboard,
-                    limit_store=limit_store,
-                )
-                await source.snapshot(JobsFilter())  # fail here, as one line, if it cannot
+            async with open_dashboard_source(
+                settings, dashboard, max_size=_POOL_MAX_SIZE
+            ) as source:
                 # /metrics: the fleet's queue-level metrics (taskq metrics serve's defaults).
                 fleet = FleetMetrics(
-                    backend, FleetSettings(stale_after=worker_stale_after(settings))
+                    source.backend, FleetSettings(stale_after=worker_stale_after(settings))
                 )
                 app = create_app(source, config, metrics=fleet)
                 server = uvicorn.Server(uvicorn_config(app, limits, budget))
@@ -177,7 +166,5 @@ def serve(
         finally:
             unbound_client_driven_logs(budget_filter)
             sock.close()
-            if limit_store is not None:
-                await limit_store.close()
 
     run_async(run())

@@ -84,23 +84,14 @@ def list_workers(
     listed = [(w, worker_state(w, reference, stale_after)) for w in registered]
     if alive:
         listed = [(w, state) for w, state in listed if state == "running"]
-    workers = [w for w, _ in listed]
-    states = [state for _, state in listed]
-    if shape == "json":
-        output.print_json(
-            {"workers": [worker_document(w, s) for w, s in zip(workers, states, strict=True)]}
-        )
-        return
-    if not workers:
-        if registered:
-            output.note(
-                f"no live workers ({len(registered)} stopped or stale; without --alive "
-                "they are listed)"
-            )
-        else:
-            output.note("no workers have registered yet")
-        return
-    output.print_table(
+    empty = (
+        f"no live workers ({len(registered)} stopped or stale; without --alive they are listed)"
+        if registered
+        else "no workers have registered yet"
+    )
+    output.print_listing(
+        shape,
+        {"workers": [worker_document(w, s) for w, s in listed]},
         _COLUMNS,
         [
             (
@@ -115,7 +106,7 @@ def list_workers(
                 output.worker_load(w.running_jobs, w.claimed_jobs, w.concurrency),
                 ",".join(w.queues),
             )
-            for w, state in zip(workers, states, strict=True)
+            for w, state in listed
         ],
-        wide=shape == "wide",
+        empty=empty,
     )

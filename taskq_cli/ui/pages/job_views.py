@@ -109,6 +109,8 @@ class ProgressView(BaseModel):
         )
 
 
+# JobView repeats JobLine's fields on purpose rather than extending it: each model's field
+# order is the order of its /api JSON, and the two orders differ.
 class JobView(BaseModel):
     """Every field of a job an operator reads, payload and result included."""
 
