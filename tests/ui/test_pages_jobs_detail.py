@@ -95,7 +95,7 @@ async def test_a_running_job_shows_its_latest_progress(pg: PgTarget) -> None:
         progress = _section((await ui.client.get(f"/jobs/{running.id}")).text, "progress")
         assert 'value="25.0"' in progress and "40 of 160" in progress
         assert "resizing &lt;b&gt;tiles&lt;/b&gt;" in progress
-        assert "reported 2026-05-01T12:00:00" in progress
+        assert 'reported <time datetime="2026-05-01T12:00:00+00:00"' in progress
         document = (await ui.client.get(f"/api/jobs/{running.id}")).json()
         assert document["job"]["progress"]["percent"] == 25.0
 
