@@ -3,7 +3,9 @@
 Who is ``user@host (web UI)``, the user and host the server runs as (the token names no
 person); why is the reason the form or the API body gave, checked by ``check_reason``. A
 job's cancel and retry go through the same audited bulk writes as ``taskq cancel`` and
-``taskq retry`` (the job's event gains ``by`` and ``why``).
+``taskq retry`` (the job's event gains ``by`` and ``why``); a schedule's enable and disable
+through ``update_schedule`` (an operator-log row), and its run-now through ``run_schedule``
+(the job's metadata names who ran it), as ``taskq schedules enable|disable|run`` do.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from uuid import UUID
 from litestar.exceptions import ValidationException
 
 from taskq_cli.operator import operator_id
-from taskq_core.backend.protocol import Backend, CancelOutcome, JobFilter
+from taskq_core.backend.protocol import Backend, CancelOutcome, JobFilter, JobRow, ScheduleRecord
 from taskq_core.backend.protocol.admin import Audit
+from taskq_core.client import JobsClient
 from taskq_core.statemachine import JobStatus
 
 # A reason longer than this is refused (it is shown in a table cell and an event).
@@ -49,15 +52,32 @@ class OperatorActions(Protocol):
         """Re-pend a failed, crashed or cancelled job; False when it is none of those (or
         another job holds its unique key)."""
 
+    async def set_schedule_enabled(
+        self, name: str, enabled: bool, reason: str | None
+    ) -> ScheduleRecord:
+        """Enable or disable a schedule (ScheduleNotFoundError for an unknown name)."""
+
+    async def run_schedule(self, name: str, reason: str | None) -> JobRow:
+        """Fire a schedule once now: its job (ScheduleNotFoundError for an unknown name)."""
+
 
 class BackendActions:
     """OperatorActions over a Backend (the one the read model uses)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        self._client: JobsClient | None = None
 
     def _audit(self, reason: str | None) -> Audit:
         return Audit(by=web_ui_operator(), reason=reason)
+
+    async def _jobs_client(self) -> JobsClient:
+        """A client on the backend, for the schedule writes (opening it connects nothing)."""
+        if self._client is None:
+            client = JobsClient(backend=self.backend)
+            await client.open()
+            self._client = client
+        return self._client
 
     async def cancel_job(self, job_id: UUID, reason: str | None) -> CancelOutcome:
         """One job through the audited bulk cancel; the outcome as ``write_cancel_request``
@@ -80,3 +100,15 @@ class BackendActions:
         """One job through the audited bulk retry."""
         filter = JobFilter(ids=[job_id], limit=None)
         return bool(await self.backend.retry_where(filter, audit=self._audit(reason)))
+
+    async def set_schedule_enabled(
+        self, name: str, enabled: bool, reason: str | None
+    ) -> ScheduleRecord:
+        """``update_schedule(enabled=...)``, logged in the operator log."""
+        client = await self._jobs_client()
+        return await client.update_schedule(name, enabled=enabled, audit=self._audit(reason))
+
+    async def run_schedule(self, name: str, reason: str | None) -> JobRow:
+        """``run_schedule``: one job now, its metadata naming who and why."""
+        client = await self._jobs_client()
+        return await client.run_schedule(name, audit=self._audit(reason))
