@@ -10,7 +10,8 @@ twins. A long payload or result shows its first characters; ``/jobs/{id}/payload
 
 A job is named as the CLI names it: its whole id or a unique prefix or suffix (a piece
 redirects to the whole id's page, the stable URL). Text that cannot be part of an id
-answers 400, an id no job has 404, an ambiguous piece 400 naming how many match.
+answers 400, an id no job has 404, an ambiguous piece 400 naming how many match. A whole id
+that is no job's but another object's (a batch's) redirects to that object's page.
 
 An action answers a plain form with a redirect back to the page (which says the outcome);
 htmx gets the refreshed live part with the outcome beside it, or, when the action was
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -210,6 +212,30 @@ def _detail_page(
     )
 
 
+async def _batch_page(ui: Ui, ident: UUID) -> str | None:
+    """The batch page of ``ident``, when a batch has that id (a row or children)."""
+    found = await ui.source.batch_detail(ident, failures=0)
+    return None if found is None else f"/batches/{path_segment(ident)}"
+
+
+# What else a whole id pasted into /jobs/{id} may name, tried in order when no job has it:
+# each answers the page to redirect to, or None. Workflows (/workflows/{id}) join here.
+OTHER_PAGES: tuple[Callable[[Ui, UUID], Awaitable[str | None]], ...] = (_batch_page,)
+
+
+async def _elsewhere(ui: Ui, ref: str) -> Redirect | None:
+    """A redirect to the page of the object other than a job that ``ref`` (a whole id)
+    names; None when it is no whole id, or names nothing else either."""
+    ident = full_job_id(ref)
+    if ident is None:
+        return None
+    for other_page in OTHER_PAGES:
+        path = await other_page(ui, ident)
+        if path is not None:
+            return Redirect(path=path, status_code=302)
+    return None
+
+
 @get("/jobs/{ref:str}", include_in_schema=False)
 async def job_page(
     ui: UiDependency,
@@ -228,7 +254,8 @@ async def job_page(
         return Redirect(path=f"/jobs/{path_segment(job_id)}{query}", status_code=302)
     view = await read_job(ui, job_id)
     if view is None:
-        return _missing(404, f"no job with id {job_id}", part)
+        other = None if part == LIVE else await _elsewhere(ui, ref)
+        return other or _missing(404, f"no job with id {job_id}", part)
     return _detail_page(view, part, outcome)
 
 
