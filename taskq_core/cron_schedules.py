@@ -314,17 +314,18 @@ class ScheduleMethods:
             raise _not_found(name)
         return deleted
 
-    async def run_schedule(self: _Client, name: str) -> JobRow:
+    async def run_schedule(self: _Client, name: str, *, audit: Audit | None = None) -> JobRow:
         """Fire the schedule once now, whatever its times and whether it is enabled: one job
         of its actor and payload, in its queue (or the actor's), with metadata
-        ``{"schedule": NAME, "manual": true}``. The schedule's own fire times are untouched.
+        ``{"schedule": NAME, "manual": true}``, plus ``by`` and ``why`` from ``audit`` (who
+        ran it). The schedule's own fire times are untouched.
         """
         record = await self.backend.get_schedule(name)
         if record is None:
             raise _not_found(name)
+        metadata: dict[str, Any] = {"schedule": record.name, "manual": True}
+        if audit is not None:
+            metadata.update(audit.detail())
         return await self.enqueue(
-            record.actor,
-            record.payload,
-            queue=record.queue,
-            metadata={"schedule": record.name, "manual": True},
+            record.actor, record.payload, queue=record.queue, metadata=metadata
         )

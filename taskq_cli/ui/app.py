@@ -22,6 +22,7 @@ from litestar.template.config import TemplateConfig
 
 from taskq_cli.dashboard.source import BackendSource, DashboardSource
 from taskq_cli.ui import outage
+from taskq_cli.ui.actions import BackendActions, OperatorActions
 from taskq_cli.ui.config import (
     HTMX_FILE,
     MetricsExposition,
@@ -39,7 +40,7 @@ from taskq_cli.ui.security import SecurityMiddleware
 from taskq_cli.ui.sign_ins import SignIns
 
 HERE = Path(__file__).parent
-# The bodies the UI takes are a login form and a pause reason; a larger one is 413.
+# The bodies the UI takes are a login form and a reason; a larger one is 413.
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -73,16 +74,20 @@ def create_app(
     config: UiConfig,
     *,
     schedules: ScheduleReader | None = None,
+    actions: OperatorActions | None = None,
     metrics: MetricsExposition | None = None,
     debug: bool = False,
 ) -> Litestar:
     """The admin UI over ``source``; the caller owns the source's backend (opens and closes
-    it). ``schedules`` defaults to a BackendSource's backend; ``metrics`` (the fleet
-    metrics) adds ``/metrics``."""
-    if schedules is None:
+    it). ``schedules`` and ``actions`` (the operator's writes) default to a BackendSource's
+    backend; ``metrics`` (the fleet metrics) adds ``/metrics``."""
+    if schedules is None or actions is None:
         if not isinstance(source, BackendSource):
-            raise TypeError("create_app needs schedules= with a source other than BackendSource")
-        schedules = source.backend
+            raise TypeError(
+                "create_app needs schedules= and actions= with a source other than BackendSource"
+            )
+        schedules = schedules or source.backend
+        actions = actions or BackendActions(source.backend)
 
     def configure(engine: JinjaTemplateEngine) -> None:
         _template_globals(engine, config)
@@ -102,10 +107,11 @@ def create_app(
     if metrics is not None:
         handlers.append(metrics_endpoint)
     sign_ins = None if config.token is None else SignIns(config.token, config.session_lifetime)
+    ui = Ui(source, config, schedules, actions, metrics=metrics, sign_ins=sign_ins)
     app = Litestar(
         route_handlers=handlers,
         dependencies={"ui": Provide(_ui, sync_to_thread=False)},
-        state=State({"ui": Ui(source, config, schedules, metrics, sign_ins)}),
+        state=State({"ui": ui}),
         middleware=[SecurityMiddleware(config, sign_ins)],
         exception_handlers=outage.HANDLERS,
         request_class=AdminRequest,

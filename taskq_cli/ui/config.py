@@ -15,7 +15,7 @@ from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.dashboard.source import DashboardSettings, DashboardSource
 
 # At run time: Litestar resolves the handlers' hints.
-from taskq_cli.operator import operator_id
+from taskq_cli.ui.actions import DEFAULT_CANCEL_REASON, OperatorActions, web_ui_operator
 from taskq_cli.ui.sign_ins import SignIns
 from taskq_core.backend.protocol import ScheduleRecord
 from taskq_core.explain import ExplainSettings
@@ -68,13 +68,13 @@ class UiConfig:
 
 
 def dashboard_settings(explain: ExplainSettings | None = None) -> DashboardSettings:
-    """The read model's settings in the web UI: its cancels and pause notes say they came
-    from it (``cancelled from the web UI``; paused by ``user@host (web UI)``, the user and
-    host the server runs as: the token names no person)."""
+    """The read model's settings in the web UI: its pause notes say they came from it
+    (paused by ``user@host (web UI)``, the user and host the server runs as: the token names
+    no person), as the UI's own writes do (actions.py)."""
     return DashboardSettings(
         explain=explain or ExplainSettings(),
-        cancel_reason="cancelled from the web UI",
-        operator=f"{operator_id()} (web UI)",
+        cancel_reason=DEFAULT_CANCEL_REASON,
+        operator=web_ui_operator(),
     )
 
 
@@ -97,8 +97,8 @@ class MetricsExposition(Protocol):
 @dataclass(frozen=True)
 class Ui:
     """What every handler gets (the ``ui`` dependency): the read model, the schedules, the
-    fleet metrics (None: not served), the options, and the token's checks and sessions
-    (None: no token).
+    operator's writes (each recorded with who and why), the fleet metrics (None: not
+    served), the options, and the token's checks and sessions (None: no token).
 
     A concrete class rather than the DashboardSource protocol itself, which Litestar's
     signature check cannot test instances against."""
@@ -106,6 +106,7 @@ class Ui:
     source: DashboardSource
     config: UiConfig
     schedules: ScheduleReader
+    actions: OperatorActions
     metrics: MetricsExposition | None = None
     sign_ins: SignIns | None = None
 

@@ -1,14 +1,19 @@
 """Jinja filters the pages share: counts, ages, times, durations, the sparkline, and
 ``path_segment`` for every value put in a URL path (paths.py).
 
-Every filter returns plain text that autoescaping escapes, except ``sparkline``, whose SVG
-is built here from numbers only (never from a value read from the database as text).
+A time in a table is relative (``ago``: ``3 s ago``, ``in 2 min``), one on a detail page
+absolute (``when``); either is a ``<time>`` element whose tooltip holds the full ISO value,
+so a column stays narrow and the exact instant is a hover away. The JSON API keeps ISO.
+
+Every filter returns plain text that autoescaping escapes, except ``sparkline``, ``ago``
+and ``when``, whose markup is built here from numbers and datetimes only (never from a value
+read from the database as text).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from markupsafe import Markup
@@ -32,9 +37,43 @@ def age(then: datetime | None, now: datetime | None = None) -> str:
     return output.age(then, now) or "-"
 
 
-def when(moment: datetime | None) -> str:
-    """A time for humans: ISO-8601 to the second, UTC (a dash for never)."""
-    return output.timestamp(moment) or "-"
+# The units a relative time is said in, the largest that fits first.
+_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def relative(moment: datetime, now: datetime | None = None) -> str:
+    """``3 s ago``, ``5 h ago``, ``in 2 min`` (the largest whole unit), ``now`` within a
+    second; ``now`` None: this server's clock."""
+    delta = (now or datetime.now(UTC)) - moment
+    seconds = abs(delta.total_seconds())
+    if seconds < 1:
+        return "now"
+    unit, size = next((unit, size) for unit, size in _UNITS if seconds >= size)
+    amount = f"{int(seconds // size)} {unit}"
+    return f"in {amount}" if delta < timedelta(0) else f"{amount} ago"
+
+
+def _time(moment: datetime, text: str, title: str) -> Markup:
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        moment.isoformat(), title, text
+    )
+
+
+def ago(moment: datetime | None, now: datetime | None = None) -> Markup | str:
+    """A time in a table: relative to ``now`` (None: this server's clock), its full ISO
+    value in the tooltip; a dash for never."""
+    if moment is None:
+        return "-"
+    return _time(moment, relative(moment, now), moment.isoformat())
+
+
+def when(moment: datetime | None, now: datetime | None = None) -> Markup | str:
+    """A time on a detail page: ISO-8601 to the second, with the full value and how long
+    ago (or until) in the tooltip; a dash for never."""
+    if moment is None:
+        return "-"
+    title = f"{moment.isoformat()} ({relative(moment, now)})"
+    return _time(moment, output.timestamp(moment) or "-", title)
 
 
 def duration(value: timedelta | float | None) -> str:
@@ -71,6 +110,7 @@ def sparkline(values: Sequence[int], label: str = "finished per minute") -> Mark
 FILTERS: dict[str, Any] = {
     "count": count,
     "age": age,
+    "ago": ago,
     "when": when,
     "duration": duration,
     "sparkline": sparkline,

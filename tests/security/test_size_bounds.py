@@ -151,7 +151,8 @@ def test_taskq_enqueue_refuses_an_oversized_payload_in_one_line(
 
 
 async def test_the_web_ui_cannot_enqueue(pg: PgTarget) -> None:
-    """The admin UI's API has no route that makes a job: nothing to bound there."""
+    """The admin UI's API has no route that takes a payload to enqueue (a schedule's run
+    enqueues the payload stored with it): nothing to bound there."""
     async with open_ui(pg) as ui:
         paths = {
             path
@@ -167,8 +168,20 @@ async def test_the_web_ui_cannot_enqueue(pg: PgTarget) -> None:
     assert await stored_jobs(pg) == []
 
 
-# Every POST the UI has acts on what exists (or signs in and out).
-_ACTIONS = ("/retry", "/cancel", "/pause", "/resume", "/login", "/logout")
+# Every POST the UI has acts on what exists (or signs in and out). A schedule's run makes a
+# job, but of the payload stored with the schedule (bounded when it was stored), never one
+# from the request.
+_ACTIONS = (
+    "/retry",
+    "/cancel",
+    "/pause",
+    "/resume",
+    "/enable",
+    "/disable",
+    "/run",
+    "/login",
+    "/logout",
+)
 
 
 # --- results: an oversized one fails its job --------------------------------------------------

@@ -55,7 +55,7 @@ async def test_no_generated_request_gets_a_server_error(
         "--request-timeout",
         "10",
         "--workers",
-        "2",
+        "1",
         "--no-color",
         "--report-dir",
         str(tmp_path),

@@ -1,5 +1,5 @@
 """JobsClient's schedule methods: input checked before any write, unknown names refused,
-and ``run_schedule`` enqueueing through the client's own path."""
+and ``run_schedule`` enqueueing through the client's own path (naming who ran it)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from taskq_core import JobsClient, ScheduleNotFoundError, actor
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.protocol import ActorDeclaration, ScheduleExistsError
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.errors import ConfigError, MaxPendingExceededError, PayloadValidationError
 
 
@@ -113,3 +114,14 @@ async def test_run_enqueues_through_the_clients_path(client: JobsClient) -> None
         await client.run_schedule("tick")
     assert await client.delete_schedule("tick") is True
     assert await backend.get(job.id) is not None  # its jobs stay
+
+
+async def test_a_run_names_who_ran_it_and_why_in_its_jobs_metadata(client: JobsClient) -> None:
+    await client.create_schedule("tick", "remote_actor", "*/5 * * * *")
+    job = await client.run_schedule("tick", audit=Audit(by="ops@host (web UI)", reason="smoke"))
+    assert job.metadata == {
+        "schedule": "tick",
+        "manual": True,
+        "by": "ops@host (web UI)",
+        "why": "smoke",
+    }

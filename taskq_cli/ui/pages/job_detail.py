@@ -1,13 +1,17 @@
 """``/jobs/{id}``: one job: its fields, payload, result or error with its traceback,
 progress, batch, the ``jobs explain`` answer, attempts and events; an archived job with a
-banner (the prune moved it: its events are gone by design). ``POST /jobs/{id}/retry`` and
-``POST /jobs/{id}/cancel`` act on it through the read model; ``/api/jobs/{id}`` and
-``POST /api/jobs/{id}/retry|cancel`` are the JSON twins. A long payload or result shows its
-first characters; ``/jobs/{id}/payload`` and ``/jobs/{id}/result`` download the whole value.
+banner (the prune moved it: its events are gone by design). Retry and cancel ask why on
+their own page (``GET /jobs/{id}/retry|cancel``), out of the live region that would wipe
+what is being typed, and ``POST /jobs/{id}/retry|cancel`` act, recording the reason and the
+web UI's operator in the job's event (actions.py); ``/api/jobs/{id}`` and
+``POST /api/jobs/{id}/retry|cancel`` (body ``{"reason": ...}``, optional) are the JSON
+twins. A long payload or result shows its first characters; ``/jobs/{id}/payload`` and
+``/jobs/{id}/result`` download the whole value.
 
 A job is named as the CLI names it: its whole id or a unique prefix or suffix (a piece
 redirects to the whole id's page, the stable URL). Text that cannot be part of an id
-answers 400, an id no job has 404, an ambiguous piece 400 naming how many match.
+answers 400, an id no job has 404, an ambiguous piece 400 naming how many match. A whole id
+that is no job's but another object's (a batch's) redirects to that object's page.
 
 An action answers a plain form with a redirect back to the page (which says the outcome);
 htmx gets the refreshed live part with the outcome beside it, or, when the action was
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -28,12 +33,13 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
-from litestar.params import FromPath, FromQuery, PathParameter
+from litestar.params import FromPath, FromQuery, JSONBody, PathParameter, URLEncodedBody
 from litestar.response import Redirect, Template
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from taskq_cli.job_ids import full_job_id
 from taskq_cli.json_preview import preview_json
+from taskq_cli.ui.actions import MAX_REASON, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
 from taskq_cli.ui.paths import path_segment
@@ -80,6 +86,34 @@ class ActionOutcome(BaseModel):
     done: bool
     message: str
     status: str | None
+
+
+class ActionRequest(BaseModel):
+    """Why (recorded in the job's event with who: the web UI's operator)."""
+
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+
+
+class ReasonForm(BaseModel):
+    """The retry and cancel pages' form."""
+
+    reason: str = ""
+
+
+# What the action pages say: the heading's verb, what the action does, its button.
+ACTION_PAGES: dict[Action, tuple[str, str, str]] = {
+    "retry": (
+        "Retry",
+        "It goes back to pending with a fresh attempt budget.",
+        "Retry job",
+    ),
+    "cancel": (
+        "Cancel",
+        "A waiting job is cancelled at once; a running one is asked to stop (its worker "
+        "stops it at its next check).",
+        "Cancel job",
+    ),
+}
 
 
 class BadJobRef(Exception):
@@ -178,6 +212,30 @@ def _detail_page(
     )
 
 
+async def _batch_page(ui: Ui, ident: UUID) -> str | None:
+    """The batch page of ``ident``, when a batch has that id (a row or children)."""
+    found = await ui.source.batch_detail(ident, failures=0)
+    return None if found is None else f"/batches/{path_segment(ident)}"
+
+
+# What else a whole id pasted into /jobs/{id} may name, tried in order when no job has it:
+# each answers the page to redirect to, or None. Workflows (/workflows/{id}) join here.
+OTHER_PAGES: tuple[Callable[[Ui, UUID], Awaitable[str | None]], ...] = (_batch_page,)
+
+
+async def _elsewhere(ui: Ui, ref: str) -> Redirect | None:
+    """A redirect to the page of the object other than a job that ``ref`` (a whole id)
+    names; None when it is no whole id, or names nothing else either."""
+    ident = full_job_id(ref)
+    if ident is None:
+        return None
+    for other_page in OTHER_PAGES:
+        path = await other_page(ui, ident)
+        if path is not None:
+            return Redirect(path=path, status_code=302)
+    return None
+
+
 @get("/jobs/{ref:str}", include_in_schema=False)
 async def job_page(
     ui: UiDependency,
@@ -196,13 +254,57 @@ async def job_page(
         return Redirect(path=f"/jobs/{path_segment(job_id)}{query}", status_code=302)
     view = await read_job(ui, job_id)
     if view is None:
-        return _missing(404, f"no job with id {job_id}", part)
+        other = None if part == LIVE else await _elsewhere(ui, ref)
+        return other or _missing(404, f"no job with id {job_id}", part)
     return _detail_page(view, part, outcome)
 
 
-async def act(ui: Ui, job_id: UUID, action: Action) -> str:
-    """Retry or cancel the job; the outcome's code (a key of OUTCOMES). BadJobRef (404)
-    when neither the jobs table nor the archive holds it."""
+async def _action_page(ui: Ui, ref: str, action: Action) -> Template | Redirect | Response[str]:
+    """The page that asks why before a retry or cancel (what it does, the job, the form);
+    when the action no longer applies, it says so instead of offering it."""
+    if ui.config.read_only:
+        raise PermissionDeniedException(READ_ONLY)
+    try:
+        job_id = await find_job(ui, ref)
+    except BadJobRef as exc:
+        return _missing(exc.status, str(exc), None)
+    if str(job_id) != ref:
+        return Redirect(path=f"/jobs/{path_segment(job_id)}/{action}", status_code=302)
+    view = await read_job(ui, job_id)
+    if view is None:
+        return _missing(404, f"no job with id {job_id}", None)
+    verb, does, button = ACTION_PAGES[action]
+    applies = view.can_retry if action == "retry" else view.can_cancel
+    return Template(
+        template_name="job_action.html",
+        context={
+            "page": "jobs",
+            "view": view,
+            "action": action,
+            "verb": verb,
+            "does": does,
+            "button": button,
+            "applies": applies,
+        },
+    )
+
+
+@get("/jobs/{ref:str}/retry", include_in_schema=False)
+async def retry_form(ui: UiDependency, ref: FromPath[str]) -> Template | Redirect | Response[str]:
+    """The form that asks why before a retry."""
+    return await _action_page(ui, ref, "retry")
+
+
+@get("/jobs/{ref:str}/cancel", include_in_schema=False)
+async def cancel_form(ui: UiDependency, ref: FromPath[str]) -> Template | Redirect | Response[str]:
+    """The form that asks why before a cancel."""
+    return await _action_page(ui, ref, "cancel")
+
+
+async def act(ui: Ui, job_id: UUID, action: Action, reason: str | None = None) -> str:
+    """Retry or cancel the job, recording ``reason`` and the web UI's operator; the
+    outcome's code (a key of OUTCOMES). BadJobRef (404) when neither the jobs table nor the
+    archive holds it."""
     if ui.config.read_only:  # the security middleware refuses first; never act regardless
         raise PermissionDeniedException(READ_ONLY)
     detail = await ui.source.job_detail(job_id)
@@ -211,16 +313,17 @@ async def act(ui: Ui, job_id: UUID, action: Action) -> str:
     if detail.archived is not None:
         return "archived"
     if action == "retry":
-        return "retried" if await ui.source.retry_job(job_id) else "not_retried"
-    return await ui.source.cancel_job(job_id)  # its reason names the web UI
+        return "retried" if await ui.actions.retry_job(job_id, reason) else "not_retried"
+    return await ui.actions.cancel_job(job_id, reason)
 
 
 async def _page_action(
-    ui: Ui, request: Request[Any, Any, Any], ref: str, action: Action
+    ui: Ui, request: Request[Any, Any, Any], ref: str, action: Action, form: ReasonForm | None
 ) -> Template | Redirect | Response[str]:
+    reason = check_reason(None if form is None else form.reason)
     try:
         job_id = await find_job(ui, ref)
-        outcome = await act(ui, job_id, action)
+        outcome = await act(ui, job_id, action, reason)
     except BadJobRef as exc:
         return _missing(exc.status, str(exc), LIVE if is_htmx(request) else None)
     done, said = OUTCOMES[outcome]
@@ -234,18 +337,24 @@ async def _page_action(
 
 @post("/jobs/{ref:str}/retry", include_in_schema=False, status_code=200)
 async def retry_action(
-    ui: UiDependency, request: Request[Any, Any, Any], ref: FromPath[str]
+    ui: UiDependency,
+    request: Request[Any, Any, Any],
+    ref: FromPath[str],
+    data: URLEncodedBody[ReasonForm | None] = None,
 ) -> Template | Redirect | Response[str]:
     """Retry a failed, crashed or cancelled job: back to pending, a fresh attempt budget."""
-    return await _page_action(ui, request, ref, "retry")
+    return await _page_action(ui, request, ref, "retry", data)
 
 
 @post("/jobs/{ref:str}/cancel", include_in_schema=False, status_code=200)
 async def cancel_action(
-    ui: UiDependency, request: Request[Any, Any, Any], ref: FromPath[str]
+    ui: UiDependency,
+    request: Request[Any, Any, Any],
+    ref: FromPath[str],
+    data: URLEncodedBody[ReasonForm | None] = None,
 ) -> Template | Redirect | Response[str]:
     """Cancel a waiting job at once, or ask the worker running it to stop."""
-    return await _page_action(ui, request, ref, "cancel")
+    return await _page_action(ui, request, ref, "cancel", data)
 
 
 def _api_error(exc: BadJobRef) -> ClientException:
@@ -268,10 +377,13 @@ async def job_api(ui: UiDependency, ref: JobRef) -> JobDetailView:
     return view
 
 
-async def _api_action(ui: Ui, ref: str, action: Action) -> ActionOutcome:
+async def _api_action(
+    ui: Ui, ref: str, action: Action, body: ActionRequest | None
+) -> ActionOutcome:
+    reason = check_reason(None if body is None else body.reason)
     try:
         job_id = await find_job(ui, ref)
-        outcome = await act(ui, job_id, action)
+        outcome = await act(ui, job_id, action, reason)
     except BadJobRef as exc:
         raise _api_error(exc) from None
     done, said = OUTCOMES[outcome]
@@ -291,9 +403,12 @@ async def _api_action(ui: Ui, ref: str, action: Action) -> ActionOutcome:
     status_code=200,
     raises=[ValidationException, NotFoundException, PermissionDeniedException],
 )
-async def retry_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
-    """Retry a failed, crashed or cancelled job (``done`` False for any other)."""
-    return await _api_action(ui, ref, "retry")
+async def retry_api(
+    ui: UiDependency, ref: JobRef, data: JSONBody[ActionRequest | None] = None
+) -> ActionOutcome:
+    """Retry a failed, crashed or cancelled job (``done`` False for any other); the
+    reason, when given, is recorded with who in the job's event."""
+    return await _api_action(ui, ref, "retry", data)
 
 
 @post(
@@ -301,10 +416,13 @@ async def retry_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
     status_code=200,
     raises=[ValidationException, NotFoundException, PermissionDeniedException],
 )
-async def cancel_api(ui: UiDependency, ref: JobRef) -> ActionOutcome:
+async def cancel_api(
+    ui: UiDependency, ref: JobRef, data: JSONBody[ActionRequest | None] = None
+) -> ActionOutcome:
     """Cancel a waiting job, or ask its worker to stop a running one (``done`` False for a
-    finished job)."""
-    return await _api_action(ui, ref, "cancel")
+    finished job); the reason, when given, is the job's cancel reason and is recorded with
+    who in its event."""
+    return await _api_action(ui, ref, "cancel", data)
 
 
 async def _whole_value(ui: Ui, ref: str, which: Part) -> Response[bytes]:
@@ -342,6 +460,8 @@ async def result_download(ui: UiDependency, ref: JobRef) -> Response[bytes]:
 
 HANDLERS = [
     job_page,
+    retry_form,
+    cancel_form,
     retry_action,
     cancel_action,
     job_api,

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
 from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.ui.actions import MAX_REASON, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.paths import segment_value
@@ -40,8 +41,6 @@ UNKNOWN_QUEUE = {
     400: ResponseSpec(ErrorBody, description="No queue can have that name."),
     404: ResponseSpec(ErrorBody, description="No queue has that name."),
 }
-# A pause reason longer than this is refused (it is shown in a table cell).
-MAX_REASON = 500
 # taskq top names the key that explains a job; the web page names the page.
 _PER_JOB = "per job: see a job's explain"
 
@@ -145,15 +144,6 @@ async def _known(ui: Ui, segment: str) -> QueueView:
     raise NotFoundException(f"unknown queue {name!r}")
 
 
-def _check_reason(reason: str | None) -> str | None:
-    reason = (reason or "").strip()
-    if "\x00" in reason:
-        raise _bad_request("the reason must not contain a NUL character")
-    if len(reason) > MAX_REASON:
-        raise _bad_request(f"the reason is at most {MAX_REASON} characters")
-    return reason or None
-
-
 def _bad_request(message: str) -> Exception:
     return ValidationException(message)
 
@@ -199,7 +189,7 @@ async def pause_action(
     data: URLEncodedBody[PauseForm],
 ) -> Template | Redirect:
     """Pause the queue: workers stop claiming its jobs (running ones finish)."""
-    await _set_paused(ui, name, True, _check_reason(data.reason))
+    await _set_paused(ui, name, True, check_reason(data.reason))
     return await _answer(ui, request)
 
 
@@ -223,7 +213,7 @@ async def pause_api(
     ui: UiDependency, name: FromPath[str], data: JSONBody[PauseRequest | None] = None
 ) -> QueueView:
     """Pause a queue (with a reason); the queue after."""
-    reason = _check_reason(None if data is None else data.reason)
+    reason = check_reason(None if data is None else data.reason)
     await _set_paused(ui, name, True, reason)
     return await _known(ui, name)
 

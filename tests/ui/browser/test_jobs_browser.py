@@ -1,18 +1,20 @@
 """The jobs pages in a real browser over a real server and database: the filter form, a
-job's page, retry and cancel (the database changes and the page shows it in place), and a
-payload that carries markup rendering as text."""
+job's page, retry and cancel (each asks why on its own page; the database records the reason
+and the operator in the job's events), and a payload that carries markup rendering as
+text."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from playwright.async_api import Locator, Page, expect
 
 from taskq_core.backend.postgres.backend import PostgresBackend
+from taskq_core.backend.protocol import EventRow
 from taskq_core.statemachine import JobStatus
 from tests.ui.browser.conftest import PageWatch
-from tests.ui.browser.pages import keep_marker, marker_kept
 from tests.ui.server import UiServer
 from tests.ui.states import job_in
 
@@ -71,41 +73,85 @@ async def test_a_jobs_page_shows_its_payload_error_attempts_events_and_explanati
     await expect(page.locator("#explain")).to_be_visible()
 
 
-async def test_retry_on_a_failed_job_re_pends_it_and_the_page_shows_it_in_place(
+def operator_events(events: list[EventRow]) -> list[dict[str, Any]]:
+    """The detail of each job event an operator's write stamped (``by``)."""
+    return [event.detail for event in events if "by" in event.detail]
+
+
+async def test_retry_asks_why_and_records_it_with_the_operator(
     page: Page, ui_server: UiServer, ui_backend: PostgresBackend
 ) -> None:
     job = await job_in(ui_backend, JobStatus.FAILED, queue="media")
     await page.goto(f"{ui_server.url}/jobs/{job.id}")
     await expect(page.locator("#live .status").first).to_have_text("failed")
-    await keep_marker(page)
 
-    await page.get_by_role("button", name="Retry").click()
+    await page.get_by_role("link", name="Retry").click()
+    await expect(page).to_have_url(f"{ui_server.url}/jobs/{job.id}/retry")
+    await expect(page.locator("main")).to_contain_text("fresh attempt budget")
+    await page.locator("#reason").fill("upstream fixed in 4.2.1")
+    await page.get_by_role("button", name="Retry job").click()
+
+    await expect(page).to_have_url(re.compile(rf"/jobs/{job.id}\?outcome=retried$"))
     await expect(page.locator("#outcome")).to_contain_text("retried")
     await expect(page.locator("#live .status").first).to_have_text("pending")
-    assert await marker_kept(page), "the action reloaded the page instead of updating it"
     row = await ui_backend.get(job.id)
     assert row is not None and row.status is JobStatus.PENDING
+    stamped = operator_events(await ui_backend.get_events(job.id))
+    assert [detail.get("why") for detail in stamped] == ["upstream fixed in 4.2.1"]
+    assert stamped[0]["by"].endswith("(web UI)")
+    # The page shows who and why among the events.
+    await expect(page.locator("#events")).to_contain_text("upstream fixed in 4.2.1")
     # A pending job offers cancel now, not retry.
-    await expect(page.get_by_role("button", name="Retry")).to_have_count(0)
-    await expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    await expect(page.get_by_role("link", name="Retry")).to_have_count(0)
+    await expect(page.get_by_role("link", name="Cancel")).to_be_visible()
 
 
-async def test_cancel_on_a_pending_job_asks_then_cancels_it_in_place(
+async def test_cancel_asks_why_and_records_it_as_the_reason_with_the_operator(
     page: Page, ui_server: UiServer, ui_backend: PostgresBackend, watch: PageWatch
 ) -> None:
     job = await job_in(ui_backend, JobStatus.PENDING, queue="emails")
     await page.goto(f"{ui_server.url}/jobs/{job.id}")
-    await keep_marker(page)
 
-    await page.get_by_role("button", name="Cancel").click()
+    await page.get_by_role("link", name="Cancel").click()
+    await expect(page).to_have_url(f"{ui_server.url}/jobs/{job.id}/cancel")
+    await expect(page.locator("main")).to_contain_text("cancelled at once")
+    await page.locator("#reason").fill("duplicate of a newer send")
+    await page.get_by_role("button", name="Cancel job").click()
+
+    await expect(page).to_have_url(re.compile(rf"/jobs/{job.id}\?outcome=cancelled$"))
     await expect(page.locator("#live .status").first).to_have_text("cancelled")
-    assert [kind for kind, _ in watch.dialogs] == ["confirm"]
-    assert str(job.id) in watch.dialogs[0][1]
     await expect(page.locator("#outcome")).to_contain_text("cancelled")
-    assert await marker_kept(page)
+    await expect(page.locator("#fields")).to_contain_text("duplicate of a newer send")
+    assert watch.dialogs == []  # the page asked; no browser dialog
     row = await ui_backend.get(job.id)
     assert row is not None and row.status is JobStatus.CANCELLED
-    assert row.cancel_reason == "cancelled from the web UI"
+    assert row.cancel_reason == "duplicate of a newer send"
+    stamped = operator_events(await ui_backend.get_events(job.id))
+    assert [detail.get("why") for detail in stamped] == ["duplicate of a newer send"]
+    assert stamped[0]["by"].endswith("(web UI)")
+
+
+async def test_cancel_without_a_reason_still_names_the_web_ui_and_the_operator(
+    page: Page, ui_server: UiServer, ui_backend: PostgresBackend
+) -> None:
+    job = await job_in(ui_backend, JobStatus.PENDING, queue="emails")
+    await page.goto(f"{ui_server.url}/jobs/{job.id}/cancel")
+    await page.get_by_role("button", name="Cancel job").click()
+    await expect(page.locator("#live .status").first).to_have_text("cancelled")
+    row = await ui_backend.get(job.id)
+    assert row is not None and row.cancel_reason == "cancelled from the web UI"
+    stamped = operator_events(await ui_backend.get_events(job.id))
+    assert len(stamped) == 1 and "why" not in stamped[0]
+    assert stamped[0]["by"].endswith("(web UI)")
+
+
+async def test_an_action_page_for_a_job_that_moved_on_offers_nothing(
+    page: Page, ui_server: UiServer, ui_backend: PostgresBackend
+) -> None:
+    done = await job_in(ui_backend, JobStatus.SUCCEEDED, queue="media")
+    await page.goto(f"{ui_server.url}/jobs/{done.id}/cancel")
+    await expect(page.locator("main")).to_contain_text("Nothing to cancel: the job is succeeded")
+    await expect(page.locator("main").get_by_role("button")).to_have_count(0)
 
 
 SCRIPT = "<script>alert('payload')</script>"
