@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 from uuid import UUID
@@ -147,10 +147,15 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         connection: Any = None,
         unique_key: str | None = None,
         unique_for: timedelta | float | None = None,
+        run_at: datetime | None = None,
     ) -> JobRow:
         """Insert one job; returns its row. Raises PayloadValidationError before any insert,
         and PayloadTooLargeError when the payload's JSON is over TASKQ_MAX_PAYLOAD_BYTES (the
         backend's limit; every enqueue method, finalizers and schedules alike).
+
+        ``delay`` (seconds or a timedelta) or ``run_at`` (a timezone-aware datetime;
+        ConfigError when naive or given with ``delay``) makes it wait until then, on the
+        database's clock; a ``run_at`` already past is due at once.
 
         ``unique_key``: no second job with that key while this one waits or runs; with
         ``unique_for`` (seconds or a timedelta): at most one job with that key per window of
@@ -163,7 +168,7 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         """
         item = EnqueueItem(
             actor, payload, delay, queue, priority, identity_key, fairness_key,
-            schedule_to_close, metadata, unique_key, unique_for,
+            schedule_to_close, metadata, unique_key, unique_for, run_at,
         )  # fmt: skip
         # The caller's transaction is not ours to repeat: one attempt, whatever fails.
         retry = TransientRetry(0.0 if connection is not None else self._enqueue_retry_timeout)

@@ -14,7 +14,7 @@ import difflib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, overload
 
 from pydantic import BaseModel
@@ -49,9 +49,21 @@ class EnqueueItem:
     metadata: dict[str, Any] | None = None
     unique_key: str | None = None
     unique_for: timedelta | float | None = None
+    run_at: datetime | None = None
 
     def __post_init__(self) -> None:
         _check_unique(self.unique_key, self.unique_for)
+        _check_start(self.delay, self.run_at)
+
+
+def _check_start(delay: timedelta | float | None, run_at: datetime | None) -> None:
+    """``run_at`` is an absolute, timezone-aware time, given instead of ``delay``."""
+    if run_at is None:
+        return
+    if delay is not None:
+        raise ConfigError("give delay or run_at, not both")
+    if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
+        raise ConfigError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
 
 
 def _check_unique(key: str | None, window: timedelta | float | None) -> None:
@@ -193,6 +205,7 @@ class PreparedBatch(Sequence[EnqueueArgs]):
                     None,  # job_id
                     None,  # unique_key
                     None,  # unique_for
+                    None,  # run_at
                 ),
             )
         deadline = as_timedelta(item.schedule_to_close)
@@ -216,6 +229,7 @@ class PreparedBatch(Sequence[EnqueueArgs]):
             span_id=span_id,
             unique_key=item.unique_key,
             unique_for=as_timedelta(item.unique_for),
+            run_at=item.run_at,
         )
 
 

@@ -104,6 +104,14 @@ def enqueue(
         str | None,
         typer.Option("--delay", help="Run no earlier than this from now: 30s, 5m, 2h, 7d, PT1H."),
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Run no earlier than this time, instead of --delay: ISO-8601 "
+            "(2026-12-24T09:00+01:00; UTC when it names no offset).",
+        ),
+    ] = None,
     priority: Annotated[
         int | None, typer.Option("--priority", help="Higher runs first (default 0).")
     ] = None,
@@ -150,6 +158,9 @@ def enqueue(
     document = inputs.parse_payload(payload)
     queue = inputs.optional_new_name(queue, "queue", "--queue")
     wait = None if delay is None else inputs.parse_duration_option(delay, "--delay")
+    run_at = None if at is None else inputs.parse_moment(at, "--at")
+    if wait is not None and run_at is not None:
+        raise ConfigError("--delay and --at: give one of them")
     if priority is not None:
         inputs.check_int(priority, "--priority", minimum=inputs.INT32_MIN)
     inputs.optional_text(identity_key, "--identity-key")
@@ -167,6 +178,7 @@ def enqueue(
         fairness_key=fairness_key,
         unique_key=key,
         unique_for=window,
+        run_at=run_at,
     )
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow], str]:

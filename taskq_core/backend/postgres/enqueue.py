@@ -109,7 +109,7 @@ class _CopyBatch:
             parts.append(encoder.row(args, job_id, payload, metadata))
             if args.unique_key is not None:
                 self._hold(encoder, args, UUID(int=job_id))
-            if not self.wake and not bulk.is_delayed(args):
+            if not self.wake and not bulk.is_delayed(args, encoder.now):
                 self.wake = True
             if built is not None:
                 built.append(encoder.job_row(args, UUID(int=job_id), payload, metadata))
@@ -150,6 +150,7 @@ def _enqueue_params(core: BackendCore, args: EnqueueArgs) -> tuple[Any, ...]:
         core._wake_channel,
         args.unique_key,
         args.unique_for,
+        args.run_at,
     )
 
 

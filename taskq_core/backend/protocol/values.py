@@ -54,7 +54,9 @@ class EnqueueArgs:
     """Everything needed to insert one job. Relative times are resolved on the backend's clock.
 
     ``delay`` > 0 makes the job ``scheduled`` with ``scheduled_at = now() + delay``; otherwise it
-    is ``pending`` with ``scheduled_at = now()``. ``schedule_to_close`` is a relative deadline
+    is ``pending`` with ``scheduled_at = now()``. ``run_at`` (timezone-aware; not with
+    ``delay``) is the absolute form: after now, ``scheduled`` until then, else ``pending``
+    (``start_time``). ``schedule_to_close`` is a relative deadline
     from enqueue time (``jobs.schedule_to_close = now() + schedule_to_close``).
 
     ``unique_key`` without ``unique_for``: no second job with that key while one is waiting
@@ -80,6 +82,17 @@ class EnqueueArgs:
     job_id: UUID | None = None  # None: the backend assigns a UUIDv7
     unique_key: str | None = None
     unique_for: timedelta | None = None
+    run_at: datetime | None = None
+
+
+def start_time(args: EnqueueArgs, now: datetime) -> datetime | None:
+    """When a job of ``args`` inserted at ``now`` becomes due (its ``scheduled_at``, status
+    ``scheduled``), or None when it is due at once (``pending`` at ``now``)."""
+    if args.run_at is not None:
+        return args.run_at if args.run_at > now else None
+    if args.delay is not None and args.delay > timedelta(0):
+        return now + args.delay
+    return None
 
 
 @dataclass(frozen=True, slots=True)

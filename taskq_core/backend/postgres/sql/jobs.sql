@@ -32,19 +32,21 @@ inserted AS (
         metadata, trace_id, span_id, unique_key, unique_until
     )
     SELECT $1::uuid, $2::text, $3::text, $4::text::jsonb,
-           (CASE WHEN $6::interval > interval '0' THEN 'scheduled' ELSE 'pending' END)
-               ::{schema}.job_status,
+           (CASE WHEN s.start > k.now THEN 'scheduled' ELSE 'pending' END)::{schema}.job_status,
            $5::integer,
-           CASE WHEN $6::interval > interval '0' THEN k.now + $6::interval ELSE k.now END,
+           greatest(s.start, k.now),
            k.now, k.now, $7::text, $8::text, k.now + $9::interval, $10::text, $11::integer,
            $12::interval, $13::text::jsonb, $14::text, $15::text, u.key, u.until
     FROM clock k CROSS JOIN unique_key u
+    CROSS JOIN LATERAL (
+        SELECT coalesce($19::timestamptz, k.now + greatest($6::interval, interval '0')) AS start
+    ) s
     ON CONFLICT DO NOTHING
     RETURNING *
 ),
 -- JSON travels as text both ways ($4 payload, $13 metadata): any asyncpg connection works,
 -- whatever its jsonb codec. $6 delay, $9 schedule_to_close, $12 result_ttl, $18 unique_for:
--- intervals. $16 is the wake channel, notified only when the job is dispatchable now (the
+-- intervals; $19 run_at, the absolute start (timestamptz; the client never sends both). $16 is the wake channel, notified only when the job is dispatchable now (the
 -- NOTIFY is delivered when the transaction commits). $17 unique_key: stored as given
 -- without $18 (held while the job waits or runs); with $18, as unique.windowed_key writes
 -- it with the start of the window of now ($18 long, aligned on the Unix epoch), held until
