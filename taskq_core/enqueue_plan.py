@@ -26,6 +26,7 @@ from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.backend.protocol.values import stored_retry
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.enqueue_conflict import OnConflict, check_on_conflict
 from taskq_core.errors import ConfigError, MaxPendingExceededError, UnknownActorError
 from taskq_core.names import check_name
 from taskq_core.obs.metrics import instruments, labels
@@ -50,10 +51,12 @@ class EnqueueItem:
     unique_key: str | None = None
     unique_for: timedelta | float | None = None
     run_at: datetime | None = None
+    on_conflict: OnConflict = "raise"
 
     def __post_init__(self) -> None:
         _check_unique(self.unique_key, self.unique_for)
         _check_start(self.delay, self.run_at)
+        check_on_conflict(self.on_conflict, self.unique_key)
 
 
 def _check_start(delay: timedelta | float | None, run_at: datetime | None) -> None:

@@ -165,6 +165,27 @@ class EnqueuePart(MemoryStore):
     ) -> int:
         return len(insert_jobs(self, args_list, connection))
 
+    async def replace_waiting_job(
+        self, job_id: UUID, args: EnqueueArgs, *, connection: Any = None
+    ) -> JobRow | None:
+        # A simulated transaction (``connection``) sees the replace at once, as everyone does.
+        if connection is not None:
+            self._transaction_handle(connection)
+        payload = json.loads(check_enqueue_payload(args, self.max_payload_bytes))
+        job = self._jobs.get(job_id)
+        if job is None or job.status not in (PENDING, SCHEDULED):
+            return None
+        now, was = self._now(), job.status
+        start = start_time(args, now)
+        job.payload = payload
+        job.status = PENDING if start is None else SCHEDULED
+        job.scheduled_at = now if start is None else start
+        job.updated_at = now
+        self._record_event(job, "replaced", was, job.status, None)
+        if job.status is PENDING:
+            self._wake()
+        return job.snapshot()
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:
         # Simulated: buffered enqueues (and successes written through it) commit on clean exit

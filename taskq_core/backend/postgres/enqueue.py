@@ -205,6 +205,18 @@ class EnqueuePart(BackendCore):
         await self._copy(args_list, connection, rows)
         return rows
 
+    async def replace_waiting_job(
+        self, job_id: UUID, args: EnqueueArgs, *, connection: Any = None
+    ) -> JobRow | None:
+        payload = bulk.dumps(args.payload)
+        check_payload_size(args.actor, payload, self.max_payload_bytes)
+        executor: Any = self._pool if connection is None else connection
+        record = await executor.fetchrow(
+            self._queries["replace_waiting_job"],
+            job_id, payload, args.delay, args.run_at, self._wake_channel,
+        )  # fmt: skip
+        return None if record is None else rows.job_from_text_json(record)
+
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:

@@ -259,14 +259,15 @@ class EventRow:
     ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
     operator retry; also the cancel escalation 1 -> 2, as running -> running),
     ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with
-    cancel_phase 1) and ``reclaim`` (the expired-lock sweep; detail has from_state, to_state,
-    reason='lock_expired' and worker_id).
+    cancel_phase 1), ``replaced`` (a waiting job took a new enqueue's payload and start:
+    ``on_conflict="replace"``) and ``reclaim`` (the expired-lock sweep; detail has from_state,
+    to_state, reason='lock_expired' and worker_id).
     """
 
     id: int
     job_id: UUID
     occurred_at: datetime
-    kind: str  # state_change | cancel_request | reclaim
+    kind: str  # state_change | cancel_request | replaced | reclaim
     from_status: JobStatus | None
     to_status: JobStatus | None
     worker_id: UUID | None
