@@ -121,6 +121,17 @@ def parse_age(value: str, flag: str, now: datetime) -> timedelta:
     return age
 
 
+def parse_moment(value: str, flag: str) -> datetime:
+    """An ISO-8601 moment (``2026-12-24T09:00+01:00``; UTC when it names no offset)."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{flag}: cannot read {value!r}: give an ISO-8601 time (2026-12-24T09:00+01:00)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def parse_time_bound(value: str, flag: str) -> datetime | timedelta:
     """A point in time for a filter: how long ago (``2h``, ``7d``, ``PT30M``; read on the
     database clock) or an ISO-8601 moment (``2024-05-01``, ``2024-05-01T12:00+02:00``; UTC

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 from uuid import UUID
@@ -34,6 +35,7 @@ from taskq_core.client_batches import BatchMethods
 from taskq_core.client_progress import ProgressMethods
 from taskq_core.client_reclaims import ReclaimMethods
 from taskq_core.cron_schedules import ScheduleMethods
+from taskq_core.enqueue_conflict import OnConflict, enqueue_resolving
 from taskq_core.enqueue_plan import NOT_OPEN, EnqueuePlanner, as_timedelta
 from taskq_core.enqueue_plan import EnqueueItem as EnqueueItem  # importable from here too
 from taskq_core.enqueue_retry import TransientRetry
@@ -147,23 +149,32 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         connection: Any = None,
         unique_key: str | None = None,
         unique_for: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        on_conflict: OnConflict = "raise",
     ) -> JobRow:
         """Insert one job; returns its row. Raises PayloadValidationError before any insert,
         and PayloadTooLargeError when the payload's JSON is over TASKQ_MAX_PAYLOAD_BYTES (the
         backend's limit; every enqueue method, finalizers and schedules alike).
 
+        ``delay`` (seconds or a timedelta) or ``run_at`` (a timezone-aware datetime;
+        ConfigError when naive or given with ``delay``) makes it wait until then, on the
+        database's clock; a ``run_at`` already past is due at once.
+
         ``unique_key``: no second job with that key while this one waits or runs; with
         ``unique_for`` (seconds or a timedelta): at most one job with that key per window of
         that length (windows aligned on the Unix epoch, on the database's clock), whatever
         its state. A duplicate raises SingletonCollisionError (``existing_job_id``,
-        ``retry_after``) and inserts nothing.
+        ``retry_after``) and inserts nothing, unless ``on_conflict`` says otherwise:
+        ``"return_existing"`` returns the holder's row, ``"replace"`` gives a holder still
+        waiting this payload and start time (debounce) and returns it; a running holder still
+        raises.
 
         Without ``connection``, database trouble (``TRANSIENT_ERRORS``) is retried for up to
         ``enqueue_retry_timeout``; then the last error is raised.
         """
         item = EnqueueItem(
             actor, payload, delay, queue, priority, identity_key, fairness_key,
-            schedule_to_close, metadata, unique_key, unique_for,
+            schedule_to_close, metadata, unique_key, unique_for, run_at, on_conflict,
         )  # fmt: skip
         # The caller's transaction is not ours to repeat: one attempt, whatever fails.
         retry = TransientRetry(0.0 if connection is not None else self._enqueue_retry_timeout)
@@ -172,9 +183,16 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
             # The id is fixed before the first attempt: an attempt that committed but whose
             # answer was lost is found by the next one (enqueue is idempotent on the id).
             args = replace(args, trace_id=trace_id, span_id=span_id, job_id=uuid7())
-            row = await retry.run(
-                lambda: self.backend.enqueue(args, connection=connection), what="enqueue"
-            )
+            backend = self.backend
+            if on_conflict == "raise":  # the usual enqueue: one statement, nothing else
+                row = await retry.run(
+                    lambda: backend.enqueue(args, connection=connection), what="enqueue"
+                )
+            else:
+                row = await retry.run(
+                    lambda: enqueue_resolving(backend, args, on_conflict, connection),
+                    what="enqueue",
+                )
         count_sent(((row.queue, row.actor),))
         return row
 
@@ -207,7 +225,15 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         every child is terminal or the batch aborted, with ``metadata["finalizes_batch"]``
         naming the batch. Both are checked (the finalizer's payload too) before any insert.
         """
+        modes: list[OnConflict] = [
+            item.on_conflict if isinstance(item, EnqueueItem) else "raise" for item in items
+        ]
+        resolving = any(mode != "raise" for mode in modes)
         if failure_policy is not None or finalizer is not None or batch_id is not None:
+            if resolving:
+                raise ConfigError(
+                    "a tracked batch's children take on_conflict='raise' only"
+                )
             return await self._enqueue_tracked_batch(
                 items,
                 failure_policy=failure_policy,
@@ -220,9 +246,32 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         if not batch:
             return []
         with producer_span(batch.queue, batch.actor) as batch.trace:
-            rows = await self.backend.enqueue_batch(batch, connection=connection)
+            if resolving:
+                rows = await self._enqueue_resolving(list(batch), modes, connection)
+            else:
+                rows = await self.backend.enqueue_batch(batch, connection=connection)
         count_sent((row.queue, row.actor) for row in rows)
         return rows
+
+    async def _enqueue_resolving(
+        self, batch: list[EnqueueArgs], modes: list[OnConflict], connection: Any
+    ) -> list[JobRow]:
+        """A batch some of whose items resolve a unique-key conflict (``on_conflict``): in one
+        transaction (the caller's, when given), the plain items in one bulk insert, each
+        resolving item on its own; one row per item, in order."""
+        backend = self.backend
+        async with AsyncExitStack() as stack:
+            tx = connection
+            if tx is None:
+                tx = await stack.enter_async_context(backend.transaction())
+            plain = [args for args, mode in zip(batch, modes, strict=True) if mode == "raise"]
+            inserted = iter(await backend.enqueue_batch(plain, connection=tx) if plain else [])
+            return [
+                next(inserted)
+                if mode == "raise"
+                else await enqueue_resolving(backend, args, mode, tx)
+                for args, mode in zip(batch, modes, strict=True)
+            ]
 
     async def enqueue_many_fast(
         self,

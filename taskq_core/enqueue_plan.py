@@ -14,7 +14,7 @@ import difflib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, overload
 
 from pydantic import BaseModel
@@ -26,6 +26,7 @@ from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.backend.protocol.values import stored_retry
 from taskq_core.capacity import CapacityCache
 from taskq_core.constants import DEFAULT_QUEUE
+from taskq_core.enqueue_conflict import OnConflict, check_on_conflict
 from taskq_core.errors import ConfigError, MaxPendingExceededError, UnknownActorError
 from taskq_core.names import check_name
 from taskq_core.obs.metrics import instruments, labels
@@ -49,9 +50,23 @@ class EnqueueItem:
     metadata: dict[str, Any] | None = None
     unique_key: str | None = None
     unique_for: timedelta | float | None = None
+    run_at: datetime | None = None
+    on_conflict: OnConflict = "raise"
 
     def __post_init__(self) -> None:
         _check_unique(self.unique_key, self.unique_for)
+        _check_start(self.delay, self.run_at)
+        check_on_conflict(self.on_conflict, self.unique_key)
+
+
+def _check_start(delay: timedelta | float | None, run_at: datetime | None) -> None:
+    """``run_at`` is an absolute, timezone-aware time, given instead of ``delay``."""
+    if run_at is None:
+        return
+    if delay is not None:
+        raise ConfigError("give delay or run_at, not both")
+    if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
+        raise ConfigError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
 
 
 def _check_unique(key: str | None, window: timedelta | float | None) -> None:
@@ -193,6 +208,7 @@ class PreparedBatch(Sequence[EnqueueArgs]):
                     None,  # job_id
                     None,  # unique_key
                     None,  # unique_for
+                    None,  # run_at
                 ),
             )
         deadline = as_timedelta(item.schedule_to_close)
@@ -216,6 +232,7 @@ class PreparedBatch(Sequence[EnqueueArgs]):
             span_id=span_id,
             unique_key=item.unique_key,
             unique_for=as_timedelta(item.unique_for),
+            run_at=item.run_at,
         )
 
 

@@ -6,13 +6,21 @@ own clock (``scheduled_at = now() + delay``) and whether a deadline has passed.
 
 from __future__ import annotations
 
+import inspect
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 RetryKind = Literal["transient", "indefinite", "non_retryable"]
 Backoff = Literal["exponential", "linear", "fixed"]
+# The application's own backoff: (the attempt that failed, 1-based; what it raised) -> delay.
+DelayFunction = Callable[[int, BaseException], "timedelta | float"]
+
+
+class RetryDelayError(Exception):
+    """A RetryPolicy's ``delay`` function raised or returned something other than a delay."""
 
 
 def _as_delta(value: timedelta | float | int) -> timedelta:
@@ -21,7 +29,14 @@ def _as_delta(value: timedelta | float | int) -> timedelta:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How an actor's failures are retried (see the worker guide, 'Retry and backoff')."""
+    """How an actor's failures are retried (see the worker guide, 'Retry and backoff').
+
+    ``delay``, when given, replaces the built-in curve (``backoff``, ``base``, ``jitter``):
+    called with the number of the attempt that failed (1-based, as the budget counts it) and
+    the exception its body raised, it returns the wait (a timedelta or seconds) before the
+    next one; TASKQ_MAX_RETRY_BACKOFF still caps it. ``kind`` and ``max_attempts`` still
+    decide whether there is a next one.
+    """
 
     kind: RetryKind = "transient"
     max_attempts: int = 3
@@ -30,6 +45,7 @@ class RetryPolicy:
     base: timedelta = timedelta(seconds=5)
     cap: timedelta = timedelta(hours=1)
     jitter: float = 0.2
+    delay: DelayFunction | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("transient", "indefinite", "non_retryable"):
@@ -44,6 +60,8 @@ class RetryPolicy:
             object.__setattr__(self, name, _as_delta(getattr(self, name)))
         if self.time_budget is not None:
             object.__setattr__(self, "time_budget", _as_delta(self.time_budget))
+        if self.delay is not None:
+            _check_delay_function(self.delay)
 
     def should_retry(self, attempt: int) -> bool:
         """Whether a failure of attempt number ``attempt`` (1-based) gets another try.
@@ -66,10 +84,11 @@ class RetryPolicy:
             return self.base * n
         return self.base
 
-    def delay(
+    def curve_delay(
         self, attempt: int, *, max_retry_backoff: timedelta, rng: random.Random | None = None
     ) -> timedelta:
-        """Backoff after attempt ``attempt``: capped at min(cap, max_retry_backoff), jittered."""
+        """The built-in backoff after attempt ``attempt``: capped at min(cap,
+        max_retry_backoff), jittered."""
         ceiling = min(self.cap, max_retry_backoff)
         try:
             raw = min(self.raw_delay(attempt), ceiling)
@@ -79,12 +98,48 @@ class RetryPolicy:
         return min(raw * spread, ceiling)
 
     def next_delay(
-        self, attempt: int, *, max_retry_backoff: timedelta, rng: random.Random | None = None
+        self,
+        attempt: int,
+        *,
+        max_retry_backoff: timedelta,
+        rng: random.Random | None = None,
+        error: BaseException | None = None,
     ) -> timedelta | None:
-        """The delay before the next attempt, or None when the job must fail now."""
+        """The delay before the next attempt, or None when the job must fail now. With a
+        ``delay`` function and the ``error`` the attempt raised, the function's answer
+        (RetryDelayError when it raises or answers something else)."""
         if not self.should_retry(attempt):
             return None
-        return self.delay(attempt, max_retry_backoff=max_retry_backoff, rng=rng)
+        if self.delay is not None and error is not None:
+            return min(_call_delay(self.delay, attempt, error), max_retry_backoff)
+        return self.curve_delay(attempt, max_retry_backoff=max_retry_backoff, rng=rng)
+
+
+def _check_delay_function(function: DelayFunction) -> None:
+    """A ``delay`` function must be callable with (attempt, exception)."""
+    if not callable(function):
+        raise ValueError(f"RetryPolicy.delay must be a function, got {function!r}")
+    try:
+        inspect.signature(function).bind(1, Exception())
+    except TypeError:
+        raise ValueError(
+            "RetryPolicy.delay must take (attempt, exception) and return a timedelta or seconds"
+        ) from None
+    except ValueError:  # a builtin without a signature: trusted
+        pass
+
+
+def _call_delay(function: DelayFunction, attempt: int, error: BaseException) -> timedelta:
+    try:
+        value = function(attempt, error)
+    except Exception as exc:
+        raise RetryDelayError(f"RetryPolicy.delay raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise RetryDelayError(f"RetryPolicy.delay returned {value!r}, not a timedelta or seconds")
+    try:
+        return max(_as_delta(value), timedelta(0))
+    except (ValueError, OverflowError):  # NaN, or more days than a timedelta holds
+        raise RetryDelayError(f"RetryPolicy.delay returned {value!r}, not a delay") from None
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -17,7 +17,7 @@ it is free again.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, cast
 from uuid import UUID
 
 import typer
@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import ActorConfigRow, Backend, JobRow
 from taskq_core.backend.protocol.unique import check_unique
 from taskq_core.client import EnqueueItem, JobsClient
 from taskq_core.durations import format_duration
+from taskq_core.enqueue_conflict import OnConflict, check_on_conflict
 from taskq_core.enqueue_plan import unknown_actor
 from taskq_core.errors import ConfigError, SingletonCollisionError, TaskqError
 
@@ -65,6 +66,19 @@ def _unique_options(
             "refused); enqueue them one at a time with keys of their own"
         )
     return key, width
+
+
+def _check_on_conflict(mode: str, key: str | None) -> None:
+    """--on-conflict, checked as the client checks on_conflict (named by the flags)."""
+    try:
+        check_on_conflict(mode, key)
+    except ConfigError as exc:
+        message = (
+            str(exc)
+            .replace("on_conflict=", "--on-conflict ")
+            .replace("on_conflict", "--on-conflict")
+        )
+        raise ConfigError(message.replace("a unique_key", "--unique-key")) from None
 
 
 async def _refusal(backend: Backend, error: SingletonCollisionError) -> TaskqError:
@@ -102,6 +116,14 @@ def enqueue(
         str | None,
         typer.Option("--delay", help="Run no earlier than this from now: 30s, 5m, 2h, 7d, PT1H."),
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Run no earlier than this time, instead of --delay: ISO-8601 "
+            "(2026-12-24T09:00+01:00; UTC when it names no offset).",
+        ),
+    ] = None,
     priority: Annotated[
         int | None, typer.Option("--priority", help="Higher runs first (default 0).")
     ] = None,
@@ -131,6 +153,15 @@ def enqueue(
             "state (windows aligned on the Unix epoch): 30s, 5m, 2h, 7d, PT1H.",
         ),
     ] = None,
+    on_conflict: Annotated[
+        str,
+        typer.Option(
+            "--on-conflict",
+            help="With --unique-key, when a job holds the key: raise (refuse it, exit 1), "
+            "return_existing (print that job's id), replace (a waiting job takes this payload "
+            "and start time; a running one is still refused).",
+        ),
+    ] = "raise",
     actors: Annotated[
         str | None,
         typer.Option("--actors", help="MODULE:ATTR registry: validate the payload first."),
@@ -148,12 +179,16 @@ def enqueue(
     document = inputs.parse_payload(payload)
     queue = inputs.optional_new_name(queue, "queue", "--queue")
     wait = None if delay is None else inputs.parse_duration_option(delay, "--delay")
+    run_at = None if at is None else inputs.parse_moment(at, "--at")
+    if wait is not None and run_at is not None:
+        raise ConfigError("--delay and --at: give one of them")
     if priority is not None:
         inputs.check_int(priority, "--priority", minimum=inputs.INT32_MIN)
     inputs.optional_text(identity_key, "--identity-key")
     inputs.optional_text(fairness_key, "--fairness-key")
     inputs.check_int(count, "--count", minimum=1, maximum=MAX_COUNT)
     key, window = _unique_options(unique_key, unique_for, count)
+    _check_on_conflict(on_conflict, key)
     registry = _registered(actors, actor)
     item = EnqueueItem(
         actor,
@@ -165,6 +200,8 @@ def enqueue(
         fairness_key=fairness_key,
         unique_key=key,
         unique_for=window,
+        run_at=run_at,
+        on_conflict=cast(OnConflict, on_conflict),
     )
 
     async def run(backend: Backend) -> tuple[ActorConfigRow | None, list[JobRow], str]:
@@ -185,7 +222,8 @@ def enqueue(
     if json:
         output.print_json(
             {
-                "created": len(rows),
+                # A resolved conflict may answer with a job that was there before.
+                "created": len(rows) if on_conflict == "raise" else None,
                 "actor": actor,
                 "queue": rows[0].queue,
                 "registered_queue": None if config is None else config.queue,

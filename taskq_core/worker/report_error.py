@@ -20,6 +20,7 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import ErrorInfo
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.errors import PayloadValidationError
+from taskq_core.retry import RetryDelayError
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.batch_hook import (
@@ -92,9 +93,18 @@ async def record_error(
 ) -> str:
     """The body raised: retried after the actor's backoff, or failed once its budget is spent."""
     job = held.job
-    delay = ref.retry.next_delay(
-        job.attempts_used, max_retry_backoff=deps.settings.max_retry_backoff
-    )
+    ceiling = deps.settings.max_retry_backoff
+    try:
+        delay = ref.retry.next_delay(job.attempts_used, max_retry_backoff=ceiling, error=exc)
+    except RetryDelayError as problem:  # the application's function: its bug must not lose
+        deps.log.warning(  # the job, nor hold it back for ever
+            "retry_delay_failed",
+            job_id=str(job.id),
+            actor=job.actor,
+            error=str(problem),
+            note="the built-in backoff is used for this retry",
+        )
+        delay = ref.retry.next_delay(job.attempts_used, max_retry_backoff=ceiling)
     row = await settle(
         deps,
         held,

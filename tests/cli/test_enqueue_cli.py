@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,32 @@ def test_iso_8601_delays_are_accepted(cli: Cli, db: Db) -> None:
     result = cli("enqueue", "work", "--delay", "PT2H")
     job = db.get(result.stdout.strip())
     assert timedelta(hours=1, minutes=59) < job.scheduled_at - job.created_at
+
+
+def test_at_starts_the_job_at_that_moment_utc_unless_it_names_an_offset(cli: Cli, db: Db) -> None:
+    offset = cli("enqueue", "work", "--at", "2099-12-24T09:00:00+01:00")
+    assert offset.exit_code == 0, offset.stderr
+    job = db.get(offset.stdout.strip())
+    assert job.status is JobStatus.SCHEDULED
+    assert job.scheduled_at == datetime(2099, 12, 24, 8, 0, tzinfo=UTC)
+    naive = db.get(cli("enqueue", "work", "--at", "2099-12-24T09:00").stdout.strip())
+    assert naive.scheduled_at == datetime(2099, 12, 24, 9, 0, tzinfo=UTC)
+    past = db.get(cli("enqueue", "work", "--at", "2001-01-01").stdout.strip())
+    assert past.status is JobStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--at", "tomorrow"], "--at: cannot read 'tomorrow'"),
+        (["--at", "2099-01-01", "--delay", "5m"], "--delay and --at: give one of them"),
+    ],
+)
+def test_a_bad_at_is_one_line_and_inserts_nothing(
+    cli: Cli, db: Db, args: list[str], expected: str
+) -> None:
+    assert expected in one_error_line(cli("enqueue", "work", *args))
+    assert db.count("jobs") == 0
 
 
 def test_count_enqueues_that_many_jobs_and_prints_each_id(cli: Cli, db: Db) -> None:

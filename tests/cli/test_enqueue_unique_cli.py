@@ -126,3 +126,31 @@ def test_retry_of_a_job_whose_key_another_job_holds_says_so(cli: Cli, db: Db) ->
     assert cli("cancel", holder).exit_code == 0
     assert cli("retry", str(job.id)).exit_code == 0
     assert db.get(job.id).status is JobStatus.PENDING
+
+
+@pytest.mark.parametrize("mode", ["return_existing", "replace"])
+def test_on_conflict_answers_with_the_job_holding_the_key(cli: Cli, db: Db, mode: str) -> None:
+    first = cli("enqueue", "work", "--unique-key", "k", "--payload", '{"n": 1}', "--delay", "1h")
+    again = cli(
+        "enqueue", "work", "--unique-key", "k", "--payload", '{"n": 2}', "--on-conflict", mode,
+    )  # fmt: skip
+    assert (first.exit_code, again.exit_code) == (0, 0), again.stderr
+    assert again.stdout.strip() == first.stdout.strip()
+    [job] = db.jobs()
+    expected = {"n": 2} if mode == "replace" else {"n": 1}
+    assert job.payload == expected
+    assert job.status is (JobStatus.PENDING if mode == "replace" else JobStatus.SCHEDULED)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--on-conflict", "replace"], "--on-conflict 'replace' needs --unique-key"),
+        (["--unique-key", "k", "--on-conflict", "merge"], "--on-conflict must be one of"),
+    ],
+)
+def test_a_bad_on_conflict_is_one_line_and_inserts_nothing(
+    cli: Cli, db: Db, args: list[str], expected: str
+) -> None:
+    assert expected in one_error_line(cli("enqueue", "work", *args))
+    assert db.count("jobs") == 0

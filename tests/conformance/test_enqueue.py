@@ -79,6 +79,26 @@ async def test_a_zero_or_negative_delay_makes_the_job_pending(harness: Harness) 
     assert negative.scheduled_at <= await harness.now()
 
 
+async def test_run_at_is_an_absolute_start_on_every_enqueue_path(harness: Harness) -> None:
+    """A future ``run_at`` is the job's scheduled_at, to the microsecond, whichever path
+    inserted it; one already past is due at once (pending, at the insert's now)."""
+    now = await harness.now()
+    later, past = now + timedelta(hours=3, microseconds=7), now - timedelta(hours=1)
+    one = await harness.backend.enqueue(args(actor="one", run_at=later))
+    [batch_later, batch_past] = await harness.backend.enqueue_batch(
+        [args(actor="batch", run_at=later), args(actor="batch", run_at=past)]
+    )
+    await harness.backend.enqueue_batch_fast([args(actor="fast", run_at=later)])
+    [fast] = await harness.backend.list_jobs(JobFilter(actor="fast"))
+    for job in (one, batch_later, fast):
+        stored = await harness.backend.get(job.id)
+        assert stored is not None
+        assert (job.status, job.scheduled_at) == (stored.status, stored.scheduled_at)
+        assert (stored.status, stored.scheduled_at) == (JobStatus.SCHEDULED, later)
+    assert batch_past.status is JobStatus.PENDING
+    assert between(batch_past.scheduled_at, now, await harness.now())
+
+
 async def test_schedule_to_close_is_a_deadline_relative_to_enqueue(harness: Harness) -> None:
     before = await harness.now()
     job = await harness.backend.enqueue(args(schedule_to_close=timedelta(hours=2)))

@@ -16,7 +16,7 @@ HOUR = timedelta(hours=1)
 )
 def test_backoff_formulas(backoff: str, expected: list[int]) -> None:
     policy = RetryPolicy(backoff=backoff, jitter=0.0, max_attempts=10)  # type: ignore[arg-type]
-    delays = [policy.delay(n, max_retry_backoff=HOUR).total_seconds() for n in range(1, 5)]
+    delays = [policy.curve_delay(n, max_retry_backoff=HOUR).total_seconds() for n in range(1, 5)]
     assert delays == expected
 
 
@@ -24,13 +24,13 @@ def test_jitter_stays_within_its_fraction() -> None:
     policy = RetryPolicy(jitter=0.2, max_attempts=10)
     rng = random.Random(7)
     for _ in range(200):
-        seconds = policy.delay(2, max_retry_backoff=HOUR, rng=rng).total_seconds()
+        seconds = policy.curve_delay(2, max_retry_backoff=HOUR, rng=rng).total_seconds()
         assert 8.0 <= seconds <= 12.0
 
 
 def test_global_cap_wins_over_the_policy_cap() -> None:
     policy = RetryPolicy(cap=timedelta(days=365), jitter=0.0, max_attempts=100)
-    assert policy.delay(60, max_retry_backoff=timedelta(hours=24)) == timedelta(hours=24)
+    assert policy.curve_delay(60, max_retry_backoff=timedelta(hours=24)) == timedelta(hours=24)
 
 
 def test_transient_stops_at_max_attempts() -> None:

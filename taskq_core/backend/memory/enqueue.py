@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind
+from taskq_core.backend.protocol import EnqueueArgs, JobRow, RetryKind, start_time
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.unique import check_unique, collision, holds_key, stored_unique
@@ -40,16 +40,16 @@ def _new_job(args: EnqueueArgs, now: datetime, max_payload_bytes: int) -> JobRec
     # The text jsontext wrote: read back, it is the jsonb copy as_json would make.
     payload = json.loads(check_enqueue_payload(args, max_payload_bytes))
     unique_key, unique_until = stored_unique(args, now)
-    delay = args.delay if args.delay is not None and args.delay > timedelta(0) else None
+    start = start_time(args, now)
     deadline = args.schedule_to_close
     return JobRecord(
         id=args.job_id or uuid7(),
         actor=args.actor,
         queue=args.queue,
         payload=payload,
-        status=PENDING if delay is None else SCHEDULED,
+        status=PENDING if start is None else SCHEDULED,
         priority=args.priority,
-        scheduled_at=now if delay is None else now + delay,
+        scheduled_at=now if start is None else start,
         created_at=now,
         updated_at=now,
         retry_kind=args.retry_kind,
@@ -164,6 +164,27 @@ class EnqueuePart(MemoryStore):
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None
     ) -> int:
         return len(insert_jobs(self, args_list, connection))
+
+    async def replace_waiting_job(
+        self, job_id: UUID, args: EnqueueArgs, *, connection: Any = None
+    ) -> JobRow | None:
+        # A simulated transaction (``connection``) sees the replace at once, as everyone does.
+        if connection is not None:
+            self._transaction_handle(connection)
+        payload = json.loads(check_enqueue_payload(args, self.max_payload_bytes))
+        job = self._jobs.get(job_id)
+        if job is None or job.status not in (PENDING, SCHEDULED):
+            return None
+        now, was = self._now(), job.status
+        start = start_time(args, now)
+        job.payload = payload
+        job.status = PENDING if start is None else SCHEDULED
+        job.scheduled_at = now if start is None else start
+        job.updated_at = now
+        self._record_event(job, "replaced", was, job.status, None)
+        if job.status is PENDING:
+            self._wake()
+        return job.snapshot()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[MemoryTransaction]:

@@ -294,6 +294,11 @@ class MemoryStore:
     async def close(self) -> None:
         """Nothing to release; idempotent."""
 
+    @property
+    def clock(self) -> Clock:
+        """The clock every time predicate of this backend reads."""
+        return self._clock
+
     def _now(self) -> datetime:
         return self._clock.now()
 

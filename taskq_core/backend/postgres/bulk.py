@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core import jsontext
-from taskq_core.backend.protocol import EnqueueArgs, JobRow, from_values
+from taskq_core.backend.protocol import EnqueueArgs, JobRow, from_values, start_time
 from taskq_core.backend.protocol.unique import stored_unique
 from taskq_core.statemachine import JobStatus
 
@@ -33,7 +33,6 @@ TRAILER = b"\xff\xff"
 _NULL = b"\xff\xff\xff\xff"
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_ZERO = timedelta(0)
 _pack_length = struct.Struct(">i").pack
 _pack_int4 = struct.Struct(">ii").pack
 _pack_int8 = struct.Struct(">iq").pack
@@ -90,12 +89,9 @@ def _optional(encode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     return lambda value: _NULL if value is None else encode(value)
 
 
-def _delayed(args: EnqueueArgs) -> bool:
-    return args.delay is not None and args.delay > _ZERO
-
-
 def _scheduled_at(args: EnqueueArgs, now: datetime) -> datetime:
-    return now + args.delay if args.delay is not None and args.delay > _ZERO else now
+    start = start_time(args, now)
+    return now if start is None else start
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +115,7 @@ SHARED_COLUMNS = (
     Column("queue", lambda a, now: a.queue, _text),
     Column(
         "status",
-        lambda a, now: JobStatus.SCHEDULED if _delayed(a) else JobStatus.PENDING,
+        lambda a, now: JobStatus.PENDING if start_time(a, now) is None else JobStatus.SCHEDULED,
         _status,
     ),
     Column("scheduled_at", _scheduled_at, _timestamp),
@@ -215,6 +211,6 @@ class RowEncoder:
         return from_values(JobRow, values)
 
 
-def is_delayed(args: EnqueueArgs) -> bool:
+def is_delayed(args: EnqueueArgs, now: datetime) -> bool:
     """Whether the item waits (scheduled) rather than being dispatchable at once."""
-    return _delayed(args)
+    return start_time(args, now) is not None

@@ -109,7 +109,7 @@ class _CopyBatch:
             parts.append(encoder.row(args, job_id, payload, metadata))
             if args.unique_key is not None:
                 self._hold(encoder, args, UUID(int=job_id))
-            if not self.wake and not bulk.is_delayed(args):
+            if not self.wake and not bulk.is_delayed(args, encoder.now):
                 self.wake = True
             if built is not None:
                 built.append(encoder.job_row(args, UUID(int=job_id), payload, metadata))
@@ -150,6 +150,7 @@ def _enqueue_params(core: BackendCore, args: EnqueueArgs) -> tuple[Any, ...]:
         core._wake_channel,
         args.unique_key,
         args.unique_for,
+        args.run_at,
     )
 
 
@@ -203,6 +204,18 @@ class EnqueuePart(BackendCore):
         rows: list[JobRow] = []
         await self._copy(args_list, connection, rows)
         return rows
+
+    async def replace_waiting_job(
+        self, job_id: UUID, args: EnqueueArgs, *, connection: Any = None
+    ) -> JobRow | None:
+        payload = bulk.dumps(args.payload)
+        check_payload_size(args.actor, payload, self.max_payload_bytes)
+        executor: Any = self._pool if connection is None else connection
+        record = await executor.fetchrow(
+            self._queries["replace_waiting_job"],
+            job_id, payload, args.delay, args.run_at, self._wake_channel,
+        )  # fmt: skip
+        return None if record is None else rows.job_from_text_json(record)
 
     async def enqueue_batch_fast(
         self, args_list: Sequence[EnqueueArgs], *, connection: Any = None

@@ -121,6 +121,7 @@ from taskq_core.backend.protocol.values import (
     RetryKind,
     SnoozeOutcome,
     from_values,
+    start_time,
 )
 from taskq_core.backend.protocol.worker import (
     ActorConfigDrift,
@@ -251,4 +252,5 @@ __all__ = [
     "first_success_per_job",
     "from_values",
     "schedule_job_key",
+    "start_time",
 ]

@@ -58,6 +58,15 @@ class ClientBackend(Protocol):
     ) -> int:
         """Bulk insert (PG: COPY) returning the count; no rows returned; one NOTIFY."""
 
+    async def replace_waiting_job(
+        self, job_id: UUID, args: EnqueueArgs, *, connection: Any = None
+    ) -> JobRow | None:
+        """Debounce: the job ``job_id``, while it waits (pending or scheduled), takes the
+        payload and the start (``delay`` / ``run_at``, on the backend's clock) of ``args``
+        and comes back; one ``replaced`` event names the statuses. None when it does not
+        wait (running, ended, gone): nothing changes. Atomic against a concurrent claim (a
+        job claimed meanwhile is not waiting any more). Pending after it: a wake-up."""
+
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         """A caller-owned transaction whose handle can be passed as ``connection=``."""
 

@@ -54,7 +54,9 @@ class EnqueueArgs:
     """Everything needed to insert one job. Relative times are resolved on the backend's clock.
 
     ``delay`` > 0 makes the job ``scheduled`` with ``scheduled_at = now() + delay``; otherwise it
-    is ``pending`` with ``scheduled_at = now()``. ``schedule_to_close`` is a relative deadline
+    is ``pending`` with ``scheduled_at = now()``. ``run_at`` (timezone-aware; not with
+    ``delay``) is the absolute form: after now, ``scheduled`` until then, else ``pending``
+    (``start_time``). ``schedule_to_close`` is a relative deadline
     from enqueue time (``jobs.schedule_to_close = now() + schedule_to_close``).
 
     ``unique_key`` without ``unique_for``: no second job with that key while one is waiting
@@ -80,6 +82,17 @@ class EnqueueArgs:
     job_id: UUID | None = None  # None: the backend assigns a UUIDv7
     unique_key: str | None = None
     unique_for: timedelta | None = None
+    run_at: datetime | None = None
+
+
+def start_time(args: EnqueueArgs, now: datetime) -> datetime | None:
+    """When a job of ``args`` inserted at ``now`` becomes due (its ``scheduled_at``, status
+    ``scheduled``), or None when it is due at once (``pending`` at ``now``)."""
+    if args.run_at is not None:
+        return args.run_at if args.run_at > now else None
+    if args.delay is not None and args.delay > timedelta(0):
+        return now + args.delay
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,14 +259,15 @@ class EventRow:
     ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
     operator retry; also the cancel escalation 1 -> 2, as running -> running),
     ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with
-    cancel_phase 1) and ``reclaim`` (the expired-lock sweep; detail has from_state, to_state,
-    reason='lock_expired' and worker_id).
+    cancel_phase 1), ``replaced`` (a waiting job took a new enqueue's payload and start:
+    ``on_conflict="replace"``) and ``reclaim`` (the expired-lock sweep; detail has from_state,
+    to_state, reason='lock_expired' and worker_id).
     """
 
     id: int
     job_id: UUID
     occurred_at: datetime
-    kind: str  # state_change | cancel_request | reclaim
+    kind: str  # state_change | cancel_request | replaced | reclaim
     from_status: JobStatus | None
     to_status: JobStatus | None
     worker_id: UUID | None

@@ -7,6 +7,17 @@
 -- in id order, so concurrent bulk writers cannot deadlock.
 -- Time always comes from clock_timestamp() here, never from the application.
 
+-- fragment: job_as_text
+-- Every column of a job row `r` as a JobRow reads it, JSON as text (any connection's codecs).
+r.id, r.actor, r.queue, r.payload::text AS payload, r.status, r.priority, r.scheduled_at,
+       r.created_at, r.retry_kind, r.max_attempts, r.attempt, r.locked_by_worker,
+       r.lock_expires_at, r.claimed_at, r.started_at, r.finished_at, r.cancel_phase,
+       r.cancel_requested_at, r.cancel_reason, r.identity_key, r.fairness_key,
+       r.schedule_to_close, r.result::text AS result, r.result_ttl, r.result_expires_at,
+       r.error_class, r.error_message, r.error_traceback, r.metadata::text AS metadata,
+       r.trace_id, r.span_id, r.progress_seq, r.progress_state::text AS progress_state,
+       r.updated_at, r.unique_key, r.unique_until, r.unstarted_reclaims, r.uncounted_attempts
+
 -- name: enqueue
 -- One job, one row back; notes under the insert (kept short above it, so pg_stat_activity's
 -- 1 kB of the statement shows the INSERT).
@@ -32,19 +43,21 @@ inserted AS (
         metadata, trace_id, span_id, unique_key, unique_until
     )
     SELECT $1::uuid, $2::text, $3::text, $4::text::jsonb,
-           (CASE WHEN $6::interval > interval '0' THEN 'scheduled' ELSE 'pending' END)
-               ::{schema}.job_status,
+           (CASE WHEN s.start > k.now THEN 'scheduled' ELSE 'pending' END)::{schema}.job_status,
            $5::integer,
-           CASE WHEN $6::interval > interval '0' THEN k.now + $6::interval ELSE k.now END,
+           greatest(s.start, k.now),
            k.now, k.now, $7::text, $8::text, k.now + $9::interval, $10::text, $11::integer,
            $12::interval, $13::text::jsonb, $14::text, $15::text, u.key, u.until
     FROM clock k CROSS JOIN unique_key u
+    CROSS JOIN LATERAL (
+        SELECT coalesce($19::timestamptz, k.now + greatest($6::interval, interval '0')) AS start
+    ) s
     ON CONFLICT DO NOTHING
     RETURNING *
 ),
 -- JSON travels as text both ways ($4 payload, $13 metadata): any asyncpg connection works,
 -- whatever its jsonb codec. $6 delay, $9 schedule_to_close, $12 result_ttl, $18 unique_for:
--- intervals. $16 is the wake channel, notified only when the job is dispatchable now (the
+-- intervals; $19 run_at, the absolute start (timestamptz; the client never sends both). $16 is the wake channel, notified only when the job is dispatchable now (the
 -- NOTIFY is delivered when the transaction commits). $17 unique_key: stored as given
 -- without $18 (held while the job waits or runs); with $18, as unique.windowed_key writes
 -- it with the start of the window of now ($18 long, aligned on the Unix epoch), held until
@@ -75,19 +88,11 @@ holder AS (
       AND NOT EXISTS (SELECT 1 FROM inserted)
     LIMIT 1
 )
-SELECT i.id, i.actor, i.queue, i.payload::text AS payload, i.status, i.priority, i.scheduled_at,
-       i.created_at, i.retry_kind, i.max_attempts, i.attempt, i.locked_by_worker,
-       i.lock_expires_at, i.claimed_at, i.started_at, i.finished_at, i.cancel_phase,
-       i.cancel_requested_at,
-       i.cancel_reason, i.identity_key, i.fairness_key, i.schedule_to_close,
-       i.result::text AS result, i.result_ttl, i.result_expires_at, i.error_class,
-       i.error_message, i.error_traceback, i.metadata::text AS metadata, i.trace_id, i.span_id,
-       i.progress_seq, i.progress_state::text AS progress_state, i.updated_at, i.unique_key,
-       i.unique_until, i.unstarted_reclaims, i.uncounted_attempts, i.created,
+SELECT {fragment:job_as_text}, r.created,
        (SELECT count(*) FROM woken) AS woken,
        h.id AS holder_id, h.unique_until AS holder_until, k.now
 FROM clock k
-LEFT JOIN found i ON true
+LEFT JOIN found r ON true
 LEFT JOIN holder h ON true;
 
 -- name: copy_clock
@@ -99,6 +104,41 @@ SELECT clock_timestamp() AS now;
 -- Closes a bulk enqueue with a job dispatchable now: the one wake NOTIFY on channel $1 (COPY
 -- cannot notify by itself), delivered only if the COPY's transaction commits.
 SELECT pg_notify($1::text, '');
+
+-- name: replace_waiting_job
+-- Debounce (JobsClient.enqueue on_conflict="replace"): job $1, while waiting, takes the
+-- payload $2 and the start ($3 delay or $4 run_at, as the enqueue statement resolves them)
+-- of a new enqueue; one `replaced` event; the wake NOTIFY ($5) when it is pending after.
+-- A job claimed meanwhile fails the status test on its new version: no row.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+old AS (
+    SELECT j.id, j.status FROM {schema}.jobs j
+    WHERE j.id = $1::uuid AND j.status IN ('pending', 'scheduled')
+    FOR UPDATE
+),
+replaced AS (
+    UPDATE {schema}.jobs j
+    SET payload = $2::text::jsonb,
+        status = (CASE WHEN s.start > k.now THEN 'scheduled' ELSE 'pending' END)
+            ::{schema}.job_status,
+        scheduled_at = greatest(s.start, k.now), updated_at = k.now
+    FROM old o, clock k, LATERAL (
+        SELECT coalesce($4::timestamptz, k.now + greatest($3::interval, interval '0')) AS start
+    ) s
+    WHERE j.id = o.id
+    RETURNING j.*, o.status AS from_status
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status)
+    SELECT r.id, 'replaced', r.from_status, r.status FROM replaced r
+),
+woken AS (
+    SELECT pg_notify($5::text, '') FROM replaced WHERE status = 'pending'
+)
+SELECT {fragment:job_as_text}, (SELECT count(*) FROM woken) AS woken
+FROM replaced r;
 
 -- name: unique_holder
 -- Which job holds one of the unique keys $1 (as stored) now, with the clock for the retry
