@@ -231,9 +231,7 @@ class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods)
         resolving = any(mode != "raise" for mode in modes)
         if failure_policy is not None or finalizer is not None or batch_id is not None:
             if resolving:
-                raise ConfigError(
-                    "a tracked batch's children take on_conflict='raise' only"
-                )
+                raise ConfigError("a tracked batch's children take on_conflict='raise' only")
             return await self._enqueue_tracked_batch(
                 items,
                 failure_policy=failure_policy,
