@@ -152,6 +152,7 @@ def queue(record: asyncpg.Record) -> QueueRow:
         has_row=record["has_row"],
         counts=_status_counts(record["statuses"], record["counts"]),
         pause=_pause(record),
+        claimed=record["claimed"],
     )
 
 
@@ -199,6 +200,8 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
         running=record["running"],
         claimed=record["claimed"],
         oldest_pending_at=record["oldest_pending_at"],
+        oldest_claimed_at=record["oldest_claimed_at"],
+        oldest_due_scheduled_at=record["oldest_due_scheduled_at"],
         finished=_status_counts(record["finished_statuses"], record["finished_counts"]),
         finished_per_minute=per_minute,
     )
