@@ -13,6 +13,7 @@ from textual.binding import Binding
 
 from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
 from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.output import running_count
 from taskq_cli.tui.formatting import Palette, age, count, sparkline
 from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import QueueActivity
@@ -69,10 +70,7 @@ class QueuesTable(FittedTable):
             Text(queue.name),
             Text(count(queue.pending), justify="right"),
             Text(count(queue.scheduled), justify="right"),
-            Text(
-                count(queue.running) + (f" +{queue.claimed}" if queue.claimed else ""),
-                justify="right",
-            ),
+            Text(running_count(queue.running, queue.claimed, count), justify="right"),
             palette.text(count(failed), "bad" if failed else "", right=True),
             palette.text(sparkline(queue.finished_per_minute), "accent"),
             palette.waited(
