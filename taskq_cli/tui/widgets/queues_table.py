@@ -1,8 +1,9 @@
-"""The queues pane: per queue, what waits, what runs, what failed lately and how fast work
-finishes, with the settings that explain a standstill (max_concurrent, mode) and why it
-waits: "paused" for a paused queue, and for a queue whose pending work is old what holds
-it. On a narrow screen the least needed columns go (mode and the sparkline first); counts
-are never cut short."""
+"""The queues pane: per queue, what waits, what runs (running bodies, then ``+N claimed``),
+what failed lately and how fast work finishes, with the settings that explain a standstill
+(max_concurrent, mode) and why it waits: "paused" for a paused queue, and for a queue whose
+pending, claimed or due scheduled work is old what holds it (dashboard/queue_blockers.py).
+On a narrow screen the least needed columns go (mode and the sparkline first); counts are
+never cut short."""
 
 from __future__ import annotations
 
