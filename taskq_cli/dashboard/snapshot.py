@@ -61,8 +61,14 @@ class Snapshot:
         """The maintenance leader's worker, if one leads."""
         return next((w for w in self.workers if w.row.is_leader), None)
 
+    def claimed(self) -> int:
+        """Jobs claimed ahead of a free consumer across queues (apart from ``RUNNING``'s
+        total, which counts running bodies)."""
+        return sum(queue.claimed for queue in self.queues)
+
     def totals(self) -> dict[JobStatus, int]:
-        """Every status: exact counts for the active ones, terminal ones within the window."""
+        """Every status: exact counts for the active ones, terminal ones within the window
+        (``RUNNING``: running bodies; the claimed jobs are ``claimed()``)."""
         totals = dict.fromkeys(JobStatus, 0)
         for queue in self.queues:
             totals[JobStatus.PENDING] += queue.pending

@@ -385,6 +385,11 @@ class AdminPart(MemoryStore):
     def _queue_snapshot(self, name: str) -> QueueRow | None:
         """The queue as operators see it; None when it has neither jobs nor a row."""
         counts = Counter(job.status for job in self._jobs.values() if job.queue == name)
+        claimed = sum(
+            1
+            for job in self._jobs.values()
+            if job.queue == name and job.status is JobStatus.RUNNING and job.started_at is None
+        )
         row = self._queues.get(name)
         if row is None and not counts:
             return None
@@ -398,6 +403,7 @@ class AdminPart(MemoryStore):
             has_row=row is not None,
             counts=ordered,
             pause=self._queue_pauses.get(name) if settings.paused else None,
+            claimed=claimed,
         )
 
     async def list_queues(self) -> list[QueueRow]:

@@ -203,6 +203,8 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
         running=record["running"],
         claimed=record["claimed"],
         oldest_pending_at=record["oldest_pending_at"],
+        oldest_claimed_at=record["oldest_claimed_at"],
+        oldest_due_scheduled_at=record["oldest_due_scheduled_at"],
         finished=_status_counts(record["finished_statuses"], record["finished_counts"]),
         finished_per_minute=per_minute,
     )

@@ -229,8 +229,10 @@ class QueuePause:
 class QueueRow:
     """A queue as operators see it: its settings (defaults when no row) and job counts.
 
-    ``counts`` holds only the statuses that have jobs, in JobStatus order. ``pause`` is the
-    note of the pause in force (None when the queue runs, or was paused without one).
+    ``counts`` holds only the statuses that have jobs, in JobStatus order. ``claimed``: how
+    many of ``counts[RUNNING]`` are claimed ahead of a free consumer, their bodies not
+    started (the rest run). ``pause`` is the note of the pause in force (None when the queue
+    runs, or was paused without one).
     """
 
     name: str
@@ -240,9 +242,13 @@ class QueueRow:
     has_row: bool
     counts: dict[JobStatus, int]
     pause: QueuePause | None = None
+    claimed: int = 0
 
 
 RECENT_JOBS_MAX = 200
+# How many due scheduled jobs (oldest first) the dashboard reads to find each queue's
+# longest-due one: a bound on the read when no leader promotes a large backlog.
+DUE_SCHEDULED_SCAN = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +262,10 @@ class QueueActivity:
     inside the stats window (only statuses with jobs, in JobStatus order).
     ``finished_per_minute`` has one count of terminal jobs per minute, oldest first; the last
     covers the 60 seconds up to ``DashboardStats.now``. Settings default as in QueueRow.
+    ``oldest_claimed_at``: the ``claimed_at`` of the claimed job that has waited longest for
+    a consumer (None when none is claimed). ``oldest_due_scheduled_at``: the ``scheduled_at``
+    of the longest-due job still scheduled (None when none is due; only the promotion
+    sweep's backlog is read, up to ``DUE_SCHEDULED_SCAN`` jobs across queues, oldest first).
     """
 
     name: str
@@ -269,6 +279,8 @@ class QueueActivity:
     finished: dict[JobStatus, int]
     finished_per_minute: list[int]
     claimed: int = 0  # running in the database, claimed ahead of a consumer, not started
+    oldest_claimed_at: datetime | None = None
+    oldest_due_scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
