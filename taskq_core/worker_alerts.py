@@ -60,7 +60,7 @@ async def acknowledge_stale_worker(
         outcome = ack_outcome(worker, now, stale_after)
         if outcome != "acknowledged" or worker is None:
             return WorkerAck(outcome, worker)
-        if await backend.acknowledge_worker(worker.id, worker.last_seen_at, audit):
+        if await backend.mark_worker_acknowledged(worker.id, worker.last_seen_at, audit):
             after = [row for row in await backend.list_workers() if row.id == worker_id]
             return WorkerAck(outcome, after[0] if after else worker)
     return WorkerAck("running", worker)  # its row changed at every try: it is beating

@@ -67,7 +67,7 @@ async def test_a_stale_workers_silence_is_acknowledged_with_who_and_why(harness:
     assert row.acknowledged_at is None and row.acknowledged_by is None
 
     before = await harness.now()
-    assert await backend.acknowledge_worker(worker, row.last_seen_at, ALICE)
+    assert await backend.mark_worker_acknowledged(worker, row.last_seen_at, ALICE)
     after = await harness.now()
     acked = await only_row(harness)
     assert acked.acknowledged_by == "alice@ops-1" and acked.status == "running"
@@ -88,7 +88,7 @@ async def test_an_acknowledgement_lapses_when_the_worker_is_heard_from_again(
     await backend.register_worker(info(worker))
     await harness.travel(60)
     row = await only_row(harness)
-    assert await backend.acknowledge_worker(worker, row.last_seen_at, ALICE)
+    assert await backend.mark_worker_acknowledged(worker, row.last_seen_at, ALICE)
     await harness.travel(1)
     await backend.heartbeat(worker, timedelta(seconds=30))
     beat = await only_row(harness)
@@ -107,7 +107,7 @@ async def test_an_acknowledgement_is_fenced_by_the_last_seen_time_it_judged(
     judged = (await only_row(harness)).last_seen_at
     await harness.travel(1)
     await backend.heartbeat(worker, timedelta(seconds=30))  # heard from since the judgement
-    assert not await backend.acknowledge_worker(worker, judged, ALICE)
+    assert not await backend.mark_worker_acknowledged(worker, judged, ALICE)
     assert (await only_row(harness)).acknowledged_at is None
     assert await backend.list_operator_log(action="worker_ack") == []
 
@@ -118,8 +118,8 @@ async def test_a_stopped_or_unknown_worker_is_not_acknowledged(harness: Harness)
     await backend.register_worker(info(worker))
     row = await only_row(harness)
     await backend.mark_worker_exited(worker, None, "SIGKILL")
-    assert not await backend.acknowledge_worker(worker, row.last_seen_at, ALICE)
-    assert not await backend.acknowledge_worker(uuid4(), row.last_seen_at, ALICE)
+    assert not await backend.mark_worker_acknowledged(worker, row.last_seen_at, ALICE)
+    assert not await backend.mark_worker_acknowledged(uuid4(), row.last_seen_at, ALICE)
     assert await backend.list_operator_log(action="worker_ack") == []
 
 

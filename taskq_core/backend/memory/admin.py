@@ -271,7 +271,7 @@ class AdminPart(MemoryStore):
         worker.exit_code, worker.exit_signal = exit_code, exit_signal
         return True
 
-    async def acknowledge_worker(
+    async def mark_worker_acknowledged(
         self, worker_id: UUID, last_seen_at: datetime, audit: Audit
     ) -> bool:
         worker = self._workers.get(worker_id)

@@ -67,11 +67,11 @@ class RegistryPart(BackendCore):
         )
         return found is not None
 
-    async def acknowledge_worker(
+    async def mark_worker_acknowledged(
         self, worker_id: UUID, last_seen_at: datetime, audit: Audit
     ) -> bool:
         acknowledged = await self._pool.fetchval(
-            self._queries["acknowledge_worker"],
+            self._queries["mark_worker_acknowledged"],
             worker_id,
             last_seen_at,
             audit.by,

@@ -404,7 +404,7 @@ class AdminBackend(Protocol):
         ``exit_code`` or ``exit_signal``. False when there is no such row (it never
         registered, or was deleted)."""
 
-    async def acknowledge_worker(
+    async def mark_worker_acknowledged(
         self, worker_id: UUID, last_seen_at: datetime, audit: Audit
     ) -> bool:
         """An operator acknowledges the silence of a worker last seen at ``last_seen_at``:

@@ -201,7 +201,7 @@ SET status = 'stopped', stopped_at = COALESCE(stopped_at, clock_timestamp()),
 WHERE id = $1::uuid
 RETURNING id;
 
--- name: acknowledge_worker
+-- name: mark_worker_acknowledged
 -- An operator ($3, why $4, detail $5) acknowledges the silence of worker $1 last seen at $2:
 -- only while it is running and still last seen then; the operator log entry commits with it.
 WITH k AS (
