@@ -25,7 +25,7 @@ from taskq_core.backend.protocol import (
 
 # Not re-exported by the package.
 from taskq_core.backend.protocol.admin import QueuePause
-from taskq_core.liveness import WorkerState
+from taskq_core.liveness import WorkerState, silence_acknowledged
 from taskq_core.statemachine import JobStatus
 
 
@@ -35,6 +35,11 @@ class WorkerView:
 
     row: WorkerRow
     state: WorkerState
+
+    @property
+    def acknowledged(self) -> bool:
+        """A stale worker whose silence an operator acknowledged: it raises no alert."""
+        return self.state == "stale" and silence_acknowledged(self.row)
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,10 @@ def worker(record: asyncpg.Record) -> WorkerRow:
         is_leader=record["is_leader"],
         running_jobs=record["running_jobs"],
         claimed_jobs=record["claimed_jobs"],
+        exit_code=record["exit_code"],
+        exit_signal=record["exit_signal"],
+        acknowledged_at=record["acknowledged_at"],
+        acknowledged_by=record["acknowledged_by"],
     )
 
 

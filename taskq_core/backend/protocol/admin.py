@@ -144,7 +144,7 @@ class OperatorLogEntry:
 
     id: int
     occurred_at: datetime
-    action: str  # purge | actor_config_set | queue_update
+    action: str  # purge | actor_config_set | queue_update | worker_ack
     target: str | None  # the actor or queue changed; None for a purge
     by: str | None
     reason: str | None
@@ -195,6 +195,12 @@ class WorkerRow:
     is_leader: bool
     running_jobs: int  # jobs whose bodies run on it
     claimed_jobs: int = 0  # jobs it claimed ahead of a free consumer
+    # How its process ended, as the workgroup supervisor saw it (both None: nobody saw it).
+    exit_code: int | None = None
+    exit_signal: str | None = None  # "SIGKILL"
+    # An operator acknowledged its silence (see ``liveness.silence_acknowledged``).
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +407,24 @@ class AdminBackend(Protocol):
 
     async def list_workers(self) -> list[WorkerRow]:
         """Every worker row, most recently seen first."""
+
+    async def mark_worker_exited(
+        self, worker_id: UUID, exit_code: int | None, exit_signal: str | None
+    ) -> bool:
+        """Whoever saw the worker's process end (the workgroup supervisor) records how: the
+        row is stopped (``stopped_at`` now, unless the worker had marked itself stopped) with
+        ``exit_code`` or ``exit_signal``. False when there is no such row (it never
+        registered, or was deleted)."""
+
+    async def mark_worker_acknowledged(
+        self, worker_id: UUID, last_seen_at: datetime, audit: Audit
+    ) -> bool:
+        """An operator acknowledges the silence of a worker last seen at ``last_seen_at``:
+        ``acknowledged_at`` (now) and ``acknowledged_by`` (``audit.by``) are set, and an
+        operator log entry (action ``worker_ack``, target the worker id, detail
+        ``last_seen_at``) commits with them. Fenced like a worker write: nothing is written
+        (False) unless the row is still running and still last seen at ``last_seen_at`` (a
+        heartbeat since, or a stop, makes the caller's judgement of it stale)."""
 
     async def list_actor_configs(self) -> list[ActorConfigRow]:
         """Every actor_config row by name."""

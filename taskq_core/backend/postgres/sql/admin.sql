@@ -197,6 +197,35 @@ UPDATE {schema}.workers
 SET status = 'stopped', stopped_at = clock_timestamp()
 WHERE id = $1::uuid;
 
+-- name: mark_worker_exited
+-- The supervisor saw worker $1's process end: stopped (at once, or when the worker marked
+-- itself stopped) with exit status $2 or signal $3.
+UPDATE {schema}.workers
+SET status = 'stopped', stopped_at = COALESCE(stopped_at, clock_timestamp()),
+    exit_code = $2::integer, exit_signal = $3::text
+WHERE id = $1::uuid
+RETURNING id;
+
+-- name: mark_worker_acknowledged
+-- An operator ($3, why $4, detail $5) acknowledges the silence of worker $1 last seen at $2:
+-- only while it is running and still last seen then; the operator log entry commits with it.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+acked AS (
+    UPDATE {schema}.workers w
+    SET acknowledged_at = k.now, acknowledged_by = $3::text
+    FROM k
+    WHERE w.id = $1::uuid AND w.status = 'running' AND w.last_seen_at = $2::timestamptz
+    RETURNING w.id, k.now
+),
+logged AS (
+    INSERT INTO {schema}.operator_log (occurred_at, action, target, by_operator, reason, detail)
+    SELECT a.now, 'worker_ack', a.id::text, $3::text, $4::text, $5::text::jsonb
+    FROM acked a
+)
+SELECT count(*) AS acknowledged FROM acked;
+
 -- name: list_workers
 -- Every worker, most recently seen first, with leadership (from the leader row) and its
 -- running jobs counted (bodies running, and claimed ahead of a consumer).
