@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import annotated_types
 from pydantic.fields import FieldInfo
@@ -50,6 +51,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "force_update_actor_config",
             "workgroup_instance",
             "workgroup_queues",
+            "worker_id",
         ),
     ),
     (
@@ -243,7 +245,7 @@ def type_text(hint: Any, field: FieldInfo) -> str:
             return "one of " + ", ".join(f"`{choice}`" for choice in typing.get_args(base))
         if typing.get_origin(base) is list:
             return "comma-separated list"
-        names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+        names = {bool: "boolean", int: "integer", float: "number", str: "string", UUID: "UUID"}
         name = names[base]
     bounds = _bounds(field)
     return f"{name} {bounds}" if bounds else name

@@ -11,10 +11,23 @@ _SITUATION_LABELS = {"terminal": "finished", "archived": "archived", "running": 
 
 
 def verdict_label(explanation: Explanation) -> str:
-    """One word for the verdict: blocked, runnable, stuck, running, finished, archived."""
+    """One word for the verdict: blocked, runnable, stuck, claimed, running, finished,
+    archived (claimed: a worker holds the job, its body has not started)."""
     code = explanation.verdict.code
     if code == "runnable":
         return "runnable"
     if code == "worker_stale":
         return "stuck"
+    if explanation.situation == "running" and explanation.job.is_claimed:
+        return "claimed"
     return _SITUATION_LABELS.get(explanation.situation, "blocked")
+
+
+def job_state(explanation: Explanation) -> str:
+    """What the job is, for the headline: ``claimed by worker W, waiting for a free
+    consumer`` for a claimed job, else its status (``succeeded (archived)``)."""
+    job = explanation.job
+    if explanation.situation == "running" and job.is_claimed:
+        return f"claimed by worker {job.locked_by_worker}, waiting for a free consumer"
+    archived = " (archived)" if explanation.situation == "archived" else ""
+    return job.status.value + archived

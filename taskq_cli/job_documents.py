@@ -28,8 +28,8 @@ def job_summary(job: JobSummary) -> dict[str, Any]:
     return {
         **row_fields(
             job,
-            "id actor queue status priority attempt attempts_used max_attempts retry_kind "
-            "created_at scheduled_at",
+            "id actor queue status priority attempt attempts_used attempts_spent max_attempts "
+            "attempt_budget retry_kind created_at scheduled_at",
         ),
         "claimed": job.is_claimed,
         **row_fields(

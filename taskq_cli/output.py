@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -346,6 +346,18 @@ def status_cell(status: str) -> Text:
     return styled(status, STATUS_STYLES.get(status, ""))
 
 
+# One vocabulary for a job's life, in every view (CLI, taskq top, web UI): a job whose
+# status is running but whose body has not started is "claimed" (a worker prefetched it and
+# it waits for a free consumer); "running" means its body runs. Counts show the running
+# bodies, then the claimed ones as "+N claimed"; attempts show the retry budget spent, a
+# claim that has not started its body spending none (JobSummary.attempts_spent).
+
+
+def running_count(running: int, claimed: int, number: Callable[[int], str] = str) -> str:
+    """Running bodies, plus the jobs claimed ahead of a free consumer: ``2 +1 claimed``."""
+    return f"{number(running)} +{number(claimed)} claimed" if claimed else number(running)
+
+
 def worker_load(running: int, claimed: int, concurrency: int) -> str:
     """``running/concurrency``, plus the jobs claimed ahead of a free consumer."""
     load = f"{running}/{concurrency}"
@@ -358,11 +370,28 @@ def shown_status(job: JobSummary) -> str:
     return "claimed" if job.is_claimed else job.status.value
 
 
+def status_line(job: JobSummary) -> str:
+    """The status a job's page shows, a claimed job's in words."""
+    if job.is_claimed:
+        return "claimed: waiting for a free consumer, its body has not started (status running)"
+    return job.status.value
+
+
+def attempt_cell(job: JobSummary) -> str:
+    """``spent/budget``: the attempt in progress of a running job, the attempts used so far
+    of a waiting or claimed one."""
+    return f"{job.attempts_spent}/{job.attempt_budget}"
+
+
 def attempt_summary(job: JobSummary) -> str:
-    """The attempt in words: the last body's number, and the retry budget used of its
+    """The attempt in words: the last claim's number, and the retry budget spent of its
     size (numbers count every claim; only some use the budget: docs/reliability.md)."""
-    used = f"{job.attempts_used} of {job.attempt_budget} used ({job.retry_kind})"
-    return used if job.attempt == 0 else f"#{job.attempt}, {used}"
+    used = f"{job.attempts_spent} of {job.attempt_budget} used ({job.retry_kind})"
+    if job.attempt == 0:
+        return used
+    if job.is_claimed:
+        return f"#{job.attempt} claimed, its body not started; {used}"
+    return f"#{job.attempt}, {used}"
 
 
 def job_rows(jobs: Iterable[JobSummary], reference: datetime | None = None) -> list[list[Any]]:
@@ -373,7 +402,7 @@ def job_rows(jobs: Iterable[JobSummary], reference: datetime | None = None) -> l
             job.actor,
             job.queue,
             status_cell(shown_status(job)),
-            f"{job.attempts_used}/{job.attempt_budget}",
+            attempt_cell(job),
             age(job.created_at, reference),
             error_text(job.error_class, job.error_message),
         ]

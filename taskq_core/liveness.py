@@ -6,6 +6,8 @@ TASKQ_HEARTBEAT_INTERVAL and isolates itself after TASKQ_MAX_HEARTBEAT_FAILURES 
 beats, so a row silent for longer belongs to a worker that is gone. ``jobs explain``,
 ``workers list``, ``taskq top`` and the leader's stranded-queue check all judge through here.
 The workgroup supervisor's restart decision (supervisor/policy.py) is a separate rule.
+A stale worker raises an alert until an operator acknowledges its silence or the
+stale-worker cleanup deletes its row (``raises_stale_alert``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ def worker_state(worker: WorkerRow, now: datetime, stale_after: timedelta) -> Wo
     if not heard_from(worker.last_seen_at, now, stale_after):
         return "stale"
     return "running"
+
+
+def silence_acknowledged(worker: WorkerRow) -> bool:
+    """Whether an operator acknowledged the worker's current silence: an acknowledgement
+    covers the silence it saw, so it lapses once the worker is heard from after it."""
+    return worker.acknowledged_at is not None and worker.last_seen_at <= worker.acknowledged_at
+
+
+def raises_stale_alert(worker: WorkerRow, now: datetime, stale_after: timedelta) -> bool:
+    """A stale worker whose silence no operator has acknowledged: what the dashboards warn
+    of. A stopped worker (the supervisor saw its process end) raises none, nor does a row
+    the stale-worker cleanup has deleted."""
+    return worker_state(worker, now, stale_after) == "stale" and not silence_acknowledged(worker)
 
 
 def worker_is_alive(worker: WorkerRow, now: datetime, stale_after: timedelta) -> bool:

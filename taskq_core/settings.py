@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal, Self
+from uuid import UUID
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -171,8 +172,7 @@ class TaskqSettings(BaseSettings):
 
     # Leader cadences
     sweep_interval: Seconds = Field(default=30.0, gt=0)
-    """How often the leader reclaims expired leases, fails missed deadlines and expires
-    results."""
+    """How often the leader reclaims expired leases, fails missed deadlines and expires results."""
     scheduled_wake_interval: Seconds = Field(default=1.0, gt=0)
     """How often the leader turns due scheduled jobs into pending ones."""
     jobs_vacuum_enabled: bool = True
@@ -214,8 +214,7 @@ class TaskqSettings(BaseSettings):
     notify_health_check_interval: Seconds = Field(default=5.0, gt=0)
     """How often the LISTEN connection is probed."""
     notify_reconnect_backoff_initial: Seconds = Field(default=1.0, gt=0)
-    """First wait before reconnecting a lost LISTEN connection (doubles per attempt, at most
-    30s)."""
+    """First wait before reconnecting a lost LISTEN connection (doubling, at most 30s)."""
 
     # Worker identity
     queues: Annotated[list[str], NoDecode] = [DEFAULT_QUEUE]
@@ -226,9 +225,11 @@ class TaskqSettings(BaseSettings):
     """Set by ``taskq workgroup start`` for its children: the supervisor they belong to (a
     child also exits when its supervisor is gone)."""
     workgroup_queues: Annotated[list[str] | None, NoDecode] = None
-    """Set by ``taskq workgroup start`` for its children: every queue the group consumes,
-    comma-separated, so a child warns of actors on queues no worker consumes only when the
-    whole group leaves them unconsumed (``actors_on_unconsumed_queues``)."""
+    """Set by ``taskq workgroup start`` for its children: every queue the group consumes, so a
+    child warns of actors on unconsumed queues only when the whole group leaves them so."""
+    worker_id: UUID | None = None
+    """Set by ``taskq workgroup start`` for each child: the id its ``workers`` row has (the
+    supervisor marks that row stopped with the exit it sees); unset: a new UUIDv7."""
 
     # Observability
     otel_enabled: bool = True
@@ -286,8 +287,7 @@ class TaskqSettings(BaseSettings):
     """Retention of abandoned and crashed jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when
     that is set)."""
     archive_retention_period: Duration = timedelta(days=365)
-    """How long an archived job is kept (its ``expire_at``) before the archive expiry
-    deletes it."""
+    """How long an archived job is kept (its ``expire_at``) before the archive expiry deletes it."""
     archive_expiry_schedule_utc: str = "04:00"
     """Daily time (HH:MM, UTC) of the archive expiry; ignored when
     TASKQ_ARCHIVE_EXPIRY_CRON_EXPR is set."""

@@ -20,7 +20,7 @@ from taskq_cli.batch_progress import read_job_batch
 from taskq_cli.commands import jobs_repair, reclaims
 from taskq_cli.dashboard.snapshot import JobDetail
 from taskq_cli.database import open_backend, with_backend
-from taskq_cli.explain_verdict import verdict_label
+from taskq_cli.explain_verdict import job_state, verdict_label
 from taskq_cli.job_documents import job_detail_document, job_summary
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
 from taskq_cli.job_progress import progress_line, reported_at
@@ -313,9 +313,7 @@ def _event_detail(event: EventRow) -> str | None:
 def _status_line(job: JobRow, archived: ArchivedJob | None) -> str:
     if archived is not None:
         return f"{job.status.value} (archived)"
-    if job.is_claimed:
-        return "running (claimed, its body has not started)"
-    return job.status.value
+    return output.status_line(job)
 
 
 def _unique_fields(job: JobRow) -> list[tuple[str, Any]]:
@@ -390,8 +388,9 @@ def _mark(applies: bool) -> Text:
 def _render_explanation(explanation: Explanation) -> None:
     job = explanation.job
     verdict = explanation.verdict
-    status = job.status.value + (" (archived)" if explanation.situation == "archived" else "")
-    output.info(f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {status}")
+    output.info(
+        f"job {job.id} (actor {job.actor!r}, queue {job.queue!r}) is {job_state(explanation)}"
+    )
     if explanation.origin is not None:
         output.info(explanation.origin)
     output.info(f"{verdict_label(explanation)}: {verdict.message}")

@@ -33,7 +33,8 @@ def _modes() -> list[str]:
 
 
 def queue_document(row: QueueRow) -> dict[str, Any]:
-    """A queue for ``--json``: settings plus a count for every status (zeros included)."""
+    """A queue for ``--json``: settings plus a count for every status (zeros included);
+    ``claimed``: how many of ``counts.running`` are claimed ahead of a free consumer."""
     counts = {status.value: row.counts.get(status, 0) for status in JobStatus}
     return {
         "name": row.name,
@@ -45,6 +46,7 @@ def queue_document(row: QueueRow) -> dict[str, Any]:
         "pause_reason": None if row.pause is None else row.pause.reason,
         "has_row": row.has_row,
         "counts": counts,
+        "claimed": row.claimed,
         "total": sum(counts.values()),
     }
 
@@ -104,12 +106,20 @@ def list_queues(
                 row.mode,
                 row.max_concurrent,
                 _paused_cell(row),
-                *(row.counts.get(status, 0) for status in JobStatus),
+                *(_count_cell(row, status) for status in JobStatus),
             )
             for row in rows
         ],
         empty="no queues yet: a queue appears with its first job or setting",
     )
+
+
+def _count_cell(row: QueueRow, status: JobStatus) -> Any:
+    """A status's count; running as every view shows it (bodies running, ``+N claimed``)."""
+    count = row.counts.get(status, 0)
+    if status is JobStatus.RUNNING:
+        return output.running_count(count - row.claimed, row.claimed)
+    return count
 
 
 def _queue_columns() -> list[output.Column]:

@@ -7,6 +7,11 @@ consumes it, its ``max_concurrent`` is full, every live consumer is at full conc
 These are the queue-wide checks of ``jobs explain``, judged with the same liveness rule;
 when none applies the blocker is per job (actor not registered, actor cap, identity key,
 fairness turn) and ``e`` on one of its jobs says which.
+
+Work that is not pending can wait too: a job claimed long ago whose worker's consumers are
+all busy (prefetched behind long bodies: ``jobs explain`` says "claimed by worker W,
+waiting for a free consumer"), and a scheduled job long due that no live maintenance leader
+promotes.
 """
 
 from __future__ import annotations
@@ -24,13 +29,61 @@ OLD_PENDING = timedelta(minutes=1)
 
 
 def queue_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
-    """A few words on why the queue's pending work waits; empty when nothing waits long
-    (a paused queue always says so: nothing of it will run)."""
+    """A few words on why the queue's work waits; empty when nothing waits long (a paused
+    queue always says so: nothing of it will run). Pending work first, then claimed jobs,
+    then due scheduled ones."""
     if queue.paused:
         return pause_text(snapshot.pauses.get(queue.name), snapshot.now)
-    oldest = queue.oldest_pending_at
-    if oldest is None or snapshot.now - oldest < OLD_PENDING:
+    if _waited_long(queue.oldest_pending_at, snapshot.now):
+        return _pending_blocker(queue, snapshot)
+    if _waited_long(queue.oldest_claimed_at, snapshot.now):
+        prefetched = _prefetch_blocker(queue, snapshot)
+        if prefetched:
+            return prefetched
+    if _waited_long(queue.oldest_due_scheduled_at, snapshot.now):
+        return _promotion_blocker(snapshot)
+    return ""
+
+
+def _waited_long(since: datetime | None, now: datetime) -> bool:
+    return since is not None and now - since >= OLD_PENDING
+
+
+def _prefetch_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
+    """``claimed behind busy consumers on web-1 (2/2 +1 claimed)``: live workers of the
+    queue that hold claimed jobs while every consumer of theirs runs a body."""
+    busy = [
+        view.row
+        for view in snapshot.workers
+        if view.state == "running"
+        and queue.name in view.row.queues
+        and view.row.claimed_jobs
+        and view.row.running_jobs >= view.row.concurrency
+    ]
+    if not busy:
         return ""
+    named = ", ".join(
+        f"{row.label or f'{row.hostname}:{row.pid}'} "
+        f"({output.worker_load(row.running_jobs, row.claimed_jobs, row.concurrency)})"
+        for row in busy[:2]
+    )
+    more = f" and {len(busy) - 2} more" if len(busy) > 2 else ""
+    return f"claimed behind busy consumers on {named}{more}"
+
+
+def _promotion_blocker(snapshot: Snapshot) -> str:
+    """A due scheduled job waits for the leader's promotion: say so when no live leader
+    runs it (with one, the promotion is only late)."""
+    leader = snapshot.leader
+    if leader is None:
+        return "scheduled jobs overdue: no leader to promote them"
+    if leader.state != "running":
+        return f"scheduled jobs overdue: the leader is {leader.state}"
+    return "scheduled jobs overdue: the leader has not promoted them"
+
+
+def _pending_blocker(queue: QueueActivity, snapshot: Snapshot) -> str:
+    """Why pending work that waited long does not start."""
     consumers = [
         view.row
         for view in snapshot.workers

@@ -25,7 +25,7 @@ from taskq_core.backend.protocol import (
 
 # Not re-exported by the package.
 from taskq_core.backend.protocol.admin import QueuePause
-from taskq_core.liveness import WorkerState
+from taskq_core.liveness import WorkerState, silence_acknowledged
 from taskq_core.statemachine import JobStatus
 
 
@@ -35,6 +35,11 @@ class WorkerView:
 
     row: WorkerRow
     state: WorkerState
+
+    @property
+    def acknowledged(self) -> bool:
+        """A stale worker whose silence an operator acknowledged: it raises no alert."""
+        return self.state == "stale" and silence_acknowledged(self.row)
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,14 @@ class Snapshot:
         """The maintenance leader's worker, if one leads."""
         return next((w for w in self.workers if w.row.is_leader), None)
 
+    def claimed(self) -> int:
+        """Jobs claimed ahead of a free consumer across queues (apart from ``RUNNING``'s
+        total, which counts running bodies)."""
+        return sum(queue.claimed for queue in self.queues)
+
     def totals(self) -> dict[JobStatus, int]:
-        """Every status: exact counts for the active ones, terminal ones within the window."""
+        """Every status: exact counts for the active ones, terminal ones within the window
+        (``RUNNING``: running bodies; the claimed jobs are ``claimed()``)."""
         totals = dict.fromkeys(JobStatus, 0)
         for queue in self.queues:
             totals[JobStatus.PENDING] += queue.pending

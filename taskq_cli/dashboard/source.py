@@ -1,7 +1,7 @@
 """The dashboard's read model: where what ``taskq top`` and the web UI show comes from.
 
 TopApp never touches a Backend: it asks a ``DashboardSource`` for a ``Snapshot`` (one per
-refresh), a ``JobDetail`` (the detail screen) and the three operator actions. The admin web UI
+refresh), a ``JobDetail`` (the detail screen) and the operator actions. The admin web UI
 reads through the same source, and also pages through jobs (``search_jobs``, the keyset read
 of ``taskq jobs list``), names a job by a piece of its id, and lists and shows batches.
 ``BackendSource`` implements the protocol over any Backend with the protocol's index-backed
@@ -40,10 +40,11 @@ from taskq_core.backend.protocol import (
 )
 
 # Not re-exported by the package.
-from taskq_core.backend.protocol.admin import JobPage, JobQuery, QueuePause
+from taskq_core.backend.protocol.admin import Audit, JobPage, JobQuery, QueuePause
 from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.liveness import WorkerState, worker_state
+from taskq_core.worker_alerts import WorkerAck, acknowledge_stale_worker
 
 _STATE_ORDER: dict[WorkerState, int] = {"running": 0, "stale": 1, "stopped": 2}
 
@@ -92,6 +93,10 @@ class DashboardSource(Protocol):
 
     async def explain(self, job_id: UUID) -> Explanation:
         """The ``taskq jobs explain`` answer for one job (JobNotFoundError when gone)."""
+
+    async def acknowledge_worker(self, worker_id: UUID, now: datetime) -> WorkerAck:
+        """Acknowledge a stale worker's silence as judged at ``now`` (a snapshot's), recorded
+        with who (the operator) in the operator log (``taskq workers ack``)."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +320,13 @@ class BackendSource:
     async def explain(self, job_id: UUID) -> Explanation:
         """``explain_job`` with the workers' liveness and reclaim settings."""
         return await explain_job(self.backend, job_id, self.settings.explain)
+
+    async def acknowledge_worker(self, worker_id: UUID, now: datetime) -> WorkerAck:
+        """``acknowledge_stale_worker`` with the dashboards' liveness threshold."""
+        by = Audit(by=self.settings.operator or operator_id())
+        return await acknowledge_stale_worker(
+            self.backend, worker_id, now, self.settings.stale_after, by
+        )
 
 
 def _value(result: T | BaseException) -> T:

@@ -116,7 +116,7 @@ class TopApp(App[None]):
         self.summary = SummaryHeader(source.database, source.schema, id="summary")
         self.banner = ConnectionBanner(id="banner")
         self.queues_table = QueuesTable(id="queues-table")
-        self.workers_table = WorkersTable(id="workers-table")
+        self.workers_table = WorkersTable(source, timeout, id="workers-table")
         self.limits_table = LimitsTable(id="limits-table")
         self.batches_table = BatchesTable(id="batches-table")
         self.jobs_pane = JobsPane(id="jobs-pane")

@@ -4,7 +4,8 @@
   workers' jobs are not reclaimed);
 - a stranded queue: jobs pending and no live worker consumes the queue (the leader's
   stranded-queue check, judged with the same liveness rule as ``taskq top``);
-- a stale worker: silent past the threshold, maybe holding jobs until they are reclaimed;
+- a stale worker: silent past the threshold, maybe holding jobs until they are reclaimed
+  (until an operator acknowledges its silence, or the cleanup deletes its row);
 - a paused queue: who paused it, when and why;
 - a rate limit or reservation used up.
 """
@@ -83,7 +84,7 @@ def alerts(snapshot: Snapshot) -> list[Alert]:
             )
     threshold = output.age(snapshot.now - snapshot.stale_after, snapshot.now)
     for view in snapshot.workers:
-        if view.state == "stale":
+        if view.state == "stale" and not view.acknowledged:
             held = view.row.running_jobs + view.row.claimed_jobs
             fate = (
                 f"; its {held} jobs are reclaimed when their leases expire"

@@ -99,13 +99,14 @@ async def open_backend(
     )
 
 
-async def open_health_backend(dsn: str, schema: str) -> Backend:
-    """The supervisor's small backend for reading worker health. It takes the DSN and schema
-    of the workgroup's plan rather than settings: the supervisor loads no TASKQ_* settings."""
+async def open_health_backend(dsn: str, schema: str, *, min_size: int = 1) -> Backend:
+    """The supervisor's small backend for the ``workers`` table (worker health, children's
+    exits). It takes the DSN and schema of the workgroup's plan rather than settings: the
+    supervisor loads no TASKQ_* settings. ``min_size=0`` connects at first use only."""
     from taskq_core.backend.postgres.backend import PostgresBackend
 
     return await PostgresBackend.connect(
-        dsn, schema, min_size=1, max_size=HEALTH_POOL_SIZE, notify_hooks=_notify_telemetry()
+        dsn, schema, min_size=min_size, max_size=HEALTH_POOL_SIZE, notify_hooks=_notify_telemetry()
     )
 
 

@@ -24,7 +24,7 @@ from taskq_core.statemachine import RETRYABLE_STATUSES, JobStatus
 def terminal_check(c: JobFacts) -> Check:
     job = c.job
     finished = when(c.now, job.finished_at) if job.finished_at else "at an unknown time"
-    attempts = f"{job.attempts_used} of {job.max_attempts} attempt(s) used"
+    attempts = f"{job.attempts_used} of {job.attempt_budget} attempt(s) used"
     facts = _ended_facts(job, retryable=job.status in RETRYABLE_STATUSES)
     error = f"{job.error_class}: {job.error_message}" if job.error_class else None
     if job.status is JobStatus.SUCCEEDED:
@@ -114,21 +114,23 @@ def running_check(c: JobFacts) -> Check:
         "reclaim_at": reclaim_at,
         "worker_last_seen_at": worker.last_seen_at if worker else None,
         "cancel_requested_at": job.cancel_requested_at,
+        "claimed": job.is_claimed,
+        "attempts_spent": job.attempts_spent,
     }
     where = f"worker {job.locked_by_worker}"
     if worker is not None:
         where += f" ({worker.hostname} pid {worker.pid})"
     if worker is not None and c.is_live(worker):
-        if job.started_at is None:
+        if job.started_at is None:  # claimed: its body has not started
             since = when(c.now, job.claimed_at) if job.claimed_at else "an unknown time"
             message = (
                 f"it is claimed by {where} since {since}, waiting for a free consumer "
-                f"(prefetched; its body has not started), attempt #{job.attempt}"
+                f"(prefetched; its body has not started), as attempt #{job.attempt}"
             )
         else:
             since = when(c.now, job.started_at)
             message = f"it is running on {where} since {since}, attempt #{job.attempt}"
-        message += f" ({job.attempts_used} of {job.max_attempts} used)"
+        message += f" ({job.attempts_spent} of {job.attempt_budget} used)"
         if job.cancel_requested_at is not None:
             message += f"; a cancel was requested {ago(c.now, job.cancel_requested_at)}"
         return Check("running", True, message, facts)
@@ -141,7 +143,8 @@ def running_check(c: JobFacts) -> Check:
             f"last seen {ago(c.now, worker.last_seen_at)} (stale after "
             f"{format_duration(c.settings.worker_stale_after)})"
         )
-    message = f"it is running on {where} {seen}"
+    held = "claimed by" if job.is_claimed else "running on"
+    message = f"it is {held} {where} {seen}"
     if reclaim_at is None:
         message += "; it has no lease, so nothing reclaims it"
     elif reclaim_at > c.now:

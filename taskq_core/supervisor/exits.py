@@ -30,6 +30,7 @@ def exit_fields(slot: ChildSlot, code: int, pid: int | None, uptime: float) -> d
         "label": plan.label,
         "spec": plan.spec,
         "pid": pid,
+        "worker_id": None if slot.worker_id is None else str(slot.worker_id),
         "exit_code": code,
         "outcome": describe_exit(code),
         "signal": exit_signal(code),

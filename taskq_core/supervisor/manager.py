@@ -20,12 +20,14 @@ SIGHUP (a worker re-reads its settings). An operator's restart of a child is gra
 SIGTERM, SIGKILL after ``shutdown_timeout``, and a new child as soon as the old one is gone,
 without backoff and without counting towards the burst limit.
 
-Beside it: ``slots.py`` (a slot), ``health_check.py``, ``exits.py`` (a give-up, the group's
-exit code), ``reload.py``, ``wakeups.py`` (signals, the idle sleep). Everything that touches
-the outside world is injected: the child constructor (``spawn``; the real one is
-``children.PopenChild``, wired in by ``runtime.open_workgroup``), the clock, the health source
-(``workers`` rows) and the event sink (``status``), so tests replay exit and heartbeat
-histories with fakes and step ``run_once()`` by hand. ``run()`` only loops.
+Each process runs under a worker id the supervisor chose, and each exit reaped is written
+into that ``workers`` row (stopped, with the exit status or signal; ``exit_records.py``).
+Beside it: ``slots.py``, ``health_check.py``, ``exits.py`` (a give-up, the group's exit
+code), ``reload.py``, ``wakeups.py``. Everything that touches the outside world is injected:
+the child constructor (``spawn``; the real one is ``children.PopenChild``, wired in by
+``runtime.open_workgroup``), the clock, the health source and the exit writer (``workers``
+rows) and the event sink (``status``), so tests replay exit and heartbeat histories with
+fakes and step ``run_once()`` by hand. ``run()`` only loops.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from typing import Any
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import EXIT_ERROR
 from taskq_core.errors import ConfigError
-from taskq_core.supervisor.children import ChildFactory, ChildLaunch
+from taskq_core.supervisor.children import ChildFactory
+from taskq_core.supervisor.exit_records import ExitRecords, ExitWriter
 from taskq_core.supervisor.exits import exit_fields, give_up, group_code
 from taskq_core.supervisor.health_check import HealthSource, check_health, is_watched
 from taskq_core.supervisor.plan import WorkgroupPlan
@@ -51,7 +54,14 @@ from taskq_core.supervisor.policy import (
     is_final_exit,
 )
 from taskq_core.supervisor.reload import ReloadOutcome, check_reloadable
-from taskq_core.supervisor.slots import ChildSlot, ask_to_stop, child_status, kill
+from taskq_core.supervisor.slots import (
+    ChildSlot,
+    ask_to_stop,
+    child_status,
+    enforce_kill_deadlines,
+    kill,
+    next_launch,
+)
 from taskq_core.supervisor.status import (
     ChildState,
     ChildStatus,
@@ -80,6 +90,7 @@ class WorkgroupManager:
         base_env: Mapping[str, str] | None = None,
         output_dir: Path | None = None,
         read_plan: PlanReader | None = None,
+        record_exit: ExitWriter | None = None,
     ) -> None:
         self.plan = plan
         self._read_plan = read_plan
@@ -96,6 +107,7 @@ class WorkgroupManager:
         self._stop_deadline: float | None = None
         self._exit_code: int | None = None
         self._wake = Wakeup(self._clock)
+        self._exits = ExitRecords(record_exit, self._clock, self._emit)
 
     # -- public controls ----------------------------------------------------------------
 
@@ -291,10 +303,11 @@ class WorkgroupManager:
         if self.stopping:
             self._enforce_stop_deadline()
         else:
-            self._enforce_kill_deadlines()
+            enforce_kill_deadlines(self._slots, self._clock, self.plan.shutdown_timeout, self._emit)
             self._restart_due()
             await self._check_health()
             self._reap()
+        await self._exits.flush()
         self._exit_code = group_code(
             self._slots, stopping=self.stopping, until_idle=self.plan.until_idle, emit=self._emit
         )
@@ -304,7 +317,7 @@ class WorkgroupManager:
 
     def next_deadline(self) -> float | None:
         """The monotonic time of the next timed action (restart, health check, stop)."""
-        times: list[float] = []
+        times = self._exits.deadlines()
         if self._stop_deadline is not None:
             if any(s.process is not None and not s.hard_killed for s in self._slots):
                 times.append(self._stop_deadline)
@@ -322,12 +335,8 @@ class WorkgroupManager:
         self._emit_event(SupervisorEvent(name=name, level=level, fields=fields))
 
     def _spawn(self, slot: ChildSlot, now: float) -> None:
-        plan = slot.plan
-        output = self._output_dir / f"{plan.label}.log" if self._output_dir else None
-        launch = ChildLaunch(
-            label=plan.label, argv=plan.argv, env={**self._base_env, **plan.env}, output=output
-        )
-        previous_pid = slot.pid
+        plan, previous_pid = slot.plan, slot.pid
+        launch = next_launch(slot, self._base_env, self._output_dir)
         try:
             process = self._spawn_child(launch)
         except OSError as exc:
@@ -363,6 +372,7 @@ class WorkgroupManager:
             if code is not None:
                 pid = slot.process.pid
                 slot.process = None
+                self._exits.add(slot.plan.label, slot.worker_id, code)
                 self._after_exit(slot, code, pid=pid, now=self._clock.monotonic())
 
     def _after_exit(self, slot: ChildSlot, code: int, *, pid: int | None, now: float) -> None:
@@ -430,16 +440,6 @@ class WorkgroupManager:
             instance=self.plan.instance,
             emit=self._emit,
         )
-
-    def _enforce_kill_deadlines(self) -> None:
-        """SIGKILL a child asked to stop (restart, removal) that outlived the shutdown timeout."""
-        now = self._clock.monotonic()
-        for slot in self._slots:
-            due = slot.kill_at is not None and slot.kill_at <= now
-            if due and slot.process is not None and not slot.hard_killed:
-                slot.hard_killed = True
-                reason = "restart_timeout" if slot.restart_requested else "removed_timeout"
-                kill(slot, self._emit, "warning", reason, timeout=self.plan.shutdown_timeout)
 
     def _enforce_stop_deadline(self) -> None:
         assert self._stop_deadline is not None

@@ -2,8 +2,9 @@
 
 ``claim_runtime_dir`` locks the directory of the children's health sockets (fcntl) so two
 supervisors of one file never share it; ``open_workgroup`` claims it, brings the database up,
-opens the ``workers``-table health source, yields a manager that spawns ``PopenChild`` and
-serves the control socket (``control``) beside the health sockets while it runs.
+opens the ``workers`` table (health source, exit records), yields a manager that spawns
+``PopenChild`` and serves the control socket (``control``) beside the health sockets while it
+runs.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import fcntl
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
+from typing import Protocol
+from uuid import UUID
 
+from taskq_core.backend.protocol import WorkerRow
 from taskq_core.errors import ConfigError
 from taskq_core.supervisor.children import PopenChild
 from taskq_core.supervisor.control import serve_control
-from taskq_core.supervisor.health_check import HealthSource
 from taskq_core.supervisor.manager import PlanReader, WorkgroupManager
 from taskq_core.supervisor.plan import WorkgroupPlan
 from taskq_core.supervisor.status import EventSink, log_event
@@ -64,14 +67,29 @@ def claim_runtime_dir(path: Path) -> Iterator[Path]:
         lock.close()
 
 
+class WorkersTable(Protocol):
+    """What the supervisor reads and writes of the ``workers`` table."""
+
+    async def list_workers(self) -> list[WorkerRow]:
+        """Every worker row (the health source)."""
+
+    async def mark_worker_exited(
+        self, worker_id: UUID, exit_code: int | None, exit_signal: str | None
+    ) -> bool:
+        """A reaped child's end, into its row."""
+
+
 @contextlib.asynccontextmanager
-async def postgres_health_source(dsn: str, schema: str) -> AsyncIterator[HealthSource]:
-    """A health source reading the ``workers`` table through a small backend of its own."""
+async def postgres_workers_table(
+    dsn: str, schema: str, *, lazy: bool
+) -> AsyncIterator[WorkersTable]:
+    """The ``workers`` table through a small backend of its own. ``lazy``: it connects at its
+    first use (a group without health checks starts, as before, while the database is away)."""
     from taskq_core.backend.factory import open_health_backend
 
-    backend = await open_health_backend(dsn, schema)
+    backend = await open_health_backend(dsn, schema, min_size=0 if lazy else 1)
     try:
-        yield backend.list_workers
+        yield backend
     finally:
         await backend.close()
 
@@ -91,25 +109,20 @@ async def open_workgroup(
 
     Claims the runtime directory, makes sure the database is up before any child starts (an
     embedded server started by a child would live in that child's process group and die with
-    it), and opens the health source when some spec has health checks enabled. ``read_plan``
-    reads the file again for a reload (SIGHUP or ``taskq workgroup reload``).
+    it), and opens the ``workers`` table: the health source when some spec has health checks
+    enabled, and where each reaped child's exit is written. ``read_plan`` reads the file again
+    for a reload (SIGHUP or ``taskq workgroup reload``).
     """
-    from taskq_core.backend.factory import prepare_dsn
-    from taskq_core.embedded import is_embedded_dsn
-
     with claim_runtime_dir(plan.runtime_dir):
         if output_dir is not None:
             await asyncio.to_thread(output_dir.mkdir, parents=True, exist_ok=True)
-        async with contextlib.AsyncExitStack() as stack:
-            source: HealthSource | None = None
-            if any(child.health.enabled for child in plan.children):
-                source = await stack.enter_async_context(postgres_health_source(pg_dsn, schema))
-            elif is_embedded_dsn(pg_dsn):
-                await asyncio.to_thread(prepare_dsn, pg_dsn)
+        health = any(child.health.enabled for child in plan.children)
+        async with postgres_workers_table(pg_dsn, schema, lazy=not health) as workers:
             manager = WorkgroupManager(
                 plan,
                 spawn=PopenChild,
-                health_source=source,
+                health_source=workers.list_workers if health else None,
+                record_exit=workers.mark_worker_exited,
                 base_env=base_env,
                 output_dir=output_dir,
                 emit=emit,

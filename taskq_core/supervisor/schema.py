@@ -37,6 +37,7 @@ SUPERVISOR_OWNED_ENV = {
     "TASKQ_WORKGROUP_INSTANCE": "set by the supervisor to the group's UUIDv7",
     "TASKQ_WORKGROUP_QUEUES": "set by the supervisor to every queue the group consumes",
     "TASKQ_HEALTH_SOCKET_PATH": "set by the supervisor: each child gets its own socket",
+    "TASKQ_WORKER_ID": "set by the supervisor: each child process registers under a new id",
 }
 SPEC_KEY_ENV = {
     "TASKQ_QUEUES": "queues",

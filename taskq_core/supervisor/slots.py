@@ -1,19 +1,24 @@
 """One child slot of a workgroup (``api-1`` ...): its state, process and restart history.
 
 The manager owns the slots and moves them through their states; this module holds what a
-slot is and the few things done to one alone: its status for readers, a graceful stop
-(SIGTERM, then SIGCONT so a stopped child acts on it) and a SIGKILL with its event.
+slot is and the few things done to one alone: the launch of its next process (under a new
+worker id), its status for readers, a graceful stop (SIGTERM, then SIGCONT so a stopped child
+acts on it) and a SIGKILL with its event.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+from uuid import UUID
 
-from taskq_core.supervisor.children import ChildProcess
+from taskq_core.clock import Clock
+from taskq_core.ids import uuid7
+from taskq_core.supervisor.children import ChildLaunch, ChildProcess
 from taskq_core.supervisor.plan import ChildPlan
 from taskq_core.supervisor.policy import HeartbeatWatch, RestartHistory
 from taskq_core.supervisor.status import ChildState, ChildStatus
@@ -30,6 +35,7 @@ class ChildSlot:
     state: ChildState = ChildState.PENDING
     process: ChildProcess | None = None
     pid: int | None = None
+    worker_id: UUID | None = None  # the id the current (or last) process registers under
     started_at: float = 0.0
     spawned: bool = False
     restarts: int = 0
@@ -46,6 +52,18 @@ class ChildSlot:
     restart_requested: bool = False
     retiring: bool = False
     kill_at: float | None = None  # SIGKILL if the child asked to stop is still alive then
+
+
+def next_launch(
+    slot: ChildSlot, base_env: Mapping[str, str], output_dir: Path | None
+) -> ChildLaunch:
+    """The launch of the slot's next process, under a new worker id (``TASKQ_WORKER_ID``, the
+    id of its ``workers`` row) that the slot keeps: the row to mark when it exits."""
+    plan = slot.plan
+    slot.worker_id = uuid7()
+    env = {**base_env, **plan.env, "TASKQ_WORKER_ID": str(slot.worker_id)}
+    output = output_dir / f"{plan.label}.log" if output_dir else None
+    return ChildLaunch(label=plan.label, argv=plan.argv, env=env, output=output)
 
 
 def child_status(slot: ChildSlot, now: float) -> ChildStatus:
@@ -85,3 +103,16 @@ def kill(slot: ChildSlot, emit: Emit, level: str, reason: str, **fields: Any) ->
         **fields,
     )
     slot.process.signal(signal.SIGKILL)
+
+
+def enforce_kill_deadlines(
+    slots: list[ChildSlot], clock: Clock, timeout: float, emit: Emit
+) -> None:
+    """SIGKILL each child asked to stop (restart, removal) that outlived the shutdown timeout."""
+    now = clock.monotonic()
+    for slot in slots:
+        due = slot.kill_at is not None and slot.kill_at <= now
+        if due and slot.process is not None and not slot.hard_killed:
+            slot.hard_killed = True
+            reason = "restart_timeout" if slot.restart_requested else "removed_timeout"
+            kill(slot, emit, "warning", reason, timeout=timeout)

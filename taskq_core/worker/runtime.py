@@ -87,7 +87,7 @@ class Worker:
         # The event loop's stall sensor, when the loop was built with it (``run_worker``);
         # otherwise the heartbeat notices stalls by its own late wakes.
         self.stall_sensor = stall_sensor
-        self.worker_id = uuid7()
+        self.worker_id = settings.worker_id or uuid7()  # a workgroup child's is its supervisor's
         self.log = get_logger("worker").bind(worker_id=str(self.worker_id))
         self.deps: WorkerDeps | None = None
         self.shutdown: ShutdownOrchestrator | None = None

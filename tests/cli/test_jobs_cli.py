@@ -8,6 +8,7 @@ from uuid import uuid4
 
 import pytest
 
+from taskq_core.backend.protocol import Start
 from taskq_core.statemachine import JobStatus
 from tests.cli.conftest import Db, one_error_line, parse_json
 from tests.conftest import TASKQ_BIN, CliResult, PgTarget
@@ -24,7 +25,9 @@ SUMMARY_FIELDS = {
     "priority",
     "attempt",
     "attempts_used",
+    "attempts_spent",
     "max_attempts",
+    "attempt_budget",
     "retry_kind",
     "created_at",
     "scheduled_at",
@@ -55,13 +58,23 @@ def test_a_claimed_job_is_listed_as_claimed_until_its_body_starts(cli: Cli, db: 
     [row] = db.claim(worker, queue="media")
     assert row.id == claimed.id and row.started_at is None
     listed = cli("jobs", "list")
-    assert listed.stdout.splitlines()[1].split()[3] == "claimed"
+    assert listed.stdout.splitlines()[1].split()[3:5] == ["claimed", "0/3"]
     shown = cli("jobs", "show", str(claimed.id))
-    assert "running (claimed, its body has not started)" in shown.stdout
+    assert "claimed: waiting for a free consumer, its body has not started" in shown.stdout
+    assert "#1 claimed, its body not started; 0 of 3 used" in shown.stdout
     workers = cli("workers", "list")
     assert "0/4 +1 claimed" in workers.stdout, workers.stdout
+    queues = cli("queues", "list")
+    assert "0 +1 claimed" in queues.stdout, queues.stdout
     (row,) = parse_json(cli("jobs", "list", "--json"))["jobs"]
     assert row["status"] == "running" and row["claimed"] is True
+    assert (row["attempt"], row["attempts_used"], row["attempts_spent"]) == (1, 1, 0)
+    explained = cli("jobs", "explain", str(claimed.id)).stdout.splitlines()
+    assert explained[0].endswith(f"is claimed by worker {worker}, waiting for a free consumer")
+    assert explained[1].startswith("claimed: it is claimed by")
+    db.call(lambda b: b.mark_started_many(worker, [Start(claimed.id, 1)]))
+    assert cli("jobs", "list").stdout.splitlines()[1].split()[3:5] == ["running", "1/3"]
+    assert " is running" in cli("jobs", "explain", str(claimed.id)).stdout
 
 
 def test_list_shows_the_fields_an_operator_needs_first(cli: Cli, db: Db) -> None:

@@ -44,6 +44,7 @@ def test_list_json_has_settings_and_a_count_for_every_status(cli: Cli, db: Db) -
         "pause_reason": None,
         "has_row": False,
         "counts": {status.value: int(status is JobStatus.PENDING) for status in JobStatus},
+        "claimed": 0,
         "total": 1,
     }
 

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pytest
 
+from taskq_cli.operator import operator_id
 from tests.cli.conftest import Db, parse_json
 from tests.conftest import CliResult
 
@@ -71,6 +72,10 @@ def test_list_json_has_the_documented_fields(cli: Cli, db: Db) -> None:
         "running_jobs",
         "claimed_jobs",
         "version",
+        "exit_code",
+        "exit_signal",
+        "acknowledged_at",
+        "acknowledged_by",
     }
     assert (row["id"], row["label"], row["host"], row["pid"]) == (
         str(worker),
@@ -108,3 +113,69 @@ def test_alive_with_none_alive_says_how_many_are_not(cli: Cli, db: Db) -> None:
     result = cli("workers", "list", "--alive")
     assert result.exit_code == 0 and result.stdout == ""
     assert "no live workers (1 stopped or stale" in result.stderr
+
+
+# --- taskq workers ack ------------------------------------------------------------------------
+
+
+def _stale(db: Db, label: str = "old") -> str:
+    worker = db.register_worker(["media"], ["resize"], label=label)
+    db.sql(
+        "UPDATE {schema}.workers SET last_seen_at = last_seen_at - interval '10 minutes' "
+        "WHERE id = $1",
+        worker,
+    )
+    return str(worker)
+
+
+def test_ack_acknowledges_a_stale_workers_silence_with_who_and_why(cli: Cli, db: Db) -> None:
+    worker = _stale(db)
+    result = cli("workers", "ack", worker[:13], "--reason", "host decommissioned")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"acknowledged stale worker old (host-a:4242) {worker}")
+    assert "no alert unless it is heard from again" in result.stdout
+    [row] = parse_json(cli("workers", "list", "--json"))["workers"]
+    assert (row["state"], row["acknowledged_by"]) == ("stale", operator_id())
+    assert row["acknowledged_at"] is not None
+    [entry] = db.call(lambda b: b.list_operator_log(action="worker_ack"))
+    assert (entry.target, entry.by, entry.reason) == (worker, operator_id(), "host decommissioned")
+    listed = cli("workers", "list")
+    assert "stale, acked" in listed.stdout
+
+    again = cli("workers", "ack", worker)
+    assert again.exit_code == 0, again.stderr
+    assert f"already acknowledged by {operator_id()}" in again.stdout
+    assert len(db.call(lambda b: b.list_operator_log(action="worker_ack"))) == 1
+
+
+def test_ack_json_is_one_document_with_the_outcome_and_the_row(cli: Cli, db: Db) -> None:
+    worker = _stale(db)
+    document = parse_json(cli("workers", "ack", worker, "--json"))
+    assert document["outcome"] == "acknowledged"
+    assert document["worker"]["id"] == worker
+    assert document["worker"]["acknowledged_by"] == operator_id()
+
+
+def test_ack_refuses_a_running_worker_in_one_line(cli: Cli, db: Db) -> None:
+    worker = str(db.register_worker(["media"], ["resize"], label="web-1"))
+    result = cli("workers", "ack", worker)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"error: worker web-1 (host-a:4242) {worker} is running")
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert db.call(lambda b: b.list_operator_log(action="worker_ack")) == []
+
+
+def test_ack_of_a_stopped_worker_says_there_is_no_alert(cli: Cli, db: Db) -> None:
+    stopped = db.register_worker(["mail"], ["email"], label="gone")
+    db.call(lambda b: b.mark_worker_exited(stopped, None, "SIGKILL"))
+    result = cli("workers", "ack", str(stopped))
+    assert result.exit_code == 0, result.stderr
+    assert "is stopped: it raises no alert" in result.stdout
+    assert "stopped, SIGKILL" in cli("workers", "list").stdout
+
+
+def test_ack_of_an_unknown_id_is_an_error(cli: Cli, db: Db) -> None:
+    _stale(db)
+    for text in ("ffffffff-0000", ""):
+        result = cli("workers", "ack", text)
+        assert result.exit_code == 1 and result.stderr.startswith(f"error: no worker {text!r}")

@@ -74,6 +74,29 @@ async def test_claimed_jobs_are_counted_apart_from_running_ones(harness: Harness
     assert (activity.pending, activity.running, activity.claimed) == (1, 2, 1)
 
 
+async def test_the_longest_waiting_claim_and_due_scheduled_job_are_found(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    queue, other = new_queue(), new_queue()
+    await backend.enqueue_batch([args(queue=queue) for _ in range(2)])
+    worker = uuid4()
+    first = await backend.dispatch_batch(worker, [queue], 1, HOUR)
+    due = await backend.enqueue(args(queue=queue, delay=timedelta(seconds=5)))
+    await backend.enqueue(args(queue=queue, delay=HOUR))
+    await backend.enqueue(args(queue=other, delay=HOUR))
+    await harness.travel(20)
+    await backend.dispatch_batch(worker, [queue], 1, HOUR)
+    activity = await _activity(harness, queue)
+    assert activity.claimed == 2
+    assert activity.oldest_claimed_at == (await reload(backend, first[0].id)).claimed_at
+    assert activity.oldest_due_scheduled_at == (await reload(backend, due.id)).scheduled_at
+    assert (await _activity(harness, other)).oldest_due_scheduled_at is None
+    await backend.mark_started_many(worker, [Start(first[0].id, first[0].attempt)])
+    later = await _activity(harness, queue)
+    assert later.oldest_claimed_at is not None and later.oldest_claimed_at > first[0].claimed_at
+
+
 async def test_the_oldest_pending_job_is_found_across_priorities(harness: Harness) -> None:
     backend = harness.backend
     queue = new_queue()

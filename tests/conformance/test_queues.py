@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import uuid4
 
 import pytest
 
-from taskq_core.backend.protocol import QueueRow
+from taskq_core.backend.protocol import QueueRow, Start
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import args, wait_set
@@ -45,6 +46,19 @@ async def test_counts_list_only_statuses_with_jobs_in_enum_order(harness: Harnes
         (JobStatus.SCHEDULED, 1),
         (JobStatus.CANCELLED, 1),
     ]
+
+
+async def test_running_jobs_whose_bodies_have_not_started_are_counted_as_claimed(
+    harness: Harness,
+) -> None:
+    await harness.backend.enqueue_batch([args(queue="q") for _ in range(3)])
+    worker = uuid4()
+    claimed = await harness.backend.dispatch_batch(worker, ["q"], 2, timedelta(minutes=1))
+    await harness.backend.mark_started_many(worker, [Start(claimed[0].id, claimed[0].attempt)])
+    row = await harness.backend.get_queue("q")
+    assert row is not None
+    assert (row.counts, row.claimed) == ({JobStatus.PENDING: 1, JobStatus.RUNNING: 2}, 1)
+    assert await harness.backend.list_queues() == [row]
 
 
 async def test_a_queue_row_without_jobs_is_listed(harness: Harness) -> None:

@@ -287,6 +287,31 @@ async def test_a_child_killed_with_sigkill_is_replaced_by_a_new_pid(
     assert (await backend.get(row.id)).status is JobStatus.SUCCEEDED  # type: ignore[union-attr]
 
 
+async def test_a_sigkilled_childs_row_is_stopped_with_the_signal_by_its_supervisor(
+    backend: PostgresBackend, start_workgroup: Callable[..., Supervisor]
+) -> None:
+    supervisor = start_workgroup(toml('[[workers]]\nname = "main"\nqueues = ["default"]\n'))
+    killed = (await registered(backend, supervisor, {"main-1"}))["main-1"]
+    os.kill(killed.pid, signal.SIGKILL)
+
+    async def stopped() -> WorkerRow | None:
+        row = next((w for w in await backend.list_workers() if w.id == killed.id), None)
+        return row if row is not None and row.status == "stopped" else None
+
+    # Stopped at once by the supervisor, not left running until it ages into stale.
+    row = await poll_for(stopped, timeout=10, what="the killed row stopped", supervisor=supervisor)
+    assert (row.exit_signal, row.exit_code) == ("SIGKILL", None)
+    assert row.stopped_at is not None and row.stopped_at >= row.last_seen_at
+    [exited] = supervisor.named("child_exited", label="main-1")
+    assert exited["worker_id"] == str(killed.id)
+    # Its replacement registers under a new id, running.
+    fresh = (await registered(backend, supervisor, {"main-1"}))["main-1"]
+    assert fresh.id != killed.id and fresh.status == "running" and fresh.exit_signal is None
+    assert await stop(supervisor) == 0
+    rows = {w.id: w for w in await backend.list_workers()}
+    assert (rows[fresh.id].status, rows[fresh.id].exit_code) == ("stopped", 0)
+
+
 async def test_a_frozen_child_is_found_stale_by_last_seen_at_killed_and_restarted(
     backend: PostgresBackend, start_workgroup: Callable[..., Supervisor]
 ) -> None:

@@ -16,8 +16,8 @@ READS = {"get", "list", "count", "search", "poll", "has"}
 WRITES = {
     "acquire", "apply", "cancel", "close", "complete", "create", "delete", "dispatch", "end",
     "enqueue", "expire", "extend", "fail", "fire", "heartbeat", "mark", "move", "promote",
-    "prune", "purge", "reclaim", "record", "register", "release", "retry", "sweep", "sync",
-    "try", "update", "vacuum", "write",
+    "prune", "purge", "reclaim", "record", "register", "release", "replace", "retry", "sweep",
+    "sync", "try", "update", "vacuum", "write",
 }  # fmt: skip
 
 

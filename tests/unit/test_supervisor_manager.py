@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -110,6 +110,9 @@ class Harness:
         self.health_error: Exception | None = None
         self.spawn_error: OSError | None = None
         self.exits_on_sigterm = True
+        # The exits written into workers rows: (worker id, exit status, signal name).
+        self.recorded: list[tuple[UUID, int | None, str | None]] = []
+        self.record_error: Exception | None = None
         self.manager = WorkgroupManager(
             plan,
             spawn=self.spawn,
@@ -119,7 +122,14 @@ class Harness:
             hostname=HOST,
             base_env={"BASE": "1", "TASKQ_WORKER_LABEL": "inherited"},
             read_plan=read_plan,
+            record_exit=self.record_exit,
         )
+
+    async def record_exit(self, worker_id: UUID, code: int | None, signal: str | None) -> bool:
+        if self.record_error is not None:
+            raise self.record_error
+        self.recorded.append((worker_id, code, signal))
+        return True
 
     def spawn(self, launch: ChildLaunch) -> FakeChild:
         if self.spawn_error is not None:

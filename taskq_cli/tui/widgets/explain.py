@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from taskq_cli.explain_verdict import verdict_label
+from taskq_cli.explain_verdict import job_state, verdict_label
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_core.explain import Explanation
 
@@ -22,10 +22,9 @@ from taskq_core.explain import Explanation
 def render_explanation(explanation: Explanation) -> Text:
     """The job, the verdict, and (for a waiting job) every check in dispatch order."""
     job = explanation.job
-    status = job.status.value + (" (archived)" if explanation.situation == "archived" else "")
     text = Text()
     text.append(f"job {job.id}", style="bold")
-    text.append(f" (actor {job.actor!r}, queue {job.queue!r}) is {status}\n")
+    text.append(f" (actor {job.actor!r}, queue {job.queue!r}) is {job_state(explanation)}\n")
     if explanation.origin is not None:
         text.append(explanation.origin + "\n")
     text.append("\n")

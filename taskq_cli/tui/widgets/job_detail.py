@@ -28,7 +28,7 @@ from taskq_cli.batch_progress import JobBatch
 from taskq_cli.dashboard.snapshot import JobDetail
 from taskq_cli.job_progress import progress_line, reported_at
 from taskq_cli.json_preview import preview_json
-from taskq_cli.output import age, attempt_summary, to_jsonable
+from taskq_cli.output import age, attempt_summary, status_line, to_jsonable
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_cli.tui.messages import JobActionRequested
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
@@ -58,7 +58,7 @@ def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
         ("id", str(job.id)),
         ("actor", job.actor),
         ("queue", job.queue),
-        ("status", "running (claimed, not started)" if job.is_claimed else job.status.value),
+        ("status", status_line(job)),
         ("progress", progress_line(job, _ago(reported_at(job))) or "-"),
         ("attempt", attempt_summary(job)),
         ("priority", str(job.priority)),

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Input
 
 from taskq_cli.dashboard.filters import JobsFilter
 from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.output import attempt_cell
 from taskq_cli.terminal_rich import safe_text
 from taskq_cli.tui.formatting import Palette, age, short_id
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
@@ -96,7 +97,7 @@ class JobsTable(FittedTable):
             Text(job.actor),
             Text(job.queue),
             palette.status(job.status, claimed=job.is_claimed),
-            Text(f"{job.attempts_used}/{job.attempt_budget}", justify="right"),
+            Text(attempt_cell(job), justify="right"),
             Text(f"{age(activity_at(job), snapshot.now)} ago"),
             palette.text(error, "bad"),
         ]

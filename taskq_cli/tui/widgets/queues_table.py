@@ -1,8 +1,9 @@
-"""The queues pane: per queue, what waits, what runs, what failed lately and how fast work
-finishes, with the settings that explain a standstill (max_concurrent, mode) and why it
-waits: "paused" for a paused queue, and for a queue whose pending work is old what holds
-it. On a narrow screen the least needed columns go (mode and the sparkline first); counts
-are never cut short."""
+"""The queues pane: per queue, what waits, what runs (running bodies, then ``+N claimed``),
+what failed lately and how fast work finishes, with the settings that explain a standstill
+(max_concurrent, mode) and why it waits: "paused" for a paused queue, and for a queue whose
+pending, claimed or due scheduled work is old what holds it (dashboard/queue_blockers.py).
+On a narrow screen the least needed columns go (mode and the sparkline first); counts are
+never cut short."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from textual.binding import Binding
 
 from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
 from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.output import running_count
 from taskq_cli.tui.formatting import Palette, age, count, sparkline
 from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import QueueActivity
@@ -69,10 +71,7 @@ class QueuesTable(FittedTable):
             Text(queue.name),
             Text(count(queue.pending), justify="right"),
             Text(count(queue.scheduled), justify="right"),
-            Text(
-                count(queue.running) + (f" +{queue.claimed}" if queue.claimed else ""),
-                justify="right",
-            ),
+            Text(running_count(queue.running, queue.claimed, count), justify="right"),
             palette.text(count(failed), "bad" if failed else "", right=True),
             palette.text(sparkline(queue.finished_per_minute), "accent"),
             palette.waited(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from taskq_cli.dashboard.snapshot import Snapshot
+from taskq_cli.output import running_count
 from taskq_cli.tui.formatting import Palette, age, count, short_id, sparkline
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_core.durations import format_duration
@@ -80,7 +81,8 @@ class SummaryHeader(LiteralStatic):
             if index:
                 second.append("  ")
             second.append_text(palette.status(status))
-            second.append(f" {count(totals[status])}")
+            claimed = snapshot.claimed() if status is JobStatus.RUNNING else 0
+            second.append(f" {running_count(totals[status], claimed, count)}")
         second.append(_SEPARATOR)
         second.append(f"last {format_duration(snapshot.window)}: ", style="dim")
         for index, status in enumerate(_FINISHED):

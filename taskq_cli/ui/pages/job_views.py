@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from taskq_cli.batch_progress import BatchProgress, JobBatch
 from taskq_cli.dashboard.snapshot import JobDetail
-from taskq_cli.explain_verdict import verdict_label
+from taskq_cli.explain_verdict import job_state, verdict_label
 from taskq_cli.job_documents import (
     archived_document,
     attempt_document,
@@ -51,7 +51,8 @@ class JobLine(BaseModel):
     status: str
     claimed: bool
     attempt: int  # the last claim's number
-    attempts_used: int  # of the retry budget
+    attempts_used: int  # of the retry budget, a claim whose body has not started included
+    attempts_spent: int  # as every view shows it: that claim not counted
     max_attempts: int
     attempt_budget: int  # what the policy runs: 1 for a non_retryable job
     priority: int
@@ -74,7 +75,6 @@ class JobLine(BaseModel):
         return cls.model_validate(
             {
                 **job_summary(job),
-                "attempt_budget": job.attempt_budget,
                 "error": error,
                 "batch_id": batch_id_of(job.metadata),
             }
@@ -120,7 +120,8 @@ class JobView(BaseModel):
     status: str
     claimed: bool
     attempt: int  # the last claim's number
-    attempts_used: int  # of the retry budget
+    attempts_used: int  # of the retry budget, a claim whose body has not started included
+    attempts_spent: int  # as every view shows it: that claim not counted
     max_attempts: int
     attempt_budget: int  # what the policy runs: 1 for a non_retryable job
     retry_kind: str
@@ -157,7 +158,6 @@ class JobView(BaseModel):
         return cls.model_validate(
             {
                 **job_document(job),
-                "attempt_budget": job.attempt_budget,
                 "origin": job_origin(job),
                 "progress": ProgressView.of(job),
             }
@@ -207,11 +207,13 @@ class CheckView(BaseModel):
 
 
 class ExplanationView(BaseModel):
-    """The ``taskq jobs explain`` answer: the verdict in one word (blocked, runnable, stuck,
-    running, finished, archived) and words, and for a waiting job every check in
-    dispatch order."""
+    """The ``taskq jobs explain`` answer: what the job is (``state``: its status, or
+    ``claimed by worker W, waiting for a free consumer``), the verdict in one word (blocked,
+    runnable, stuck, claimed, running, finished, archived) and words, and for a waiting job
+    every check in dispatch order."""
 
     situation: str
+    state: str
     label: str
     code: str
     message: str
@@ -223,6 +225,7 @@ class ExplanationView(BaseModel):
         waiting = explanation.situation == "waiting"
         return cls(
             situation=explanation.situation,
+            state=job_state(explanation),
             label=verdict_label(explanation),
             code=verdict.code,
             message=verdict.message,

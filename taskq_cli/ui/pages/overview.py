@@ -53,6 +53,7 @@ class Overview(BaseModel):
     now: datetime
     window_seconds: float
     totals: dict[str, int]
+    claimed: int  # claimed ahead of a free consumer (totals' running counts running bodies)
     finished_per_minute: list[int]
     finished_last_minute: int
     finished_rate: float
@@ -70,6 +71,7 @@ class Overview(BaseModel):
             now=snapshot.now,
             window_seconds=snapshot.window.total_seconds(),
             totals={status.value: n for status, n in snapshot.totals().items()},
+            claimed=snapshot.claimed(),
             finished_per_minute=snapshot.finished_per_minute,
             finished_last_minute=snapshot.finished_last_minute,
             finished_rate=round(snapshot.finished_rate(RATE_MINUTES), 2),

@@ -1,21 +1,29 @@
 """``/workers``: who is alive, who went silent, who stopped lately, who leads and how busy
 each one is (taskq top's workers pane). Live workers first, then stale ones (silent past
 the threshold: isolated or dead, maybe holding jobs until they are reclaimed), then the
-ones stopped within the last hour. ``/api/workers`` is the JSON."""
+ones stopped within the last hour. ``/api/workers`` is the JSON.
+
+A stale worker's silence can be acknowledged (``POST /workers/{id}/ack``, the row's button;
+``POST /api/workers/{id}/ack``): its alert goes, recorded with the operator, until it is heard
+from again (``taskq workers ack``). Refused in read-only mode like every action."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
+from uuid import UUID
 
-from litestar import get
-from litestar.params import FromQuery
-from litestar.response import Template
+from litestar import Request, get, post
+from litestar.exceptions import ClientException, NotFoundException, PermissionDeniedException
+from litestar.params import FromPath, FromQuery
+from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
 from taskq_cli.dashboard.snapshot import Snapshot, WorkerView
 from taskq_cli.output import worker_load
 from taskq_cli.ui.config import Ui, UiDependency
-from taskq_cli.ui.render import page
+from taskq_cli.ui.render import back_to, is_htmx, page
+from taskq_core.worker_alerts import WorkerAckOutcome
 
 
 class WorkerItem(BaseModel):
@@ -39,6 +47,13 @@ class WorkerItem(BaseModel):
     started_at: datetime
     last_seen_at: datetime
     stopped_at: datetime | None
+    # How its process ended, as its workgroup supervisor saw it (both None: nobody saw it).
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    # A stale worker whose silence an operator acknowledged: it raises no alert.
+    acknowledged: bool = False
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
 
     @classmethod
     def of(cls, view: WorkerView) -> WorkerItem:
@@ -61,6 +76,11 @@ class WorkerItem(BaseModel):
             started_at=row.started_at,
             last_seen_at=row.last_seen_at,
             stopped_at=row.stopped_at,
+            exit_code=row.exit_code,
+            exit_signal=row.exit_signal,
+            acknowledged=view.acknowledged,
+            acknowledged_at=row.acknowledged_at,
+            acknowledged_by=row.acknowledged_by,
         )
 
 
@@ -105,4 +125,55 @@ async def workers_api(ui: UiDependency) -> WorkersView:
     return await read_workers(ui)
 
 
-HANDLERS = [workers_page, workers_api]
+class WorkerAckResult(BaseModel):
+    """What acknowledging did (``acknowledged``, or ``already_acknowledged`` kept as it was;
+    ``stopped``: it raises no alert) and the worker after."""
+
+    outcome: WorkerAckOutcome
+    worker: WorkerItem
+
+
+async def _acknowledge(ui: Ui, worker_id: UUID) -> WorkerAckOutcome:
+    """Acknowledge the worker's silence as judged at a fresh snapshot's time: 404 when it
+    has no row, 409 when it is running (nothing to acknowledge)."""
+    if ui.config.read_only:  # the security middleware refuses first; never act regardless
+        raise PermissionDeniedException("this admin UI is read-only (taskq ui serve --read-only)")
+    snapshot = await ui.snapshot()
+    done = await ui.source.acknowledge_worker(worker_id, snapshot.now)
+    if done.outcome == "not_found":
+        raise NotFoundException(f"no worker with id {worker_id}")
+    if done.outcome == "running":
+        raise ClientException(
+            f"worker {worker_id} is running: only a stale worker's alert can be acknowledged",
+            status_code=409,
+        )
+    return done.outcome
+
+
+@post("/workers/{worker_id:uuid}/ack", include_in_schema=False, status_code=200)
+async def ack_action(
+    ui: UiDependency, request: Request[Any, Any, Any], worker_id: FromPath[UUID]
+) -> Template | Redirect:
+    """Acknowledge a stale worker's silence: its alert goes until it is heard from again."""
+    await _acknowledge(ui, worker_id)
+    if is_htmx(request):
+        return page("workers", "live", view=await read_workers(ui))
+    return back_to("/workers")
+
+
+@post(
+    "/api/workers/{worker_id:uuid}/ack",
+    status_code=200,
+    raises=[NotFoundException, ClientException, PermissionDeniedException],
+)
+async def ack_api(ui: UiDependency, worker_id: FromPath[UUID]) -> WorkerAckResult:
+    """Acknowledge a stale worker's silence (404: no such worker; 409: it is running)."""
+    outcome = await _acknowledge(ui, worker_id)
+    view = await read_workers(ui)
+    shown = next((w for w in view.workers if w.id == str(worker_id)), None)
+    if shown is None:  # stopped more than an hour ago: the page no longer lists it
+        raise NotFoundException(f"worker {worker_id} is no longer listed")
+    return WorkerAckResult(outcome=outcome, worker=shown)
+
+
+HANDLERS = [workers_page, workers_api, ack_action, ack_api]

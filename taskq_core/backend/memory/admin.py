@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -40,6 +40,7 @@ from taskq_core.backend.protocol.admin import (
     QueuePause,
 )
 from taskq_core.backend.protocol.admin_rules import (
+    acknowledgement_detail,
     capacity_changes,
     filter_document,
     forced_end_error,
@@ -260,6 +261,28 @@ class AdminPart(MemoryStore):
         if worker is not None:
             worker.status, worker.stopped_at = "stopped", self._now()
 
+    async def mark_worker_exited(
+        self, worker_id: UUID, exit_code: int | None, exit_signal: str | None
+    ) -> bool:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.status, worker.stopped_at = "stopped", worker.stopped_at or self._now()
+        worker.exit_code, worker.exit_signal = exit_code, exit_signal
+        return True
+
+    async def mark_worker_acknowledged(
+        self, worker_id: UUID, last_seen_at: datetime, audit: Audit
+    ) -> bool:
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.status != "running" or worker.last_seen_at != last_seen_at:
+            return False
+        worker.acknowledged_at, worker.acknowledged_by = self._now(), audit.by
+        self._log_operator(
+            "worker_ack", str(worker_id), audit, acknowledgement_detail(last_seen_at)
+        )
+        return True
+
     async def list_workers(self) -> list[WorkerRow]:
         running: Counter[UUID | None] = Counter()
         claimed: Counter[UUID | None] = Counter()
@@ -281,6 +304,10 @@ class AdminPart(MemoryStore):
                 is_leader=w.info.id == leader_id,
                 running_jobs=running[w.info.id],
                 claimed_jobs=claimed[w.info.id],
+                exit_code=w.exit_code,
+                exit_signal=w.exit_signal,
+                acknowledged_at=w.acknowledged_at,
+                acknowledged_by=w.acknowledged_by,
                 queues=list(w.info.queues),
                 actors=list(w.info.actors),
             )
@@ -385,6 +412,11 @@ class AdminPart(MemoryStore):
     def _queue_snapshot(self, name: str) -> QueueRow | None:
         """The queue as operators see it; None when it has neither jobs nor a row."""
         counts = Counter(job.status for job in self._jobs.values() if job.queue == name)
+        claimed = sum(
+            1
+            for job in self._jobs.values()
+            if job.queue == name and job.status is JobStatus.RUNNING and job.started_at is None
+        )
         row = self._queues.get(name)
         if row is None and not counts:
             return None
@@ -398,6 +430,7 @@ class AdminPart(MemoryStore):
             has_row=row is not None,
             counts=ordered,
             pause=self._queue_pauses.get(name) if settings.paused else None,
+            claimed=claimed,
         )
 
     async def list_queues(self) -> list[QueueRow]:

@@ -5,7 +5,7 @@ and recent jobs. Nothing here writes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -23,6 +23,7 @@ from taskq_core.backend.protocol import (
     check_recent_limit,
 )
 from taskq_core.backend.protocol.admin import (
+    DUE_SCHEDULED_SCAN,
     JobPage,
     JobQuery,
     TimeBound,
@@ -123,10 +124,16 @@ class ReadsPart(MemoryStore):
         check_dashboard_window(window, minutes)
         now = self._now()
         names = sorted({job.queue for job in self._jobs.values()} | set(self._queues))
+        due = _due_scheduled(self._jobs.values(), now)
         activity = []
         for name in names:
             jobs = [job for job in self._jobs.values() if job.queue == name]
             counts = Counter(job.status for job in jobs)
+            claims = [
+                job.claimed_at
+                for job in jobs
+                if job.status is RUNNING and job.started_at is None and job.claimed_at
+            ]
             claimed = sum(1 for job in jobs if job.status is RUNNING and job.started_at is None)
             pending = [job.scheduled_at for job in jobs if job.status is PENDING]
             finished: Counter[JobStatus] = Counter()
@@ -154,6 +161,8 @@ class ReadsPart(MemoryStore):
                     finished={s: finished[s] for s in JobStatus if finished[s]},
                     finished_per_minute=per_minute,
                     claimed=claimed,
+                    oldest_claimed_at=min(claims, default=None),
+                    oldest_due_scheduled_at=due.get(name),
                 )
             )
         return DashboardStats(now=now, window=window, queues=activity)
@@ -175,6 +184,17 @@ class ReadsPart(MemoryStore):
         found = self._matching(replace(filter, limit=None), _ANY_STATUS)
         found.sort(key=activity, reverse=True)
         return [job.summary() for job in found[: filter.limit]]
+
+
+def _due_scheduled(jobs: Collection[JobRecord], now: datetime) -> dict[str, datetime]:
+    """Each queue's longest-due scheduled job, among the DUE_SCHEDULED_SCAN due longest."""
+    due = sorted(j.scheduled_at for j in jobs if j.status is SCHEDULED and j.scheduled_at <= now)
+    cutoff = due[DUE_SCHEDULED_SCAN - 1] if len(due) >= DUE_SCHEDULED_SCAN else now
+    oldest: dict[str, datetime] = {}
+    for job in jobs:
+        if job.status is SCHEDULED and job.scheduled_at <= cutoff:
+            oldest[job.queue] = min(job.scheduled_at, oldest.get(job.queue, job.scheduled_at))
+    return oldest
 
 
 def _finished_within(

@@ -168,6 +168,10 @@ class WorkerRecord:
     last_seen_at: datetime
     stopped_at: datetime | None = None
     status: str = "running"
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from taskq_core.backend.protocol import (
     check_recent_limit,
 )
 from taskq_core.backend.protocol.admin import (
+    DUE_SCHEDULED_SCAN,
     JOB_ID_HEX_DIGITS,
     Audit,
     ForcedEnd,
@@ -171,7 +172,9 @@ class AdminPart(BackendCore):
     async def get_dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         # Every read of jobs is index-backed.
         check_dashboard_window(window, minutes)
-        records = await self._pool.fetch(self._queries["get_dashboard_stats"], window, minutes)
+        records = await self._pool.fetch(
+            self._queries["get_dashboard_stats"], window, minutes, DUE_SCHEDULED_SCAN
+        )
         queues = [rows.queue_activity(r, minutes) for r in records if r["name"] is not None]
         return DashboardStats(now=records[0]["now"], window=window, queues=queues)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -26,6 +26,7 @@ from taskq_core.backend.protocol import (
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.admin_rules import (
     CAPACITY_FIELDS,
+    acknowledgement_detail,
     capacity_changes,
     queue_changes,
 )
@@ -57,6 +58,27 @@ class RegistryPart(BackendCore):
 
     async def list_workers(self) -> list[WorkerRow]:
         return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
+
+    async def mark_worker_exited(
+        self, worker_id: UUID, exit_code: int | None, exit_signal: str | None
+    ) -> bool:
+        found = await self._pool.fetchval(
+            self._queries["mark_worker_exited"], worker_id, exit_code, exit_signal
+        )
+        return found is not None
+
+    async def mark_worker_acknowledged(
+        self, worker_id: UUID, last_seen_at: datetime, audit: Audit
+    ) -> bool:
+        acknowledged = await self._pool.fetchval(
+            self._queries["mark_worker_acknowledged"],
+            worker_id,
+            last_seen_at,
+            audit.by,
+            audit.reason,
+            bulk.dumps(acknowledgement_detail(last_seen_at)),
+        )
+        return bool(acknowledged)
 
     # --- actor config ------------------------------------------------------------------------
     async def sync_actor_configs(

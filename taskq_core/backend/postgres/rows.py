@@ -185,6 +185,10 @@ def worker(record: asyncpg.Record) -> WorkerRow:
         is_leader=record["is_leader"],
         running_jobs=record["running_jobs"],
         claimed_jobs=record["claimed_jobs"],
+        exit_code=record["exit_code"],
+        exit_signal=record["exit_signal"],
+        acknowledged_at=record["acknowledged_at"],
+        acknowledged_by=record["acknowledged_by"],
     )
 
 
@@ -203,6 +207,8 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
         running=record["running"],
         claimed=record["claimed"],
         oldest_pending_at=record["oldest_pending_at"],
+        oldest_claimed_at=record["oldest_claimed_at"],
+        oldest_due_scheduled_at=record["oldest_due_scheduled_at"],
         finished=_status_counts(record["finished_statuses"], record["finished_counts"]),
         finished_per_minute=per_minute,
     )

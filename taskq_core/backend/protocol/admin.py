@@ -144,7 +144,7 @@ class OperatorLogEntry:
 
     id: int
     occurred_at: datetime
-    action: str  # purge | actor_config_set | queue_update
+    action: str  # purge | actor_config_set | queue_update | worker_ack
     target: str | None  # the actor or queue changed; None for a purge
     by: str | None
     reason: str | None
@@ -195,6 +195,12 @@ class WorkerRow:
     is_leader: bool
     running_jobs: int  # jobs whose bodies run on it
     claimed_jobs: int = 0  # jobs it claimed ahead of a free consumer
+    # How its process ended, as the workgroup supervisor saw it (both None: nobody saw it).
+    exit_code: int | None = None
+    exit_signal: str | None = None  # "SIGKILL"
+    # An operator acknowledged its silence (see ``liveness.silence_acknowledged``).
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +235,10 @@ class QueuePause:
 class QueueRow:
     """A queue as operators see it: its settings (defaults when no row) and job counts.
 
-    ``counts`` holds only the statuses that have jobs, in JobStatus order. ``pause`` is the
-    note of the pause in force (None when the queue runs, or was paused without one).
+    ``counts`` holds only the statuses that have jobs, in JobStatus order. ``claimed``: how
+    many of ``counts[RUNNING]`` are claimed ahead of a free consumer, their bodies not
+    started (the rest run). ``pause`` is the note of the pause in force (None when the queue
+    runs, or was paused without one).
     """
 
     name: str
@@ -240,9 +248,13 @@ class QueueRow:
     has_row: bool
     counts: dict[JobStatus, int]
     pause: QueuePause | None = None
+    claimed: int = 0
 
 
 RECENT_JOBS_MAX = 200
+# How many due scheduled jobs (oldest first) the dashboard reads to find each queue's
+# longest-due one: a bound on the read when no leader promotes a large backlog.
+DUE_SCHEDULED_SCAN = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +268,10 @@ class QueueActivity:
     inside the stats window (only statuses with jobs, in JobStatus order).
     ``finished_per_minute`` has one count of terminal jobs per minute, oldest first; the last
     covers the 60 seconds up to ``DashboardStats.now``. Settings default as in QueueRow.
+    ``oldest_claimed_at``: the ``claimed_at`` of the claimed job that has waited longest for
+    a consumer (None when none is claimed). ``oldest_due_scheduled_at``: the ``scheduled_at``
+    of the longest-due job still scheduled (None when none is due; only the promotion
+    sweep's backlog is read, up to ``DUE_SCHEDULED_SCAN`` jobs across queues, oldest first).
     """
 
     name: str
@@ -269,6 +285,8 @@ class QueueActivity:
     finished: dict[JobStatus, int]
     finished_per_minute: list[int]
     claimed: int = 0  # running in the database, claimed ahead of a consumer, not started
+    oldest_claimed_at: datetime | None = None
+    oldest_due_scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +407,24 @@ class AdminBackend(Protocol):
 
     async def list_workers(self) -> list[WorkerRow]:
         """Every worker row, most recently seen first."""
+
+    async def mark_worker_exited(
+        self, worker_id: UUID, exit_code: int | None, exit_signal: str | None
+    ) -> bool:
+        """Whoever saw the worker's process end (the workgroup supervisor) records how: the
+        row is stopped (``stopped_at`` now, unless the worker had marked itself stopped) with
+        ``exit_code`` or ``exit_signal``. False when there is no such row (it never
+        registered, or was deleted)."""
+
+    async def mark_worker_acknowledged(
+        self, worker_id: UUID, last_seen_at: datetime, audit: Audit
+    ) -> bool:
+        """An operator acknowledges the silence of a worker last seen at ``last_seen_at``:
+        ``acknowledged_at`` (now) and ``acknowledged_by`` (``audit.by``) are set, and an
+        operator log entry (action ``worker_ack``, target the worker id, detail
+        ``last_seen_at``) commits with them. Fenced like a worker write: nothing is written
+        (False) unless the row is still running and still last seen at ``last_seen_at`` (a
+        heartbeat since, or a stop, makes the caller's judgement of it stale)."""
 
     async def list_actor_configs(self) -> list[ActorConfigRow]:
         """Every actor_config row by name."""

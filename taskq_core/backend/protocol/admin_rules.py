@@ -5,7 +5,7 @@ written as an error.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from taskq_core.backend.protocol.admin import (
@@ -71,6 +71,11 @@ def queue_changes(before: QueueRow | None, after: QueueRow) -> dict[str, Any]:
 
     old, new = settings(before), settings(after)
     return {k: {"from": old[k], "to": v} for k, v in new.items() if old[k] != v}
+
+
+def acknowledgement_detail(last_seen_at: datetime) -> dict[str, Any]:
+    """The operator log detail of a worker's acknowledged silence: when it was last seen."""
+    return {"last_seen_at": last_seen_at.isoformat()}
 
 
 def check_dashboard_window(window: timedelta, minutes: int) -> None:

@@ -155,8 +155,16 @@ class JobSummary:
 
     @property
     def attempts_used(self) -> int:
-        """Attempts that counted against ``max_attempts`` (the one in progress included)."""
+        """Attempts that counted against ``max_attempts`` (the one in progress included, and
+        a claim held whose body has not started: the budget the settle statements judge)."""
         return self.attempt - self.uncounted_attempts
+
+    @property
+    def attempts_spent(self) -> int:
+        """``attempts_used`` as screens show it: a claim whose body has not started has spent
+        nothing yet (a release, a reclaim or a cancel gives it back), so a claimed job shows
+        the attempts it used before, and a running one the attempt in progress."""
+        return max(self.attempts_used - 1, 0) if self.is_claimed else self.attempts_used
 
     @property
     def attempt_budget(self) -> int:

@@ -3,16 +3,18 @@
 
 -- name: list_queues
 -- Every queue that has jobs or a row ($1: just that one, or NULL for all), with its
--- settings (defaults when it has no row) and its non-zero status counts in enum order.
+-- settings (defaults when it has no row), its non-zero status counts in enum order and how
+-- many of its running jobs are claimed, their bodies not started.
 WITH counts AS (
-    SELECT j.queue, j.status, count(*) AS n
+    SELECT j.queue, j.status, count(*) AS n,
+           count(*) FILTER (WHERE j.status = 'running' AND j.started_at IS NULL) AS claimed
     FROM {schema}.jobs j
     WHERE $1::text IS NULL OR j.queue = $1::text
     GROUP BY j.queue, j.status
 ),
 per_queue AS (
     SELECT c.queue, array_agg(c.status::text ORDER BY c.status) AS statuses,
-           array_agg(c.n ORDER BY c.status) AS counts
+           array_agg(c.n ORDER BY c.status) AS counts, sum(c.claimed)::bigint AS claimed
     FROM counts c
     GROUP BY c.queue
 ),
@@ -22,7 +24,8 @@ settings AS (
 SELECT COALESCE(s.name, p.queue) AS name, COALESCE(s.mode, 'strict_fifo') AS mode,
        s.max_concurrent, COALESCE(s.paused, false) AS paused, s.name IS NOT NULL AS has_row,
        s.paused_at, s.paused_by, s.pause_reason,
-       COALESCE(p.statuses, '{}') AS statuses, COALESCE(p.counts, '{}') AS counts
+       COALESCE(p.statuses, '{}') AS statuses, COALESCE(p.counts, '{}') AS counts,
+       COALESCE(p.claimed, 0) AS claimed
 FROM settings s
 FULL JOIN per_queue p ON p.queue = s.name
 ORDER BY 1;
@@ -57,7 +60,8 @@ WITH upserted AS (
     RETURNING q.*
 ),
 counts AS (
-    SELECT j.status, count(*) AS n
+    SELECT j.status, count(*) AS n,
+           count(*) FILTER (WHERE j.status = 'running' AND j.started_at IS NULL) AS claimed
     FROM {schema}.jobs j
     WHERE j.queue = $1::text
     GROUP BY j.status
@@ -70,6 +74,7 @@ SELECT u.name, u.mode, u.max_concurrent, u.paused, true AS has_row,
        COALESCE((SELECT array_agg(c.status::text ORDER BY c.status) FROM counts c), '{}')
            AS statuses,
        COALESCE((SELECT array_agg(c.n ORDER BY c.status) FROM counts c), '{}') AS counts,
+       (SELECT COALESCE(sum(c.claimed), 0)::bigint FROM counts c) AS claimed,
        (SELECT count(*) FROM woken) AS woken
 FROM upserted u;
 
@@ -191,6 +196,35 @@ SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, worker_label = EXCLUDED.wo
 UPDATE {schema}.workers
 SET status = 'stopped', stopped_at = clock_timestamp()
 WHERE id = $1::uuid;
+
+-- name: mark_worker_exited
+-- The supervisor saw worker $1's process end: stopped (at once, or when the worker marked
+-- itself stopped) with exit status $2 or signal $3.
+UPDATE {schema}.workers
+SET status = 'stopped', stopped_at = COALESCE(stopped_at, clock_timestamp()),
+    exit_code = $2::integer, exit_signal = $3::text
+WHERE id = $1::uuid
+RETURNING id;
+
+-- name: mark_worker_acknowledged
+-- An operator ($3, why $4, detail $5) acknowledges the silence of worker $1 last seen at $2:
+-- only while it is running and still last seen then; the operator log entry commits with it.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+acked AS (
+    UPDATE {schema}.workers w
+    SET acknowledged_at = k.now, acknowledged_by = $3::text
+    FROM k
+    WHERE w.id = $1::uuid AND w.status = 'running' AND w.last_seen_at = $2::timestamptz
+    RETURNING w.id, k.now
+),
+logged AS (
+    INSERT INTO {schema}.operator_log (occurred_at, action, target, by_operator, reason, detail)
+    SELECT a.now, 'worker_ack', a.id::text, $3::text, $4::text, $5::text::jsonb
+    FROM acked a
+)
+SELECT count(*) AS acknowledged FROM acked;
 
 -- name: list_workers
 -- Every worker, most recently seen first, with leadership (from the leader row) and its
@@ -382,7 +416,8 @@ names AS (
 
 -- name: get_dashboard_stats
 -- The live dashboard's per-queue activity, on the database clock ($1 window for the
--- terminal counts, $2 minutes of per-minute finished counts). It must stay cheap on a
+-- terminal counts, $2 minutes of per-minute finished counts, $3 due scheduled jobs read at
+-- most). It must stay cheap on a
 -- large table, so every read of jobs walks an index:
 -- * the queues with pending jobs come from a loose index scan over jobs_fair_dispatch_idx,
 --   one probe per queue; then a walk per queue stops once per priority, in the unkeyed
@@ -429,6 +464,19 @@ per_minute AS MATERIALIZED (
         GROUP BY f.queue, f.minute_ago
     ) f
     GROUP BY f.queue
+),
+-- The due jobs still scheduled, oldest first along jobs_scheduled_idx, at most $3: each
+-- queue's longest-due one (what no promotion moved: the dashboard's "no leader" hint).
+due_scheduled AS MATERIALIZED (
+    SELECT d.queue, min(d.scheduled_at) AS oldest
+    FROM (
+        SELECT j.queue, j.scheduled_at
+        FROM {schema}.jobs j
+        WHERE j.status = 'scheduled' AND j.scheduled_at <= (SELECT now FROM clock)
+        ORDER BY j.scheduled_at
+        LIMIT $3::integer
+    ) d
+    GROUP BY d.queue
 )
 -- One row per queue; with no queue at all, one row whose name is NULL (it carries `now`).
 SELECT k.now, n.name, COALESCE(s.mode, 'strict_fifo') AS mode, s.max_concurrent,
@@ -444,6 +492,10 @@ SELECT k.now, n.name, COALESCE(s.mode, 'strict_fifo') AS mode, s.max_concurrent,
         WHERE j.status = 'running' AND j.queue = n.name AND j.started_at IS NULL) AS claimed,
        (SELECT min(h.scheduled_at) FROM pending_heads h WHERE h.queue = n.name)
            AS oldest_pending_at,
+       (SELECT min(j.claimed_at) FROM {schema}.jobs j
+        WHERE j.status = 'running' AND j.queue = n.name AND j.started_at IS NULL)
+           AS oldest_claimed_at,
+       d.oldest AS oldest_due_scheduled_at,
        COALESCE(c.statuses, '{}') AS finished_statuses, COALESCE(c.counts, '{}') AS finished_counts,
        COALESCE(m.minutes_ago, '{}') AS minutes_ago, COALESCE(m.counts, '{}') AS minute_counts
 FROM clock k
@@ -451,6 +503,7 @@ LEFT JOIN names n ON true
 LEFT JOIN {schema}.queues s ON s.name = n.name
 LEFT JOIN finished_counts c ON c.queue = n.name
 LEFT JOIN per_minute m ON m.queue = n.name
+LEFT JOIN due_scheduled d ON d.queue = n.name
 ORDER BY n.name;
 
 -- fragment: job_summary_columns
