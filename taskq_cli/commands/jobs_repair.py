@@ -138,10 +138,10 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
     if end == "fail":
         return f"failed {ident} ({worker})"
     if status is JobStatus.PENDING:
-        used = f"{after.attempts_used}/{after.max_attempts}"
+        used = f"{after.attempts_spent}/{after.attempt_budget}"
         return f"requeued {ident}: pending, due now ({worker}; attempts used {used})"
     return (
-        f"{ident} was on its last attempt ({before.attempts_used}/{before.max_attempts}): it ended "
+        f"{ident} was on its last attempt ({before.attempts_spent}/{before.attempt_budget}): it ended "
         f"{status.value}, as a reclaim would end it ({worker}); taskq retry {ident} re-pends "
         "it with a fresh attempt budget"
     )
