@@ -40,7 +40,7 @@ from benchmarks.pgbouncer_sections import PoolerFigures
 from benchmarks.ratelimit_sections import RATE, ROUNDS, WORKERS, LimitFigures, measure
 from benchmarks.telemetry_sections import TelemetryFigures
 from benchmarks.ui_sections import PageFigure
-from benchmarks.worker_sections import Latency, drain, latency
+from benchmarks.worker_sections import Latency, drain, latency, lateness
 
 LEASE = timedelta(minutes=5)
 
@@ -192,6 +192,17 @@ async def latency_section(bench: Bench) -> list[Measurement]:
     return []
 
 
+LATENESS: list[tuple[int, tuple[float, float, float]]] = []
+
+
+async def scheduled_section(bench: Bench) -> list[Measurement]:
+    """Scheduled jobs started on time (reported in its own line)."""
+    samples = bench.size(1_000)
+    async with bench.fresh_backend() as backend:
+        LATENESS.append((samples, await lateness(backend, bench.dsn, samples)))
+    return []
+
+
 LIMITS: list[LimitFigures] = []
 
 
@@ -340,6 +351,7 @@ SECTIONS: list[tuple[str, Section]] = [
     ("cycle", cycle_section),
     ("drain", drain_section),
     ("latency", latency_section),
+    ("scheduled", scheduled_section),
     ("ratelimit", ratelimit_section),
     ("batches", batches_section),
     ("pgbouncer", pgbouncer_section),
@@ -406,6 +418,11 @@ def main(argv: list[str] | None = None) -> int:
                 ("  commit -> start (NOTIFY, claim)", result.after_commit),
             ):
                 console.print(f"  {name:<36} " + " / ".join(f"{cut:.2f}" for cut in cuts))
+        for samples, cuts in LATENESS:
+            console.print(
+                f"scheduled jobs: {samples} due over 3 s, start past run_at (p50 / p95 / p99 "
+                "ms): " + " / ".join(f"{cut:.1f}" for cut in cuts)
+            )
         for limit in LIMITS:
             console.print(
                 f"rate limit: {limit.limited_rate:.1f}/s against {RATE:g}/s "

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from taskq_core.backend.postgres.backend import PostgresBackend
@@ -91,6 +92,23 @@ async def drain(
         seconds = time.perf_counter() - started
         code = await proc.wait()
     return seconds, code
+
+
+async def lateness(backend: PostgresBackend, dsn: str, samples: int) -> tuple[float, float, float]:
+    """Scheduled jobs started on time: ``samples`` jobs enqueued in one batch with ``run_at``
+    spread over the next 1-4 s, into an idle worker with the default 1 s promotion interval;
+    percentiles (p50, p95, p99, ms) of each job's start past its run_at."""
+    async with worker_process(dsn, backend.schema, "--concurrency", "16"):
+        while not await backend.list_workers() or await backend.get_leader() is None:
+            await asyncio.sleep(0.05)
+        base = datetime.now(UTC) + timedelta(seconds=1)
+        spread = [base + timedelta(seconds=3 * n / samples) for n in range(samples)]
+        await backend.enqueue_batch_fast([EnqueueArgs("stamp", {}, run_at=at) for at in spread])
+        while await backend.has_active_jobs(["default"]):
+            await asyncio.sleep(0.05)
+    rows = await backend.list_jobs(JobFilter(actor="stamp", limit=None))
+    late = [(row.result - row.scheduled_at.timestamp()) * 1000 for row in rows]
+    return _percentiles(late)
 
 
 async def latency(backend: PostgresBackend, dsn: str, samples: int) -> Latency:

@@ -174,7 +174,7 @@ class TaskqSettings(BaseSettings):
     sweep_interval: Seconds = Field(default=30.0, gt=0)
     """How often the leader reclaims expired leases, fails missed deadlines and expires results."""
     scheduled_wake_interval: Seconds = Field(default=1.0, gt=0)
-    """How often the leader turns due scheduled jobs into pending ones."""
+    """The longest the leader waits between two promotions (sooner when a job is due)."""
     jobs_vacuum_enabled: bool = True
     """The leader vacuums the jobs table itself when dead rows pile up between autovacuum's
     visits (a busy queue: each claim leaves a dead entry every dispatch walks until a vacuum

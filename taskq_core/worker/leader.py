@@ -145,9 +145,15 @@ class LeaderElection:
 
 
 async def run_gated(
-    deps: WorkerDeps, name: str, interval: float, step: Callable[[], Awaitable[Any]]
+    deps: WorkerDeps,
+    name: str,
+    interval: float,
+    step: Callable[[], Awaitable[Any]],
+    pause: Callable[[float], Awaitable[None]] | None = None,
 ) -> None:
-    """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown."""
+    """Run ``step`` every ``interval`` seconds while this worker leads, until shutdown;
+    ``pause(interval)``, when given, is the wait between two steps instead (a loop that
+    wakes for its own reasons, at most ``interval`` apart)."""
     guard = UnexpectedErrorGuard(name, deps.log, leader=True, meters=deps.meters)
     backoff = Backoff()
     while not deps.state.shutdown_event.is_set():
@@ -166,7 +172,10 @@ async def run_gated(
                 continue
             except Exception as exc:
                 guard.failed(exc)
-            await wait_or_shutdown(deps, interval)
+            if pause is None:
+                await wait_or_shutdown(deps, interval)
+            else:
+                await pause(interval)
         else:
             deps.liveness.forget(name)  # a closed gate must not look like a stalled loop
             await wait_any(deps.state.is_leader, deps.state.shutdown_event)

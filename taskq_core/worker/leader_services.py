@@ -12,8 +12,9 @@ a sweep is a module in ``worker/sweeps/`` plus one line in LEADER_SERVICES.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from taskq_core.constants import (
     CRON_TICK_INTERVAL,
@@ -44,6 +45,19 @@ class Sweep(Protocol):
         ...
 
 
+class PacedSweep(Sweep, Protocol):
+    """A leader service that picks its own wait between passes (at most its interval),
+    hearing what it needs while ``listening``."""
+
+    def listening(self) -> AbstractAsyncContextManager[None]:
+        """The block within which the loop runs."""
+        ...
+
+    def pause(self, interval: float) -> Awaitable[None]:
+        """Wait before the next pass, at most ``interval`` seconds."""
+        ...
+
+
 def _every(seconds: float) -> Callable[[TaskqSettings], float]:
     return lambda _: seconds
 
@@ -62,6 +76,7 @@ class LeaderService:
     every: Callable[[TaskqSettings], float] | None = None
     schedule: Callable[[TaskqSettings], Schedule] | None = None
     enabled: Callable[[TaskqSettings], bool] = _always
+    paced: bool = False  # the sweep is a PacedSweep: it picks its own waits
 
     def loop(self, deps: WorkerDeps) -> Callable[[], Awaitable[None]]:
         """The long-lived loop of this service for one worker."""
@@ -73,11 +88,24 @@ class LeaderService:
             return lambda: run_scheduled(deps, self.name, schedule, sweep.run_once, recheck=recheck)
         assert self.every is not None, f"leader service {self.name} has no cadence"
         interval = self.every(settings)
-        return lambda: run_gated(deps, self.name, interval, sweep.run_once)
+        if not self.paced:
+            return lambda: run_gated(deps, self.name, interval, sweep.run_once)
+        paced = cast(PacedSweep, sweep)
+
+        async def run_paced() -> None:
+            async with paced.listening():
+                await run_gated(deps, self.name, interval, paced.run_once, paced.pause)
+
+        return run_paced
 
 
 LEADER_SERVICES: tuple[LeaderService, ...] = (
-    LeaderService("scheduled_wake", ScheduledPromotion, every=lambda s: s.scheduled_wake_interval),
+    LeaderService(
+        "scheduled_wake",
+        ScheduledPromotion,
+        every=lambda s: s.scheduled_wake_interval,
+        paced=True,
+    ),
     LeaderService("sweeps", MaintenanceSweep, every=lambda s: s.sweep_interval),
     LeaderService("stranded_queues", StrandedQueues, every=_every(STRANDED_CHECK_INTERVAL)),
     LeaderService("cron", CronLoop, every=_every(CRON_TICK_INTERVAL)),

@@ -117,7 +117,7 @@ def _check_keys(
         handle.given_keys.update((stored, given) for given, stored, _ in keyed)
 
 
-def _commit(store: MemoryStore, jobs: Iterable[JobRecord]) -> None:
+def _commit(store: MemoryStore, jobs: Sequence[JobRecord]) -> None:
     """Store the records; one wake when any of them is pending."""
     any_pending = False
     for job in jobs:
@@ -125,6 +125,19 @@ def _commit(store: MemoryStore, jobs: Iterable[JobRecord]) -> None:
         any_pending = any_pending or job.status is PENDING
     if any_pending:
         store._wake()
+    _announce_scheduled(store, jobs)
+
+
+def _announce_scheduled(store: MemoryStore, jobs: Iterable[JobRecord]) -> None:
+    """Tell every scheduled subscriber how soon the earliest of ``jobs`` that waits for a
+    time is due (the twin of the enqueue statement's events NOTIFY)."""
+    if not store._scheduled_subscribers:
+        return
+    now = store._now()
+    waits = [(j.scheduled_at - now).total_seconds() for j in jobs if j.status is SCHEDULED]
+    if waits:
+        for subscriber in store._scheduled_subscribers:
+            subscriber.announce(min(waits))
 
 
 def _existing(store: MemoryStore, job_id: UUID | None, connection: Any) -> JobRow | None:
@@ -184,6 +197,7 @@ class EnqueuePart(MemoryStore):
         self._record_event(job, "replaced", was, job.status, None)
         if job.status is PENDING:
             self._wake()
+        _announce_scheduled(self, [job])
         return job.snapshot()
 
     @asynccontextmanager

@@ -66,6 +66,12 @@ class LeaderPart(MemoryStore):
     async def get_leader(self) -> LeaderRow | None:
         return self._leader
 
+    async def get_next_due_in(self) -> float | None:
+        waiting = [j.scheduled_at for j in self._jobs.values() if j.status is SCHEDULED]
+        if not waiting:
+            return None
+        return max((min(waiting) - self._now()).total_seconds(), 0.0)
+
     async def promote_scheduled_jobs(self) -> int:
         now = self._now()
         due = [j for j in self._jobs.values() if j.status is SCHEDULED and j.scheduled_at <= now]

@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from taskq_core.backend.protocol import ScheduledAnnouncements
+
 from .store import MemoryStore
 
 
@@ -25,7 +27,7 @@ async def _subscription(subscribers: set[asyncio.Event]) -> AsyncIterator[asynci
 
 
 class NotifyPart(MemoryStore):
-    """``subscribe_wake`` and ``subscribe_cancel_wake``."""
+    """``subscribe_wake``, ``subscribe_cancel_wake`` and ``subscribe_scheduled``."""
 
     @asynccontextmanager
     async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
@@ -36,3 +38,12 @@ class NotifyPart(MemoryStore):
     async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
         async with _subscription(self._cancel_subscribers) as event:
             yield event
+
+    @asynccontextmanager
+    async def subscribe_scheduled(self) -> AsyncIterator[ScheduledAnnouncements]:
+        heard = ScheduledAnnouncements()
+        self._scheduled_subscribers.add(heard)
+        try:
+            yield heard
+        finally:
+            self._scheduled_subscribers.discard(heard)

@@ -30,6 +30,7 @@ from taskq_core.backend.protocol import (
     Lease,
     QueueMode,
     RetryKind,
+    ScheduledAnnouncements,
     WorkerInfo,
 )
 from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
@@ -288,6 +289,7 @@ class MemoryStore:
         self._queues: dict[str, QueueRecord] = {}
         self._wake_subscribers: set[asyncio.Event] = set()
         self._cancel_subscribers: set[asyncio.Event] = set()
+        self._scheduled_subscribers: set[ScheduledAnnouncements] = set()
         self._event_ids = itertools.count(1)
         self._attempt_ids = itertools.count(1)
         self._open_transactions: set[MemoryTransaction] = set()

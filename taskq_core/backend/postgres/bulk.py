@@ -209,8 +209,3 @@ class RowEncoder:
         values[_PAYLOAD] = jsonb_field_value(payload)
         values[_METADATA] = jsonb_field_value(metadata)
         return from_values(JobRow, values)
-
-
-def is_delayed(args: EnqueueArgs, now: datetime) -> bool:
-    """Whether the item waits (scheduled) rather than being dispatchable at once."""
-    return start_time(args, now) is not None

@@ -20,6 +20,7 @@ import asyncpg
 
 from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
 from taskq_core.backend.protocol.admin import Audit
+from taskq_core.backend.protocol.worker import ScheduledAnnouncements
 from taskq_core.constants import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     events_channel,
@@ -380,3 +381,7 @@ class BackendCore:
     def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """An Event set whenever a cancel request is written (events NOTIFY)."""
         return self.listener.subscribe_cancel_wake()
+
+    def subscribe_scheduled(self) -> AbstractAsyncContextManager[ScheduledAnnouncements]:
+        """Announcements of jobs that wait for a time (events NOTIFY)."""
+        return self.listener.subscribe_scheduled()

@@ -11,10 +11,7 @@ from uuid import UUID
 
 import asyncpg
 
-from taskq_core.backend.protocol import (
-    EnqueueArgs,
-    JobRow,
-)
+from taskq_core.backend.protocol import EnqueueArgs, JobRow, start_time
 from taskq_core.backend.protocol.client import duplicate_id_error, is_same_job
 from taskq_core.backend.protocol.sizes import check_payload_size, payload_too_large
 from taskq_core.backend.protocol.unique import check_unique, collision
@@ -71,6 +68,7 @@ class _CopyBatch:
     max_payload_bytes: int
     error: Exception | None = None
     wake: bool = False  # some job of the batch is dispatchable now
+    due_in: float | None = None  # seconds until the earliest job that waits for a time is due
     # The unique keys sent, as stored: the key the caller gave and the item's id.
     keys: dict[str, tuple[str, UUID]] = field(default_factory=dict)
 
@@ -109,8 +107,13 @@ class _CopyBatch:
             parts.append(encoder.row(args, job_id, payload, metadata))
             if args.unique_key is not None:
                 self._hold(encoder, args, UUID(int=job_id))
-            if not self.wake and not bulk.is_delayed(args, encoder.now):
+            start = start_time(args, encoder.now)
+            if start is None:
                 self.wake = True
+            else:
+                due_in = (start - encoder.now).total_seconds()
+                if self.due_in is None or due_in < self.due_in:
+                    self.due_in = due_in
             if built is not None:
                 built.append(encoder.job_row(args, UUID(int=job_id), payload, metadata))
         return b"".join(parts)
@@ -151,6 +154,7 @@ def _enqueue_params(core: BackendCore, args: EnqueueArgs) -> tuple[Any, ...]:
         args.unique_key,
         args.unique_for,
         args.run_at,
+        core._events_channel,
     )
 
 
@@ -213,7 +217,7 @@ class EnqueuePart(BackendCore):
         executor: Any = self._pool if connection is None else connection
         record = await executor.fetchrow(
             self._queries["replace_waiting_job"],
-            job_id, payload, args.delay, args.run_at, self._wake_channel,
+            job_id, payload, args.delay, args.run_at, self._wake_channel, self._events_channel,
         )  # fmt: skip
         return None if record is None else rows.job_from_text_json(record)
 
@@ -272,3 +276,7 @@ class EnqueuePart(BackendCore):
                 raise batch.error  # an invalid item: the transaction rolls back
             if batch.wake:  # COPY cannot notify; delivered only if this transaction commits
                 await conn.execute(self._queries["copy_wake"], self._wake_channel)
+            if batch.due_in is not None:
+                await conn.execute(
+                    self._queries["copy_announce"], self._events_channel, batch.due_in
+                )

@@ -169,6 +169,10 @@ class LeaderPart(BackendCore):
         return LeaderRow(record["worker_id"], record["elected_at"], record["last_seen_at"])
 
     # --- sweeps ------------------------------------------------------------------------------
+    async def get_next_due_in(self) -> float | None:
+        value = await self._pool.fetchval(self._queries["get_next_due_in"])
+        return None if value is None else max(float(value), 0.0)
+
     async def promote_scheduled_jobs(self) -> int:
         # One NOTIFY when any moved.
         record = await self._one(self._queries["promote_scheduled_jobs"], self._wake_channel)

@@ -36,6 +36,7 @@ import asyncpg
 import structlog
 
 from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
+from taskq_core.backend.protocol.worker import ScheduledAnnouncements
 from taskq_core.constants import events_channel, wake_channel
 from taskq_core.errors import TaskqError
 
@@ -80,6 +81,7 @@ class NotifyListener:
         self._max_backoff = max_backoff
         self._wake_subscribers: set[asyncio.Event] = set()
         self._cancel_subscribers: set[asyncio.Event] = set()
+        self._scheduled_subscribers: set[ScheduledAnnouncements] = set()
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
         self._start_lock = asyncio.Lock()
@@ -104,6 +106,17 @@ class NotifyListener:
         """An Event set on every cancel NOTIFY (and once after each reconnect)."""
         async with self._subscribe(self._cancel_subscribers) as event:
             yield event
+
+    @asynccontextmanager
+    async def subscribe_scheduled(self) -> AsyncIterator[ScheduledAnnouncements]:
+        """Announcements of jobs that wait for a time (scheduled events NOTIFY)."""
+        await self._ensure_started()
+        heard = ScheduledAnnouncements()
+        self._scheduled_subscribers.add(heard)
+        try:
+            yield heard
+        finally:
+            self._scheduled_subscribers.discard(heard)
 
     @asynccontextmanager
     async def _subscribe(self, subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
@@ -156,9 +169,14 @@ class NotifyListener:
             message = json.loads(str(payload))
         except ValueError:
             return
-        if isinstance(message, dict) and message.get("type") == "cancel":
+        if not isinstance(message, dict):
+            return
+        if message.get("type") == "cancel":
             hooks.cancel_received()
             _set_all(self._cancel_subscribers)
+        elif message.get("type") == "scheduled" and isinstance(message.get("in"), int | float):
+            for subscriber in self._scheduled_subscribers:
+                subscriber.announce(float(message["in"]))
 
     def _on_termination(self, conn: Any) -> None:
         if conn is self._conn:

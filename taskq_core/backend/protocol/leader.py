@@ -54,6 +54,10 @@ class LeaderBackend(Protocol):
     async def get_leader(self) -> LeaderRow | None:
         """The current leader row, if any."""
 
+    async def get_next_due_in(self) -> float | None:
+        """Seconds until the earliest scheduled job is due (0 when one is due already), on
+        the backend's clock; None when no job waits for a time."""
+
     async def promote_scheduled_jobs(self) -> int:
         """Due scheduled jobs -> pending (scheduled_at kept as the FIFO key); NOTIFY when any
         moved."""

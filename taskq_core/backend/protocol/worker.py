@@ -5,6 +5,7 @@ the lease, register itself, and hear wake-ups.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -21,6 +22,30 @@ from taskq_core.backend.protocol.values import (
     SnoozeOutcome,
 )
 from taskq_core.statemachine import JobStatus
+
+
+class ScheduledAnnouncements:
+    """What a ``subscribe_scheduled`` subscriber heard: ``event`` is set at each announcement,
+    ``take()`` returns when the earliest job announced since the last take is due (on
+    ``time.monotonic()``: the moment it was heard plus how soon it was said to be due) and
+    clears both. A backend calls ``announce``."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._earliest: float | None = None
+
+    def announce(self, due_in: float) -> None:
+        """A job waits until ``due_in`` seconds from now."""
+        due_at = time.monotonic() + max(due_in, 0.0)
+        if self._earliest is None or due_at < self._earliest:
+            self._earliest = due_at
+        self.event.set()
+
+    def take(self) -> float | None:
+        """The earliest due time announced since the last take (None: none), and clear."""
+        earliest, self._earliest = self._earliest, None
+        self.event.clear()
+        return earliest
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,3 +399,7 @@ class WorkerBackend(Protocol):
 
     def subscribe_cancel_wake(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """An Event set whenever a cancel request is written (events NOTIFY)."""
+
+    def subscribe_scheduled(self) -> AbstractAsyncContextManager[ScheduledAnnouncements]:
+        """Announcements of jobs that wait for a time, as they are enqueued (events NOTIFY):
+        how soon each is due, for the leader's promotion to wake on time."""

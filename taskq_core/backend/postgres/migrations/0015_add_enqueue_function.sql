@@ -5,9 +5,10 @@
 -- What JobsClient.enqueue does for an actor named by its name: the queue, priority and retry
 -- policy its workers stored (actor_config; the defaults while none has registered it), the
 -- operator's max_pending, a unique key held while its job waits or runs, a UUIDv7 id, the wake
--- NOTIFY for a job that is due now. Errors are raised with SQLSTATEs a driver can tell apart:
--- 22023 (invalid_parameter_value) for a bad argument, 23505 (unique_violation) for a key
--- another job holds (its id in DETAIL), 53400 (configuration_limit_exceeded) for max_pending.
+-- NOTIFY for a job that is due now (one that waits is announced to the leader's promotion).
+-- Errors are raised with SQLSTATEs a driver can tell apart: 22023 (invalid_parameter_value)
+-- for a bad argument, 23505 (unique_violation) for a key another job holds (its id in
+-- DETAIL), 53400 (configuration_limit_exceeded) for max_pending.
 -- The payload's size is measured on its jsonb text, against taskq.max_payload_bytes when the
 -- session or database sets it (ALTER DATABASE ... SET taskq.max_payload_bytes = ...), else
 -- 1 MiB, TASKQ_MAX_PAYLOAD_BYTES's default. The function's signature only grows; a later
@@ -90,6 +91,9 @@ BEGIN
         IF FOUND THEN
             IF run_at IS NULL OR run_at <= now_ THEN
                 PERFORM pg_notify('taskq_wake_{schema}', '');
+            ELSE  -- the leader's promotion wakes for it on time
+                PERFORM pg_notify('taskq_events_{schema}', json_build_object(
+                    'type', 'scheduled', 'in', extract(epoch FROM run_at - now_))::text);
             END IF;
             RETURN new_id;
         END IF;

@@ -66,6 +66,12 @@ inserted AS (
 woken AS (
     SELECT pg_notify($16::text, '') FROM inserted WHERE status = 'pending'
 ),
+-- A job that waits for a time is announced on the events channel ($20) with how long until
+-- it is due: the leader's promotion wakes for it on time (worker/sweeps/promotion.py).
+announced AS (
+    SELECT pg_notify($20::text, {fragment:scheduled_event}) FROM inserted r CROSS JOIN clock k
+    WHERE r.status = 'scheduled'
+),
 -- Idempotent on the id ($1): when a job with that id exists (a retried enqueue whose first
 -- attempt committed but whose answer was lost) nothing is inserted or notified and that job
 -- comes back with created = false. Otherwise a job holding the unique key refuses the insert
@@ -89,7 +95,7 @@ holder AS (
     LIMIT 1
 )
 SELECT {fragment:job_as_text}, r.created,
-       (SELECT count(*) FROM woken) AS woken,
+       (SELECT count(*) FROM woken) AS woken, (SELECT count(*) FROM announced) AS announced,
        h.id AS holder_id, h.unique_until AS holder_until, k.now
 FROM clock k
 LEFT JOIN found r ON true
@@ -105,10 +111,20 @@ SELECT clock_timestamp() AS now;
 -- cannot notify by itself), delivered only if the COPY's transaction commits.
 SELECT pg_notify($1::text, '');
 
+-- name: copy_announce
+-- Closes a bulk enqueue with a job that waits for a time: one scheduled event on the events
+-- channel $1 for the earliest of them, due in $2 seconds (as `enqueue` announces one).
+SELECT pg_notify($1::text, json_build_object('type', 'scheduled', 'in', $2::float8)::text);
+
+-- fragment: scheduled_event
+-- The events channel's message for a job `r` that waits until r.scheduled_at (clock `k`).
+json_build_object('type', 'scheduled', 'in', extract(epoch FROM r.scheduled_at - k.now))::text
+
 -- name: replace_waiting_job
 -- Debounce (JobsClient.enqueue on_conflict="replace"): job $1, while waiting, takes the
 -- payload $2 and the start ($3 delay or $4 run_at, as the enqueue statement resolves them)
--- of a new enqueue; one `replaced` event; the wake NOTIFY ($5) when it is pending after.
+-- of a new enqueue; one `replaced` event; the wake NOTIFY ($5) when it is pending after, the
+-- scheduled event ($6) when it waits.
 -- A job claimed meanwhile fails the status test on its new version: no row.
 WITH clock AS (
     SELECT clock_timestamp() AS now
@@ -136,8 +152,13 @@ events AS (
 ),
 woken AS (
     SELECT pg_notify($5::text, '') FROM replaced WHERE status = 'pending'
+),
+announced AS (
+    SELECT pg_notify($6::text, {fragment:scheduled_event}) FROM replaced r CROSS JOIN clock k
+    WHERE r.status = 'scheduled'
 )
-SELECT {fragment:job_as_text}, (SELECT count(*) FROM woken) AS woken
+SELECT {fragment:job_as_text}, (SELECT count(*) FROM woken) AS woken,
+       (SELECT count(*) FROM announced) AS announced
 FROM replaced r;
 
 -- name: unique_holder

@@ -6,6 +6,13 @@
 -- the reclaim sweep selects here and settles through `settle` (settle.sql) in the same
 -- transaction, by the rules every other outcome follows.
 
+-- name: get_next_due_in
+-- Seconds until the earliest scheduled job is due (negative: overdue), NULL when none waits:
+-- the first entry of jobs_scheduled_idx.
+SELECT extract(epoch FROM min(j.scheduled_at) - clock_timestamp())::float8
+FROM {schema}.jobs j
+WHERE j.status = 'scheduled';
+
 -- name: promote_scheduled_jobs
 -- Due scheduled jobs -> pending. scheduled_at is kept: it is the FIFO key once pending.
 WITH due AS (
