@@ -179,6 +179,7 @@ _ACTIONS = (
     "/enable",
     "/disable",
     "/run",
+    "/ack",  # a stale worker's alert acknowledged
     "/login",
     "/logout",
 )

@@ -320,6 +320,7 @@ CHANGES: list[tuple[list[str], int, list[str]]] = [
     (["retry", "{failed}"], 0, []),
     (["cancel", "{failed}"], 0, []),
     (["jobs", "purge", "--status", "cancelled", "--yes"], 0, []),
+    (["workers", "ack", "{worker}"], 1, []),  # a live worker raises no alert: refused
     (["schedules", "delete", SCHEDULE], 0, [repr(SCHEDULE)]),
     (["enqueue", ACTOR], 1, []),
     (["schedules", "add", SCHEDULE, "x", "* * * * *"], 1, []),
