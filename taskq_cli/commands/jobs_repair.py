@@ -141,9 +141,9 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
         used = f"{after.attempts_spent}/{after.attempt_budget}"
         return f"requeued {ident}: pending, due now ({worker}; attempts used {used})"
     return (
-        f"{ident} was on its last attempt ({before.attempts_spent}/{before.attempt_budget}): it ended "
-        f"{status.value}, as a reclaim would end it ({worker}); taskq retry {ident} re-pends "
-        "it with a fresh attempt budget"
+        f"{ident} was on its last attempt ({before.attempts_spent}/{before.attempt_budget}): "
+        f"it ended {status.value}, as a reclaim would end it ({worker}); "
+        f"taskq retry {ident} re-pends it with a fresh attempt budget"
     )
 
 
