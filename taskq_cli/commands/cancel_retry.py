@@ -18,6 +18,7 @@ import typer
 from taskq_cli import inputs, output
 from taskq_cli.confirm import confirm_or_refuse
 from taskq_cli.database import with_backend
+from taskq_cli.job_cancel import cancel_one
 from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
 from taskq_cli.options import (
@@ -203,14 +204,10 @@ def _cancel_one(
     async def run(backend: Backend) -> tuple[UUID, CancelOutcome, JobRow, JobRow]:
         ident = await resolve_job_id(backend, job_ref)
         before = await live_job(backend, ident, "cancel")
-        # One job through the bulk write: it records who and why in the job's event.
-        result = await backend.cancel_where(
-            JobFilter(ids=[ident], limit=None), who.reason, audit=who
-        )
-        after = await backend.get(ident)
+        outcome, after = await cancel_one(backend, ident, who.reason, who)
         if after is None:
             raise JobNotFoundError(f"no job with id {ident}")
-        return ident, _cancel_outcome(result, after), before, after
+        return ident, outcome, before, after
 
     ident, outcome, before, after = with_backend(ctx, dsn, schema, run)
     status = after.status
@@ -235,15 +232,6 @@ def _cancel_one(
         output.info(f"{ident} was already cancelled")
     else:
         raise InvalidTransitionError(f"job {ident} is {status.value}: there is nothing to cancel")
-
-
-def _cancel_outcome(result: BulkCancelResult, after: JobRow) -> CancelOutcome:
-    """What a cancel of one job did, as ``write_cancel_request`` names it."""
-    if result.cancelled:
-        return "cancelled"
-    if result.requested:
-        return "requested"
-    return "already_requested" if after.status is JobStatus.RUNNING else "terminal"
 
 
 def _cancel_fields(job: JobRow) -> dict[str, Any]:

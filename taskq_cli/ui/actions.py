@@ -15,11 +15,11 @@ from uuid import UUID
 
 from litestar.exceptions import ValidationException
 
+from taskq_cli.job_cancel import cancel_one
 from taskq_cli.operator import operator_id
 from taskq_core.backend.protocol import Backend, CancelOutcome, JobFilter, JobRow, ScheduleRecord
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.client import JobsClient
-from taskq_core.statemachine import JobStatus
 
 # A reason longer than this is refused (it is shown in a table cell and an event).
 MAX_REASON = 500
@@ -82,19 +82,9 @@ class BackendActions:
     async def cancel_job(self, job_id: UUID, reason: str | None) -> CancelOutcome:
         """One job through the audited bulk cancel; the outcome as ``write_cancel_request``
         names it."""
-        result = await self.backend.cancel_where(
-            JobFilter(ids=[job_id], limit=None),
-            reason or DEFAULT_CANCEL_REASON,
-            audit=self._audit(reason),
-        )
-        if result.cancelled:
-            return "cancelled"
-        if result.requested:
-            return "requested"
-        job = await self.backend.get(job_id)
-        if job is None:
-            return "not_found"
-        return "already_requested" if job.status is JobStatus.RUNNING else "terminal"
+        reason_stored = reason or DEFAULT_CANCEL_REASON
+        outcome, _ = await cancel_one(self.backend, job_id, reason_stored, self._audit(reason))
+        return outcome
 
     async def retry_job(self, job_id: UUID, reason: str | None) -> bool:
         """One job through the audited bulk retry."""

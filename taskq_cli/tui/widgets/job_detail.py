@@ -106,17 +106,17 @@ def _outcome(job: JobRow) -> tuple[str, Text]:
 def _attempts(attempts: list[AttemptRow]) -> Text:
     if not attempts:
         return Text("no attempt has finished yet", style="dim")
-    text = Text()
-    for index, attempt in enumerate(attempts):
-        if index:
-            text.append("\n")
-        duration = "-" if attempt.duration_ms is None else f"{attempt.duration_ms:.0f}ms"
-        text.append(f"#{attempt.attempt} ", style="bold")
-        text.append(f"{attempt.outcome:<12} {_when(attempt.finished_at)}  {duration:>9}")
-        if attempt.worker_id is not None:
-            text.append(f"  worker {attempt.worker_id}")
-        if attempt.error_class is not None:
-            text.append(f"\n    {attempt.error_class}: {attempt.error_message or ''}")
+    return Text("\n").join(_attempt_line(attempt) for attempt in attempts)
+
+
+def _attempt_line(attempt: AttemptRow) -> Text:
+    duration = "-" if attempt.duration_ms is None else f"{attempt.duration_ms:.0f}ms"
+    text = Text().append(f"#{attempt.attempt} ", style="bold")
+    text.append(f"{attempt.outcome:<12} {_when(attempt.finished_at)}  {duration:>9}")
+    if attempt.worker_id is not None:
+        text.append(f"  worker {attempt.worker_id}")
+    if attempt.error_class is not None:
+        text.append(f"\n    {attempt.error_class}: {attempt.error_message or ''}")
     return text
 
 
@@ -132,17 +132,17 @@ def _timeline(events: list[EventRow], archived: bool) -> Text:
         return Text("deleted when the job was archived (by design)", style="dim")
     if not events:
         return Text("no events yet (enqueueing writes none)", style="dim")
-    text = Text()
-    for index, event in enumerate(events):
-        if index:
-            text.append("\n")
-        before = event.from_status.value if event.from_status else "-"
-        after = event.to_status.value if event.to_status else "-"
-        text.append(_when(event.occurred_at))
-        text.append(f"  {event.kind:<15}", style="bold")
-        text.append(f"{before} → {after}")
-        if event.detail:
-            text.append(f"  {json.dumps(to_jsonable(event.detail), sort_keys=True)}", style="dim")
+    return Text("\n").join(_event_line(event) for event in events)
+
+
+def _event_line(event: EventRow) -> Text:
+    before = event.from_status.value if event.from_status else "-"
+    after = event.to_status.value if event.to_status else "-"
+    text = Text(_when(event.occurred_at))
+    text.append(f"  {event.kind:<15}", style="bold")
+    text.append(f"{before} → {after}")
+    if event.detail:
+        text.append(f"  {json.dumps(to_jsonable(event.detail), sort_keys=True)}", style="dim")
     return text
 
 

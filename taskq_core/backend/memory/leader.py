@@ -5,7 +5,6 @@ reclaimed job settles through ``settle``, as every other end of an attempt does.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -151,8 +150,8 @@ class LeaderPart(MemoryStore):
         # Oldest first; nothing else needs the row (sql/maintenance.sql).
         derived.check_stale_age(older_than)
         _check_batch_size(batch_size)
-        deleted = 0
-        while True:
+
+        def take() -> int:
             cutoff = self._now() - older_than
             holding = {job.locked_by_worker for job in self._jobs.values() if job.status is RUNNING}
             stale = sorted(
@@ -165,10 +164,9 @@ class LeaderPart(MemoryStore):
             )[:batch_size]
             for worker in stale:
                 del self._workers[worker.info.id]
-            deleted += len(stale)
-            if len(stale) < batch_size:
-                return deleted
-            await asyncio.sleep(0)  # a commit point between batches
+            return len(stale)
+
+        return await in_batches(batch_size, take)
 
     async def list_waiting_queues(self) -> list[str]:
         return sorted({job.queue for job in self._jobs.values() if job.status is PENDING})

@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 import structlog
 
 from taskq_core.backend.protocol.batches import (
@@ -45,23 +44,6 @@ from .enqueue import enqueue_job
 _log = structlog.get_logger(component="postgres_backend")
 
 
-def _batch(record: asyncpg.Record) -> BatchRow:
-    """A batch record (metadata as text, the finalizer's actor) as a BatchRow."""
-    return BatchRow(
-        id=record["id"],
-        queue=record["queue"],
-        status=BatchStatus(record["status"]),
-        expected_size=record["expected_size"],
-        consecutive_failures=record["consecutive_failures"],
-        failure_threshold=record["failure_threshold"],
-        finalizer_actor=record["finalizer_actor"],
-        finalizer_job_id=record["finalizer_job_id"],
-        created_at=record["created_at"],
-        completed_at=record["completed_at"],
-        metadata=json.loads(record["metadata"]),
-    )
-
-
 def _counts(statuses: list[str] | None, counts: list[int] | None) -> BatchCounts:
     """Parallel arrays (NULL for a batch without children) as BatchCounts in status order."""
     return BatchCounts(rows.status_counts(statuses or [], counts or []))
@@ -86,11 +68,11 @@ class BatchPart(BackendCore):
         )
         if record is None:
             raise ValueError(f"a batch with id {batch.id} already exists")
-        return _batch(record)
+        return rows.batch(record)
 
     async def get_batch(self, batch_id: UUID) -> BatchRow | None:
         record = await self._pool.fetchrow(self._queries["get_batch"], batch_id)
-        return None if record is None else _batch(record)
+        return None if record is None else rows.batch(record)
 
     async def count_batch_jobs(self, batch_id: UUID) -> BatchCounts:
         records = await self._pool.fetch(self._queries["count_batch_jobs"], batch_id)
@@ -108,7 +90,7 @@ class BatchPart(BackendCore):
         records = await self._pool.fetch(
             query, filter.queue, filter.active, filter.batch_id, filter.limit
         )
-        return [(_batch(r), _counts(r["statuses"], r["counts"])) for r in records]
+        return [(rows.batch(r), _counts(r["statuses"], r["counts"])) for r in records]
 
     async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
         # One transaction.

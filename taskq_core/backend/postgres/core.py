@@ -191,6 +191,7 @@ class BackendCore:
         max_size: int = 10,
         dispatch_pool_size: int | None = None,
         heartbeat_pool_size: int | None = None,
+        # The tuning keywords below repeat __init__'s on purpose: connect passes them on.
         command_timeout: float | None = None,
         max_inactive_lifetime: float = 300.0,
         dispatch_oversample: int = 2,

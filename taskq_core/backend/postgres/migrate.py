@@ -140,26 +140,17 @@ async def _apply_one(
 ) -> None:
     label = f"{migration.version}_{migration.name}"
     sql = migration.render(schema)
+    record = (queries["migrate_record"], migration.version, migration.name)
     try:
         if migration.no_transaction:
             # CONCURRENTLY forms refuse multi-statement strings: run statement by statement.
             for statement in _split_statements(sql):
                 await conn.execute(statement)
-            await conn.execute(
-                queries["migrate_record"],
-                migration.version,
-                migration.name,
-                migration.checksum(schema),
-            )
+            await conn.execute(*record, migration.checksum(schema))
         else:
             async with conn.transaction():
                 await conn.execute(sql)
-                await conn.execute(
-                    queries["migrate_record"],
-                    migration.version,
-                    migration.name,
-                    migration.checksum(schema),
-                )
+                await conn.execute(*record, migration.checksum(schema))
     except asyncpg.PostgresError as exc:
         raise MigrationError(f"migration {label} failed: {exc}") from exc
 

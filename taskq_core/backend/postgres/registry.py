@@ -35,6 +35,12 @@ from . import bulk, rows
 from .core import BackendCore, one_on
 
 
+def _change(value: object) -> tuple[bool, object]:
+    """An optional write argument as its statement's (changed?, value) pair: UNSET leaves
+    the column as it is."""
+    return (False, None) if value is UNSET else (True, value)
+
+
 class RegistryPart(BackendCore):
     """Workers, actor configs and queues."""
 
@@ -155,12 +161,9 @@ class RegistryPart(BackendCore):
                 conn,
                 self._queries["update_actor_config"],
                 actor,
-                max_concurrent is not UNSET,
-                None if max_concurrent is UNSET else max_concurrent,
-                max_pending is not UNSET,
-                None if max_pending is UNSET else max_pending,
-                result_ttl is not UNSET,
-                None if result_ttl is UNSET else result_ttl,
+                *_change(max_concurrent),
+                *_change(max_pending),
+                *_change(result_ttl),
                 self._wake_channel,
             )
             after = rows.actor_config(record)
@@ -200,12 +203,9 @@ class RegistryPart(BackendCore):
                 conn,
                 self._queries["update_queue"],
                 name,
-                mode is not UNSET,
-                None if mode is UNSET else mode,
-                max_concurrent is not UNSET,
-                None if max_concurrent is UNSET else max_concurrent,
-                paused is not UNSET,
-                None if paused is UNSET else bool(paused),
+                *_change(mode),
+                *_change(max_concurrent),
+                *_change(paused if paused is UNSET else bool(paused)),
                 self._wake_channel,
                 paused_by,
                 pause_reason,

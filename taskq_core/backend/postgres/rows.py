@@ -22,6 +22,7 @@ from taskq_core.backend.protocol import (
     from_values,
 )
 from taskq_core.backend.protocol.admin import OperatorLogEntry, QueuePause
+from taskq_core.backend.protocol.batches import BatchRow, BatchStatus
 from taskq_core.statemachine import JobStatus
 
 from . import bulk
@@ -111,6 +112,16 @@ def attempt(record: asyncpg.Record) -> AttemptRow:
     return _row(AttemptRow, record)
 
 
+def batch(record: asyncpg.Record) -> BatchRow:
+    """A batch record (metadata as text, the finalizer's actor) as a BatchRow."""
+    return _row(
+        BatchRow,
+        record,
+        status=BatchStatus(record["status"]),
+        metadata=json.loads(record["metadata"]),
+    )
+
+
 def cancel_flag(record: asyncpg.Record) -> CancelFlag:
     """A ``heartbeat`` or ``poll_cancel_flags`` record as a CancelFlag."""
     return CancelFlag(
@@ -168,27 +179,12 @@ def _pause(record: asyncpg.Record) -> QueuePause | None:
 
 def worker(record: asyncpg.Record) -> WorkerRow:
     """A ``list_workers`` record as a WorkerRow."""
-    return WorkerRow(
-        id=record["id"],
-        hostname=record["hostname"],
-        pid=record["pid"],
+    return _row(
+        WorkerRow,
+        record,
         label=record["worker_label"],
-        workgroup_instance=record["workgroup_instance"],
         queues=list(record["queues"]),
         actors=list(record["actors"]),
-        concurrency=record["concurrency"],
-        version=record["version"],
-        started_at=record["started_at"],
-        last_seen_at=record["last_seen_at"],
-        stopped_at=record["stopped_at"],
-        status=record["status"],
-        is_leader=record["is_leader"],
-        running_jobs=record["running_jobs"],
-        claimed_jobs=record["claimed_jobs"],
-        exit_code=record["exit_code"],
-        exit_signal=record["exit_signal"],
-        acknowledged_at=record["acknowledged_at"],
-        acknowledged_by=record["acknowledged_by"],
     )
 
 
@@ -197,18 +193,9 @@ def queue_activity(record: asyncpg.Record, minutes: int) -> QueueActivity:
     per_minute = [0] * minutes
     for minute_ago, count in zip(record["minutes_ago"], record["minute_counts"], strict=True):
         per_minute[minutes - 1 - minute_ago] = count  # oldest first
-    return QueueActivity(
-        name=record["name"],
-        mode=record["mode"],
-        max_concurrent=record["max_concurrent"],
-        paused=record["paused"],
-        pending=record["pending"],
-        scheduled=record["scheduled"],
-        running=record["running"],
-        claimed=record["claimed"],
-        oldest_pending_at=record["oldest_pending_at"],
-        oldest_claimed_at=record["oldest_claimed_at"],
-        oldest_due_scheduled_at=record["oldest_due_scheduled_at"],
+    return _row(
+        QueueActivity,
+        record,
         finished=_status_counts(record["finished_statuses"], record["finished_counts"]),
         finished_per_minute=per_minute,
     )

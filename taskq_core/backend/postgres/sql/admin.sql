@@ -340,7 +340,9 @@ pending_queues AS (
 pending_heads AS (
     -- Per queue, its priority groups from the top, each the older head of the unkeyed jobs
     -- (the '__null__' cohort of jobs_fair_dispatch_idx) and of the keyed ones
-    -- (jobs_keyed_dispatch_idx).
+    -- (jobs_keyed_dispatch_idx). The two-head merge is dispatch's candidates (dispatch.sql)
+    -- read for the oldest head, and the recursive step repeats the first probe below
+    -- h.priority: a recursive CTE's seed and step cannot share one subquery.
     SELECT t.queue, t.priority, t.scheduled_at
     FROM pending_queues p
     CROSS JOIN LATERAL (
@@ -743,6 +745,8 @@ target AS (
     ORDER BY j.id
     FOR UPDATE OF j
 ),
+-- The plain DELETE … USING … RETURNING of every batched delete (sweep_idle_limiter_state's
+-- in ratelimit.sql): one table and key each, nothing to share.
 deleted AS (
     DELETE FROM {schema}.jobs j
     USING target t

@@ -35,6 +35,8 @@ ORDER BY n.name;
 --   jobs_dispatch_idx, one probe per pair; each count is an index (only) scan of its range;
 -- * running rows are few (the fleet's concurrency bounds them): read through the running
 --   partial indexes and grouped.
+-- pending_pairs is the loose index scan of queue_names' other_pairs (admin.sql) over another
+-- index and key, (actor, queue) of pending jobs: the idiom repeats, the columns do not.
 WITH RECURSIVE pending_pairs AS (
     (SELECT j.actor, j.queue
      FROM {schema}.jobs j

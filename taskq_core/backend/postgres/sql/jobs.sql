@@ -178,6 +178,7 @@ LIMIT 1;
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
+-- Mirrors retry_jobs' matched on purpose: same filter and newest-first cap over the other statuses.
 matched AS (
     SELECT j.id
     FROM {schema}.jobs j
@@ -239,6 +240,7 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
+-- Mirrors cancel_where's matched on purpose; it also carries the unique-key columns `picked` needs.
 matched AS (
     SELECT j.id, j.status, j.unique_key, j.unique_until, j.created_at
     FROM {schema}.jobs j
