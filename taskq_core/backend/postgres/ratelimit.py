@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from itertools import accumulate
 from uuid import UUID
 
 from taskq_core.backend.protocol.ratelimit import (
@@ -58,8 +59,9 @@ class RateLimitPart(BackendCore):
         self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
         # One statement: the first granted while tokens last, the others placed in the bucket's
-        # line.
-        record = await self._one(self._queries["acquire_tokens"], key, rate, burst, list(costs))
+        # line. It reads the costs summed up, call by call.
+        upto = list(accumulate(costs, initial=0))[1:]
+        record = await self._one(self._queries["acquire_tokens"], key, rate, burst, upto)
         return grants_of(
             int(record["granted"]),
             costs,

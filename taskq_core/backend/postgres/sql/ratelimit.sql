@@ -13,9 +13,10 @@
 -- once than the reservation allows, for as long as the job runs.
 
 -- name: acquire_tokens
--- One call per entry of $4, each taking that many tokens (its cost) from bucket $1, which
--- refills $2 tokens a second up to $3 (a bucket never seen is full): the calls the tokens there
--- cover, in order, are granted (`granted`: how many; they stop at the first call not covered),
+-- Calls taking tokens from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
+-- seen is full); $4 holds, for each call in order, the tokens it and the calls before it take
+-- together (its cost, summed up: 1, 2, 3, ... when each costs one). The calls the tokens there
+-- cover are granted, in order (`granted`: how many; they stop at the first call not covered),
 -- `remaining` the tokens left. Each call not granted gets a place in the bucket's line
 -- (rate_limit_lines), a place being when the call's tokens are there: `wait` is the first
 -- one's, in seconds, the later of when its tokens are there and its cost in refill intervals
@@ -31,21 +32,16 @@
 WITH k AS (
     SELECT clock_timestamp() AS now,
            make_interval(secs => 1 / $2::float8) AS step,
-           set_config('synchronous_commit', 'off', true) AS async_commit
-),
-calls AS (
-    -- `upto`: the tokens the calls up to this one take together.
-    SELECT c.ord, c.cost, sum(c.cost) OVER (ORDER BY c.ord)::float8 AS upto
-    FROM unnest($4::integer[]) WITH ORDINALITY AS c(cost, ord)
-),
-totals AS (
-    SELECT count(*)::integer AS calls, sum(c.cost)::float8 AS units,
-           COALESCE(max(c.upto) FILTER (WHERE c.upto <= $3::float8), 0) AS full_share
-    FROM calls c
+           set_config('synchronous_commit', 'off', true) AS async_commit,
+           cardinality($4::float8[]) AS calls,
+           ($4::float8[])[cardinality($4::float8[])] AS units
 ),
 seeded AS (
     INSERT INTO {schema}.rate_limit_buckets (key, tokens, updated_at)
-    SELECT $1::text, $3::float8 - t.full_share, k.now FROM k CROSS JOIN totals t
+    SELECT $1::text,
+           $3::float8 - COALESCE(($4::float8[])[width_bucket($3::float8, $4::float8[])], 0),
+           k.now
+    FROM k
     ON CONFLICT (key) DO NOTHING
     RETURNING tokens
 ),
@@ -71,18 +67,17 @@ available AS (
         SELECT EXTRACT(EPOCH FROM k.now - b.updated_at)::float8 AS elapsed) e
 ),
 share AS (
-    -- The calls granted and the tokens they take: all that fit a new bucket, else those
-    -- the available tokens cover (none when the bucket is not in this snapshot).
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM seeded)
-                THEN (SELECT count(*) FROM calls c WHERE c.upto <= $3::float8)
-                ELSE (SELECT count(*) FROM calls c WHERE c.upto <= a.available)
-           END::integer AS granted,
-           CASE WHEN EXISTS (SELECT 1 FROM seeded)
-                THEN (SELECT t.full_share FROM totals t)
-                ELSE COALESCE((SELECT max(c.upto) FROM calls c WHERE c.upto <= a.available), 0)
-           END AS units,
-           a.available, a.counted
+    -- The calls granted: all that fit a new bucket, else those the available tokens cover
+    -- (none when the bucket is not in this snapshot); `units` the tokens they take.
+    SELECT g.granted, COALESCE(($4::float8[])[g.granted], 0) AS units, a.available, a.counted
     FROM available a
+    CROSS JOIN LATERAL (
+        -- The calls whose running total is at most the tokens (width_bucket counts them: the
+        -- totals only grow).
+        SELECT COALESCE(width_bucket(
+                   CASE WHEN EXISTS (SELECT 1 FROM seeded) THEN $3::float8 ELSE a.available END,
+                   $4::float8[]), 0) AS granted
+    ) g
 ),
 taken AS (
     UPDATE {schema}.rate_limit_buckets b
@@ -100,13 +95,13 @@ left_over AS (
                     (SELECT s.counted - s.units FROM share s)) AS tokens
 ),
 -- The denied calls: `units` their tokens together, `first` the first one's cost. The line's
--- end is the place after the last one: its end moves on by `units` intervals, and is no
--- sooner than when these calls' tokens will all be there, one interval on.
+-- end is the place after the last one: it moves on by `units` intervals, and is no sooner
+-- than when these calls' tokens will all be there, one interval on.
 denied AS (
-    SELECT t.units - s.units AS units,
-           (SELECT c.cost FROM calls c WHERE c.ord = s.granted + 1)::float8 AS first
-    FROM share s CROSS JOIN totals t
-    WHERE s.granted < t.calls
+    SELECT k.units - s.units AS units,
+           ($4::float8[])[s.granted + 1] - s.units AS first
+    FROM share s CROSS JOIN k
+    WHERE s.granted < k.calls
 ),
 placed AS (
     INSERT INTO {schema}.rate_limit_lines AS l (key, ends_at)
