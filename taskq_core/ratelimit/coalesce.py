@@ -21,6 +21,7 @@ class _Group:
     rate: float
     burst: float
     waiters: list[asyncio.Future[LimitGrant]] = field(default_factory=list)
+    costs: list[int] = field(default_factory=list)  # each waiter's tokens
 
 
 class TokenRequests:
@@ -31,14 +32,15 @@ class TokenRequests:
         self._waiting: dict[str, _Group] = {}  # bucket -> the callers of its next call
         self._flushing: dict[str, asyncio.Task[None]] = {}  # bucket -> its call loop
 
-    async def take(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token of bucket ``key``, or the call's place in its line (as
+    async def take(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        """``cost`` tokens of bucket ``key``, or the call's place in its line (as
         ``acquire_token``); raises what the store's call raised."""
         group = self._waiting.get(key)
         if group is None:
             group = self._waiting[key] = _Group(rate, burst)
         waiter: asyncio.Future[LimitGrant] = asyncio.get_running_loop().create_future()
         group.waiters.append(waiter)
+        group.costs.append(cost)
         if key not in self._flushing:
             self._flushing[key] = asyncio.create_task(self._flush(key), name=f"tokens:{key}")
         return await waiter
@@ -58,7 +60,7 @@ class TokenRequests:
     async def _call(self, key: str, group: _Group) -> None:
         waiters = group.waiters
         try:
-            grants = await self.store.acquire_tokens(key, group.rate, group.burst, len(waiters))
+            grants = await self.store.acquire_tokens(key, group.rate, group.burst, group.costs)
         except Exception as exc:
             for waiter in waiters:
                 if not waiter.done():

@@ -12,7 +12,7 @@ unlimited.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -64,19 +64,21 @@ class FallbackLimiterStore:
         """Whether acquires go to the fallback now."""
         return self.resting_until is not None and self.clock.monotonic() < self.resting_until
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token, from Redis or, while it errors, from the fallback."""
-        return await self._call(lambda store: store.acquire_token(key, rate, burst))
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        """``cost`` tokens, from Redis or, while it errors, from the fallback."""
+        return await self._call(lambda store: store.acquire_token(key, rate, burst, cost))
 
     async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
-        """``count`` calls' tokens, from Redis or, while it errors, from the fallback."""
-        return await self._call(lambda store: store.acquire_tokens(key, rate, burst, count))
+        """The calls' tokens, from Redis or, while it errors, from the fallback."""
+        return await self._call(lambda store: store.acquire_tokens(key, rate, burst, costs))
 
-    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """One window entry, from Redis or, while it errors, from the fallback."""
-        return await self._call(lambda store: store.acquire_window(key, limit, window))
+    async def acquire_window(
+        self, key: str, limit: int, window: timedelta, cost: int = 1
+    ) -> LimitGrant:
+        """``cost`` window entries, from Redis or, while it errors, from the fallback."""
+        return await self._call(lambda store: store.acquire_window(key, limit, window, cost))
 
     async def _call(self, acquire: Callable[[LimiterStore], Awaitable[T]]) -> T:
         if not self.degraded:

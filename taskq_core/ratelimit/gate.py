@@ -1,7 +1,8 @@
 """RateLimiter: admits a claimed job under its actor's limits before the body runs.
 
-Admission takes the job's reservation slots first, then one token (or window entry) of each
-rate limit, in declaration order. The first limit that says no denies the job: the slots it
+Admission takes the job's reservation slots first, then the tokens (or window entries) of each
+rate limit, in declaration order: one, or the job's cost under a weighted limit (a cost of 0
+asks nothing of the store). The first limit that says no denies the job: the slots it
 took are given back and the job returns to ``scheduled`` for the retry_after the limiter
 names, without using an attempt (the consumer writes that).
 
@@ -127,8 +128,8 @@ class RateLimiter:
         """Take the job's slots (its queue's cap first) and tokens, or say which limit denies
         it.
 
-        Raises KeyFunctionError when a keyed limit cannot name the job's key (nothing is
-        held then).
+        Raises KeyFunctionError when a keyed limit cannot name the job's key, and its
+        CostFunctionError when a weighted limit cannot price the job (nothing is held then).
         """
         plan = self.plans.get(actor)
         cap = None if queue is None else self.queue_caps.get(queue)
@@ -138,10 +139,12 @@ class RateLimiter:
         if cap is not None:
             assert queue is not None
             reservations.append((queue_concurrency_reservation_name(queue), cap))
-        rate_limits: list[tuple[LimitUse, str]] = []
+        rate_limits: list[tuple[LimitUse, str, int]] = []
         if plan is not None:
             reservations += [(use.instance(payload), _slots(use)) for use in plan.reservations]
-            rate_limits = [(use, use.instance(payload)) for use in plan.rate_limits]
+            rate_limits = [
+                (use, use.instance(payload), use.units(payload)) for use in plan.rate_limits
+            ]
         held: list[str] = []
         try:
             for name, slots in reservations:
@@ -154,8 +157,8 @@ class RateLimiter:
                     wait = min(max(turnover, low), high)
                     return self._deny(actor, "reservation", name, timedelta(seconds=wait), wait)
                 held.append(name)
-            for use, name in rate_limits:
-                denial = await self._take(actor, use, name)
+            for use, name, cost in rate_limits:
+                denial = await self._take(actor, use, name, cost)
                 if denial is not None:
                     await self._give_back(job_id, worker_id, held)
                     return denial
@@ -192,21 +195,23 @@ class RateLimiter:
             await self.slots.release_reservations(job_id, worker_id, held)
             held.clear()
 
-    async def _take(self, actor: str, use: LimitUse, name: str) -> Denial | None:
+    async def _take(self, actor: str, use: LimitUse, name: str, cost: int) -> Denial | None:
         limit = use.limit
+        if not cost:  # a computed cost of 0: this job uses none of the limit
+            return None
         try:
             if isinstance(limit, TokenBucket):
-                grant = await self.tokens.take(name, limit.per_second, limit.capacity)
+                grant = await self.tokens.take(name, limit.per_second, limit.capacity, cost)
             else:
                 assert isinstance(limit, SlidingWindow)
-                grant = await self.store.acquire_window(name, limit.limit, limit.window)
+                grant = await self.store.acquire_window(name, limit.limit, limit.window, cost)
         except LimiterStoreUnavailableError:
             return self._deny(
                 actor,
                 "limit_store_unavailable",
                 name,
                 STORE_UNAVAILABLE_RETRY_AFTER,
-                _interval(limit),
+                _interval(limit) * cost,
             )
         if grant.allowed:
             return None

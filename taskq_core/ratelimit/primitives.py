@@ -4,6 +4,8 @@ keyed forms (KeyedRateLimitRef, KeyedReservationRef) that make one limit per pay
 Each is a frozen value checked when it is made: a non-positive rate, limit, window or slot
 count, or a name that is not a plain word, raises ConfigError naming the limit. Two primitives
 with the same name are one limit: the registry refuses two different definitions of a name.
+A rate limit's ``cost`` (the units one job takes) is the declaring actor's, not the limit's:
+the registry keeps the limit without it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -58,17 +60,38 @@ def _positive_duration(what: str, value: object, label: str) -> timedelta:
     return value
 
 
+Cost = int | Callable[[Any], object]
+
+
+def _check_cost(what: str, cost: object, capacity: float, label: str) -> None:
+    """A fixed cost is a whole number from 1 to the capacity (a job costing more could never
+    be admitted); a callable is checked on each job's payload instead."""
+    if callable(cost):
+        return
+    _positive_int(what, cost, "cost")
+    assert isinstance(cost, int)
+    if cost > capacity:
+        raise ConfigError(
+            f"{what}: cost {cost} exceeds the {label} of {capacity:g}: "
+            "a job costing more than the limit ever holds could never run"
+        )
+
+
 # The three kinds of limit share one shape on purpose (name, numbers, ``kind``, checks in
 # ``__post_init__``, ``capacity``, ``describe``): the registry and the stores read any of them.
 @dataclass(frozen=True)
 class TokenBucket:
     """At most ``rate`` calls per ``per`` on average, with bursts of up to ``burst`` calls
-    (default: ``rate``, at least 1). The bucket starts full and refills continuously."""
+    (default: ``rate``, at least 1). The bucket starts full and refills continuously.
+
+    ``cost``: the tokens one job of the declaring actor takes, a whole number up to the burst,
+    or a function of the job's payload that returns one (0 takes nothing)."""
 
     name: str
     rate: float
     per: timedelta = timedelta(seconds=1)
     burst: float | None = None
+    cost: Cost = field(default=1, kw_only=True)
 
     kind: LimitKind = field(default="token_bucket", init=False, repr=False)
 
@@ -83,6 +106,7 @@ class TokenBucket:
         object.__setattr__(self, "rate", rate)
         object.__setattr__(self, "per", per)
         object.__setattr__(self, "burst", burst)
+        _check_cost(what, self.cost, burst, "burst")
 
     @property
     def capacity(self) -> float:
@@ -95,6 +119,11 @@ class TokenBucket:
         """Tokens the bucket gains each second."""
         return self.rate / self.per.total_seconds()
 
+    def with_cost(self, cost: Cost) -> TokenBucket:
+        """This bucket, each job taking ``cost`` tokens (a number or a function of the
+        payload): ``rate_limits=[OPENAI.with_cost(10)]``."""
+        return replace(self, cost=cost)
+
     def describe(self) -> str:
         """``token bucket 10/1s, burst 10``."""
         return f"token bucket {self.rate:g}/{_span(self.per)}, burst {self.capacity:g}"
@@ -102,11 +131,15 @@ class TokenBucket:
 
 @dataclass(frozen=True)
 class SlidingWindow:
-    """At most ``limit`` calls within any ``window`` (seconds or a timedelta)."""
+    """At most ``limit`` calls within any ``window`` (seconds or a timedelta).
+
+    ``cost``: the uses one job of the declaring actor counts for, a whole number up to the
+    limit, or a function of the job's payload that returns one (0 counts nothing)."""
 
     name: str
     limit: int
     window: timedelta
+    cost: Cost = field(default=1, kw_only=True)
 
     kind: LimitKind = field(default="sliding_window", init=False, repr=False)
 
@@ -114,11 +147,16 @@ class SlidingWindow:
         what = f"SlidingWindow {_check_name('SlidingWindow', self.name)!r}"
         _positive_int(what, self.limit, "limit")
         object.__setattr__(self, "window", _positive_duration(what, self.window, "window"))
+        _check_cost(what, self.cost, self.limit, "limit")
 
     @property
     def capacity(self) -> float:
         """Calls the window admits."""
         return float(self.limit)
+
+    def with_cost(self, cost: Cost) -> SlidingWindow:
+        """This window, each job counting as ``cost`` uses (see TokenBucket.with_cost)."""
+        return replace(self, cost=cost)
 
     def describe(self) -> str:
         """``sliding window 100 per 1m``."""
@@ -127,7 +165,8 @@ class SlidingWindow:
 
 @dataclass(frozen=True)
 class ConcurrencyReservation:
-    """At most ``slots`` jobs holding this reservation run at once, across every worker."""
+    """At most ``slots`` jobs holding this reservation run at once, across every worker.
+    Each job holds one slot: a reservation takes no cost."""
 
     name: str
     slots: int
@@ -149,7 +188,15 @@ class ConcurrencyReservation:
 
 
 RateLimit = TokenBucket | SlidingWindow
+
 Limit = TokenBucket | SlidingWindow | ConcurrencyReservation
+
+
+def unweighted(limit: Limit) -> Limit:
+    """``limit`` as the registry keeps it: the definition without a declaring actor's cost."""
+    if isinstance(limit, ConcurrencyReservation) or limit.cost == 1:
+        return limit
+    return replace(limit, cost=1)
 
 
 @dataclass(frozen=True)

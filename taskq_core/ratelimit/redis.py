@@ -27,15 +27,15 @@ from taskq_core.backend.protocol.ratelimit import (
     grants_of,
 )
 
-# KEYS[1] bucket; ARGV rate (tokens/s), burst, calls. Returns {granted, first_wait_s,
-# tokens_left}: the tokens there go to the first calls; each other call gets the next place of
-# the bucket's line (field `line`: the place after the last one given), one refill interval
-# after the previous place and not before a token is there (first_wait_s is the first one's).
-# The key lives until the bucket is full again and the line has ended.
+# KEYS[1] bucket; ARGV rate (tokens/s), burst, then each call's cost. Returns {granted,
+# first_wait_s, tokens_left}: the tokens there go to the calls they cover, in order, up to the
+# first call they do not cover; each other call gets the next place of the bucket's line (field
+# `line`: the place after the last one given), its cost in refill intervals after the previous
+# place and not before its tokens are there (first_wait_s is the first one's). The key lives
+# until the bucket is full again and the line has ended.
 _TOKEN_BUCKET = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
-local calls = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at', 'line')
@@ -47,12 +47,23 @@ if tokens == nil or at == nil then
   at = now
 end
 tokens = math.min(burst, tokens + math.max(now - at, 0) * rate)
-local granted = math.min(calls, math.max(math.floor(tokens), 0))
-tokens = tokens - granted
+local granted = 0
+local denied = 0
+local first = 0
+for i = 3, #ARGV do
+  local cost = tonumber(ARGV[i])
+  if denied == 0 and cost <= tokens then
+    tokens = tokens - cost
+    granted = granted + 1
+  else
+    if denied == 0 then first = cost end
+    denied = denied + cost
+  end
+end
 local wait = 0
-if granted < calls then
-  local place = math.max(line, now + (1 - tokens) / rate)
-  line = place + (calls - granted) / rate
+if denied > 0 then
+  local place = math.max(line + (first - 1) / rate, now + (first - tokens) / rate)
+  line = place + (denied - first + 1) / rate
   wait = place - now
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens),
@@ -63,28 +74,36 @@ return {granted, string.format('%.6f', wait), string.format('%.6f', tokens)}
 """
 
 # KEYS[1] window (sorted set), KEYS[2] its use counter, KEYS[3] its line (the place after the
-# last one given, microseconds); ARGV limit, window (microseconds).
-# Returns {allowed, retry_after_us, free_left}. A denied call gets the next place of the line:
-# window/limit after the previous place, not before the entry that must leave has left.
+# last one given, microseconds); ARGV limit, window (microseconds), cost (uses).
+# Returns {allowed, retry_after_us, free_left}. A call records its cost in uses, all or none.
+# A denied call gets the next place of the line: cost times window/limit after the previous
+# place, not before the last use that must leave for its uses to fit has left.
 _SLIDING_WINDOW = """
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local used = redis.call('ZCARD', KEYS[1])
 local ttl = math.ceil(window / 1000) + 1000
-if used < limit then
-  local seq = redis.call('INCR', KEYS[2])
-  redis.call('ZADD', KEYS[1], now, string.format('%.0f', now) .. '-' .. seq)
+if used + cost <= limit then
+  local seq = redis.call('INCRBY', KEYS[2], cost)
+  for i = 1, cost do
+    redis.call('ZADD', KEYS[1], now, string.format('%.0f', now) .. '-' .. (seq - cost + i))
+  end
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return {1, 0, limit - used - 1}
+  return {1, 0, limit - used - cost}
 end
-local blocking = redis.call('ZRANGE', KEYS[1], used - limit, used - limit, 'WITHSCORES')
+local index = used + cost - limit - 1
+local blocking = redis.call('ZRANGE', KEYS[1], index, index, 'WITHSCORES')
 local free_at = tonumber(blocking[2]) + window
-local place = math.max(tonumber(redis.call('GET', KEYS[3])) or 0, free_at)
-local line = place + window / limit
+local step = window / limit
+local line = tonumber(redis.call('GET', KEYS[3]))
+local place = free_at
+if line then place = math.max(line + (cost - 1) * step, free_at) end
+line = place + step
 redis.call('SET', KEYS[3], string.format('%.0f', line),
            'PX', math.ceil((line - now) / 1000) + 1000)
 return {0, string.format('%.0f', place - now), 0}
@@ -131,30 +150,32 @@ class RedisLimiterStore:
         self._bucket = client.register_script(_TOKEN_BUCKET)
         self._window = client.register_script(_SLIDING_WINDOW)
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """One token from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
-        return (await self.acquire_tokens(key, rate, burst, 1))[0]
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        """``cost`` tokens from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
+        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
 
     async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
-        """``count`` calls' tokens from bucket ``key`` in one script run."""
+        """The calls' tokens from bucket ``key`` in one script run."""
         granted, wait, left = await self._bucket(
-            keys=[f"{self.prefix}tb:{key}"], args=[repr(rate), repr(burst), count]
+            keys=[f"{self.prefix}tb:{key}"], args=[repr(rate), repr(burst), *costs]
         )
         return grants_of(
             int(granted),
-            count,
+            costs,
             remaining=float(left),
             wait=timedelta(seconds=float(wait)),
             step=timedelta(seconds=1.0 / rate),
         )
 
-    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """One use of window ``key`` (``limit`` per ``window``)."""
+    async def acquire_window(
+        self, key: str, limit: int, window: timedelta, cost: int = 1
+    ) -> LimitGrant:
+        """``cost`` uses of window ``key`` (``limit`` per ``window``)."""
         micros = max(math.ceil(window.total_seconds() * 1_000_000), 1)
         keys = [f"{self.prefix}sw:{key}", f"{self.prefix}sq:{key}", f"{self.prefix}sl:{key}"]
-        allowed, retry, left = await self._window(keys=keys, args=[limit, micros])
+        allowed, retry, left = await self._window(keys=keys, args=[limit, micros, cost])
         return LimitGrant(
             bool(int(allowed)), timedelta(microseconds=max(int(retry), 0)), float(left)
         )

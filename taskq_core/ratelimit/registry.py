@@ -5,7 +5,9 @@ An actor names a limit by string (registered beforehand: ``rate_limits.register(
 module-level ``default_registry``, or on a registry given to the worker) or declares it
 inline; inline limits join the registry when the worker starts. Resolution refuses, naming the
 actor and the limit: an unknown name, a name of the wrong kind (a reservation among
-rate_limits) and two different definitions of one name.
+rate_limits) and two different definitions of one name. A rate limit declared inline with a
+``cost`` gives that cost to the declaring actor's use of it (``LimitUse``); the registry keeps the
+definition alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from taskq_core.ratelimit.primitives import (
     SlidingWindow,
     TokenBucket,
     check_declarations,
+    unweighted,
 )
 
 if TYPE_CHECKING:  # actors imports this package's primitives: no import cycle at run time
@@ -35,15 +38,27 @@ class KeyFunctionError(Exception):
     """A keyed limit could not name the job's key: its payload does not fit the limit's
     payload_type, or its key_fn raised. The job fails (retrying cannot help)."""
 
+    error_class = "RateLimitKeyError"  # the failed job's error class
+
+
+class CostFunctionError(KeyFunctionError):
+    """A weighted limit could not price the job: its cost function raised or returned no
+    whole number from 0 to the limit's capacity. The job fails like an unkeyed one."""
+
+    error_class = "RateLimitCostError"
+
 
 @dataclass(frozen=True)
 class LimitUse:
     """One limit an actor uses: ``limit`` itself, or, with ``key_fn``, the template each
-    payload key gets a copy of (named ``<name>:<key>``)."""
+    payload key gets a copy of (named ``<name>:<key>``). Each job takes ``cost`` units of it,
+    or what ``cost_fn(payload)`` returns."""
 
     limit: Limit
     key_fn: Callable[[Any], object] | None = None
     payload_type: type[BaseModel] | None = None
+    cost: int = 1
+    cost_fn: Callable[[Any], object] | None = None
 
     @property
     def name(self) -> str:
@@ -65,6 +80,31 @@ class LimitUse:
         if key is None or (isinstance(key, str) and not key):
             raise KeyFunctionError(f"key function of limit {self.name!r} returned no key")
         return f"{self.name}:{key}"
+
+    def units(self, payload: Any) -> int:
+        """The units this payload takes (the actor's validated payload, as its body gets it);
+        CostFunctionError says why there is no price that could ever be admitted."""
+        if self.cost_fn is None:
+            return self.cost
+        try:
+            cost = self.cost_fn(payload)
+        except Exception as exc:
+            raise CostFunctionError(
+                f"cost function of limit {self.name!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if isinstance(cost, float) and cost.is_integer():
+            cost = int(cost)
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise CostFunctionError(
+                f"cost function of limit {self.name!r} returned {cost!r}, not a whole number "
+                "of 0 or more"
+            )
+        if cost > self.limit.capacity:
+            raise CostFunctionError(
+                f"cost {cost} exceeds the capacity of limit {self.name!r} "
+                f"({self.limit.describe()}): the job could never be admitted"
+            )
+        return cost
 
 
 def _as_model(payload_type: type[BaseModel], payload: Any, name: str) -> BaseModel:
@@ -114,6 +154,7 @@ class RateLimitRegistry:
             raise ConfigError(
                 f"{origin}: {limit!r} is not a TokenBucket, SlidingWindow or ConcurrencyReservation"
             )
+        limit = unweighted(limit)
         known = self._limits.get(limit.name)
         if known is not None and known != limit:
             raise ConfigError(
@@ -167,8 +208,10 @@ class RateLimitRegistry:
     def _use(self, ref: ActorRef, entry: object, *, reservation: bool) -> LimitUse:
         key_fn: Callable[[Any], object] | None = None
         payload_type: type[BaseModel] | None = None
+        declared = entry
         if isinstance(entry, KeyedRateLimitRef | KeyedReservationRef):
             key_fn, payload_type = entry.key_fn, entry.payload_type
+            declared = entry.limit if isinstance(entry, KeyedRateLimitRef) else None
         name = entry if isinstance(entry, str) else getattr(entry, "name", "?")
         limit = self._limits.get(name)
         field = "reservations" if reservation else "rate_limits"
@@ -183,7 +226,10 @@ class RateLimitRegistry:
                 f"actor {ref.name!r}: {field} names {name!r}, a {limit.describe()}; declare it "
                 f"in {'rate_limits' if reservation else 'reservations'}="
             )
-        return LimitUse(limit, key_fn, payload_type)
+        cost = declared.cost if isinstance(declared, TokenBucket | SlidingWindow) else 1
+        if callable(cost):
+            return LimitUse(limit, key_fn, payload_type, cost_fn=cost)
+        return LimitUse(limit, key_fn, payload_type, cost=cost)
 
 
 # The process's registry when none is given to the worker (nor provided through DI): register

@@ -34,7 +34,8 @@ from taskq_core.worker.transient import TRANSIENT_ERRORS, Backoff, retry_pause, 
 async def admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) -> str | None:
     """Admit the job under its actor's limits: None when admitted, else the outcome written
     (``rate_limited``: back to scheduled at the limiter's retry_after, its attempt given back
-    and the limit named in the event; ``failed``: a keyed limit cannot name its key).
+    and the limit named in the event; ``failed``: a keyed limit cannot name its key, or a
+    weighted one price the job).
 
     The limiter store's database trouble is retried with backoff like an outcome write, until
     the lease is lost; any other limiter failure holds the job back for a while, logged.
@@ -84,8 +85,9 @@ async def admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) 
 
 
 async def _fail_unkeyed(deps: WorkerDeps, held: ActiveJob, exc: KeyFunctionError) -> str:
-    """A keyed limit cannot name this job's key: it fails for good, saying why."""
-    error = ErrorInfo("RateLimitKeyError", str(exc))
+    """A keyed limit cannot name this job's key (or a weighted one price it): it fails for
+    good, saying why."""
+    error = ErrorInfo(exc.error_class, str(exc))
     deps.active.settle(held)
     await settle(
         deps,
@@ -93,7 +95,12 @@ async def _fail_unkeyed(deps: WorkerDeps, held: ActiveJob, exc: KeyFunctionError
         lambda: deps.backend.mark_failed_or_retry(held.lease, error, None),
         status_of_row,
     )
-    deps.log.warning("job_limit_key_failed", job_id=str(held.job.id), error=error.message)
+    deps.log.warning(
+        "job_limit_key_failed",
+        job_id=str(held.job.id),
+        error_class=exc.error_class,
+        error=error.message,
+    )
     deps.state.stats.failed += 1
     return "failed"
 

@@ -189,7 +189,7 @@ async def test_many_calls_at_once_get_the_tokens_there_and_places_for_the_rest(
 ) -> None:
     rate, burst = 1.0, 3.0
     started = await limiter.now()
-    grants = await limiter.store.acquire_tokens("api", rate, burst, 5)
+    grants = await limiter.store.acquire_tokens("api", rate, burst, [1] * 5)
     elapsed = timedelta(seconds=await limiter.now() - started)
     assert [grant.allowed for grant in grants] == [True, True, True, False, False]
     # The two left over wait for the next token (1 s) and the one after (2 s).

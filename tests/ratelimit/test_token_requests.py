@@ -4,6 +4,7 @@ a token while they last, else its place in the line; a store error reaches every
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,21 +20,25 @@ class CountingStore:
     def __init__(self) -> None:
         self.backend = InMemoryBackend(clock=FakeClock())
         self.calls: list[int] = []
+        self.costs: list[list[int]] = []
         self.fail: Exception | None = None
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        return (await self.acquire_tokens(key, rate, burst, 1))[0]
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        return (await self.acquire_tokens(key, rate, burst, [cost]))[0]
 
     async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
-        self.calls.append(count)
+        self.calls.append(len(costs))
+        self.costs.append(list(costs))
         await asyncio.sleep(0)  # a round trip: other callers may ask meanwhile
         if self.fail is not None:
             raise self.fail
-        return await self.backend.acquire_tokens(key, rate, burst, count)
+        return await self.backend.acquire_tokens(key, rate, burst, costs)
 
-    async def acquire_window(self, key: str, limit: int, window: object) -> LimitGrant:
+    async def acquire_window(
+        self, key: str, limit: int, window: object, cost: int = 1
+    ) -> LimitGrant:
         raise AssertionError("not asked here")
 
 
@@ -88,3 +93,17 @@ async def test_a_cancelled_caller_leaves_the_others_their_answers(cancelled: int
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(done[cancelled], asyncio.CancelledError)
     assert done[1 - cancelled].allowed  # type: ignore[union-attr]
+
+
+async def test_gathered_callers_each_take_their_own_cost() -> None:
+    store = CountingStore()
+    requests = TokenRequests(store)  # type: ignore[arg-type]
+    grants = await asyncio.gather(
+        requests.take("api", 1.0, 10.0, 4),
+        requests.take("api", 1.0, 10.0, 1),
+        requests.take("api", 1.0, 10.0, 6),
+        requests.take("api", 1.0, 10.0, 1),
+    )
+    assert store.costs == [[4, 1, 6, 1]]  # one call, each caller's cost in its order
+    assert [grant.allowed for grant in grants] == [True, True, False, False]
+    assert grants[2].retry_after < grants[3].retry_after

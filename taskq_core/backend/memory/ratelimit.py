@@ -68,44 +68,61 @@ class RateLimitPart(MemoryStore):
             self._limit_tables = _LimitTables()
         return self._limit_tables
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
+
+    async def acquire_tokens(
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
+    ) -> list[LimitGrant]:
+        # Nothing else runs between the calls here: one pass. From the first call the tokens
+        # do not cover on, every call is denied (as the one statement on PostgreSQL).
+        grants: list[LimitGrant] = []
+        for cost in costs:
+            if grants and not grants[-1].allowed:
+                grants.append(self._denied_token(key, rate, burst, cost))
+            else:
+                grants.append(self._take_tokens(key, rate, burst, cost))
+        return grants
+
+    def _take_tokens(self, key: str, rate: float, burst: float, cost: int) -> LimitGrant:
         now = self._now()
         bucket = self._limits().buckets.get(key)
         if bucket is None:
-            self._limits().buckets[key] = _Bucket(burst - 1, now)
-            return LimitGrant(True, remaining=burst - 1)
+            self._limits().buckets[key] = _Bucket(burst - cost, now)
+            return LimitGrant(True, remaining=burst - cost)
         # As on PostgreSQL: time the bucket already counted (a clock reading ahead of this
         # one) is neither refilled again nor skipped by a denied call's wait.
         elapsed = (now - bucket.updated_at).total_seconds()
         available = min(burst, bucket.tokens + rate * max(elapsed, 0.0))
-        if available < 1:
-            waits_for = 1 - min(burst, bucket.tokens + rate * elapsed)
-            token_at = now + timedelta(seconds=waits_for / rate)
-            return self._placed(key, token_at, timedelta(seconds=1 / rate))
-        bucket.tokens, bucket.updated_at = available - 1, max(bucket.updated_at, now)
+        if available < cost:
+            return self._denied_token(key, rate, burst, cost)
+        bucket.tokens, bucket.updated_at = available - cost, max(bucket.updated_at, now)
         return LimitGrant(True, remaining=bucket.tokens)
 
-    async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
-    ) -> list[LimitGrant]:
-        # Nothing else runs between the calls here: one pass.
-        return [await self.acquire_token(key, rate, burst) for _ in range(count)]
+    def _denied_token(self, key: str, rate: float, burst: float, cost: int) -> LimitGrant:
+        now = self._now()
+        bucket = self._limits().buckets[key]
+        counted = min(burst, bucket.tokens + rate * (now - bucket.updated_at).total_seconds())
+        token_at = now + timedelta(seconds=(cost - counted) / rate)
+        return self._placed(key, token_at, timedelta(seconds=1 / rate), cost)
 
-    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
+    async def acquire_window(
+        self, key: str, limit: int, window: timedelta, cost: int = 1
+    ) -> LimitGrant:
         now = self._now()
         uses = [at for at in self._limits().windows.get(key, []) if at > now - window]
         self._limits().windows[key] = uses
-        if len(uses) >= limit:
-            oldest = uses[len(uses) - limit]  # the use that must leave for one to be free
-            return self._placed(key, max(oldest + window, now), window / limit)
-        uses.append(now)
+        if len(uses) + cost > limit:
+            oldest = uses[len(uses) + cost - limit - 1]  # the last use that must leave
+            return self._placed(key, max(oldest + window, now), window / limit, cost)
+        uses.extend([now] * cost)
         return LimitGrant(True, remaining=float(limit - len(uses)))
 
-    def _placed(self, key: str, free_at: datetime, step: timedelta) -> LimitGrant:
-        """A denial at the next place of ``key``'s line: ``step`` after the previous place,
-        not before ``free_at`` (as rate_limit_lines on PostgreSQL)."""
+    def _placed(self, key: str, free_at: datetime, step: timedelta, cost: int) -> LimitGrant:
+        """A denial at the next place of ``key``'s line: ``cost`` steps after the previous
+        place, not before ``free_at`` (as rate_limit_lines on PostgreSQL)."""
         lines = self._limits().lines
-        place = max(lines[key], free_at) if key in lines else free_at
+        place = max(lines[key] + step * (cost - 1), free_at) if key in lines else free_at
         lines[key] = place + step
         return LimitGrant(False, max(place - self._now(), timedelta(0)), 0.0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from itertools import accumulate
 from uuid import UUID
 
 from taskq_core.backend.protocol.ratelimit import (
@@ -51,33 +52,36 @@ class RateLimitPart(BackendCore):
             self._sized_reservations = set()
         return self._sized_reservations
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        return (await self.acquire_tokens(key, rate, burst, 1))[0]
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
 
     async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
         # One statement: the first granted while tokens last, the others placed in the bucket's
-        # line.
-        record = await self._one(self._queries["acquire_tokens"], key, rate, burst, count)
+        # line. It reads the costs summed up, call by call.
+        upto = list(accumulate(costs, initial=0))[1:]
+        record = await self._one(self._queries["acquire_tokens"], key, rate, burst, upto)
         return grants_of(
             int(record["granted"]),
-            count,
+            costs,
             remaining=record["remaining"],
             wait=_seconds(record["wait"], 1.0 / rate),
             step=timedelta(seconds=1.0 / rate),
         )
 
-    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
+    async def acquire_window(
+        self, key: str, limit: int, window: timedelta, cost: int = 1
+    ) -> LimitGrant:
         sizes = self._window_sizes()
         if (key, limit) not in sizes:
             await self._size_window(key, limit)
         step = window / limit
         query = self._queries["acquire_window_entry"]
-        record = await self._one(query, key, window, step)
+        record = await self._one(query, key, window, step, cost)
         if not record["entries"] and not record["allowed"]:
             await self._size_window(key, limit)  # its entries were removed: size it again
-            record = await self._one(query, key, window, step)
+            record = await self._one(query, key, window, step, cost)
         if record["allowed"]:
             return _ALLOWED
         return LimitGrant(False, _seconds(record["wait"], window.total_seconds()), 0.0)

@@ -40,14 +40,23 @@ class LimitGrant:
 
 
 def grants_of(
-    granted: int, count: int, *, remaining: float | None, wait: timedelta, step: timedelta
+    granted: int,
+    costs: Sequence[int],
+    *,
+    remaining: float | None,
+    wait: timedelta,
+    step: timedelta,
 ) -> list[LimitGrant]:
-    """The answers to ``count`` calls of which the first ``granted`` took a token: the
-    others wait from ``wait``, one ``step`` apart (their places in the line)."""
+    """The answers to calls costing ``costs`` of which the first ``granted`` took their
+    tokens: the others wait from ``wait``, each one ``step`` per unit of its own cost after
+    the one before (their places in the line)."""
     left = None if remaining is None else float(remaining)
-    allowed = [LimitGrant(True, remaining=left)] * granted
-    denied = [LimitGrant(False, wait + step * n, 0.0) for n in range(count - granted)]
-    return allowed + denied
+    grants = [LimitGrant(True, remaining=left)] * granted
+    for cost in costs[granted:]:
+        if len(grants) > granted:
+            wait += step * cost
+        grants.append(LimitGrant(False, wait, 0.0))
+    return grants
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,22 +129,26 @@ class LimiterStore(Protocol):
     limit). Each acquire is atomic on the store's own clock, whatever the caller's clock says.
     """
 
-    async def acquire_token(self, key: str, rate: float, burst: float) -> LimitGrant:
-        """Take one token from bucket ``key``, which refills ``rate`` tokens a second up to
-        ``burst`` (a bucket never seen is full). Denied: retry_after is the call's place in
-        the bucket's line (``LimitGrant``), no sooner than one token will be there."""
+    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
+        """Take ``cost`` tokens (1 to ``burst``: callers check) from bucket ``key``, which
+        refills ``rate`` tokens a second up to ``burst`` (a bucket never seen is full), all or
+        none. Denied: retry_after is the call's place in the bucket's line (``LimitGrant``),
+        no sooner than ``cost`` tokens will be there; the line moves on ``cost`` intervals."""
 
     async def acquire_tokens(
-        self, key: str, rate: float, burst: float, count: int
+        self, key: str, rate: float, burst: float, costs: Sequence[int]
     ) -> list[LimitGrant]:
-        """``count`` calls of ``acquire_token`` at once, in one atomic step: a grant for each,
-        in order (the tokens there go to the first ones, the others get successive places
-        in the line)."""
+        """One ``acquire_token`` call per entry of ``costs``, at once, in one atomic step: a
+        grant for each, in order (the tokens there go to the first calls they cover; from
+        the first call they do not cover on, the calls get successive places in the line)."""
 
-    async def acquire_window(self, key: str, limit: int, window: timedelta) -> LimitGrant:
-        """Record one use in window ``key`` if fewer than ``limit`` uses fall within the last
-        ``window``. Denied: retry_after is the call's place in the window's line
-        (``LimitGrant``), no sooner than the oldest use leaves the window."""
+    async def acquire_window(
+        self, key: str, limit: int, window: timedelta, cost: int = 1
+    ) -> LimitGrant:
+        """Record ``cost`` uses (1 to ``limit``: callers check) in window ``key`` if at most
+        ``limit`` uses then fall within the last ``window``, all or none. Denied: retry_after
+        is the call's place in the window's line (``LimitGrant``), no sooner than enough of
+        the oldest uses leave the window; the line moves on ``cost`` places."""
 
 
 @runtime_checkable

@@ -13,27 +13,35 @@
 -- once than the reservation allows, for as long as the job runs.
 
 -- name: acquire_tokens
--- Take $4 tokens from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
--- seen is full), as many as there are: `granted` of them (the first $4 callers' share, in
--- order), `remaining` the tokens left. Each call not granted gets a place in the bucket's line
--- (rate_limit_lines): `wait` is the first one's, in seconds, the later of when the next token
--- is there and one refill interval after the previous denied call's place; the others follow
--- one interval apart. The bucket row is locked (FOR UPDATE reads its newest version) before
--- the line's row, by every acquirer, so concurrent calls see the tokens the previous one left
--- and get distinct places.
+-- Calls taking tokens from bucket $1, which refills $2 tokens a second up to $3 (a bucket never
+-- seen is full); $4 holds, for each call in order, the tokens it and the calls before it take
+-- together (its cost, summed up: 1, 2, 3, ... when each costs one). The calls the tokens there
+-- cover are granted, in order (`granted`: how many; they stop at the first call not covered),
+-- `remaining` the tokens left. Each call not granted gets a place in the bucket's line
+-- (rate_limit_lines), a place being when the call's tokens are there: `wait` is the first
+-- one's, in seconds, the later of when its tokens are there and its cost in refill intervals
+-- after the previous denied call's place; each other one follows its own cost in intervals
+-- later. The bucket row is locked (FOR UPDATE reads its newest version) before the line's row,
+-- by every acquirer, so concurrent calls see the tokens the previous one left and get
+-- distinct places.
 -- `k.now` is read when the statement starts, so an acquirer that waited for the row lock may
 -- find updated_at later than its own now: it gets no refill and leaves updated_at where it
 -- was (GREATEST), so no interval is ever refilled twice. A bucket created by a concurrent
 -- first acquire after this statement's snapshot is not seen: nothing is granted, and the
--- next token is taken to come within one refill interval, as from an empty bucket.
+-- first call's tokens are taken to come as into an empty bucket.
 WITH k AS (
     SELECT clock_timestamp() AS now,
            make_interval(secs => 1 / $2::float8) AS step,
-           set_config('synchronous_commit', 'off', true) AS async_commit
+           set_config('synchronous_commit', 'off', true) AS async_commit,
+           cardinality($4::float8[]) AS calls,
+           ($4::float8[])[cardinality($4::float8[])] AS units
 ),
 seeded AS (
     INSERT INTO {schema}.rate_limit_buckets (key, tokens, updated_at)
-    SELECT $1::text, $3::float8 - LEAST($4::integer, floor($3::float8)), k.now FROM k
+    SELECT $1::text,
+           $3::float8 - COALESCE(($4::float8[])[width_bucket($3::float8, $4::float8[])], 0),
+           k.now
+    FROM k
     ON CONFLICT (key) DO NOTHING
     RETURNING tokens
 ),
@@ -43,29 +51,37 @@ bucket AS (
     WHERE b.key = $1::text
     FOR UPDATE
 ),
-share AS (
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM seeded)
-                THEN LEAST($4::integer, floor($3::float8))::integer
-                ELSE LEAST($4::integer, GREATEST(floor(a.available), 0))::integer
-           END AS granted,
-           a.available, a.counted
+available AS (
     -- NULL when the bucket is not in this snapshot (LEAST alone would skip the NULL and
     -- read a full bucket: a token granted that no row counts).
-    FROM (SELECT CASE WHEN b.tokens IS NOT NULL
-                      THEN LEAST($3::float8, b.tokens + $2::float8 * GREATEST(e.elapsed, 0))
-                 END AS available,
-                 -- Without the clamp: below the tokens when the bucket counted ahead.
-                 CASE WHEN b.tokens IS NOT NULL
-                      THEN LEAST($3::float8, b.tokens + $2::float8 * e.elapsed)
-                 END AS counted
-          FROM k
-          LEFT JOIN bucket b ON true
-          CROSS JOIN LATERAL (
-              SELECT EXTRACT(EPOCH FROM k.now - b.updated_at)::float8 AS elapsed) e) a
+    SELECT CASE WHEN b.tokens IS NOT NULL
+                THEN LEAST($3::float8, b.tokens + $2::float8 * GREATEST(e.elapsed, 0))
+           END AS available,
+           -- Without the clamp: below the tokens when the bucket counted ahead.
+           CASE WHEN b.tokens IS NOT NULL
+                THEN LEAST($3::float8, b.tokens + $2::float8 * e.elapsed)
+           END AS counted
+    FROM k
+    LEFT JOIN bucket b ON true
+    CROSS JOIN LATERAL (
+        SELECT EXTRACT(EPOCH FROM k.now - b.updated_at)::float8 AS elapsed) e
+),
+share AS (
+    -- The calls granted: all that fit a new bucket, else those the available tokens cover
+    -- (none when the bucket is not in this snapshot); `units` the tokens they take.
+    SELECT g.granted, COALESCE(($4::float8[])[g.granted], 0) AS units, a.available, a.counted
+    FROM available a
+    CROSS JOIN LATERAL (
+        -- The calls whose running total is at most the tokens (width_bucket counts them: the
+        -- totals only grow).
+        SELECT COALESCE(width_bucket(
+                   CASE WHEN EXISTS (SELECT 1 FROM seeded) THEN $3::float8 ELSE a.available END,
+                   $4::float8[]), 0) AS granted
+    ) g
 ),
 taken AS (
     UPDATE {schema}.rate_limit_buckets b
-    SET tokens = s.available - s.granted,
+    SET tokens = s.available - s.units,
         updated_at = GREATEST(b.updated_at, (SELECT k.now FROM k))
     FROM share s
     WHERE b.key = $1::text AND s.granted > 0 AND NOT EXISTS (SELECT 1 FROM seeded)
@@ -76,36 +92,44 @@ taken AS (
 -- reading is still to come, and a denied call waits for it too.
 left_over AS (
     SELECT COALESCE((SELECT s.tokens FROM seeded s),
-                    (SELECT s.counted - s.granted FROM share s)) AS tokens
+                    (SELECT s.counted - s.units FROM share s)) AS tokens
+),
+-- The denied calls: `units` their tokens together, `first` the first one's cost. The line's
+-- end is the place after the last one: it moves on by `units` intervals, and is no sooner
+-- than when these calls' tokens will all be there, one interval on.
+denied AS (
+    SELECT k.units - s.units AS units,
+           ($4::float8[])[s.granted + 1] - s.units AS first
+    FROM share s CROSS JOIN k
+    WHERE s.granted < k.calls
 ),
 placed AS (
     INSERT INTO {schema}.rate_limit_lines AS l (key, ends_at)
     SELECT $1::text,
-           k.now + make_interval(secs => (1 - COALESCE(o.tokens, 0)) / $2::float8)
-               + k.step * ($4::integer - s.granted)
-    FROM share s CROSS JOIN left_over o CROSS JOIN k
-    WHERE s.granted < $4::integer
+           k.now + make_interval(secs => (d.units + 1 - COALESCE(o.tokens, 0)) / $2::float8)
+    FROM denied d CROSS JOIN left_over o CROSS JOIN k
     ON CONFLICT (key) DO UPDATE
     SET ends_at = GREATEST(
-            l.ends_at + (SELECT k.step * ($4::integer - s.granted) FROM share s CROSS JOIN k),
+            l.ends_at + (SELECT k.step * d.units FROM denied d CROSS JOIN k),
             EXCLUDED.ends_at)
     RETURNING l.ends_at
 )
 SELECT s.granted,
        COALESCE((SELECT s2.tokens FROM seeded s2), (SELECT t.tokens FROM taken t)) AS remaining,
-       (SELECT EXTRACT(EPOCH FROM p.ends_at - k.step * ($4::integer - s.granted) - k.now)::float8
-        FROM placed p CROSS JOIN k) AS wait
+       (SELECT EXTRACT(EPOCH FROM p.ends_at - k.step * (d.units - d.first + 1) - k.now)::float8
+        FROM placed p CROSS JOIN denied d CROSS JOIN k) AS wait
 FROM share s;
 
 -- name: acquire_window_entry
 -- Sliding window $1 of $2 (the window) holds exactly `limit` entry rows (see
--- size_window_entries); an entry is free when its last use is older than the window. Taking
--- the oldest free entry with FOR UPDATE SKIP LOCKED is the acquire: a concurrent acquirer
--- skips the row being taken, and a row taken since this statement's snapshot is re-checked
--- on its new version and no longer qualifies. Returns `allowed` and `entries` (whether the key
--- has any entry row: none means not sized yet) and, denied, `wait`: the seconds until the
--- call's place in the window's line (rate_limit_lines), the later of when the oldest entry
--- leaves the window and $3 (window / limit) after the previous denied call's place.
+-- size_window_entries); an entry is free when its last use is older than the window. A call
+-- costing $4 uses takes the $4 oldest free entries, all or none: taking them with FOR UPDATE
+-- SKIP LOCKED is the acquire (a concurrent acquirer skips the rows being taken, and a row
+-- taken since this statement's snapshot is re-checked on its new version and no longer
+-- qualifies). Returns `allowed` and `entries` (whether the key has entry rows enough: none
+-- means not sized yet) and, denied, `wait`: the seconds until the call's place in the window's
+-- line (rate_limit_lines), the later of when the $4th oldest entry leaves the window and $4
+-- times $3 (window / limit) after the previous denied call's place.
 WITH k AS (
     SELECT clock_timestamp() AS now,
            set_config('synchronous_commit', 'off', true) AS async_commit
@@ -115,36 +139,37 @@ free AS (
     FROM {schema}.rate_limit_window_entries e
     WHERE e.key = $1::text AND e.occurred_at <= (SELECT k.now - $2::interval FROM k)
     ORDER BY e.occurred_at
-    LIMIT 1
+    LIMIT $4::integer
     FOR UPDATE SKIP LOCKED
 ),
 taken AS (
-    -- Stamped when the row is taken (after any lock wait), not when the statement began:
-    -- the entry then leaves the window no sooner than it should.
+    -- Stamped when the rows are taken (after any lock wait), not when the statement began:
+    -- the entries then leave the window no sooner than they should.
     UPDATE {schema}.rate_limit_window_entries e
     SET occurred_at = clock_timestamp()
     FROM free f
-    WHERE e.id = f.id
+    WHERE e.id = f.id AND (SELECT count(*) FROM free) = $4::integer
     RETURNING e.id
 ),
-oldest AS (
+blocking AS (
     SELECT e.occurred_at + $2::interval AS frees_at
     FROM {schema}.rate_limit_window_entries e
     WHERE e.key = $1::text
     ORDER BY e.occurred_at
+    OFFSET $4::integer - 1
     LIMIT 1
 ),
 placed AS (
     INSERT INTO {schema}.rate_limit_lines AS l (key, ends_at)
     SELECT $1::text, GREATEST(o.frees_at, k.now) + $3::interval
-    FROM oldest o CROSS JOIN k
+    FROM blocking o CROSS JOIN k
     WHERE NOT EXISTS (SELECT 1 FROM taken)
     ON CONFLICT (key) DO UPDATE
-    SET ends_at = GREATEST(l.ends_at + $3::interval, EXCLUDED.ends_at)
+    SET ends_at = GREATEST(l.ends_at + $3::interval * $4::integer, EXCLUDED.ends_at)
     RETURNING l.ends_at
 )
 SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
-       EXISTS (SELECT 1 FROM oldest) AS entries,
+       EXISTS (SELECT 1 FROM blocking) AS entries,
        (SELECT EXTRACT(EPOCH FROM p.ends_at - $3::interval - k.now)::float8
         FROM placed p CROSS JOIN k) AS wait;
 
