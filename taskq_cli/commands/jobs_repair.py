@@ -3,9 +3,10 @@
 ``requeue`` and ``fail`` settle one running job now, by the rules a worker's own write
 follows and fenced the same way: the worker that still runs the body loses its lease, so
 whatever it writes later changes nothing (its heartbeat sees the job gone and cancels the
-body). ``move`` takes waiting jobs to another queue (one by id, or a filter with ``--yes``).
-``purge`` deletes jobs by filter, never running ones (cancel or requeue those first); it
-counts with ``--dry-run`` and needs ``--yes`` to delete. Each records who (user@host) and
+body). ``move`` takes waiting jobs to another queue (one by id, or a filter); ``purge``
+deletes jobs by filter, never running ones (cancel or requeue those first), and counts with
+``--dry-run``. A filter's move or purge asks on a terminal and needs ``--yes`` in a script,
+as bulk ``cancel`` and ``retry`` and ``taskq prune`` do. Each records who (user@host) and
 why (``--reason``): in the job's events, or for a purge in the operator log.
 """
 
@@ -24,6 +25,7 @@ from taskq_cli.commands.cancel_retry import (
     filter_document,
     refuse_filters,
 )
+from taskq_cli.confirm import confirm_or_refuse
 from taskq_cli.database import with_backend
 from taskq_cli.job_ids import check_job_ref, live_job, resolve_job_id
 from taskq_cli.operator import ReasonOption, audit
@@ -219,10 +221,8 @@ def move(
         await check_known(backend, job_filter)
         if not yes:
             matched = await backend.count_jobs(job_filter)
-            raise ConfigError(
-                f"move would take {matched} job(s) ({describe(job_filter)}) to {target!r}; "
-                "re-run with --yes to do it"
-            )
+            what = f"{matched} job(s) ({describe(job_filter)}) to {target!r}"
+            confirm_or_refuse(f"Move {what}?", f"move would take {what}", yes=False)
         return await backend.move_where(job_filter, target, who)
 
     moved = with_backend(ctx, dsn, schema, run)
@@ -289,7 +289,8 @@ def purge(
 ) -> None:
     """Delete jobs by filter, with their attempts and events (never running ones).
 
-    Needs --yes (or --dry-run to count). Who and why go to the operator log.
+    Asks on a terminal; a script needs --yes (or --dry-run to count). Who and why go to the
+    operator log.
     """
     if queue is None and actor is None and not status:
         raise ConfigError("give --queue, --actor and/or --status: purge never deletes every job")
@@ -301,17 +302,20 @@ def purge(
     job_filter = bulk_filter(
         inputs.parse_statuses(status, allowed=PURGEABLE_STATUSES), queue, actor
     )
-    if not dry_run and not yes:
-        raise ConfigError(
-            "purge deletes jobs for good: re-run with --dry-run to count them, or --yes to "
-            "delete them"
-        )
     who = audit(reason)
 
     async def run(backend: Backend) -> PurgeResult:
         await check_known(backend, job_filter)
         if dry_run:
             return await _count_purge(backend, job_filter)
+        if not yes:
+            counted = await _count_purge(backend, job_filter)
+            what = f"{counted.total} job(s) ({describe(job_filter)})"
+            confirm_or_refuse(
+                f"Delete {what} for good?",
+                f"purge would delete {what} for good (--dry-run counts them)",
+                yes=False,
+            )
         return await backend.purge_where(job_filter, who)
 
     result = with_backend(ctx, dsn, schema, run)

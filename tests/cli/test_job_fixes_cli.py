@@ -14,7 +14,7 @@ import pytest
 from taskq_core.backend.protocol import Start
 from taskq_core.statemachine import JobStatus
 from tests.cli.conftest import Db, one_error_line, parse_json
-from tests.conftest import CliResult
+from tests.conftest import TASKQ_BIN, CliResult, PgTarget
 
 pytestmark = pytest.mark.postgres
 
@@ -147,6 +147,33 @@ def test_bulk_move_needs_yes_and_moves_only_waiting_jobs(cli: Cli, db: Db) -> No
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "question"),
+    [
+        (["move", "--queue", "default", "--to", "media"], r"Move 2 job\(s\) .* to 'media'\?"),
+        (["purge", "--queue", "default"], r"Delete 2 job\(s\) .* for good\?"),
+    ],
+)
+def test_a_filters_move_or_purge_asks_on_a_terminal(
+    db: Db, pg: PgTarget, args: list[str], question: str
+) -> None:
+    """As bulk cancel and retry and taskq prune: no (the default) changes nothing, yes does."""
+    import pexpect
+
+    for _ in range(2):
+        db.enqueue(queue="default")
+    for answer, left in (("", 2), ("y", 0)):
+        child = pexpect.spawn(
+            TASKQ_BIN, ["jobs", *args], env=pg.env(), encoding="utf-8", timeout=30
+        )
+        child.expect(question + r" \[y/N\]")
+        child.sendline(answer)
+        text: str = child.read()
+        child.wait()
+        assert child.exitstatus == (1 if answer == "" else 0), text
+        assert len([j for j in db.jobs() if j.queue == "default"]) == left, text
+
+
 # --- purge -------------------------------------------------------------------------------------
 def test_purge_dry_run_counts_and_yes_deletes_leaving_running_jobs(cli: Cli, db: Db) -> None:
     running, _ = _running(db, queue="media")
@@ -161,7 +188,7 @@ def test_purge_dry_run_counts_and_yes_deletes_leaving_running_jobs(cli: Cli, db:
     assert db.count("jobs") == 4
 
     line = one_error_line(cli("jobs", "purge", "--queue", "media"))
-    assert "--dry-run" in line and "--yes" in line
+    assert "purge would delete 2 job(s)" in line and "--dry-run" in line and "--yes" in line
 
     document = parse_json(
         cli("jobs", "purge", "--queue", "media", "--yes", "--reason", "test data", "--json")
