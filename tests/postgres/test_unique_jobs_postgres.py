@@ -164,7 +164,8 @@ async def test_the_holder_of_a_key_is_found_on_the_unique_index_of_a_big_table(
             conn,
             render("enqueue", pg.schema),
             args="gen_random_uuid(), 'work', 'default', '{}', 0, NULL, NULL, NULL, NULL, "
-            "'transient', 3, NULL, '{}', NULL, NULL, 'wake', 'k6', NULL, NULL",
+            "'transient', 3, NULL, '{}', NULL, NULL, 'wake', 'k6', NULL, NULL, "
+            "'events'",
             analyze=True,
         )
         holder = await generic_plan(
