@@ -7,6 +7,7 @@ started for the session, tuned for tests (no fsync), and removed at the end.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 import sys
@@ -151,6 +152,9 @@ def taskq_cli(
             monkeypatch.delenv(key)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.chdir(tmp_path)
+    # An exporter thread an earlier test's telemetry left retrying (its collector gone) logs
+    # on its own clock: its lines are not the command's output, whose stderr tests count.
+    monkeypatch.setattr(logging.getLogger("opentelemetry"), "propagate", False)
 
     def invoke(*args: str, env: dict[str, str] | None = None) -> CliResult:
         for key, value in (env or {}).items():
