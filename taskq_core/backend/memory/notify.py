@@ -41,9 +41,5 @@ class NotifyPart(MemoryStore):
 
     @asynccontextmanager
     async def subscribe_scheduled(self) -> AsyncIterator[ScheduledAnnouncements]:
-        heard = ScheduledAnnouncements()
-        self._scheduled_subscribers.add(heard)
-        try:
+        with ScheduledAnnouncements.held_in(self._scheduled_subscribers) as heard:
             yield heard
-        finally:
-            self._scheduled_subscribers.discard(heard)

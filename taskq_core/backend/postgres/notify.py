@@ -111,12 +111,8 @@ class NotifyListener:
     async def subscribe_scheduled(self) -> AsyncIterator[ScheduledAnnouncements]:
         """Announcements of jobs that wait for a time (scheduled events NOTIFY)."""
         await self._ensure_started()
-        heard = ScheduledAnnouncements()
-        self._scheduled_subscribers.add(heard)
-        try:
+        with ScheduledAnnouncements.held_in(self._scheduled_subscribers) as heard:
             yield heard
-        finally:
-            self._scheduled_subscribers.discard(heard)
 
     @asynccontextmanager
     async def _subscribe(self, subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:

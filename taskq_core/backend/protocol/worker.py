@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -46,6 +46,18 @@ class ScheduledAnnouncements:
         earliest, self._earliest = self._earliest, None
         self.event.clear()
         return earliest
+
+    @classmethod
+    @contextmanager
+    def held_in(cls, subscribers: set[ScheduledAnnouncements]) -> Iterator[ScheduledAnnouncements]:
+        """A new subscriber, among ``subscribers`` for the block (a backend's
+        ``subscribe_scheduled``)."""
+        heard = cls()
+        subscribers.add(heard)
+        try:
+            yield heard
+        finally:
+            subscribers.discard(heard)
 
 
 @dataclass(frozen=True, slots=True)
