@@ -56,7 +56,6 @@ _DRAIN_SETTINGS = dict(
     idle_poll_interval=0.01,
     health_enabled=False,
     otel_enabled=False,
-    metrics_enabled=False,
 )
 _WAITING = (JobStatus.PENDING, JobStatus.SCHEDULED)
 _DUE_FILTER = JobFilter(status=(JobStatus.PENDING, JobStatus.RUNNING), limit=None)
