@@ -187,6 +187,10 @@ async def _started(world: World, job: UUID, worker: Worker) -> bool:
     return any(b.pid == worker.pid for b in world.bodies(job))
 
 
+async def _start_recorded(world: World, job: UUID) -> bool:
+    return (await world.job(job)).started_at is not None
+
+
 async def _claimed_unstarted(world: World, job: UUID, worker: Worker) -> JobRow | None:
     row = await world.job(job)
     held = row.status is JobStatus.RUNNING and row.locked_by_worker == worker.id
@@ -284,6 +288,10 @@ async def test_a_resumed_worker_starts_no_body_of_a_job_that_succeeded_elsewhere
     first = await world.enqueue("gated", gate=str(gate))
     second = await world.enqueue("quick")
     await until(lambda: _started(world, first, stopped), "first started")
+    # Its start mark on the row too (batched): a start the stop kept unwritten makes the
+    # reclaim give `first` back unstarted, keeping its place ahead of `second`, and the other
+    # worker's one consumer would take `first` (gated) first.
+    await until(lambda: _start_recorded(world, first), "first's start recorded")
     await until(lambda: _claimed_unstarted(world, second, stopped), "second claimed")
     stopped.stop()
     other = await world.start("other", "--queues", QUEUE, "--concurrency", "1")
