@@ -34,8 +34,15 @@ from taskq_core.backend.protocol import EnqueueArgs, Success
 from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from benchmarks import batch_sections, pgbouncer_sections, telemetry_sections, ui_sections
+from benchmarks import (
+    batch_sections,
+    cost_report,
+    pgbouncer_sections,
+    telemetry_sections,
+    ui_sections,
+)
 from benchmarks.batch_sections import BatchFigures
+from benchmarks.cost_report import PhaseCost
 from benchmarks.pgbouncer_sections import PoolerFigures
 from benchmarks.ratelimit_sections import RATE, ROUNDS, WORKERS, LimitFigures, measure
 from benchmarks.telemetry_sections import TelemetryFigures
@@ -203,6 +210,31 @@ async def scheduled_section(bench: Bench) -> list[Measurement]:
     return []
 
 
+COSTS: list[list[PhaseCost]] = []
+
+
+async def cost_section(bench: Bench) -> list[Measurement]:
+    """What one no-op job costs the database, phase by phase (its own table)."""
+    async with bench.fresh_backend() as backend:
+        COSTS.append(await cost_report.measure(backend, bench.dsn, bench.size(10_000)))
+    return []
+
+
+def render_costs(costs: list[PhaseCost]) -> Table:
+    table = Table(title="What one no-op job costs, per job (WAL counts the whole server)")
+    for name in ("phase", "jobs", "WAL bytes", "commits", "inserted", "updated", "HOT",
+                 "deleted", "worker CPU us"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "phase" else "right")
+    for c in costs:
+        cpu = "" if c.worker_cpu_us is None else f"{c.worker_cpu_us:.0f}"
+        table.add_row(
+            c.phase, f"{c.jobs:,}", f"{c.wal_bytes:,.0f}", f"{c.commits:.3f}",
+            f"{c.inserted:.2f}", f"{c.updated:.2f}", f"{c.hot_updated:.2f}",
+            f"{c.deleted:.2f}", cpu,
+        )  # fmt: skip
+    return table
+
+
 LIMITS: list[LimitFigures] = []
 
 
@@ -352,6 +384,7 @@ SECTIONS: list[tuple[str, Section]] = [
     ("drain", drain_section),
     ("latency", latency_section),
     ("scheduled", scheduled_section),
+    ("cost", cost_section),
     ("ratelimit", ratelimit_section),
     ("batches", batches_section),
     ("pgbouncer", pgbouncer_section),
@@ -418,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                 ("  commit -> start (NOTIFY, claim)", result.after_commit),
             ):
                 console.print(f"  {name:<36} " + " / ".join(f"{cut:.2f}" for cut in cuts))
+        for costs in COSTS:
+            console.print(render_costs(costs))
         for samples, cuts in LATENESS:
             console.print(
                 f"scheduled jobs: {samples} due over 3 s, start past run_at (p50 / p95 / p99 "
