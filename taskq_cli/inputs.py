@@ -123,12 +123,16 @@ def parse_age(value: str, flag: str, now: datetime) -> timedelta:
 
 def parse_moment(value: str, flag: str) -> datetime:
     """An ISO-8601 moment (``2026-12-24T09:00+01:00``; UTC when it names no offset)."""
+    return _iso_moment(value, flag, "an ISO-8601 time (2026-12-24T09:00+01:00)")
+
+
+def _iso_moment(value: str, flag: str, wanted: str) -> datetime:
+    """``value`` as an ISO-8601 date or date-time, UTC when it names no offset; a ConfigError
+    naming ``flag`` and what was ``wanted`` otherwise."""
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ConfigError(
-            f"{flag}: cannot read {value!r}: give an ISO-8601 time (2026-12-24T09:00+01:00)"
-        ) from None
+        raise ConfigError(f"{flag}: cannot read {value!r}: give {wanted}") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
@@ -142,14 +146,8 @@ def parse_time_bound(value: str, flag: str) -> datetime | timedelta:
     try:
         ago = parse_duration(text)
     except (ValueError, OverflowError):
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ConfigError(
-                f"{flag}: cannot read {value!r}: give how long ago (30s, 5m, 2h, 7d, PT30S) "
-                "or an ISO-8601 time"
-            ) from None
-        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        wanted = "how long ago (30s, 5m, 2h, 7d, PT30S) or an ISO-8601 time"
+        return _iso_moment(value, flag, wanted)
     if ago > MAX_DURATION:
         raise ConfigError(f"{flag}: {value!r} is longer than {MAX_DURATION.days} days")
     return ago
@@ -170,15 +168,8 @@ def parse_names(values: Sequence[str] | None, flag: str) -> tuple[str, ...] | No
 
 def _age_of_timestamp(value: str, flag: str, now: datetime) -> timedelta:
     """How long before ``now`` an ISO-8601 date or date-time (UTC when naive) was."""
-    try:
-        moment = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ConfigError(
-            f"{flag}: cannot read {value!r}: give a duration (30s, 5m, 2h, 7d, PT30S) "
-            "or an ISO-8601 timestamp"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+    wanted = "a duration (30s, 5m, 2h, 7d, PT30S) or an ISO-8601 timestamp"
+    moment = _iso_moment(value, flag, wanted)
     if moment >= now:
         raise ConfigError(f"{flag}: {value!r} is in the future")
     return now - moment
