@@ -88,16 +88,41 @@ async def enqueue(dsn: str, count: int, seconds: float) -> None:
         await backend.close()
 
 
+async def registered(dsn: str, workers: int) -> bool:
+    try:
+        conn = await asyncpg.connect(dsn, timeout=2)
+    except (OSError, asyncpg.PostgresError):
+        return False
+    try:
+        return bool(await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.workers") >= workers)
+    finally:
+        await conn.close()
+
+
 async def finished_some(dsn: str, at_least: int) -> bool:
     return (await counts(dsn)).get("succeeded", 0) >= at_least
 
 
+def exited_log(tmp_path: Path) -> str:
+    """The last lines each worker wrote: why one exited."""
+    tails = [
+        f"{log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        for log in sorted(tmp_path.glob("worker-*.log"))
+    ]
+    return "a worker exited\n" + "\n".join(tails)
+
+
 async def test_a_standalone_worker_survives_two_restarts_and_an_outage_and_drains_everything(
-    server: PrivateServer, workers: Callable[..., Awaitable[subprocess.Popen[bytes]]]
+    server: PrivateServer,
+    workers: Callable[..., Awaitable[subprocess.Popen[bytes]]],
+    tmp_path: Path,
 ) -> None:
     await enqueue(server.dsn, 1500, 0.02)
     first = await workers("--concurrency", "8")
     second = await workers("--concurrency", "8")
+    # Both must be up before the first restart: a worker that cannot reach its database at
+    # start exits 1 (the contract's "unreachable database"), a running one rides it out.
+    await until(lambda: registered(server.dsn, 2), 60)
     await until(lambda: finished_some(server.dsn, 100), 60)
     server.restart("fast")
     await until(lambda: finished_some(server.dsn, 300), 60)
@@ -106,12 +131,12 @@ async def test_a_standalone_worker_survives_two_restarts_and_an_outage_and_drain
     server.stop("fast")
     outage_ends = time.monotonic() + 5
     while time.monotonic() < outage_ends:  # the outage itself: the workers must stay up
-        assert first.poll() is None and second.poll() is None
+        assert first.poll() is None and second.poll() is None, exited_log(tmp_path)
         await asyncio.sleep(0.2)
     server.start()
     final = await until(lambda: _drained(server.dsn, 1500), 120)
     assert final == {"succeeded": 1500}
-    assert first.poll() is None and second.poll() is None, "a worker exited"
+    assert first.poll() is None and second.poll() is None, exited_log(tmp_path)
     for proc in (first, second):
         proc.terminate()
         assert proc.wait(30) == 0
