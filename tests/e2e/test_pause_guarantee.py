@@ -288,12 +288,15 @@ async def test_a_resumed_worker_starts_no_body_of_a_job_that_succeeded_elsewhere
     first = await world.enqueue("gated", gate=str(gate))
     second = await world.enqueue("quick")
     await until(lambda: _started(world, first, stopped), "first started")
-    # Its start mark on the row too (batched): a start the stop kept unwritten makes the
-    # reclaim give `first` back unstarted, keeping its place ahead of `second`, and the other
-    # worker's one consumer would take `first` (gated) first.
+    # The other worker's one consumer must take `second` (gated `first` would hold it). Taken
+    # back, a started `first` is a retry due after its backoff, behind `second`, which keeps
+    # its place: so its start mark must be on the row before the stop (a start the stop kept
+    # unwritten gives `first` back unstarted, in its place ahead), and `other` starts once
+    # the leader has taken `second` back (before, it could find only `first`).
     await until(lambda: _start_recorded(world, first), "first's start recorded")
-    await until(lambda: _claimed_unstarted(world, second, stopped), "second claimed")
+    held = await until(lambda: _claimed_unstarted(world, second, stopped), "second claimed")
     stopped.stop()
+    await until(lambda: _reclaimed(world, held), "second taken back")
     other = await world.start("other", "--queues", QUEUE, "--concurrency", "1")
     await until(lambda: _succeeded(world, second), "second succeeded")
     gate.touch()
