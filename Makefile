@@ -35,12 +35,17 @@ system-packages:
 # Three test processes (pytest-xdist), a file's tests in one of them (module fixtures built
 # once). Three on two cores: most tests wait on real processes, servers and browsers, and a
 # third process fills those waits (the suite: 8 min 56 s with two, 7 min 5 s with three).
-PYTEST_PARALLEL ?= -n 3 --dist loadfile
+# Files are taken in collection order, the slow end-to-end ones first (tests/conftest.py):
+# xdist's own order (most tests first) left a 54 s file to end the run alone.
+PYTEST_PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
+# With bytecode caching on (an environment may turn it off), the hundreds of `taskq`
+# processes the tests start compile the package once, not each (0.17 s of CPU apiece).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 test: lint system-packages
-	$(BIN)/pytest $(PYTEST_PARALLEL)
+	$(PYTEST) $(PYTEST_PARALLEL)
 
 test-fast: $(STAMP) system-packages
-	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
+	$(PYTEST) $(PYTEST_PARALLEL) -m "not slow"
 
 # Enqueues the example jobs, drains them with
 # `taskq workgroup start workgroup.example.toml --until-idle`, prints a summary and the next

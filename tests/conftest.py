@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,16 @@ class PgTarget:
         base.update(TASKQ_PG_DSN=self.dsn, TASKQ_SCHEMA_NAME=self.schema, NO_COLOR="1")
         base.update(extra)
         return base
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files all of whose tests are ``slow`` first (the most of them first), the rest in
+    their order. Under ``--dist loadfile --no-loadscope-reorder`` (``make test``) the test
+    processes take files in this order, so the long end-to-end files, mostly waiting on real
+    processes, run while the others keep the cores busy, instead of one ending the run alone."""
+    tests = Counter(item.path for item in items)
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (slow[item.path] < tests[item.path], -slow[item.path]))
 
 
 @pytest.fixture(autouse=True)
