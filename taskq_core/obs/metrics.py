@@ -38,6 +38,7 @@ JOB_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
     900.0, 3600.0,
 )  # fmt: skip
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 PASS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 OUTAGE_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 SHUTDOWN_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 75.0, 90.0, 120.0)
@@ -156,6 +157,8 @@ CATALOGUE: tuple[Spec, ...] = (
          "Watchdog trips leading to a forced exit", ("detector",)),
     Spec("shutdown_duration", "taskq.worker.shutdown_duration_seconds", "histogram", "s",
          "From the first shutdown signal to the worker's exit", (), SHUTDOWN_BUCKETS),
+    Spec("loop_lag", "taskq.worker.loop_lag", "histogram", "s",
+         "How much later than due the event loop woke a 50 ms timer", (), LAG_BUCKETS),
     # --- observable gauges (obs.gauges) ---------------------------------------------------
     Spec("active_jobs", "taskq.active_jobs", "gauge", "{job}",
          "Jobs whose bodies run on this worker now"),
@@ -223,6 +226,7 @@ class Instruments:
     sibling_crashes: Counter
     watchdog_trips: Counter
     shutdown_duration: Histogram
+    loop_lag: Histogram
 
 
 def create_instruments(meter: Meter) -> Instruments:

@@ -2,11 +2,11 @@
 and how one crash or early return stops them all.
 
 A worker's TaskGroup holds the fixed loops (producer, completer, heartbeat, leader
-election), the leader's services (``leader_services.LEADER_SERVICES``, each gated on
-leadership inside its loop), one consumer per TASKQ_MAX_CONCURRENCY, and the optional loops
-(the drain monitor in until-idle mode, the parent watch of a workgroup child, the stale-loop
-watchdog). A sibling that raises, or returns while no shutdown is under way, stops the
-worker with exit code 1 (``sibling_crashed``, ``sibling_contract_violated``).
+election, the loop-lag sampler), the leader's services (``leader_services.LEADER_SERVICES``,
+each gated on leadership inside its loop), one consumer per TASKQ_MAX_CONCURRENCY, and the
+optional loops (the drain monitor in until-idle mode, the parent watch of a workgroup child,
+the stale-loop watchdog). A sibling that raises, or returns while no shutdown is under way,
+stops the worker with exit code 1 (``sibling_crashed``, ``sibling_contract_violated``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from taskq_core.worker.drain import DrainMonitor
 from taskq_core.worker.heartbeat import HeartbeatLoop
 from taskq_core.worker.leader import LeaderElection
 from taskq_core.worker.leader_services import LEADER_SERVICES
+from taskq_core.worker.loop_lag import LoopLagSampler
 from taskq_core.worker.parent import ParentWatch
 from taskq_core.worker.producer import ProducerLoop
 from taskq_core.worker.shutdown import ShutdownOrchestrator
@@ -78,6 +79,7 @@ FIXED_SIBLINGS: tuple[Sibling, ...] = (
     Sibling("completer", _completer),
     Sibling("heartbeat", lambda ctx: HeartbeatLoop(ctx.deps, ctx.controller, ctx.stall_guard).run),
     Sibling("leader_election", lambda ctx: LeaderElection(ctx.deps).run),
+    Sibling("loop_lag", lambda ctx: LoopLagSampler(ctx.deps).run),
 )
 
 OPTIONAL_SIBLINGS: tuple[Sibling, ...] = (

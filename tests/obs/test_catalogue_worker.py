@@ -1,11 +1,12 @@
 """A worker's own instruments, each driven by its event on the memory backend: the state
 gauges while a job runs (and nothing once the worker is gone, however many run in the
 process), a cancel's phases, a shutdown, a sibling crash, a watchdog trip, a database outage,
-a heartbeat lost."""
+a heartbeat lost, a body that blocks the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -51,6 +52,11 @@ async def polite(payload: dict[str, Any], ctx: JobContext[dict[str, Any]]) -> No
     await ctx.cancel_event.wait()
     started.append("asked to stop")
     await release.wait()  # the test reads the shutdown phase meanwhile
+
+
+@actor(name="blocks_the_loop")
+async def blocks_the_loop(payload: dict[str, Any]) -> None:
+    time.sleep(payload["seconds"])  # noqa: ASYNC251 - the stall under test
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +135,19 @@ async def test_a_shutdown_is_timed_and_its_cancels_counted(
     assert sdk.value("taskq.worker.shutdown_duration_seconds") == 1
     assert sdk.value("taskq.cancellation.phase_transitions", taskq__cancel__phase="cooperative",
                      taskq__cancel__reason="shutdown") == 1  # fmt: skip
+
+
+async def test_a_body_that_blocks_the_event_loop_shows_as_loop_lag(
+    sdk: Sdk, make_worker: Callable[..., Worker]
+) -> None:
+    backend = InMemoryBackend()
+    async with JobsClient(backend=backend) as client:
+        await client.enqueue(blocks_the_loop, {"seconds": 0.3})
+    assert await asyncio.wait_for(make_worker(backend, [blocks_the_loop]).run(), 30) == 0
+    [lag] = sdk.points("taskq.worker.loop_lag")
+    # The sampler's timer fell due at most one period (50 ms) after the block began and ran
+    # only once the block was over: at least 0.25 s late. Healthy samples are the others.
+    assert lag.max >= 0.25 and lag.count >= 2
 
 
 async def test_a_sibling_crash_is_counted_by_loop(
