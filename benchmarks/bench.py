@@ -42,7 +42,7 @@ from benchmarks import (
     ui_sections,
 )
 from benchmarks.batch_sections import BatchFigures
-from benchmarks.cost_report import PhaseCost
+from benchmarks.cost_report import PhaseCost, WalShare
 from benchmarks.pgbouncer_sections import PoolerFigures
 from benchmarks.ratelimit_sections import RATE, ROUNDS, WORKERS, LimitFigures, measure
 from benchmarks.telemetry_sections import TelemetryFigures
@@ -231,6 +231,21 @@ def render_costs(costs: list[PhaseCost]) -> Table:
             c.phase, f"{c.jobs:,}", f"{c.wal_bytes:,.0f}", f"{c.commits:.3f}",
             f"{c.inserted:.2f}", f"{c.updated:.2f}", f"{c.hot_updated:.2f}",
             f"{c.deleted:.2f}", cpu,
+        )  # fmt: skip
+    return table
+
+
+def render_wal_shares(shares: list[WalShare], rows: int = 16) -> Table:
+    table = Table(title="Processing: WAL per job by relation and record (pg_walinspect)")
+    for name in ("relation", "record", "bytes", "records"):
+        table.add_column(name, justify="left" if name in ("relation", "record") else "right")
+    for share in shares[:rows]:
+        table.add_row(share.relation, share.record, f"{share.bytes:,.0f}", f"{share.records:.2f}")
+    rest = shares[rows:]
+    if rest:
+        table.add_row(
+            f"{len(rest)} more", "", f"{sum(s.bytes for s in rest):,.0f}",
+            f"{sum(s.records for s in rest):.2f}",
         )  # fmt: skip
     return table
 
@@ -453,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {name:<36} " + " / ".join(f"{cut:.2f}" for cut in cuts))
         for costs in COSTS:
             console.print(render_costs(costs))
+        if cost_report.PROCESSING_WAL:
+            console.print(render_wal_shares(cost_report.PROCESSING_WAL))
         for samples, cuts in LATENESS:
             console.print(
                 f"scheduled jobs: {samples} due over 3 s, start past run_at (p50 / p95 / p99 "

@@ -8,12 +8,19 @@ run it on a quiet server), the transactions committed, the rows inserted, update
 among them) and deleted in TaskQ's tables (``pg_stat_user_tables``, read after
 ``pg_stat_clear_snapshot`` once every session flushed its counts), and for the processing
 the worker's CPU (its rusage once it exited). The figures guide cutting per-job work.
+
+Where the server has ``pg_walinspect`` (PostgreSQL's contrib; the benchmark creates the
+extension when it may), the processing phase's WAL is also broken down by relation and
+record type (``wal_shares``): which table or index, and which kind of record (an insert, an
+update, a row lock), each job's bytes went to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import resource
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,6 +32,8 @@ from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.backend.protocol.retention import PrunePolicy
 from taskq_core.statemachine import JobStatus
 
+# The processing phase's WAL by relation and record type, from the last ``measure``.
+PROCESSING_WAL: list[WalShare] = []
 STATS_FLUSH_WAIT = 11.0  # seconds: PGSTAT_IDLE_INTERVAL (10 s) and a margin
 _JUST_ENDED = timedelta(microseconds=1)  # the prune's retention: every job that has ended
 
@@ -42,6 +51,16 @@ class PhaseCost:
     hot_updated: float
     deleted: float
     worker_cpu_us: float | None = None
+
+
+@dataclass(frozen=True)
+class WalShare:
+    """The WAL one kind of record on one relation wrote, per job."""
+
+    relation: str  # a table or index of the schema, or "other"
+    record: str  # resource manager / record type, e.g. Heap/UPDATE, Btree/INSERT_LEAF
+    bytes: float
+    records: float
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,8 @@ async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCo
             conn, schema, "processing (claim, start, settle)", 2 * jobs, before
         )
         costs.append(_with_cpu(processed, cpu * 1e6 / (2 * jobs)))
+        after = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
+        PROCESSING_WAL.extend(await wal_shares(conn, schema, before.lsn, after, 2 * jobs))
 
         before = await _read(conn, schema)
         await backend.prune_jobs(
@@ -129,6 +150,45 @@ async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCo
         return costs
     finally:
         await conn.close()
+
+
+_BLOCK_RELATION = re.compile(r"rel \d+/\d+/(\d+)")
+
+
+async def wal_shares(
+    conn: asyncpg.Connection, schema: str, before: str, after: str, jobs: int
+) -> list[WalShare]:
+    """The WAL between two positions by relation and record type, per job, largest first;
+    empty when pg_walinspect is not there (or may not be created)."""
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        records = await conn.fetch(
+            "SELECT resource_manager || '/' || record_type AS kind, record_length, block_ref "
+            "FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)",
+            before, after,
+        )  # fmt: skip
+    except asyncpg.PostgresError:
+        return []
+    names = {
+        row["relfilenode"]: row["relname"]
+        for row in await conn.fetch(
+            "SELECT c.relfilenode, c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1",
+            schema,
+        )
+    }
+    sizes: Counter[tuple[str, str]] = Counter()
+    counts: Counter[tuple[str, str]] = Counter()
+    for record in records:
+        found = _BLOCK_RELATION.search(record["block_ref"] or "")
+        relation = names.get(int(found.group(1)), "other") if found else "other"
+        key = (relation, record["kind"])
+        sizes[key] += record["record_length"]
+        counts[key] += 1
+    return [
+        WalShare(relation, kind, size / jobs, counts[(relation, kind)] / jobs)
+        for (relation, kind), size in sizes.most_common()
+    ]
 
 
 def _with_cpu(cost: PhaseCost, cpu_us: float) -> PhaseCost:
