@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from chaos.apt import AptInstallError, install_once
+
 PACKAGE = "pgbouncer"  # the Debian package and the binary's name
 # Where Debian puts it: /usr/sbin is not on every user's PATH.
 _KNOWN_PATHS = ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer", "/usr/bin/pgbouncer")
@@ -33,7 +35,7 @@ class PgBouncerUnavailable(RuntimeError):
 
 def find_pgbouncer(*, install: bool = False) -> str:
     """The pgbouncer binary; with ``install``, as root, ``apt-get install`` it when missing."""
-    found = shutil.which(PACKAGE) or next((p for p in _KNOWN_PATHS if os.access(p, os.X_OK)), None)
+    found = _located()
     if found:
         return found
     if not install or os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -41,13 +43,15 @@ def find_pgbouncer(*, install: bool = False) -> str:
             "pgbouncer is not installed (Debian: apt-get install pgbouncer); the tests install "
             "it themselves only when run as root"
         )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install_package = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
-    for command in (["apt-get", "update"], install_package):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise PgBouncerUnavailable(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
+    try:
+        install_once(PACKAGE, lambda: _located() is not None)
+    except AptInstallError as exc:
+        raise PgBouncerUnavailable(str(exc)) from exc
     return find_pgbouncer(install=False)
+
+
+def _located() -> str | None:
+    return shutil.which(PACKAGE) or next((p for p in _KNOWN_PATHS if os.access(p, os.X_OK)), None)
 
 
 def free_port() -> int:
