@@ -6,6 +6,7 @@ fails at once with the reason instead of waiting forever."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,7 +78,9 @@ async def test_a_weighted_window_admits_its_units_per_window(backend: Backend) -
     rows = [await backend.get(job.id) for job in jobs]
     assert all(row is not None and row.status is JobStatus.SUCCEEDED for row in rows)
     assert all(row is not None and row.attempts_used == 1 for row in rows)  # waits are free
-    assert sorted(units for _, _, units in grants) == sorted(sizes)  # one grant per job
+    # A grant per job at least: a job granted but then given back unstarted (its lease seen
+    # expired under load) is granted again when claimed again, and that use counts too.
+    assert Counter(units for _, _, units in grants) >= Counter(sizes)
     # 16 units against 6 per window: jobs waited, and no window admitted more than 6 units.
     assert most_units_surely_in_one_window(grants, WINDOW) <= 6
     denials = [
