@@ -127,7 +127,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
         statements = {
             "settle": (
                 "uuid[], integer[], uuid[], text[], interval[], boolean[], text[], interval[], "
-                "float8[], text[], text[], text[], text[], boolean[], text, integer, integer",
+                "float8[], text[], text[], text[], text[], boolean[], text, integer, integer, text",
                 [
                     _array([job.id for job in claimed], "uuid"),
                     _array([job.attempt for job in claimed], "integer"),
@@ -139,6 +139,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     "'unheard'",
                     "10",
                     "3",  # TASKQ_POISON_RECLAIMS
+                    "'unheard'",  # the events channel
                 ],
             ),
             "settle_succeeded": (

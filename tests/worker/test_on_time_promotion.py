@@ -1,5 +1,6 @@
 """Scheduled jobs are promoted when they are due, not at the next interval: the leader waits
-for the earliest scheduled job it read, and for an earlier one announced as it is enqueued.
+for the earliest scheduled job it read, and for an earlier one announced as it is enqueued
+or as a settle reschedules it (a retry's backoff).
 The interval here is a minute, so only the timed wake-up can run the jobs within the test's
 bounds. A real worker on both backends; the backends' announcement and next-due read."""
 
@@ -12,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from taskq_core.actors import actor
+from taskq_core.actors import JobContext, actor
 from taskq_core.backend.protocol import Backend, EnqueueArgs
 from taskq_core.client import EnqueueItem, JobsClient
+from taskq_core.retry import RetryPolicy
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
 from tests.backend_pair import KINDS, open_backend
@@ -26,6 +28,13 @@ _ran: list[asyncio.Queue[str]] = []  # one per test (a queue belongs to its even
 @actor
 async def remind(payload: dict[str, str]) -> None:
     _ran[0].put_nowait(payload["what"])
+
+
+@actor(retry=RetryPolicy(max_attempts=3, base=timedelta(milliseconds=300), jitter=0))
+async def flaky(payload: dict[str, str], ctx: JobContext[dict[str, str]]) -> None:
+    _ran[0].put_nowait(f"attempt {ctx.attempt}")
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")
 
 
 @pytest.fixture(params=KINDS)
@@ -76,6 +85,28 @@ async def test_a_job_due_soon_runs_on_time_though_the_interval_is_a_minute(
             assert await asyncio.wait_for(_ran[0].get(), 30) == "soon"
             row = await client.get(far.id)
             assert row is not None and row.status is JobStatus.SCHEDULED
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 60)
+
+
+async def test_a_retry_due_soon_runs_on_time_though_the_interval_is_a_minute(
+    backend: Backend, make_worker: Callable[..., Worker]
+) -> None:
+    # The settle that schedules the retry (0.3 s backoff) announces it: without that, the
+    # leader would sleep until the far job is due (50 s), past the test's bound.
+    worker = make_worker(backend, [remind, flaky], until_idle=False, scheduled_wake_interval=MINUTE)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.started.wait(), 30)
+        async with JobsClient(backend=backend) as client:
+            await client.enqueue(remind, {"what": "far"}, delay=50)  # the leader's plan
+            await _leading(worker)
+            job = await client.enqueue(flaky, {})
+            assert await asyncio.wait_for(_ran[0].get(), 30) == "attempt 1"
+            assert await asyncio.wait_for(_ran[0].get(), 30) == "attempt 2"
+            row = await client.wait(job.id, timeout=30)
+            assert row.status is JobStatus.SUCCEEDED
     finally:
         worker.stop()
         await asyncio.wait_for(running, 60)

@@ -125,19 +125,7 @@ def _commit(store: MemoryStore, jobs: Sequence[JobRecord]) -> None:
         any_pending = any_pending or job.status is PENDING
     if any_pending:
         store._wake()
-    _announce_scheduled(store, jobs)
-
-
-def _announce_scheduled(store: MemoryStore, jobs: Iterable[JobRecord]) -> None:
-    """Tell every scheduled subscriber how soon the earliest of ``jobs`` that waits for a
-    time is due (the twin of the enqueue statement's events NOTIFY)."""
-    if not store._scheduled_subscribers:
-        return
-    now = store._now()
-    waits = [(j.scheduled_at - now).total_seconds() for j in jobs if j.status is SCHEDULED]
-    if waits:
-        for subscriber in store._scheduled_subscribers:
-            subscriber.announce(min(waits))
+    store._announce_scheduled(jobs)
 
 
 def _existing(store: MemoryStore, job_id: UUID | None, connection: Any) -> JobRow | None:
@@ -197,7 +185,7 @@ class EnqueuePart(MemoryStore):
         self._record_event(job, "replaced", was, job.status, None)
         if job.status is PENDING:
             self._wake()
-        _announce_scheduled(self, [job])
+        self._announce_scheduled([job])
         return job.snapshot()
 
     @asynccontextmanager

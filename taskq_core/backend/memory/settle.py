@@ -186,8 +186,11 @@ def write_settlement(
     *,
     kind: str = "state_change",
     detail: dict[str, Any] | None = None,
+    announce: bool = True,
 ) -> Settlement:
-    """Write a decided settlement: the attempt row, the event and the row, once each."""
+    """Write a decided settlement: the attempt row, the event and the row, once each; a job
+    it schedules is announced to the promotion unless ``announce`` is false (as settle.sql:
+    not a rate limit's denial)."""
     # A give-back of a body its worker already recorded as lost adds no second row.
     if plan.attempt_outcome is not None and not (
         plan.attempt_outcome == "crashed" and store._has_attempt(job.id, job.attempt)
@@ -203,6 +206,8 @@ def write_settlement(
         job.set_error(plan.job_error)
     if plan.run_at is not None:
         job.scheduled_at = plan.run_at
+    if plan.status is SCHEDULED and announce:
+        store._announce_scheduled([job])  # a retry's backoff, a snooze: promoted when due
     if plan.status in TERMINAL_STATUSES and not plan.given_back:
         job.lock_expires_at = None  # the worker's own end: who ran it last stays
     else:
@@ -436,7 +441,7 @@ class SettlePart(MemoryStore):
         if never_ran:
             plan = replace(plan, attempt_outcome=None)
         detail = None if reason is None else {"reason": reason}
-        write_settlement(self, job, lease.worker_id, plan, detail=detail)
+        write_settlement(self, job, lease.worker_id, plan, detail=detail, announce=reason is None)
         if plan.status is SCHEDULED:
             return "scheduled"
         if plan.status is JobStatus.CANCELLED:

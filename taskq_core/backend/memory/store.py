@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -493,6 +493,17 @@ class MemoryStore:
         """Tell every wake subscriber that dispatchable work may exist."""
         for event in self._wake_subscribers:
             event.set()
+
+    def _announce_scheduled(self, jobs: Iterable[JobRecord]) -> None:
+        """Tell every scheduled subscriber how soon the earliest of ``jobs`` that waits for a
+        time is due (the twin of the events NOTIFY of the enqueue and settle statements)."""
+        if not self._scheduled_subscribers:
+            return
+        now = self._now()
+        waits = [(j.scheduled_at - now).total_seconds() for j in jobs if j.status is SCHEDULED]
+        if waits:
+            for subscriber in self._scheduled_subscribers:
+                subscriber.announce(min(waits))
 
     def _wake_cancel(self) -> None:
         """Tell every cancel subscriber that a running job was asked to cancel."""

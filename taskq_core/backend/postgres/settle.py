@@ -102,6 +102,7 @@ async def settle_rows(
             core._wake_channel,
             UNSTARTED_RECLAIM_LIMIT,
             poison_reclaims,
+            core._events_channel,
         )
     )
 

@@ -413,5 +413,6 @@ class WorkerBackend(Protocol):
         """An Event set whenever a cancel request is written (events NOTIFY)."""
 
     def subscribe_scheduled(self) -> AbstractAsyncContextManager[ScheduledAnnouncements]:
-        """Announcements of jobs that wait for a time, as they are enqueued (events NOTIFY):
+        """Announcements of jobs that wait for a time, as they are enqueued or rescheduled
+        by a settle (a retry's backoff, a snooze, a retry-after, a release; events NOTIFY):
         how soon each is due, for the leader's promotion to wake on time."""

@@ -5,8 +5,8 @@ Between two passes the leader waits until the earliest scheduled job is due (rea
 pass), at most TASKQ_SCHEDULED_WAKE_INTERVAL, and sooner when a job enqueued meanwhile is
 announced due earlier (``Backend.subscribe_scheduled``: the enqueue's events NOTIFY says how
 soon). So a job enqueued with ``delay=0.2`` or a near ``run_at`` is promoted when it is due,
-not at the next interval. Jobs a worker reschedules (a retry's backoff, a snooze) are not
-announced: they are promoted at the wake-up planned for the earliest due job or the interval.
+not at the next interval. Jobs a worker reschedules (a retry's backoff, a snooze, a
+retry-after, a release) are announced the same way by the settle that reschedules them.
 """
 
 from __future__ import annotations

@@ -52,6 +52,11 @@
 -- channel: notified when a job became pending, a reclaim freed what a dead worker held, or a
 -- finished job freed room under a max_concurrent cap (a worker may be waiting for it). $16
 -- UNSTARTED_RECLAIM_LIMIT, $17 the poison limit (only the leader's reclaim sweep passes one).
+-- $18 is the events channel: a rescheduled job (a retry's backoff, a snooze, an actor's
+-- retry-after, a release) is announced there as an enqueue announces one, so the leader
+-- promotes it when due. A rate limit's denial (a retry-after with a reason) is not: denials
+-- come by the thousand, and the leader's passes, each reading the next due time, already
+-- follow the limit's line.
 -- Nothing here reads other rows of the worker: each row is found by its primary key.
 -- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
 -- rule's error class (DeadlineExceeded, MaxAttemptsExceeded, PoisonJob).
@@ -228,7 +233,7 @@ moved AS (
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
               s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before,
-              s.started_before, s.blamed
+              s.started_before, s.blamed, j.scheduled_at
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -300,8 +305,18 @@ wake AS (
            OR EXISTS (SELECT 1 FROM {schema}.queues q
                       WHERE q.name = m.queue AND q.max_concurrent IS NOT NULL)
     )
+),
+announce AS (
+    -- One scheduled event for the earliest rescheduled job (none when nothing waits).
+    SELECT pg_notify($18::text, json_build_object(
+               'type', 'scheduled',
+               'in', extract(epoch FROM min(m.scheduled_at) - min(m.now)))::text)
+    FROM moved m
+    WHERE m.status = 'scheduled' AND NOT (m.outcome = 'retry_after' AND m.reason IS NOT NULL)
+    HAVING count(*) > 0
 )
-SELECT m.id, m.status::text AS status, m.rule_error FROM moved m LEFT JOIN wake ON true;
+SELECT m.id, m.status::text AS status, m.rule_error
+FROM moved m LEFT JOIN wake ON true LEFT JOIN announce ON true;
 
 -- name: settle_succeeded
 -- The hot path: `settle` for a batch whose every outcome is succeeded, kept as its own
