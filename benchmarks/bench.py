@@ -235,7 +235,7 @@ def render_costs(costs: list[PhaseCost]) -> Table:
     return table
 
 
-def render_wal_shares(shares: list[WalShare], rows: int = 16) -> Table:
+def render_wal_shares(shares: tuple[WalShare, ...], rows: int = 16) -> Table:
     table = Table(title="Processing: WAL per job by relation and record (pg_walinspect)")
     for name in ("relation", "record", "bytes", "records"):
         table.add_column(name, justify="left" if name in ("relation", "record") else "right")
@@ -468,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {name:<36} " + " / ".join(f"{cut:.2f}" for cut in cuts))
         for costs in COSTS:
             console.print(render_costs(costs))
-        if cost_report.PROCESSING_WAL:
-            console.print(render_wal_shares(cost_report.PROCESSING_WAL))
+            for cost in costs:
+                if cost.wal_shares:
+                    console.print(render_wal_shares(cost.wal_shares))
         for samples, cuts in LATENESS:
             console.print(
                 f"scheduled jobs: {samples} due over 3 s, start past run_at (p50 / p95 / p99 "

@@ -21,7 +21,7 @@ import asyncio
 import re
 import resource
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import asyncpg
@@ -32,10 +32,18 @@ from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.backend.protocol.retention import PrunePolicy
 from taskq_core.statemachine import JobStatus
 
-# The processing phase's WAL by relation and record type, from the last ``measure``.
-PROCESSING_WAL: list[WalShare] = []
 STATS_FLUSH_WAIT = 11.0  # seconds: PGSTAT_IDLE_INTERVAL (10 s) and a margin
 _JUST_ENDED = timedelta(microseconds=1)  # the prune's retention: every job that has ended
+
+
+@dataclass(frozen=True)
+class WalShare:
+    """The WAL one kind of record on one relation wrote, per job."""
+
+    relation: str  # a table or index of the schema, or "other"
+    record: str  # resource manager / record type, e.g. Heap/UPDATE, Btree/INSERT_LEAF
+    bytes: float
+    records: float
 
 
 @dataclass(frozen=True)
@@ -51,16 +59,7 @@ class PhaseCost:
     hot_updated: float
     deleted: float
     worker_cpu_us: float | None = None
-
-
-@dataclass(frozen=True)
-class WalShare:
-    """The WAL one kind of record on one relation wrote, per job."""
-
-    relation: str  # a table or index of the schema, or "other"
-    record: str  # resource manager / record type, e.g. Heap/UPDATE, Btree/INSERT_LEAF
-    bytes: float
-    records: float
+    wal_shares: tuple[WalShare, ...] = ()  # its WAL by relation and record (processing)
 
 
 @dataclass(frozen=True)
@@ -138,9 +137,9 @@ async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCo
         processed = await _phase(
             conn, schema, "processing (claim, start, settle)", 2 * jobs, before
         )
-        costs.append(_with_cpu(processed, cpu * 1e6 / (2 * jobs)))
         after = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
-        PROCESSING_WAL.extend(await wal_shares(conn, schema, before.lsn, after, 2 * jobs))
+        shares = await wal_shares(conn, schema, before.lsn, after, 2 * jobs)
+        costs.append(replace(processed, worker_cpu_us=cpu * 1e6 / (2 * jobs), wal_shares=shares))
 
         before = await _read(conn, schema)
         await backend.prune_jobs(
@@ -157,7 +156,7 @@ _BLOCK_RELATION = re.compile(r"rel \d+/\d+/(\d+)")
 
 async def wal_shares(
     conn: asyncpg.Connection, schema: str, before: str, after: str, jobs: int
-) -> list[WalShare]:
+) -> tuple[WalShare, ...]:
     """The WAL between two positions by relation and record type, per job, largest first;
     empty when pg_walinspect is not there (or may not be created)."""
     try:
@@ -168,7 +167,7 @@ async def wal_shares(
             before, after,
         )  # fmt: skip
     except asyncpg.PostgresError:
-        return []
+        return ()
     names = {
         row["relfilenode"]: row["relname"]
         for row in await conn.fetch(
@@ -185,14 +184,7 @@ async def wal_shares(
         key = (relation, record["kind"])
         sizes[key] += record["record_length"]
         counts[key] += 1
-    return [
+    return tuple(
         WalShare(relation, kind, size / jobs, counts[(relation, kind)] / jobs)
         for (relation, kind), size in sizes.most_common()
-    ]
-
-
-def _with_cpu(cost: PhaseCost, cpu_us: float) -> PhaseCost:
-    return PhaseCost(
-        cost.phase, cost.jobs, cost.wal_bytes, cost.commits, cost.inserted, cost.updated,
-        cost.hot_updated, cost.deleted, cpu_us,
-    )  # fmt: skip
+    )

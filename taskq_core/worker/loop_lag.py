@@ -17,21 +17,19 @@ import asyncio
 from taskq_core.worker.deps import WorkerDeps
 
 PERIOD = 0.05  # seconds between samples: short enough to catch stalls of a few milliseconds
-LOOP_NAME = "loop_lag"
 
 
 class LoopLagSampler:
-    """Records the loop's lateness every ``period`` until the worker shuts down."""
+    """Records the loop's lateness every ``PERIOD`` until the worker shuts down."""
 
-    def __init__(self, deps: WorkerDeps, *, period: float = PERIOD) -> None:
+    def __init__(self, deps: WorkerDeps) -> None:
         self.deps = deps
-        self.period = period
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         shutdown = self.deps.state.shutdown_event
         record = self.deps.meters.loop_lag.record
         while not shutdown.is_set():
-            due = loop.time() + self.period
-            await asyncio.sleep(self.period)
+            due = loop.time() + PERIOD
+            await asyncio.sleep(PERIOD)
             record(max(0.0, loop.time() - due))

@@ -54,17 +54,22 @@ async def workers(
         proc.wait()
 
 
-async def counts(dsn: str) -> dict[str, int]:
-    """Jobs per status, or {} while the server does not answer."""
+async def answer(dsn: str, query: str) -> list[asyncpg.Record] | None:
+    """The rows of ``query``, or None while the server does not answer."""
     try:
         conn = await asyncpg.connect(dsn, timeout=2)
     except (OSError, asyncpg.PostgresError):
-        return {}
+        return None
     try:
-        rows = await conn.fetch(f"SELECT status::text, count(*) FROM {SCHEMA}.jobs GROUP BY 1")
+        return await conn.fetch(query)
     finally:
         await conn.close()
-    return {row[0]: row[1] for row in rows}
+
+
+async def counts(dsn: str) -> dict[str, int]:
+    """Jobs per status, or {} while the server does not answer."""
+    rows = await answer(dsn, f"SELECT status::text, count(*) FROM {SCHEMA}.jobs GROUP BY 1")
+    return {row[0]: row[1] for row in rows or []}
 
 
 async def until(check: Callable[[], Awaitable[Any]], timeout: float) -> Any:
@@ -89,14 +94,8 @@ async def enqueue(dsn: str, count: int, seconds: float) -> None:
 
 
 async def registered(dsn: str, workers: int) -> bool:
-    try:
-        conn = await asyncpg.connect(dsn, timeout=2)
-    except (OSError, asyncpg.PostgresError):
-        return False
-    try:
-        return bool(await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.workers") >= workers)
-    finally:
-        await conn.close()
+    rows = await answer(dsn, f"SELECT count(*) FROM {SCHEMA}.workers")
+    return rows is not None and rows[0][0] >= workers
 
 
 async def finished_some(dsn: str, at_least: int) -> bool:

@@ -307,13 +307,14 @@ wake AS (
     )
 ),
 announce AS (
-    -- One scheduled event for the earliest rescheduled job (none when nothing waits).
-    SELECT pg_notify($18::text, json_build_object(
-               'type', 'scheduled',
-               'in', extract(epoch FROM min(m.scheduled_at) - min(m.now)))::text)
-    FROM moved m
-    WHERE m.status = 'scheduled' AND NOT (m.outcome = 'retry_after' AND m.reason IS NOT NULL)
-    HAVING count(*) > 0
+    -- One scheduled event (the enqueue's message) for the earliest rescheduled job.
+    SELECT pg_notify($18::text, {fragment:scheduled_event})
+    FROM (SELECT min(m.scheduled_at) AS scheduled_at
+          FROM moved m
+          WHERE m.status = 'scheduled'
+            AND NOT (m.outcome = 'retry_after' AND m.reason IS NOT NULL)) r
+    CROSS JOIN clock k
+    WHERE r.scheduled_at IS NOT NULL
 )
 SELECT m.id, m.status::text AS status, m.rule_error
 FROM moved m LEFT JOIN wake ON true LEFT JOIN announce ON true;
