@@ -24,7 +24,7 @@ def test_make_demo_installs_taskq_without_the_dev_tools() -> None:
         ["make", "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line and "-e" in line]
-    assert installs == [".venv/bin/pip install --quiet -e ."]
+    assert installs == [".venv/bin/uv pip install --quiet --python .venv/bin/python pip -e ."]
     assert "[dev]" not in plan
 
 
