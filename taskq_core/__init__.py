@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from taskq_core.retry import RetryAfter, RetryPolicy, Snooze
     from taskq_core.settings import TaskqSettings
     from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+    from taskq_core.workflows import Step, Workflow, WorkflowRun
 
 # Each public name and the module that defines it.
 _HOMES = {
@@ -77,6 +78,9 @@ _HOMES = {
     "RetryPolicy": "retry",
     "Snooze": "retry",
     "TaskqSettings": "settings",
+    "Step": "workflows",
+    "Workflow": "workflows",
+    "WorkflowRun": "workflows",
 }
 
 __all__ = [
@@ -108,10 +112,13 @@ __all__ = [
     "Scope",
     "SlidingWindow",
     "Snooze",
+    "Step",
     "TaskqError",
     "TaskqSettings",
     "TokenBucket",
     "UnknownActorError",
+    "Workflow",
+    "WorkflowRun",
     "actor",
     "cron",
 ]

@@ -38,6 +38,8 @@ from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 if TYPE_CHECKING:  # the protocol package is not needed to declare an actor
     from taskq_core.backend.protocol.schedules import ScheduleSpec
+    from taskq_core.backend.protocol.workflows import Upstream
+    from taskq_core.workflows import WorkflowHandle
 
 P = TypeVar("P")
 
@@ -63,6 +65,10 @@ class JobContext(Generic[P]):
 
     ``report_progress`` (``report_progress_sync`` in a plain ``def`` actor) tells readers how
     far the job has got: ``taskq jobs show``, ``taskq top`` and ``JobsClient.watch_progress``.
+
+    In a workflow step, ``upstream`` maps each dependency's step name to its outcome
+    (``.status``, ``.result``, ``.error_class``, ``.error_message``) and ``workflow`` is the
+    running workflow's handle (``.id``, ``await .add(...)``); outside one, ``{}`` and None.
     """
 
     job_id: UUID
@@ -82,6 +88,10 @@ class JobContext(Generic[P]):
     # between that check and the body's first line resumes a body that had begun: the chaos
     # ledger dates a body from here, not from its own first line.
     _let_start_at: float | None = field(default=None, repr=False)
+    # A workflow step's dependencies by step name (their outcomes and results), read once
+    # before the body starts; and the running workflow's handle (None outside one).
+    upstream: dict[str, Upstream] = field(default_factory=dict)
+    workflow: WorkflowHandle | None = None
 
     async def report_progress(
         self, current: float, total: float | None = None, message: str | None = None

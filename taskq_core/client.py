@@ -34,6 +34,7 @@ from taskq_core.capacity import CapacityCache
 from taskq_core.client_batches import BatchMethods
 from taskq_core.client_progress import ProgressMethods
 from taskq_core.client_reclaims import ReclaimMethods
+from taskq_core.client_workflows import WorkflowMethods
 from taskq_core.cron_schedules import ScheduleMethods
 from taskq_core.enqueue_conflict import OnConflict, enqueue_resolving
 from taskq_core.enqueue_plan import NOT_OPEN, EnqueuePlanner, as_timedelta
@@ -50,7 +51,7 @@ from taskq_core.settings import TaskqSettings
 DEFAULT_ENQUEUE_RETRY_TIMEOUT = timedelta(seconds=30)
 
 
-class JobsClient(BatchMethods, ScheduleMethods, ReclaimMethods, ProgressMethods):
+class JobsClient(BatchMethods, WorkflowMethods, ScheduleMethods, ReclaimMethods, ProgressMethods):
     """Enqueue, inspect, cancel and retry jobs. Use as ``async with JobsClient(dsn) as client``.
 
     ``dsn=None`` reads TASKQ_PG_DSN (and .env); ``backend=`` injects any Backend (tests use the

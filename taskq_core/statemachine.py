@@ -24,9 +24,12 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
     CRASHED = "crashed"
     ABANDONED = "abandoned"
+    # A workflow step whose dependencies have not allowed it yet: dispatch never reads it.
+    WAITING = "waiting"
 
 
 VALID_TRANSITIONS: Final[dict[JobStatus, frozenset[JobStatus]]] = {
+    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.CANCELLED}),
     JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
     JobStatus.SCHEDULED: frozenset({JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.FAILED}),
     JobStatus.RUNNING: frozenset(

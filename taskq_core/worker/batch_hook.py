@@ -1,16 +1,17 @@
-"""The batch hook on the worker's side: after a batched job's terminal write has committed,
-tell the backend (``apply_batch_outcomes``), which may end the batch and enqueue its
-finalizer.
+"""The end hook on the worker's side: after a batch child's or a workflow step's terminal
+write has committed, tell the backend: ``apply_batch_outcomes`` may end the batch and enqueue
+its finalizer, ``release_workflow_steps`` decides the steps that wait on the job.
 
-A job outside a batch costs one dict lookup (its ``metadata.batch_id``), nothing more. A
-batch child's outcome goes to the worker's one ``HookPipe`` (the completer's successes, the
-consumer's other endings, the cancel controller's abandons), which applies outcomes in the
-order they came: the first waits ``HOOK_LINGER`` for others, then one call applies all. So
-a busy batch costs a worker one hook call per linger, not one per job or per flush, and the
-workers of a fleet seldom queue for the batch's row lock; and a success is never applied
-after a failure that came later from the same worker (a failure policy counts failures in a
-row). A failure goes at once, with whatever waits before it, and its consumer waits for it:
-it may abort the batch, and no other child should start before the policy had its say.
+A job outside a batch and a workflow costs two dict lookups (its ``metadata.batch_id`` and
+``metadata.workflow_id``), nothing more. A batch child's or a step's outcome goes to the
+worker's one ``HookPipe`` (the completer's successes, the consumer's other endings, the cancel
+controller's abandons), which applies outcomes in the order they came: the first waits
+``HOOK_LINGER`` for others, then one call applies all. So a busy batch costs a worker one hook
+call per linger, not one per job or per flush, and the workers of a fleet seldom queue for the
+batch's row lock; and a success is never applied after a failure that came later from the same
+worker (a failure policy counts failures in a row). A failure goes at once, with whatever waits
+before it, and its consumer waits for it: it may abort the batch, and no other child should
+start before the policy had its say.
 
 The job stays held (``ActiveJobs``) until its outcome was applied, so ``--until-idle``
 cannot see the fleet idle between the last child's write and its finalizer's insert. The
@@ -21,11 +22,14 @@ hook never raises on database trouble: the outcome is already written, and the l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, JobRow
-from taskq_core.backend.protocol.batches import BatchOutcome, batch_id_of
+from taskq_core.backend.protocol.batches import BATCH_ID_KEY, BatchOutcome, batch_id_of
+from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY
 from taskq_core.obs.metrics import count_batch_end, instruments
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
@@ -40,15 +44,32 @@ HOOK_MAX_OUTCOMES = 2000
 _RESCHEDULE_ENDS = {"cancelled": JobStatus.CANCELLED, "failed": JobStatus.FAILED}
 
 
-def outcome_of(job: JobRow, status: JobStatus | None) -> BatchOutcome | None:
-    """The hook's input for ``job`` written as ``status``; None when the job is not a batch
-    child or the write was not terminal (or changed nothing)."""
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A committed terminal write the hook applies: to the job's batch (``batch_id``), to
+    its workflow (``in_workflow``), or both."""
+
+    job_id: UUID
+    status: JobStatus
+    batch_id: UUID | None = None
+    in_workflow: bool = False
+
+
+def is_hooked(metadata: Mapping[str, Any]) -> bool:
+    """Whether a job's terminal write goes to the hook: a batch child's or a step's."""
+    return BATCH_ID_KEY in metadata or WORKFLOW_ID_KEY in metadata
+
+
+def outcome_of(job: JobRow, status: JobStatus | None) -> Ended | None:
+    """The hook's input for ``job`` written as ``status``; None when the job is neither a
+    batch child nor a workflow step or the write was not terminal (or changed nothing)."""
     if status is None or status not in TERMINAL_STATUSES:
         return None
     batch_id = batch_id_of(job.metadata)
-    if batch_id is None:
+    in_workflow = WORKFLOW_ID_KEY in job.metadata
+    if batch_id is None and not in_workflow:
         return None
-    return BatchOutcome(batch_id, status)
+    return Ended(job.id, status, batch_id, in_workflow)
 
 
 def status_of_row(row: JobRow | None) -> JobStatus | None:
@@ -72,10 +93,36 @@ def status_of_reschedule(outcome: str) -> JobStatus | None:
     return _RESCHEDULE_ENDS.get(outcome.split(":", 1)[0])
 
 
-async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[BatchOutcome]) -> None:
-    """Apply committed terminal outcomes to their batches; log what ended. A failure is
-    logged and left to the leader's sweep (shielded: a worker shutting down does not cut
-    the batch's transaction short)."""
+async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[Ended]) -> None:
+    """Apply committed terminal outcomes to their batches and workflows; log what ended."""
+    batched = [BatchOutcome(o.batch_id, o.status) for o in outcomes if o.batch_id is not None]
+    await _apply_to_batches(backend, log, batched)
+    await _release_steps(backend, log, [o.job_id for o in outcomes if o.in_workflow])
+
+
+async def _release_steps(backend: Backend, log: Any, ended: Sequence[UUID]) -> None:
+    """Decide the steps that wait on the ``ended`` jobs. A failure is logged and left to
+    the leader's sweep (shielded, as the batch's call)."""
+    if not ended:
+        return
+    try:
+        release = await shielded(backend.release_workflow_steps(ended))
+    except Exception as exc:
+        log.warning(
+            "workflow_hook_failed",
+            jobs=len(ended),
+            error=f"{type(exc).__name__}: {exc}",
+            note="the outcomes are written; the leader's sweep decides the waiting steps",
+        )
+        return
+    for workflow_id, status in release.ended:
+        log.info("workflow_ended", workflow_id=str(workflow_id), status=status.value)
+
+
+async def _apply_to_batches(backend: Backend, log: Any, outcomes: Sequence[BatchOutcome]) -> None:
+    """Apply outcomes to their batches; log what ended. A failure is logged and left to the
+    leader's sweep (shielded: a worker shutting down does not cut the batch's transaction
+    short)."""
     if not outcomes:
         return
     try:
@@ -101,10 +148,10 @@ async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[BatchOut
 
 
 class HookPipe:
-    """The worker's one queue of batch outcomes whose writes have committed, applied in the
-    order given: the first waits ``linger`` seconds for others (or until ``max_outcomes``
-    wait, or a failure comes), then one call applies them all; each job stays held until
-    its outcome was applied (or the call failed, logged)."""
+    """The worker's one queue of batch and workflow outcomes whose writes have committed, applied in
+    the order given: the first waits ``linger`` seconds for others (or until ``max_outcomes``
+    wait, or a failure comes), then one call applies them all; each job stays held until its
+    outcome was applied (or the call failed, logged)."""
 
     def __init__(
         self,
@@ -121,20 +168,20 @@ class HookPipe:
         self.linger = linger
         self.max_outcomes = max_outcomes
         # Each outcome, its job, and a future resolved once applied (None: nobody waits).
-        self._waiting: list[tuple[BatchOutcome, ActiveJob, asyncio.Future[None] | None]] = []
+        self._waiting: list[tuple[Ended, ActiveJob, asyncio.Future[None] | None]] = []
         self._go = asyncio.Event()  # set: apply what waits without lingering
         self._task: asyncio.Task[None] | None = None
 
-    def submit(self, outcomes: Sequence[tuple[BatchOutcome, ActiveJob]]) -> None:
+    def submit(self, outcomes: Sequence[tuple[Ended, ActiveJob]]) -> None:
         """Queue outcomes; their jobs are released once applied."""
         self._add([(outcome, held, None) for outcome, held in outcomes])
 
     def submit_write(
         self, held: ActiveJob, status: JobStatus | None
     ) -> asyncio.Future[None] | None:
-        """Queue one job's committed write when it ended a batch child: a future resolved
-        once it was applied (and the job released). None when it did not end a batch child:
-        the caller releases the job."""
+        """Queue one job's committed write when it ended a batch child or a step: a future
+        resolved once it was applied (and the job released). None otherwise: the caller
+        releases the job."""
         outcome = outcome_of(held.job, status)
         if outcome is None:
             return None
@@ -142,9 +189,7 @@ class HookPipe:
         self._add([(outcome, held, applied)])
         return applied
 
-    def _add(
-        self, entries: list[tuple[BatchOutcome, ActiveJob, asyncio.Future[None] | None]]
-    ) -> None:
+    def _add(self, entries: list[tuple[Ended, ActiveJob, asyncio.Future[None] | None]]) -> None:
         if not entries:
             return
         self._waiting.extend(entries)

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections import deque
 
 from taskq_core.backend.protocol import CancelFlag
-from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.obs.metrics import labels
 from taskq_core.worker.active import ActiveJob, CancelPhase, Stage
+from taskq_core.worker.batch_hook import is_hooked
 from taskq_core.worker.deps import WorkerDeps
 
 THREAD_ABANDONED = (
@@ -175,7 +175,7 @@ async def write_abandoned(deps: WorkerDeps, held: ActiveJob) -> None:
             reason=reason,
             status=status.value,  # pending: back in the queue (a shutdown's, retries left)
         )
-        if BATCH_ID_KEY in held.job.metadata:  # a batch child: the batch hook releases it
+        if is_hooked(held.job.metadata):  # a batch child or a step: the hook releases it
             hooked = deps.completer.hooks.submit_write(held, status) is not None
     held.cancel_phase = CancelPhase.ABANDON_PENDING
     held.abandon()  # releases the consumer still waiting on the task

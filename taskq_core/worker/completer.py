@@ -35,11 +35,10 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, ErrorInfo, LostAttempt, Start, Success
-from taskq_core.backend.protocol.batches import BatchOutcome
 from taskq_core.clock import Clock
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
-from taskq_core.worker.batch_hook import HookPipe, outcome_of, status_of_row
+from taskq_core.worker.batch_hook import Ended, HookPipe, outcome_of, status_of_row
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -187,7 +186,7 @@ class Completer:
             self.database.succeeded()
             return FlushResult(0, 0, len(starts))
         successes = [success for held, success in batch if held.lost is None]
-        refused: list[tuple[BatchOutcome, ActiveJob]] = []
+        refused: list[tuple[Ended, ActiveJob]] = []
         try:
             written = await shielded(self.backend.mark_succeeded_many(self.worker_id, successes))
         except TRANSIENT_ERRORS:
@@ -239,7 +238,7 @@ class Completer:
     @staticmethod
     def _batch_outcomes(
         batch: list[tuple[ActiveJob, Success]], written: set[UUID]
-    ) -> list[tuple[BatchOutcome, ActiveJob]]:
+    ) -> list[tuple[Ended, ActiveJob]]:
         """The written successes of batch children (one lookup per success otherwise)."""
         outcomes = []
         for held, success in batch:
@@ -250,7 +249,7 @@ class Completer:
         return outcomes
 
     async def _one_by_one(
-        self, batch: list[tuple[ActiveJob, Success]], refused: list[tuple[BatchOutcome, ActiveJob]]
+        self, batch: list[tuple[ActiveJob, Success]], refused: list[tuple[Ended, ActiveJob]]
     ) -> set[UUID]:
         """Isolate a poisonous item: write each success on its own; one the database refuses
         fails its job instead of leaving it running (a batch child's failure goes to

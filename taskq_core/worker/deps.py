@@ -7,6 +7,7 @@ shutdown progress, counters) is the one mutable ``WorkerState`` it holds as ``st
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
+from taskq_core.enqueue_plan import EnqueuePlanner
 from taskq_core.obs.metrics import Instruments, meters_for
 from taskq_core.obs.spans import SpanLabels
 from taskq_core.ratelimit.gate import RateLimiter
@@ -68,6 +70,12 @@ class WorkerDeps:
     def queues(self) -> list[str]:
         """The queues this worker consumes."""
         return self.settings.queues
+
+    @functools.cached_property
+    def planner(self) -> EnqueuePlanner:
+        """The enqueue planner of ``ctx.workflow.add`` (made on first use: a worker whose
+        steps graft nothing never builds it)."""
+        return EnqueuePlanner(lambda: self.backend, self.registry, capacity_ttl=5.0)
 
     def in_flight(self) -> int:
         """Jobs claimed by this worker: executing plus waiting in the local queue."""

@@ -16,11 +16,12 @@ import asyncio
 import contextvars
 import functools
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
 from taskq_core.actors import ActorRef, JobContext
+from taskq_core.backend.protocol.workflows import WORKFLOW_STEP_KEY, workflow_id_of
 from taskq_core.di import actor_scope
 from taskq_core.retry import RetryAfter, Snooze
 from taskq_core.worker.active import ActiveJob, CancelPhase
@@ -28,6 +29,7 @@ from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.admission import LeaseGoneAtStart, check_lease_at_start, mark_start
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.progress import JobProgress, publisher_of
+from taskq_core.workflows import WorkflowHandle
 
 T = TypeVar("T")
 
@@ -67,6 +69,11 @@ def job_context(
         )
         return made[0]
 
+    workflow_id = workflow_id_of(job.metadata)
+    workflow = None
+    if workflow_id is not None:
+        step = str(job.metadata.get(WORKFLOW_STEP_KEY, ""))
+        workflow = WorkflowHandle(workflow_id, step, deps.backend, deps.planner)
     return JobContext(
         job_id=job.id,
         attempt=job.attempt,
@@ -79,6 +86,7 @@ def job_context(
         # A plain def actor reports from its thread, which cannot make one: made here.
         _progress=None if ref.is_async else new_progress(),
         _progress_factory=new_progress,
+        workflow=workflow,
     )
 
 
@@ -136,7 +144,19 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
         finally:
             seat.release()
 
+    async def with_upstream(body: Coroutine[Any, Any, Any]) -> Any:
+        # A step's inputs: one read, before its lease check (its failure fails the attempt).
+        assert ctx is not None
+        try:
+            ctx.upstream = await deps.backend.read_upstream(ctx.job_id)
+        except BaseException:
+            body.close()  # never started
+            raise
+        return await body
+
     body = call_with_dependencies() if ref.dependency_params else call({})
+    if ctx.workflow is not None:
+        body = with_upstream(body)
     if ref.timeout is not None:
         body = _with_timeout(body, ref.timeout.total_seconds())
     task = asyncio.create_task(body)

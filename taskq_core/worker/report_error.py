@@ -18,12 +18,12 @@ from typing import TypeVar
 
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import ErrorInfo
-from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.errors import PayloadValidationError
 from taskq_core.retry import RetryDelayError
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, CancelPhase
 from taskq_core.worker.batch_hook import (
+    is_hooked,
     status_as_written,
     status_if_cancelled,
     status_of_reschedule,
@@ -190,12 +190,13 @@ async def settle(
                 await retry_pause(deps.database, backoff.next())
                 continue
             deps.database.succeeded()
-            if BATCH_ID_KEY in held.job.metadata:  # the one lookup a job outside a batch pays
+            if is_hooked(held.job.metadata):  # two lookups for a job outside a batch or workflow
                 ended = status(result)
                 applied = deps.completer.hooks.submit_write(held, ended)
                 hooked = applied is not None
                 if applied is not None and ended is JobStatus.FAILED:
-                    # It may abort the batch: this consumer starts no other child before.
+                    # It may abort the batch or cancel steps: this consumer starts nothing
+                    # before.
                     await shielded(applied)
             return result
     finally:

@@ -20,11 +20,10 @@ from pydantic import BaseModel
 from taskq_core import jsontext
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Success
-from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.backend.protocol.sizes import check_result_size
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob
-from taskq_core.worker.batch_hook import status_of_reschedule
+from taskq_core.worker.batch_hook import is_hooked, status_of_reschedule
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.report_error import (
     note_lost_body,
@@ -164,11 +163,8 @@ async def record_in_transaction(
         )
         deps.active.remove(held)
         return "lost"
-    hooks = deps.completer.hooks  # committed: a batch child's hook releases it
-    if (
-        BATCH_ID_KEY not in held.job.metadata
-        or hooks.submit_write(held, JobStatus.SUCCEEDED) is None
-    ):
+    hooks = deps.completer.hooks  # committed: a batch child's or a step's hook releases it
+    if not is_hooked(held.job.metadata) or hooks.submit_write(held, JobStatus.SUCCEEDED) is None:
         deps.active.remove(held)
     deps.state.stats.succeeded += 1
     return "succeeded"

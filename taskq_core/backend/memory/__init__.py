@@ -39,6 +39,7 @@ from .retention import RetentionPart
 from .schedules import SchedulePart
 from .settle import SettlePart
 from .store import MemoryTransaction
+from .workflows import WorkflowPart
 
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend
@@ -48,6 +49,7 @@ check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
 class InMemoryBackend(
+    WorkflowPart,
     BatchPart,
     EnqueuePart,
     DispatchPart,

@@ -159,8 +159,14 @@ class AdminPart(MemoryStore):
         key = job.unique_key
         if key is not None and job.unique_until is None and self.unique_holder(key) is not None:
             return False
-        # Unchecked: re-pending a terminal row is the operator's explicit override.
-        self._transition(job, PENDING, checked=False, detail={"reason": "operator_retry"})
+        self._reset_for_retry(job, PENDING, "operator_retry")
+        return True
+
+    def _reset_for_retry(self, job: JobRecord, status: JobStatus, reason: str) -> None:
+        """A failed, crashed or cancelled job to ``status`` as if new: attempt budget,
+        result, error, lock and cancel fields reset (a workflow's retry waits again)."""
+        # Unchecked: moving a terminal row on is the operator's explicit override.
+        self._transition(job, status, checked=False, detail={"reason": reason})
         job.scheduled_at = job.updated_at
         job.uncounted_attempts = job.attempt  # a fresh budget; the next body's number is higher
         job.finished_at = job.started_at = None
@@ -168,7 +174,6 @@ class AdminPart(MemoryStore):
         job.clear_lock()
         job.clear_cancel()
         job.set_error(None)
-        return True
 
     async def retry_job(self, job_id: UUID) -> bool:
         job = self._jobs.get(job_id)

@@ -20,6 +20,7 @@ from taskq_core.ids import uuid7
 from .store import (
     PENDING,
     SCHEDULED,
+    WAITING,
     JobRecord,
     MemoryStore,
     MemoryTransaction,
@@ -47,7 +48,7 @@ def _new_job(args: EnqueueArgs, now: datetime, max_payload_bytes: int) -> JobRec
         actor=args.actor,
         queue=args.queue,
         payload=payload,
-        status=PENDING if start is None else SCHEDULED,
+        status=WAITING if args.waiting else PENDING if start is None else SCHEDULED,
         priority=args.priority,
         scheduled_at=now if start is None else start,
         created_at=now,

@@ -36,6 +36,7 @@ from taskq_core.backend.protocol import (
 from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
 from taskq_core.backend.protocol.batches import BatchRow, BatchStatus
 from taskq_core.backend.protocol.unique import holds_key
+from taskq_core.backend.protocol.workflows import WorkflowStatus
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 PENDING, SCHEDULED, RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+WAITING = JobStatus.WAITING
 # The cohort of the jobs without a fairness_key (COALESCE(fairness_key, '__null__') in SQL):
 # a literal '__null__' key joins it, as it does on PostgreSQL.
 NULL_COHORT = "__null__"
@@ -232,6 +234,19 @@ class BatchRecord:
 
 
 @dataclass(slots=True)
+class WorkflowRecord:
+    """A mutable ``workflows`` row."""
+
+    id: UUID
+    name: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    status: WorkflowStatus = WorkflowStatus.RUNNING
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+
+
+@dataclass(slots=True)
 class ArchivedRecord:
     """A ``jobs_archive`` row: the job's record as it was when pruned (detached from
     ``_jobs``, never written again) and when it was archived and leaves for good."""
@@ -296,6 +311,10 @@ class MemoryStore:
         self._operator_log: list[OperatorLogEntry] = []
         self._operator_log_ids = itertools.count(1)
         self._batches: dict[UUID, BatchRecord] = {}
+        self._workflows: dict[UUID, WorkflowRecord] = {}
+        # workflow_edges both ways: a step's dependencies, and the steps that wait on a job.
+        self._dependencies: dict[UUID, list[UUID]] = {}
+        self._dependents: dict[UUID, list[UUID]] = {}
 
     async def close(self) -> None:
         """Nothing to release; idempotent."""

@@ -6,7 +6,8 @@ marks), ``settle`` (every outcome of a claimed attempt), ``leader`` (election an
 ``admin`` (reads and operator writes), ``retention`` (the prune to the archive, archive
 expiry, archived reads), ``schedules`` (cron schedules and the leader's fire) and ``ratelimit``
 (limiter state, reservation slots), ``batches`` (batch rows, the outcome hook, the batch
-sweeps), ``fleet`` (the fleet metrics' read). Records become protocol rows in ``rows``.
+sweeps), ``fleet`` (the fleet metrics' read), ``workflows`` (workflow rows, steps, the
+release). Records become protocol rows in ``rows``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .registry import RegistryPart
 from .retention import RetentionPart
 from .schedules import SchedulePart
 from .settle import SettlePart
+from .workflows import WorkflowPart
 
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend
@@ -38,6 +40,7 @@ check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 @translate_errors
 class PostgresBackend(
+    WorkflowPart,
     BatchPart,
     EnqueuePart,
     DispatchPart,

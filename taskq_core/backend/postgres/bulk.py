@@ -115,7 +115,13 @@ SHARED_COLUMNS = (
     Column("queue", lambda a, now: a.queue, _text),
     Column(
         "status",
-        lambda a, now: JobStatus.PENDING if start_time(a, now) is None else JobStatus.SCHEDULED,
+        lambda a, now: (
+            JobStatus.WAITING
+            if a.waiting
+            else JobStatus.PENDING
+            if start_time(a, now) is None
+            else JobStatus.SCHEDULED
+        ),
         _status,
     ),
     Column("scheduled_at", _scheduled_at, _timestamp),

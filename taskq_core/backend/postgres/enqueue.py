@@ -108,7 +108,9 @@ class _CopyBatch:
             if args.unique_key is not None:
                 self._hold(encoder, args, UUID(int=job_id))
             start = start_time(args, encoder.now)
-            if start is None:
+            if args.waiting:  # a workflow step: its release wakes or announces it
+                pass
+            elif start is None:
                 self.wake = True
             else:
                 due_in = (start - encoder.now).total_seconds()

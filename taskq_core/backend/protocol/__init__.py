@@ -6,7 +6,8 @@ needs (``client``), ``WorkerBackend`` what the worker's loops need (``worker``),
 operator's reads and bulk writes (``admin``), ``RetentionBackend`` the prune and archive
 (``retention``), ``RateLimitBackend`` limiter state and reservation slots (``ratelimit``),
 ``BatchBackend`` batch rows, the outcome hook and the batch sweeps (``batches``),
-``FleetBackend`` the fleet metrics' queue-level read (``fleet``); ``values`` holds the types
+``FleetBackend`` the fleet metrics' queue-level read (``fleet``), ``WorkflowBackend``
+workflow rows, steps and the release (``workflows``); ``values`` holds the types
 they all speak.
 ``Backend`` is all of them: PostgresBackend implements it with asyncpg (every time predicate on
 the database clock), InMemoryBackend with dicts and an injected Clock, and both pass the
@@ -137,6 +138,7 @@ from taskq_core.backend.protocol.worker import (
     WorkerInfo,
     first_success_per_job,
 )
+from taskq_core.backend.protocol.workflows import WorkflowBackend
 
 BACKEND_PROTOCOL_VERSION = 4
 
@@ -153,6 +155,7 @@ class Backend(
     BatchBackend,
     FleetBackend,
     ProgressBackend,
+    WorkflowBackend,
     Protocol,
 ):
     """Everything TaskQ needs of its storage: the parts together."""
@@ -245,6 +248,7 @@ __all__ = [
     "WorkerBackend",
     "WorkerInfo",
     "WorkerRow",
+    "WorkflowBackend",
     "batch_id_of",
     "check_capacity",
     "check_dashboard_window",

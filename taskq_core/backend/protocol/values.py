@@ -83,6 +83,9 @@ class EnqueueArgs:
     unique_key: str | None = None
     unique_for: timedelta | None = None
     run_at: datetime | None = None
+    # A workflow step with dependencies: inserted ``waiting`` (never dispatched) until the
+    # release; its ``scheduled_at`` holds the start asked for meanwhile.
+    waiting: bool = False
 
 
 def start_time(args: EnqueueArgs, now: datetime) -> datetime | None:

@@ -2,13 +2,14 @@
 TASKQ_SWEEP_INTERVAL, in order, each on its own.
 
 In order: reclaim expired leases, fail missed deadlines, clear expired results, free leaked
-reservation slots, end stale batches (after the reclaim and the deadlines, whose children had
-no worker to run the batch hook), delete idle limiter state (every few minutes only). A pass
-that fails does not skip the ones after it: its error is logged (``sweep_pass_failed``) and,
-once the others ran, the first one is raised to the loop (``leader.run_gated``), which
-retries after a transient error and ends the worker after five unexpected ones in a row, as
-for any leader loop. The database being away stops the pass at once: nothing else would
-answer either. One ``sweep_ran`` line says what the pass changed, when it changed anything.
+reservation slots, end stale batches (after the reclaim and the deadlines, whose children had no
+worker to run the batch hook), decide workflow steps no hook decided (the same), delete idle
+limiter state (every few minutes only). A pass that fails does not skip the ones after it: its
+error is logged (``sweep_pass_failed``) and, once the others ran, the first one is raised to the
+loop (``leader.run_gated``), which retries after a transient error and ends the worker after
+five unexpected ones in a row, as for any leader loop. The database being away stops the pass at
+once: nothing else would answer either. One ``sweep_ran`` line says what the pass changed, when
+it changed anything.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from taskq_core.worker.sweeps.limiter_state import IdleLimiterStateSweep
 from taskq_core.worker.sweeps.reclaim import ReclaimExpiredLeases
 from taskq_core.worker.sweeps.result_expiry import ResultExpiry
 from taskq_core.worker.sweeps.stale_batches import StaleBatchCompletion
+from taskq_core.worker.sweeps.stale_workflows import StaleWorkflowRelease
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class SweepResult:
     results_expired: int
     reservation_slots_freed: int = 0
     batches_completed: int = 0
+    workflow_steps_decided: int = 0
     idle_limiter_keys_deleted: int = 0
 
 
@@ -54,6 +57,7 @@ class MaintenanceSweep:
             ("results_expired", ResultExpiry(deps, beat=beat).run_once),
             ("reservation_slots_freed", LeakedSlotSweep(deps).run_once),
             ("batches_completed", lambda: _count(stale_batches.run_once())),
+            ("workflow_steps_decided", StaleWorkflowRelease(deps).run_once),
             ("idle_limiter_keys_deleted", IdleLimiterStateSweep(deps, beat=beat).run_once),
         )
 

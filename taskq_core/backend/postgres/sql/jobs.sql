@@ -182,7 +182,7 @@ WITH clock AS (
 matched AS (
     SELECT j.id
     FROM {schema}.jobs j
-    WHERE j.status IN ('pending', 'scheduled', 'running')
+    WHERE j.status IN ('waiting', 'pending', 'scheduled', 'running')
       AND {fragment:job_filter}
     ORDER BY j.created_at DESC, j.id DESC
     LIMIT $5::bigint
@@ -191,7 +191,7 @@ target AS (
     SELECT j.id, j.status, j.cancel_requested_at
     FROM {schema}.jobs j
     JOIN matched m ON m.id = j.id
-    WHERE j.status IN ('pending', 'scheduled', 'running')
+    WHERE j.status IN ('waiting', 'pending', 'scheduled', 'running')
     ORDER BY j.id
     FOR UPDATE OF j
 ),
@@ -200,7 +200,7 @@ cancelled AS (
     SET status = 'cancelled', cancel_requested_at = k.now, cancel_reason = $6::text,
         finished_at = k.now, updated_at = k.now
     FROM target t CROSS JOIN clock k
-    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled')
+    WHERE j.id = t.id AND t.status IN ('waiting', 'pending', 'scheduled')
     RETURNING j.id, t.status AS from_status
 ),
 requested AS (
@@ -324,7 +324,7 @@ ORDER BY queue, status;
 SELECT EXISTS (SELECT 1 FROM {schema}.jobs
                WHERE status = 'pending' AND queue = ANY ($1::text[]))
     OR EXISTS (SELECT 1 FROM {schema}.jobs
-               WHERE status IN ('scheduled', 'running') AND queue = ANY ($1::text[]));
+               WHERE status IN ('scheduled', 'running', 'waiting') AND queue = ANY ($1::text[]));
 
 -- name: count_pending_jobs
 SELECT actor, count(*) AS count

@@ -1,0 +1,276 @@
+-- Workflows: the workflow rows, the steps' edges, the release and the workflow's end.
+--
+-- A workflow's steps are the jobs whose metadata.workflow_id is its id as text: every look at
+-- them goes through jobs_workflow_idx (migration 0017), with the predicate
+-- `metadata ? 'workflow_id'` written beside the key so the partial index applies. Ids travel
+-- as arrays and are matched with = ANY on a primary key or an index (an ARRAY(...) of a
+-- subquery is one initplan): joined to an unnest instead, the generic plan scans the table.
+-- Time always comes from clock_timestamp().
+
+-- name: create_workflow
+-- $1 id, $2 name, $3 metadata (jsonb text). No row back: the id exists already.
+INSERT INTO {schema}.workflows (id, name, metadata, created_at)
+VALUES ($1::uuid, $2::text, $3::text::jsonb, clock_timestamp())
+ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
+-- name: insert_workflow_edges
+-- Workflow $1's edges: child $3[i] waits for parent $2[i].
+INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id)
+SELECT $1::uuid, e.parent_id, e.child_id
+FROM unnest($2::uuid[], $3::uuid[]) AS e (parent_id, child_id);
+
+-- name: lock_workflow
+-- Graft (add_workflow_steps): the workflow's row, locked, so two grafts take names one after
+-- the other; and which of the names $2 its steps hold already.
+SELECT w.id, w.status,
+       ARRAY(SELECT j.metadata->>'workflow_step' FROM {schema}.jobs j
+             WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = $1::uuid::text
+               AND j.metadata->>'workflow_step' = ANY ($2::text[])) AS taken
+FROM {schema}.workflows w
+WHERE w.id = $1::uuid
+FOR UPDATE OF w;
+
+-- name: reopen_workflow
+-- A workflow that gets new steps (a graft) or retried ones runs again.
+UPDATE {schema}.workflows
+SET status = 'running', finished_at = NULL,
+    cancel_requested_at = CASE WHEN $2::boolean THEN NULL ELSE cancel_requested_at END
+WHERE id = $1::uuid;
+
+-- name: release_steps
+-- The release rule (protocol.workflows.decide_step; a conformance test holds the two
+-- together): decide every waiting child of the jobs $1 and every waiting step of $2. Rows are
+-- locked in id order; a step another release moved meanwhile is no longer 'waiting' and drops
+-- out, so a step is released once however many of its parents end together. A released step
+-- is 'pending' (its scheduled_at now) or 'scheduled' while the start its options asked for is
+-- ahead; a cancelled one names the first dependency that ended without success. $3 is the
+-- wake channel (one NOTIFY when a step became pending), $4 the events channel (the earliest
+-- scheduled one is announced, as an enqueue does). One row per step moved.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+candidates AS (
+    SELECT j.id, j.scheduled_at, j.metadata
+    FROM {schema}.jobs j
+    WHERE j.id = ANY (ARRAY(
+              SELECT e.child_id FROM {schema}.workflow_edges e WHERE e.parent_id = ANY ($1::uuid[])
+              UNION
+              SELECT unnest($2::uuid[])))
+      AND j.status = 'waiting'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+parents AS (
+    SELECT c.id,
+           bool_and(coalesce(p.status = 'succeeded', false)) AS all_succeeded,
+           bool_and(coalesce(p.status IN ('succeeded', 'failed', 'cancelled', 'crashed',
+                                          'abandoned'), true)) AS all_ended,
+           (array_agg(coalesce(p.metadata->>'workflow_step', e.parent_id::text) || ' '
+                      || coalesce(p.status::text, 'is gone') ORDER BY e.parent_id)
+              FILTER (WHERE p.status IS NULL
+                         OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned')))[1]
+               AS failed_dependency
+    FROM candidates c
+    JOIN {schema}.workflow_edges e ON e.child_id = c.id
+    LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
+    GROUP BY c.id
+),
+decided AS (
+    SELECT c.id, c.scheduled_at, p.failed_dependency,
+           CASE WHEN c.metadata->>'workflow_requires' = 'finished'
+                THEN CASE WHEN coalesce(p.all_ended, true) THEN 'release' ELSE 'wait' END
+                WHEN p.failed_dependency IS NOT NULL THEN 'cancel'
+                WHEN coalesce(p.all_succeeded, true) THEN 'release'
+                ELSE 'wait' END AS decision
+    FROM candidates c
+    LEFT JOIN parents p ON p.id = c.id
+),
+released AS (
+    UPDATE {schema}.jobs j
+    SET status = (CASE WHEN d.scheduled_at > k.now THEN 'scheduled' ELSE 'pending' END)
+                 ::{schema}.job_status,
+        scheduled_at = greatest(d.scheduled_at, k.now), updated_at = k.now
+    FROM decided d CROSS JOIN clock k
+    WHERE j.id = d.id AND d.decision = 'release'
+    RETURNING j.id, j.status, j.scheduled_at, j.metadata->>'workflow_id' AS workflow_id
+),
+cancelled AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', finished_at = k.now, updated_at = k.now,
+        cancel_requested_at = k.now, cancel_reason = 'dependency ' || d.failed_dependency
+    FROM decided d CROSS JOIN clock k
+    WHERE j.id = d.id AND d.decision = 'cancel'
+    RETURNING j.id, j.status, j.scheduled_at, j.metadata->>'workflow_id' AS workflow_id,
+              j.cancel_reason
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT r.id, 'released', 'waiting'::{schema}.job_status, r.status, '{}'::jsonb
+    FROM released r
+    UNION ALL
+    SELECT c.id, 'state_change', 'waiting'::{schema}.job_status,
+           'cancelled'::{schema}.job_status, jsonb_build_object('reason', c.cancel_reason)
+    FROM cancelled c
+),
+woken AS (
+    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM released WHERE status = 'pending')
+),
+announced AS (
+    SELECT pg_notify($4::text, {fragment:scheduled_event})
+    FROM (SELECT min(scheduled_at) AS scheduled_at FROM released WHERE status = 'scheduled') r
+    CROSS JOIN clock k
+    WHERE r.scheduled_at IS NOT NULL
+)
+SELECT 'released' AS decision, r.id, r.workflow_id::uuid AS workflow_id FROM released r
+UNION ALL
+SELECT 'cancelled', c.id, c.workflow_id::uuid FROM cancelled c
+UNION ALL
+-- Never a row: it makes the two NOTIFY CTEs run (a CTE nobody reads is not evaluated).
+SELECT 'notified', NULL, NULL
+FROM (SELECT (SELECT count(*) FROM woken) + (SELECT count(*) FROM announced) AS n) x
+WHERE x.n < 0;
+
+-- name: end_workflows
+-- End the running workflows among $2 and those of the jobs $1 whose steps all ended:
+-- 'cancelled' after a cancel_workflow, 'succeeded' when every step did, else 'failed'.
+-- Locked in id order; a workflow another call ended meanwhile is no longer running.
+WITH touched AS (
+    SELECT w.id, w.cancel_requested_at
+    FROM {schema}.workflows w
+    WHERE w.id = ANY (ARRAY(
+              SELECT (j.metadata->>'workflow_id')::uuid FROM {schema}.jobs j
+              WHERE j.id = ANY ($1::uuid[]) AND j.metadata ? 'workflow_id'
+              UNION
+              SELECT unnest($2::uuid[])))
+      AND w.status = 'running'
+    ORDER BY w.id
+    FOR UPDATE OF w
+),
+done AS (
+    SELECT t.id,
+           CASE WHEN t.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                WHEN EXISTS (SELECT 1 FROM {schema}.jobs j
+                             WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = t.id::text
+                               AND j.status <> 'succeeded') THEN 'failed'
+                ELSE 'succeeded' END AS status
+    FROM touched t
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs j
+        WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = t.id::text
+          AND j.status IN ('waiting', 'pending', 'scheduled', 'running'))
+)
+UPDATE {schema}.workflows w
+SET status = d.status, finished_at = clock_timestamp()
+FROM done d
+WHERE w.id = d.id
+RETURNING w.id, w.status;
+
+-- name: stale_workflow_steps
+-- The leader's sweep: up to $1 waiting steps of running workflows, and up to $1 running
+-- workflows (their end is checked), oldest first.
+SELECT ARRAY(
+           SELECT j.id
+           FROM {schema}.workflows w
+           JOIN {schema}.jobs j
+             ON j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
+            AND j.status = 'waiting'
+           WHERE w.status = 'running'
+           ORDER BY w.id, j.id
+           LIMIT $1::integer) AS steps,
+       ARRAY(
+           SELECT w.id FROM {schema}.workflows w WHERE w.status = 'running'
+           ORDER BY w.id LIMIT $1::integer) AS workflows;
+
+-- name: workflow_step_ids
+-- Workflow $1's steps whose status is one of $2 (all when NULL).
+SELECT j.id
+FROM {schema}.jobs j
+WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = $1::uuid::text
+  AND ($2::text[] IS NULL OR j.status::text = ANY ($2::text[]))
+ORDER BY j.id;
+
+-- name: request_workflow_cancel
+-- cancel_workflow's mark: the workflow ends 'cancelled'. No row: no such workflow.
+UPDATE {schema}.workflows
+SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp())
+WHERE id = $1::uuid
+RETURNING id, status;
+
+-- name: retry_workflow_steps
+-- retry_workflow: workflow $1's failed, crashed and cancelled steps wait again, with a fresh
+-- attempt budget and a clean slate (as retry_jobs); the release decides them after.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+target AS (
+    SELECT j.id, j.status
+    FROM {schema}.jobs j
+    WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = $1::uuid::text
+      AND j.status IN ('failed', 'crashed', 'cancelled')
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = 'waiting', uncounted_attempts = j.attempt, scheduled_at = k.now,
+        started_at = NULL, finished_at = NULL, result = NULL, result_expires_at = NULL,
+        locked_by_worker = NULL, lock_expires_at = NULL, cancel_phase = 0,
+        cancel_requested_at = NULL, cancel_reason = NULL, error_class = NULL,
+        error_message = NULL, error_traceback = NULL, updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id
+    RETURNING j.id, t.status AS from_status
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+    SELECT m.id, 'state_change', m.from_status, 'waiting'::{schema}.job_status,
+           '{"reason": "workflow_retry"}'::jsonb
+    FROM moved m
+)
+SELECT m.id FROM moved m;
+
+-- fragment: workflow_counts
+-- The steps' counts of workflow `w` by status, as a JSON object's text.
+(SELECT json_object_agg(c.status, c.n)::text FROM (
+     SELECT j.status, count(*) AS n FROM {schema}.jobs j
+     WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
+     GROUP BY j.status) c) AS counts
+
+-- name: get_workflow
+SELECT w.id, w.name, w.status, w.created_at, w.finished_at, w.cancel_requested_at,
+       w.metadata::text AS metadata, {fragment:workflow_counts}
+FROM {schema}.workflows w
+WHERE w.id = $1::uuid;
+
+-- name: list_workflows
+-- Newest first; $1 status or NULL, $2 limit.
+SELECT w.id, w.name, w.status, w.created_at, w.finished_at, w.cancel_requested_at,
+       w.metadata::text AS metadata, {fragment:workflow_counts}
+FROM {schema}.workflows w
+WHERE $1::text IS NULL OR w.status = $1::text
+ORDER BY w.created_at DESC, w.id DESC
+LIMIT $2::integer;
+
+-- name: list_workflow_steps
+-- Workflow $1's steps in the order they were added (their ids are time-ordered), each with
+-- the names of the steps it waits for.
+SELECT j.id, j.actor, j.queue, j.status, j.attempt, j.created_at, j.started_at,
+       j.finished_at, j.error_class, j.error_message, j.cancel_reason,
+       j.metadata->>'workflow_step' AS name, j.metadata->>'workflow_requires' AS requires,
+       ARRAY(SELECT coalesce(p.metadata->>'workflow_step', e.parent_id::text)
+             FROM {schema}.workflow_edges e
+             LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
+             WHERE e.child_id = j.id
+             ORDER BY e.parent_id) AS after
+FROM {schema}.jobs j
+WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = $1::uuid::text
+ORDER BY j.id;
+
+-- name: read_upstream
+-- Step $1's dependencies: name, status, result (JSON text) and error, in one read.
+SELECT p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name, p.status,
+       p.result::text AS result, p.error_class, p.error_message
+FROM {schema}.workflow_edges e
+JOIN {schema}.jobs p ON p.id = e.parent_id
+WHERE e.child_id = $1::uuid;

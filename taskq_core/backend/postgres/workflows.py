@@ -1,0 +1,236 @@
+"""Workflows on PostgreSQL: the workflow rows, the steps (COPY, as a batch), the edges, the
+release and the workflow's end (sql/workflows.sql).
+
+A release pass is one transaction: ``release_steps`` decides the waiting children of the jobs
+that ended, then the children of the steps it cancelled (a failure's cancel runs down the
+graph in the same transaction), then ``end_workflows`` ends the workflows whose steps all
+ended. Each statement takes a fresh snapshot after it waited for its row locks, so the pass
+that runs after the last parent's write committed sees every parent ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
+from uuid import UUID
+
+from taskq_core.backend.protocol.values import JobRow
+from taskq_core.backend.protocol.workflows import (
+    NewStep,
+    NewWorkflow,
+    Upstream,
+    WorkflowCancel,
+    WorkflowFilter,
+    WorkflowRelease,
+    WorkflowRow,
+    WorkflowStatus,
+    WorkflowStep,
+    requires_of,
+)
+from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
+
+from . import bulk
+from .core import one_on
+from .enqueue import EnqueuePart
+
+# Statuses as the statements take them.
+_ACTIVE = sorted(status.value for status in ACTIVE_STATUSES)
+
+
+def _workflow(record: Any) -> WorkflowRow:
+    counts = json.loads(record["counts"]) if record["counts"] else {}
+    return WorkflowRow(
+        id=record["id"],
+        name=record["name"],
+        status=WorkflowStatus(record["status"]),
+        created_at=record["created_at"],
+        finished_at=record["finished_at"],
+        cancel_requested_at=record["cancel_requested_at"],
+        metadata=json.loads(record["metadata"]),
+        counts={JobStatus(status): n for status, n in counts.items()},
+    )
+
+
+def _step(record: Any) -> WorkflowStep:
+    return WorkflowStep(
+        name=record["name"],
+        job_id=record["id"],
+        actor=record["actor"],
+        queue=record["queue"],
+        status=JobStatus(record["status"]),
+        requires=requires_of({"workflow_requires": record["requires"]}),
+        after=tuple(record["after"]),
+        attempt=record["attempt"],
+        created_at=record["created_at"],
+        started_at=record["started_at"],
+        finished_at=record["finished_at"],
+        error_class=record["error_class"],
+        error_message=record["error_message"],
+        cancel_reason=record["cancel_reason"],
+    )
+
+
+class WorkflowPart(EnqueuePart):
+    """``create_workflow``, ``add_workflow_steps``, the release, the reads, cancel and retry."""
+
+    async def create_workflow(
+        self, workflow: NewWorkflow, steps: Sequence[NewStep], *, connection: Any = None
+    ) -> list[JobRow]:
+        if connection is not None:
+            return await self._create_workflow(connection, workflow, steps)
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await self._create_workflow(conn, workflow, steps)
+
+    async def _create_workflow(
+        self, conn: Any, workflow: NewWorkflow, steps: Sequence[NewStep]
+    ) -> list[JobRow]:
+        created = await conn.fetchval(
+            self._queries["create_workflow"],
+            workflow.id,
+            workflow.name,
+            bulk.dumps(workflow.metadata),
+        )
+        if created is None:
+            raise ValueError(f"a workflow with id {workflow.id} already exists")
+        return await self._insert_steps(conn, workflow.id, steps)
+
+    async def _insert_steps(
+        self, conn: Any, workflow_id: UUID, steps: Sequence[NewStep]
+    ) -> list[JobRow]:
+        """The steps' jobs (one COPY, as a batch) and their edges, on ``conn``."""
+        jobs = await self.enqueue_batch([step.args for step in steps], connection=conn)
+        edges = [
+            (parent, job.id) for step, job in zip(steps, jobs, strict=True) for parent in step.after
+        ]
+        if edges:
+            parents, children = zip(*edges, strict=True)
+            await conn.execute(
+                self._queries["insert_workflow_edges"], workflow_id, list(parents), list(children)
+            )
+        return jobs
+
+    async def add_workflow_steps(
+        self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
+    ) -> list[JobRow]:
+        if connection is not None:
+            return await self._graft(connection, workflow_id, steps)
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await self._graft(conn, workflow_id, steps)
+
+    async def _graft(self, conn: Any, workflow_id: UUID, steps: Sequence[NewStep]) -> list[JobRow]:
+        names = [step.name for step in steps]
+        record = await conn.fetchrow(self._queries["lock_workflow"], workflow_id, names)
+        if record is None:
+            raise ValueError(f"no workflow with id {workflow_id}")
+        if record["taken"]:
+            raise ValueError(f"workflow {workflow_id} has a step named {record['taken'][0]!r}")
+        jobs = await self._insert_steps(conn, workflow_id, steps)
+        if record["status"] != WorkflowStatus.RUNNING:
+            await conn.execute(self._queries["reopen_workflow"], workflow_id, False)
+        waiting = [job.id for job in jobs if job.status is JobStatus.WAITING]
+        if waiting:  # dependencies that ended already decide now
+            await self._release(conn, [], waiting)
+        return jobs
+
+    # --- the release --------------------------------------------------------------------------
+    async def release_workflow_steps(self, ended: Collection[UUID]) -> WorkflowRelease:
+        if not ended:
+            return WorkflowRelease()
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await self._release(conn, list(ended), [])
+
+    async def release_stale_workflow_steps(self, limit: int = 1000) -> WorkflowRelease:
+        async with self._pool.acquire() as conn, conn.transaction():
+            record = await one_on(conn, self._queries["stale_workflow_steps"], limit)
+            return await self._release(conn, [], list(record["steps"]), list(record["workflows"]))
+
+    async def _release(
+        self,
+        conn: Any,
+        ended: list[UUID],
+        steps: list[UUID],
+        workflows: list[UUID] | None = None,
+    ) -> WorkflowRelease:
+        """Decide the waiting children of ``ended`` and the waiting ``steps``, then the
+        children of every step this cancels; then end the workflows touched."""
+        released = cancelled = 0
+        touched = set(workflows or ())
+        parents, candidates = ended, steps
+        while parents or candidates:
+            records = await conn.fetch(
+                self._queries["release_steps"],
+                parents,
+                candidates,
+                self._wake_channel,
+                self._events_channel,
+            )
+            touched.update(r["workflow_id"] for r in records)
+            moved = [r["id"] for r in records if r["decision"] == "cancelled"]
+            released += len(records) - len(moved)
+            cancelled += len(moved)
+            parents, candidates = moved, []
+        ends = await conn.fetch(self._queries["end_workflows"], ended, sorted(touched))
+        return WorkflowRelease(
+            released,
+            cancelled,
+            tuple((r["id"], WorkflowStatus(r["status"])) for r in ends),
+        )
+
+    # --- reads --------------------------------------------------------------------------------
+    async def get_workflow(self, workflow_id: UUID) -> WorkflowRow | None:
+        record = await self._pool.fetchrow(self._queries["get_workflow"], workflow_id)
+        return None if record is None else _workflow(record)
+
+    async def list_workflows(self, filter: WorkflowFilter) -> list[WorkflowRow]:
+        status = None if filter.status is None else filter.status.value
+        records = await self._pool.fetch(self._queries["list_workflows"], status, filter.limit)
+        return [_workflow(record) for record in records]
+
+    async def list_workflow_steps(self, workflow_id: UUID) -> list[WorkflowStep]:
+        records = await self._pool.fetch(self._queries["list_workflow_steps"], workflow_id)
+        return [_step(record) for record in records]
+
+    async def read_upstream(self, job_id: UUID) -> dict[str, Upstream]:
+        records = await self._pool.fetch(self._queries["read_upstream"], job_id)
+        return {
+            r["name"]: Upstream(
+                job_id=r["id"],
+                status=JobStatus(r["status"]),
+                result=None if r["result"] is None else json.loads(r["result"]),
+                error_class=r["error_class"],
+                error_message=r["error_message"],
+            )
+            for r in records
+        }
+
+    # --- operator writes ----------------------------------------------------------------------
+    async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
+        async with self._pool.acquire() as conn, conn.transaction():
+            if await conn.fetchrow(self._queries["request_workflow_cancel"], workflow_id) is None:
+                raise ValueError(f"no workflow with id {workflow_id}")
+            ids = [
+                r["id"]
+                for r in await conn.fetch(self._queries["workflow_step_ids"], workflow_id, _ACTIVE)
+            ]
+            record = await one_on(
+                conn,
+                self._queries["cancel_where"],
+                None, None, None, ids, len(ids), reason or "workflow cancelled",
+                self._events_channel,
+            )  # fmt: skip
+            await self._release(conn, ids, [], [workflow_id])
+        return WorkflowCancel(cancelled=record["cancelled"], stopping=record["requested"])
+
+    async def retry_workflow(self, workflow_id: UUID) -> int:
+        async with self._pool.acquire() as conn, conn.transaction():
+            if await conn.fetchrow(self._queries["lock_workflow"], workflow_id, []) is None:
+                raise ValueError(f"no workflow with id {workflow_id}")
+            moved = [
+                r["id"]
+                for r in await conn.fetch(self._queries["retry_workflow_steps"], workflow_id)
+            ]
+            if moved:
+                await conn.execute(self._queries["reopen_workflow"], workflow_id, True)
+                await self._release(conn, [], moved)
+        return len(moved)
