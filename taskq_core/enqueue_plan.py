@@ -209,6 +209,7 @@ class PreparedBatch(Sequence[EnqueueArgs]):
                     None,  # unique_key
                     None,  # unique_for
                     None,  # run_at
+                    False,  # waiting
                 ),
             )
         deadline = as_timedelta(item.schedule_to_close)

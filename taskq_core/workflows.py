@@ -209,7 +209,7 @@ class WorkflowHandle:
         )
         steps = await plan_steps(self._planner, self.id, [spec], known)
         try:
-            await self._backend.add_workflow_steps(self.id, steps)
+            await self._backend.create_workflow_steps(self.id, steps)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         return Step(spec.name)

@@ -148,7 +148,7 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
         # A step's inputs: one read, before its lease check (its failure fails the attempt).
         assert ctx is not None
         try:
-            ctx.upstream = await deps.backend.read_upstream(ctx.job_id)
+            ctx.upstream = await deps.backend.get_upstream(ctx.job_id)
         except BaseException:
             body.close()  # never started
             raise

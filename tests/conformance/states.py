@@ -17,6 +17,13 @@ from taskq_core.backend.protocol import (
     Lease,
     Start,
 )
+from taskq_core.backend.protocol.workflows import (
+    WORKFLOW_ID_KEY,
+    WORKFLOW_STEP_KEY,
+    NewStep,
+    NewWorkflow,
+)
+from taskq_core.ids import uuid7
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 
@@ -78,6 +85,8 @@ async def job_in(harness: Harness, status: JobStatus, **fields: Any) -> tuple[Jo
     if status is JobStatus.SCHEDULED:
         delayed = args(queue=new_queue(), delay=timedelta(hours=1), **fields)
         return await backend.enqueue(delayed), None
+    if status is JobStatus.WAITING:
+        return await waiting_step(backend, **fields), None
     if status is JobStatus.CANCELLED:
         job = await backend.enqueue(args(queue=new_queue(), **fields))
         assert await backend.write_cancel_request(job.id, "test") == "cancelled"
@@ -99,6 +108,27 @@ async def job_in(harness: Harness, status: JobStatus, **fields: Any) -> tuple[Jo
     row = await reload(backend, job.id)
     assert row.status is status
     return row, worker
+
+
+async def waiting_step(backend: Backend, after: UUID | None = None, **fields: Any) -> JobRow:
+    """A workflow step waiting for its one dependency: job ``after``, else a pending job (in
+    a queue of its own) made with it."""
+    fields.setdefault("queue", new_queue())
+    workflow_id = uuid7()
+
+    def step(name: str, *after: UUID, **more: Any) -> NewStep:
+        metadata = {WORKFLOW_ID_KEY: str(workflow_id), WORKFLOW_STEP_KEY: name}
+        made = args(job_id=uuid7(), metadata=metadata, waiting=bool(after), **more)
+        return NewStep(made, name, after)
+
+    if after is not None:
+        [row] = await backend.create_workflow(NewWorkflow(workflow_id), [step("child", after, **fields)])
+        return row
+    parent = step("parent", queue=new_queue())
+    assert parent.args.job_id is not None
+    child = step("child", parent.args.job_id, **fields)
+    rows = await backend.create_workflow(NewWorkflow(workflow_id), [parent, child])
+    return rows[1]
 
 
 async def reload(backend: Backend, job_id: UUID) -> JobRow:

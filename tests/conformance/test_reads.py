@@ -63,7 +63,11 @@ async def test_get_returns_none_for_an_unknown_job(harness: Harness) -> None:
 
 
 async def one_job_per_status(harness: Harness) -> dict[JobStatus, UUID]:
-    return {status: (await job_in(harness, status))[0].id for status in JobStatus}
+    made = {}
+    for status in JobStatus:  # the waiting step waits for the pending job, made before it
+        fields = {"after": made[JobStatus.PENDING]} if status is JobStatus.WAITING else {}
+        made[status] = (await job_in(harness, status, **fields))[0].id
+    return made
 
 
 async def test_list_jobs_filters_by_one_status_or_several(harness: Harness) -> None:

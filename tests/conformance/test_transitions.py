@@ -22,7 +22,7 @@ from tests.conformance.states import BOOM, GRACE, LEASE, job_in, reload
 
 P, S, R = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
 OK, FAILED, CANCELLED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED
-CRASHED, ABANDONED = JobStatus.CRASHED, JobStatus.ABANDONED
+CRASHED, ABANDONED, W = JobStatus.CRASHED, JobStatus.ABANDONED, JobStatus.WAITING
 
 Driver = Callable[[Harness, JobRow, UUID | None], Awaitable[object]]
 
@@ -66,6 +66,18 @@ async def reclaim(h: Harness, job: JobRow, _: UUID | None) -> object:
     return await h.backend.reclaim_expired_leases(GRACE, GRACE)
 
 
+async def release(h: Harness, job: JobRow, _: UUID | None) -> object:
+    """The workflow step's one dependency succeeds, and the hook's release runs."""
+    [parent] = (await h.backend.get_upstream(job.id)).values()
+    worker = uuid4()
+    queue = (await reload(h.backend, parent.job_id)).queue
+    [claimed] = await h.backend.dispatch_batch(worker, [queue], 1, LEASE)
+    assert claimed.id == parent.job_id
+    await h.backend.mark_started_many(worker, [Start(claimed.id, claimed.attempt)])
+    await h.backend.mark_succeeded(claimed.lease(), None)
+    return await h.backend.release_workflow_steps([claimed.id])
+
+
 async def abandon(h: Harness, job: JobRow, _: UUID | None) -> object:
     await h.backend.write_cancel_request(job.id, "driver")
     await h.backend.write_cancel_escalation(job.lease())
@@ -87,6 +99,9 @@ DRIVERS: dict[tuple[JobStatus, JobStatus], tuple[dict[str, object], Driver]] = {
     (R, ABANDONED): ({}, abandon),
     (R, S): ({}, retry_later),
     (R, P): ({"max_attempts": 2}, reclaim),
+    (W, P): ({}, release),
+    (W, S): ({"delay": timedelta(hours=1)}, release),
+    (W, CANCELLED): ({}, cancel),
 }
 
 

@@ -109,7 +109,7 @@ async def test_the_diamond_releases_after_both_and_a_failure_cancels_the_join(
     graph = await diamond(harness)
     await run(backend, graph, "a", result={"rows": 3})
     assert [await graph.status(backend, n) for n in "bcd"] == [S.PENDING, S.PENDING, S.WAITING]
-    upstream = await backend.read_upstream(graph.ids["b"])
+    upstream = await backend.get_upstream(graph.ids["b"])
     assert upstream["a"].status is S.SUCCEEDED and upstream["a"].result == {"rows": 3}
     # b fails for good: d is cancelled at once, while c is still due.
     claimed = await backend.dispatch_batch(uuid4(), [graph.queue], 1, LEASE)
@@ -142,7 +142,7 @@ async def test_a_finished_step_runs_whatever_its_dependencies_outcome(harness: H
     await run(backend, graph, "a", outcome="failed")
     assert await graph.status(backend, "b") is S.CANCELLED  # the cancel runs down the graph
     assert await graph.status(backend, "report") is S.PENDING
-    upstream = await backend.read_upstream(graph.ids["report"])
+    upstream = await backend.get_upstream(graph.ids["report"])
     assert upstream["b"].status is S.CANCELLED
     await run(backend, graph, "report")
     row = await backend.get_workflow(graph.id)
@@ -246,12 +246,12 @@ async def test_a_graft_adds_steps_to_the_running_workflow(harness: Harness) -> N
     more.id, more.ids = graph.id, dict(graph.ids)
     more.step("b", after=("a",))
     more.step("c")
-    await backend.add_workflow_steps(graph.id, more.steps)
+    await backend.create_workflow_steps(graph.id, more.steps)
     assert await more.status(backend, "b") is S.WAITING
     with pytest.raises(ValueError, match="named 'c'"):
         dup = Graph(graph.queue)
         dup.id = graph.id
-        await backend.add_workflow_steps(graph.id, [dup.step("c")])
+        await backend.create_workflow_steps(graph.id, [dup.step("c")])
     steps = await backend.list_workflow_steps(graph.id)
     assert [(s.name, s.after) for s in steps] == [("a", ()), ("b", ("a",)), ("c", ())]
     # A step added after its dependency ended is decided at once.
@@ -259,7 +259,7 @@ async def test_a_graft_adds_steps_to_the_running_workflow(harness: Harness) -> N
     late = Graph(graph.queue)
     late.id, late.ids = graph.id, dict(more.ids)
     late.step("d", after=("a",))
-    await backend.add_workflow_steps(graph.id, late.steps)
+    await backend.create_workflow_steps(graph.id, late.steps)
     assert await late.status(backend, "d") is S.PENDING
 
 

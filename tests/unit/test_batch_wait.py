@@ -30,8 +30,8 @@ RAISE_ABORTED, EMPTY = WaitDecision.ABORTED, WaitDecision.EMPTY
 
 
 def job_row(metadata: dict[str, Any]) -> JobRow:
-    """A stand-in row: the hook reads a job's metadata and nothing else."""
-    return cast(JobRow, SimpleNamespace(metadata=metadata))
+    """A stand-in row: the hook reads a job's id and metadata and nothing else."""
+    return cast(JobRow, SimpleNamespace(id=uuid4(), metadata=metadata))
 
 
 def counts(**by_status: int) -> BatchCounts:
@@ -126,5 +126,9 @@ def test_the_hook_takes_only_terminal_writes_of_batch_children() -> None:
     assert outcome_of(child, None) is None
     assert outcome_of(loner, JobStatus.FAILED) is None
     assert outcome_of(job_row(metadata={BATCH_ID_KEY: "not-a-uuid"}), JobStatus.FAILED) is None
+    step = job_row(metadata={"workflow_id": str(uuid4())})
+    ended = outcome_of(step, JobStatus.CANCELLED)
+    assert ended is not None and ended.in_workflow and ended.batch_id is None
+    assert ended.job_id == step.id
     assert status_if_cancelled(True) is JobStatus.CANCELLED
     assert status_if_cancelled(False) is None

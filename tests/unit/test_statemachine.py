@@ -16,7 +16,9 @@ from taskq_core.statemachine import (
 def test_terminal_and_active_statuses_partition_every_status() -> None:
     assert TERMINAL_STATUSES | ACTIVE_STATUSES == set(JobStatus)
     assert not TERMINAL_STATUSES & ACTIVE_STATUSES
-    assert ACTIVE_STATUSES == {JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING}
+    assert ACTIVE_STATUSES == {
+        JobStatus.WAITING, JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+    }
 
 
 def test_terminal_statuses_have_no_way_out() -> None:

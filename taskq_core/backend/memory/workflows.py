@@ -43,7 +43,7 @@ from .store import PENDING, SCHEDULED, WAITING, JobRecord, WorkflowRecord, as_js
 
 
 class WorkflowPart(AdminPart):
-    """``create_workflow``, ``add_workflow_steps``, the release, the reads, cancel and retry."""
+    """``create_workflow``, ``create_workflow_steps``, the release, the reads, cancel and retry."""
 
     # --- reads of the steps --------------------------------------------------------------------
     def _steps(self, workflow_id: UUID) -> list[JobRecord]:
@@ -84,7 +84,7 @@ class WorkflowPart(AdminPart):
             for parent in step.after:
                 self._dependents.setdefault(parent, []).append(job.id)
 
-    async def add_workflow_steps(
+    async def create_workflow_steps(
         self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
     ) -> list[JobRow]:
         record = self._workflows.get(workflow_id)
@@ -251,7 +251,7 @@ class WorkflowPart(AdminPart):
             for job in self._steps(workflow_id)
         ]
 
-    async def read_upstream(self, job_id: UUID) -> dict[str, Upstream]:
+    async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
         upstream = {}
         for parent in self._dependencies.get(job_id, []):
             job = self._jobs.get(parent)

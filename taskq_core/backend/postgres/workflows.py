@@ -72,7 +72,7 @@ def _step(record: Any) -> WorkflowStep:
 
 
 class WorkflowPart(EnqueuePart):
-    """``create_workflow``, ``add_workflow_steps``, the release, the reads, cancel and retry."""
+    """``create_workflow``, ``create_workflow_steps``, the release, the reads, cancel and retry."""
 
     async def create_workflow(
         self, workflow: NewWorkflow, steps: Sequence[NewStep], *, connection: Any = None
@@ -110,7 +110,7 @@ class WorkflowPart(EnqueuePart):
             )
         return jobs
 
-    async def add_workflow_steps(
+    async def create_workflow_steps(
         self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
     ) -> list[JobRow]:
         if connection is not None:
@@ -191,8 +191,8 @@ class WorkflowPart(EnqueuePart):
         records = await self._pool.fetch(self._queries["list_workflow_steps"], workflow_id)
         return [_step(record) for record in records]
 
-    async def read_upstream(self, job_id: UUID) -> dict[str, Upstream]:
-        records = await self._pool.fetch(self._queries["read_upstream"], job_id)
+    async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
+        records = await self._pool.fetch(self._queries["get_upstream"], job_id)
         return {
             r["name"]: Upstream(
                 job_id=r["id"],

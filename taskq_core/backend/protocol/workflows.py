@@ -197,7 +197,7 @@ class WorkflowBackend(Protocol):
         names a step of the same call. An invalid step stores nothing."""
         ...
 
-    async def add_workflow_steps(
+    async def create_workflow_steps(
         self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
     ) -> list[Any]:
         """Add steps to a workflow (``ctx.workflow.add``); ``after`` may name its existing
@@ -230,7 +230,7 @@ class WorkflowBackend(Protocol):
         """A workflow's steps in the order they were added."""
         ...
 
-    async def read_upstream(self, job_id: UUID) -> dict[str, Upstream]:
+    async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
         """The outcome of each dependency of step ``job_id``, by step name (one read)."""
         ...
 

@@ -613,7 +613,7 @@ SELECT set_config('statement_timeout', $1::text, true);
 WHERE ($1::{schema}.job_status[] IS NULL OR j.status = ANY ($1::{schema}.job_status[]))
   AND ($2::text[] IS NULL
        OR (j.status = 'pending' AND j.queue = ANY ($2::text[]))
-       OR (j.status IN ('scheduled', 'running', 'succeeded', 'failed', 'cancelled',
+       OR (j.status IN ('waiting', 'scheduled', 'running', 'succeeded', 'failed', 'cancelled',
                         'crashed', 'abandoned')
            AND j.queue = ANY ($2::text[])))
   AND ($3::text[] IS NULL OR j.actor = ANY ($3::text[]))

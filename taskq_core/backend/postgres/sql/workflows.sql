@@ -21,7 +21,7 @@ SELECT $1::uuid, e.parent_id, e.child_id
 FROM unnest($2::uuid[], $3::uuid[]) AS e (parent_id, child_id);
 
 -- name: lock_workflow
--- Graft (add_workflow_steps): the workflow's row, locked, so two grafts take names one after
+-- Graft (create_workflow_steps): the workflow's row, locked, so two grafts take names one after
 -- the other; and which of the names $2 its steps hold already.
 SELECT w.id, w.status,
        ARRAY(SELECT j.metadata->>'workflow_step' FROM {schema}.jobs j
@@ -267,7 +267,7 @@ FROM {schema}.jobs j
 WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = $1::uuid::text
 ORDER BY j.id;
 
--- name: read_upstream
+-- name: get_upstream
 -- Step $1's dependencies: name, status, result (JSON text) and error, in one read.
 SELECT p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name, p.status,
        p.result::text AS result, p.error_class, p.error_message
