@@ -122,7 +122,8 @@ async def waiting_step(backend: Backend, after: UUID | None = None, **fields: An
         return NewStep(made, name, after)
 
     if after is not None:
-        [row] = await backend.create_workflow(NewWorkflow(workflow_id), [step("child", after, **fields)])
+        child = step("child", after, **fields)
+        [row] = await backend.create_workflow(NewWorkflow(workflow_id), [child])
         return row
     parent = step("parent", queue=new_queue())
     assert parent.args.job_id is not None

@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import (
@@ -56,7 +55,7 @@ from tests.conformance.differential_operations import (
     Step,
     Walk,
 )
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
+from tests.conftest import PgTarget, create_migrated_schema, delete_every_row, drop_schema
 
 # Steps of a sequence, the two opening enqueues included (hypothesis runs them all unless it
 # is shrinking a failure).
@@ -173,25 +172,10 @@ def schema(pg_server_dsn: str) -> Iterator[PgTarget]:
     asyncio.run(drop_schema(pg.dsn, pg.schema))
 
 
-async def _empty(pg: PgTarget) -> None:
-    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
-    than a new schema or TRUNCATE for a few dozen rows."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> $2",
-            pg.schema,
-            "schema_migrations",
-        )
-        await conn.execute(";".join(f"DELETE FROM {pg.schema}.{t['tablename']}" for t in tables))
-    finally:
-        await conn.close()
-
-
 async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
     """A fresh memory backend and a Postgres one on the emptied schema, each with the walk's
     workers and its one capped actor (caps count claimed and started jobs alike)."""
-    await _empty(pg)
+    await delete_every_row(pg)
     clock = FakeClock()
     # Postgres reads bounded windows of candidates (a call may claim fewer than its limit
     # while more are due); windows wider than the walk's jobs keep that out of the comparison.

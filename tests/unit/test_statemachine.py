@@ -17,7 +17,10 @@ def test_terminal_and_active_statuses_partition_every_status() -> None:
     assert TERMINAL_STATUSES | ACTIVE_STATUSES == set(JobStatus)
     assert not TERMINAL_STATUSES & ACTIVE_STATUSES
     assert ACTIVE_STATUSES == {
-        JobStatus.WAITING, JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
+        JobStatus.WAITING,
+        JobStatus.PENDING,
+        JobStatus.SCHEDULED,
+        JobStatus.RUNNING,
     }
 
 
