@@ -39,7 +39,6 @@ from taskq_core.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 if TYPE_CHECKING:  # the protocol package is not needed to declare an actor
     from taskq_core.backend.protocol.schedules import ScheduleSpec
     from taskq_core.backend.protocol.workflows import Upstream
-    from taskq_core.workflows import WorkflowHandle
 
 P = TypeVar("P")
 
@@ -52,6 +51,16 @@ class ProgressSink(Protocol):
 
     def report_threadsafe(self, current: float, total: float | None, message: str | None) -> None:
         """A checked report, made on any thread."""
+
+
+class RunningWorkflow(Protocol):
+    """``ctx.workflow`` as an actor sees it (``workflows.WorkflowHandle``): the workflow's
+    ``id`` and ``add``, which takes ``Workflow.add``'s arguments and adds the step at once."""
+
+    id: UUID
+
+    async def add(self, actor: Any, payload: Any = None, **options: Any) -> Any:
+        """Add a step to the running workflow; its handle."""
 
 
 @dataclass
@@ -91,7 +100,7 @@ class JobContext(Generic[P]):
     # A workflow step's dependencies by step name (their outcomes and results), read once
     # before the body starts; and the running workflow's handle (None outside one).
     upstream: dict[str, Upstream] = field(default_factory=dict)
-    workflow: WorkflowHandle | None = None
+    workflow: RunningWorkflow | None = None
 
     async def report_progress(
         self, current: float, total: float | None = None, message: str | None = None

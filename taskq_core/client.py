@@ -9,7 +9,6 @@ an id fixed before the first attempt, so a lost answer never makes the job twice
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
@@ -44,6 +43,7 @@ from taskq_core.errors import ConfigError, JobNotFoundError
 from taskq_core.ids import uuid7
 from taskq_core.obs.metrics import count_sent, instruments
 from taskq_core.obs.spans import producer_span
+from taskq_core.polling import poll_until
 from taskq_core.settings import TaskqSettings
 
 # How long a single enqueue retries through database trouble: a restart or a failover's
@@ -322,16 +322,13 @@ class JobsClient(BatchMethods, WorkflowMethods, ScheduleMethods, ReclaimMethods,
     ) -> JobRow:
         """Wait until the job is terminal and return that row (TimeoutError after ``timeout``)."""
         ident = _uuid(job_id)
-        interval = poll_interval
-        async with asyncio.timeout(timeout):
-            while True:
-                job = await self.backend.get(ident)
-                if job is None:
-                    raise JobNotFoundError(f"no job with id {job_id}")
-                if job.is_terminal:
-                    return job
-                await asyncio.sleep(interval)
-                interval = min(interval * 1.5, 1.0)
+        return await poll_until(
+            lambda: self.backend.get(ident),
+            lambda job: job.is_terminal,
+            missing=f"no job with id {job_id}",
+            timeout=timeout,
+            poll_interval=poll_interval,
+        )
 
 
 def _uuid(value: UUID | str) -> UUID:

@@ -8,7 +8,6 @@ their edges in one transaction: a workflow is stored whole or not at all.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from typing import Any, Protocol
 from uuid import UUID
@@ -27,6 +26,7 @@ from taskq_core.errors import ConfigError, JobNotFoundError
 from taskq_core.ids import uuid7
 from taskq_core.obs.metrics import count_sent
 from taskq_core.obs.spans import producer_span
+from taskq_core.polling import poll_until
 from taskq_core.workflows import Workflow, WorkflowRun, plan_steps, run_of
 
 DEFAULT_WAIT_POLL = 0.05
@@ -106,16 +106,13 @@ class WorkflowMethods:
         (succeeded, failed or cancelled) and its steps' counts. TimeoutError after
         ``timeout``; JobNotFoundError for an unknown workflow."""
         ident = workflow_uuid(workflow_id)
-        interval = poll_interval
-        async with asyncio.timeout(timeout):
-            while True:
-                row = await self.backend.get_workflow(ident)
-                if row is None:
-                    raise JobNotFoundError(f"no workflow with id {workflow_id}")
-                if row.is_finished:
-                    return row
-                await asyncio.sleep(interval)
-                interval = min(interval * 1.5, max(poll_interval, 1.0))
+        return await poll_until(
+            lambda: self.backend.get_workflow(ident),
+            lambda row: row.is_finished,
+            missing=f"no workflow with id {workflow_id}",
+            timeout=timeout,
+            poll_interval=poll_interval,
+        )
 
     async def cancel_workflow(
         self: _Client, workflow_id: UUID | str, *, reason: str | None = None

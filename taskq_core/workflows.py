@@ -11,6 +11,7 @@ inserted waiting.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -28,13 +29,16 @@ from taskq_core.backend.protocol.workflows import (
     NewStep,
     Requires,
 )
-from taskq_core.enqueue_plan import EnqueueItem
+from taskq_core.capacity import CapacityCache
+from taskq_core.enqueue_plan import EnqueueItem, EnqueuePlanner
 from taskq_core.errors import ConfigError
 from taskq_core.ids import uuid7
 
 if TYPE_CHECKING:
     from taskq_core.backend.protocol import Backend, JobRow
-    from taskq_core.enqueue_plan import EnqueuePlanner
+
+# How long a graft's planner trusts stored actor rows and max_pending (a client's default).
+GRAFT_CAPACITY_TTL = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,12 +187,20 @@ class WorkflowHandle:
     its steps (this one included: the new step then waits for it to end)."""
 
     def __init__(
-        self, workflow_id: UUID, step: str, backend: Backend, planner: EnqueuePlanner
+        self, workflow_id: UUID, step: str, backend: Backend, registry: dict[str, ActorRef]
     ) -> None:
         self.id = workflow_id
         self.step = step
         self._backend = backend
-        self._planner = planner
+        self._registry = registry
+
+    def _planner(self) -> EnqueuePlanner:
+        """A planner as a client's (made per graft: a step that grafts nothing pays none)."""
+        planner = EnqueuePlanner(lambda: self._backend, self._registry, GRAFT_CAPACITY_TTL)
+        planner.capacity = CapacityCache(
+            self._backend, ttl=GRAFT_CAPACITY_TTL, monotonic=time.monotonic
+        )
+        return planner
 
     async def add(
         self,
@@ -202,12 +214,13 @@ class WorkflowHandle:
         run_at: datetime | None = None,
         **options: Any,
     ) -> Step:
+        # Workflow.add's signature, repeated on purpose: the contract gives both one.
         known = {s.name: s.job_id for s in await self._backend.list_workflow_steps(self.id)}
         options.update(delay=delay, run_at=run_at)
         spec = step_spec(
             known, actor, payload, name=name, after=after, requires=requires, options=options
         )
-        steps = await plan_steps(self._planner, self.id, [spec], known)
+        steps = await plan_steps(self._planner(), self.id, [spec], known)
         try:
             await self._backend.create_workflow_steps(self.id, steps)
         except ValueError as exc:

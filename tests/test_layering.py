@@ -185,6 +185,7 @@ _CLIENT = (
     "taskq_core.client_batches",
     "taskq_core.client_progress",
     "taskq_core.client_reclaims",
+    "taskq_core.client_workflows",
     "taskq_core.enqueue_plan",
 )
 _WORKER, _SUPERVISOR, _OBS = "taskq_core.worker", "taskq_core.supervisor", "taskq_core.obs"

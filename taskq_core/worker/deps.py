@@ -7,7 +7,6 @@ shutdown progress, counters) is the one mutable ``WorkerState`` it holds as ``st
 from __future__ import annotations
 
 import asyncio
-import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,6 @@ from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
-from taskq_core.capacity import CapacityCache
-from taskq_core.enqueue_plan import EnqueuePlanner
 from taskq_core.obs.metrics import Instruments, meters_for
 from taskq_core.obs.spans import SpanLabels
 from taskq_core.ratelimit.gate import RateLimiter
@@ -28,10 +25,6 @@ from taskq_core.worker.completer import Completer
 from taskq_core.worker.state import WorkerState
 from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import LoopLiveness
-
-
-# How long a graft's planner trusts stored actor rows and max_pending (as a client's default).
-GRAFT_CAPACITY_TTL = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,16 +68,6 @@ class WorkerDeps:
     def queues(self) -> list[str]:
         """The queues this worker consumes."""
         return self.settings.queues
-
-    @functools.cached_property
-    def planner(self) -> EnqueuePlanner:
-        """The enqueue planner of ``ctx.workflow.add`` (made on first use: a worker whose
-        steps graft nothing never builds it)."""
-        planner = EnqueuePlanner(lambda: self.backend, self.registry, GRAFT_CAPACITY_TTL)
-        planner.capacity = CapacityCache(
-            self.backend, ttl=GRAFT_CAPACITY_TTL, monotonic=self.clock.monotonic
-        )
-        return planner
 
     def in_flight(self) -> int:
         """Jobs claimed by this worker: executing plus waiting in the local queue."""

@@ -73,7 +73,7 @@ def job_context(
     workflow = None
     if workflow_id is not None:
         step = str(job.metadata.get(WORKFLOW_STEP_KEY, ""))
-        workflow = WorkflowHandle(workflow_id, step, deps.backend, deps.planner)
+        workflow = WorkflowHandle(workflow_id, step, deps.backend, deps.registry)
     return JobContext(
         job_id=job.id,
         attempt=job.attempt,

@@ -55,6 +55,7 @@ from taskq_core.statemachine import (
     assert_valid_transition,
 )
 
+from .lookups import matching, unique_holder
 from .settle import Ending, counts_as_started, plan_ending, settle_ending, write_settlement
 from .store import (
     PENDING,
@@ -77,6 +78,46 @@ def _policy(decl: ActorDeclaration) -> dict[str, Any]:
         "retry_time_budget": decl.retry_time_budget,
         "priority": decl.priority,
     }
+
+
+def request_cancel(store: MemoryStore, job: JobRecord, reason: str | None) -> CancelOutcome:
+    """One cancel request: a waiting job ends cancelled at once; a running one gets
+    cancel_phase 1 and its worker hears of it (cancel wake, heartbeat flags). Either
+    way one ``cancel_request`` event, and the request's time and reason on the row."""
+    if job.status in TERMINAL_STATUSES:
+        return "terminal"
+    if job.status is RUNNING and job.cancel_requested_at is not None:
+        return "already_requested"
+    now = store._now()
+    job.cancel_requested_at = now
+    job.cancel_reason = reason
+    job.updated_at = now
+    from_status = job.status
+    if from_status is RUNNING:
+        job.cancel_phase = 1
+        detail = {"reason": reason, "cancel_phase": 1}
+        store._record_event(job, "cancel_request", RUNNING, RUNNING, None, detail)
+        store._wake_cancel()
+        return "requested"
+    assert_valid_transition(from_status, JobStatus.CANCELLED, job.id)
+    job.status = JobStatus.CANCELLED
+    job.finished_at = now
+    store._record_event(job, "cancel_request", from_status, job.status, None, {"reason": reason})
+    return "cancelled"
+
+
+def reset_for_retry(store: MemoryStore, job: JobRecord, status: JobStatus, reason: str) -> None:
+    """A failed, crashed or cancelled job to ``status`` as if new: attempt budget,
+    result, error, lock and cancel fields reset (a workflow's retry waits again)."""
+    # Unchecked: moving a terminal row on is the operator's explicit override.
+    store._transition(job, status, checked=False, detail={"reason": reason})
+    job.scheduled_at = job.updated_at
+    job.uncounted_attempts = job.attempt  # a fresh budget; the next body's number is higher
+    job.finished_at = job.started_at = None
+    job.result = job.result_expires_at = None
+    job.clear_lock()
+    job.clear_cancel()
+    job.set_error(None)
 
 
 class AdminPart(MemoryStore):
@@ -112,41 +153,16 @@ class AdminPart(MemoryStore):
         return found[:limit]
 
     # --- cancel and retry --------------------------------------------------------------------
-    def _request_cancel(self, job: JobRecord, reason: str | None) -> CancelOutcome:
-        """One cancel request: a waiting job ends cancelled at once; a running one gets
-        cancel_phase 1 and its worker hears of it (cancel wake, heartbeat flags). Either
-        way one ``cancel_request`` event, and the request's time and reason on the row."""
-        if job.status in TERMINAL_STATUSES:
-            return "terminal"
-        if job.status is RUNNING and job.cancel_requested_at is not None:
-            return "already_requested"
-        now = self._now()
-        job.cancel_requested_at = now
-        job.cancel_reason = reason
-        job.updated_at = now
-        from_status = job.status
-        if from_status is RUNNING:
-            job.cancel_phase = 1
-            detail = {"reason": reason, "cancel_phase": 1}
-            self._record_event(job, "cancel_request", RUNNING, RUNNING, None, detail)
-            self._wake_cancel()
-            return "requested"
-        assert_valid_transition(from_status, JobStatus.CANCELLED, job.id)
-        job.status = JobStatus.CANCELLED
-        job.finished_at = now
-        self._record_event(job, "cancel_request", from_status, job.status, None, {"reason": reason})
-        return "cancelled"
-
     async def write_cancel_request(self, job_id: UUID, reason: str | None) -> CancelOutcome:
         job = self._jobs.get(job_id)
-        return "not_found" if job is None else self._request_cancel(job, reason)
+        return "not_found" if job is None else request_cancel(self, job, reason)
 
     async def cancel_where(
         self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
     ) -> BulkCancelResult:
         with self._audited(audit):
             outcomes = Counter(
-                self._request_cancel(job, reason) for job in self._matching(filter, ACTIVE_STATUSES)
+                request_cancel(self, job, reason) for job in matching(self, filter, ACTIVE_STATUSES)
             )
         return BulkCancelResult(cancelled=outcomes["cancelled"], requested=outcomes["requested"])
 
@@ -157,23 +173,10 @@ class AdminPart(MemoryStore):
         if job.status not in RETRYABLE_STATUSES:
             return False
         key = job.unique_key
-        if key is not None and job.unique_until is None and self.unique_holder(key) is not None:
+        if key is not None and job.unique_until is None and unique_holder(self, key) is not None:
             return False
-        self._reset_for_retry(job, PENDING, "operator_retry")
+        reset_for_retry(self, job, PENDING, "operator_retry")
         return True
-
-    def _reset_for_retry(self, job: JobRecord, status: JobStatus, reason: str) -> None:
-        """A failed, crashed or cancelled job to ``status`` as if new: attempt budget,
-        result, error, lock and cancel fields reset (a workflow's retry waits again)."""
-        # Unchecked: moving a terminal row on is the operator's explicit override.
-        self._transition(job, status, checked=False, detail={"reason": reason})
-        job.scheduled_at = job.updated_at
-        job.uncounted_attempts = job.attempt  # a fresh budget; the next body's number is higher
-        job.finished_at = job.started_at = None
-        job.result = job.result_expires_at = None
-        job.clear_lock()
-        job.clear_cancel()
-        job.set_error(None)
 
     async def retry_job(self, job_id: UUID) -> bool:
         job = self._jobs.get(job_id)
@@ -184,7 +187,7 @@ class AdminPart(MemoryStore):
 
     async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
         with self._audited(audit):
-            count = sum(self._retry(job) for job in self._matching(filter, RETRYABLE_STATUSES))
+            count = sum(self._retry(job) for job in matching(self, filter, RETRYABLE_STATUSES))
         if count:
             self._wake()
         return count
@@ -222,7 +225,7 @@ class AdminPart(MemoryStore):
 
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
         # Place in time kept; one ``queue_move`` event each.
-        moved = [job for job in self._matching(filter, MOVABLE_STATUSES) if job.queue != to_queue]
+        moved = [job for job in matching(self, filter, MOVABLE_STATUSES) if job.queue != to_queue]
         now = self._now()
         with self._audited(audit):
             for job in moved:
@@ -235,7 +238,7 @@ class AdminPart(MemoryStore):
 
     async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
         # The jobs' attempts and events go with them; one operator log entry.
-        matched = self._matching(filter, frozenset(JobStatus))
+        matched = matching(self, filter, frozenset(JobStatus))
         doomed = [job for job in matched if job.status in PURGEABLE_STATUSES]
         counts = Counter(job.status for job in doomed)
         for job in doomed:

@@ -17,6 +17,7 @@ from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.unique import check_unique, collision, holds_key, stored_unique
 from taskq_core.ids import uuid7
 
+from .lookups import held_keys
 from .store import (
     PENDING,
     SCHEDULED,
@@ -106,7 +107,7 @@ def _check_keys(
     ]
     if not keyed:
         return
-    held = store._held_keys()
+    held = held_keys(store)
     if handle is not None:
         held.update(_holders(handle.buffered))
     for given, stored, job in keyed:
@@ -209,7 +210,7 @@ class EnqueuePart(MemoryStore):
         clashes = [job.id for job in handle.buffered if job.id in self._jobs]
         if clashes:
             raise ValueError(f"a job with id {clashes[0]} already exists")
-        held = self._held_keys()  # and so may unique keys
+        held = held_keys(self)  # and so may unique keys
         for key in _holders(handle.buffered):
             holder = held.get(key)
             if holder is not None:

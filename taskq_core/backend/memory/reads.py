@@ -32,6 +32,7 @@ from taskq_core.backend.protocol.admin import (
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
+from .lookups import matching
 from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
 
 _STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
@@ -52,10 +53,10 @@ class ReadsPart(MemoryStore):
         """``list_jobs`` without awaiting (the store is in this process): what the testing
         helpers' assertions read."""
         # created_at DESC, id DESC.
-        return [job.snapshot() for job in self._matching(filter, _ANY_STATUS)]
+        return [job.snapshot() for job in matching(self, filter, _ANY_STATUS)]
 
     async def count_jobs(self, filter: JobFilter) -> int:
-        return len(self._matching(filter, _ANY_STATUS))
+        return len(matching(self, filter, _ANY_STATUS))
 
     async def list_job_ids_matching(self, fragment: str, limit: int) -> list[UUID]:
         digits = normalize_id_fragment(fragment)
@@ -181,7 +182,7 @@ class ReadsPart(MemoryStore):
                     return since, job.id
             return job.created_at, job.id
 
-        found = self._matching(replace(filter, limit=None), _ANY_STATUS)
+        found = matching(self, replace(filter, limit=None), _ANY_STATUS)
         found.sort(key=activity, reverse=True)
         return [job.summary() for job in found[: filter.limit]]
 

@@ -35,6 +35,7 @@ from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7
 from taskq_core.retry import DEFAULT_RETRY_POLICY
 
+from .lookups import unique_holder
 from .store import PENDING, JobRecord, MemoryStore, as_json
 
 
@@ -126,7 +127,7 @@ class SchedulePart(MemoryStore):
             except ValueError:  # a zone this system no longer knows: as on Postgres, left
                 continue
             key = schedule_job_key(row.name, plan.fire_at)
-            job = None if self.unique_holder(key) is not None else self._job_of(row, plan, key)
+            job = None if unique_holder(self, key) is not None else self._job_of(row, plan, key)
             if job is not None:
                 self._jobs[job.id] = job
             self._schedules[row.name] = replace(

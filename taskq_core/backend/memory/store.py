@@ -23,7 +23,6 @@ from taskq_core.backend.protocol import (
     AttemptRow,
     ErrorInfo,
     EventRow,
-    JobFilter,
     JobRow,
     JobSummary,
     LeaderRow,
@@ -35,7 +34,6 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.backend.protocol.admin import Audit, OperatorLogEntry
 from taskq_core.backend.protocol.batches import BatchRow, BatchStatus
-from taskq_core.backend.protocol.unique import holds_key
 from taskq_core.backend.protocol.workflows import WorkflowStatus
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import DEFAULT_MAX_PAYLOAD_BYTES
@@ -459,40 +457,6 @@ class MemoryStore:
         """Whether an open transaction will write this job's success (PG: its row is locked,
         so the statements that skip locked rows leave it alone)."""
         return any(job_id in handle.settling for handle in self._open_transactions)
-
-    def _matching(self, filter: JobFilter, among: frozenset[JobStatus]) -> list[JobRecord]:
-        """Jobs the filter matches whose status is also in ``among``, newest first, limited."""
-        allowed = filter.statuses()
-        allowed = among if allowed is None else allowed & among
-        ids = None if filter.ids is None else set(filter.ids)
-        found = [
-            job
-            for job in self._jobs.values()
-            if job.status in allowed
-            and (filter.queue is None or job.queue == filter.queue)
-            and (filter.actor is None or job.actor == filter.actor)
-            and (ids is None or job.id in ids)
-        ]
-        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
-        return found if filter.limit is None else found[: filter.limit]
-
-    def unique_holder(self, key: str) -> JobRecord | None:
-        """The stored job that holds unique key ``key`` (as stored, a windowed key with its
-        window's start) now, or None: the unique index's rule, a key with ``unique_until``
-        in every state, one without while its job waits or runs. An insert of a job with
-        that key must not happen while this answers a job."""
-        for job in self._jobs.values():
-            if job.unique_key == key and holds_key(job.status, job.unique_until):
-                return job
-        return None
-
-    def _held_keys(self) -> dict[str, JobRecord]:
-        """Every unique key held now and its holder (one pass, for a batch)."""
-        return {
-            job.unique_key: job
-            for job in self._jobs.values()
-            if job.unique_key is not None and holds_key(job.status, job.unique_until)
-        }
 
     def _transaction_handle(self, connection: Any) -> MemoryTransaction:
         """``connection`` as an open handle of this backend's ``transaction()``, or raise."""

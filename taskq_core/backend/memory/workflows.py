@@ -37,12 +37,12 @@ from taskq_core.statemachine import (
     JobStatus,
 )
 
-from .admin import AdminPart
+from .admin import request_cancel, reset_for_retry
 from .enqueue import insert_jobs
-from .store import PENDING, SCHEDULED, WAITING, JobRecord, WorkflowRecord, as_json
+from .store import PENDING, SCHEDULED, WAITING, JobRecord, MemoryStore, WorkflowRecord, as_json
 
 
-class WorkflowPart(AdminPart):
+class WorkflowPart(MemoryStore):
     """``create_workflow``, ``create_workflow_steps``, the release, the reads, cancel and retry."""
 
     # --- reads of the steps --------------------------------------------------------------------
@@ -275,7 +275,7 @@ class WorkflowPart(AdminPart):
             record.cancel_requested_at = self._now()
         active = [job for job in self._steps(workflow_id) if job.status in ACTIVE_STATUSES]
         outcomes = Counter(
-            self._request_cancel(job, reason or "workflow cancelled") for job in active
+            request_cancel(self, job, reason or "workflow cancelled") for job in active
         )
         self._release([job.id for job in active], [], [workflow_id])
         return WorkflowCancel(cancelled=outcomes["cancelled"], stopping=outcomes["requested"])
@@ -286,7 +286,7 @@ class WorkflowPart(AdminPart):
             raise ValueError(f"no workflow with id {workflow_id}")
         moved = [job for job in self._steps(workflow_id) if job.status in RETRYABLE_STATUSES]
         for job in moved:
-            self._reset_for_retry(job, WAITING, "workflow_retry")
+            reset_for_retry(self, job, WAITING, "workflow_retry")
         if moved:
             record.status, record.finished_at, record.cancel_requested_at = (
                 WorkflowStatus.RUNNING, None, None,

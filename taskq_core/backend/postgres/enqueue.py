@@ -208,7 +208,7 @@ class EnqueuePart(BackendCore):
         if not args_list:
             return []
         rows: list[JobRow] = []
-        await self._copy(args_list, connection, rows)
+        await copy_jobs(self, args_list, connection, rows)
         return rows
 
     async def replace_waiting_job(
@@ -230,55 +230,62 @@ class EnqueuePart(BackendCore):
         # involved), so TaskQ's own connections and a caller's take the same path.
         if not args_list:
             return 0
-        await self._copy(args_list, connection)
+        await copy_jobs(self, args_list, connection)
         return len(args_list)
 
-    async def _copy(
-        self, args_list: Sequence[EnqueueArgs], connection: Any, rows: list[JobRow] | None = None
-    ) -> None:
-        """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
-        batch = _CopyBatch(args_list, rows, self.max_payload_bytes)
-        if connection is None:
-            async with self._pool.acquire() as conn:
-                await self._copy_in(conn, batch)
-        else:
-            await self._copy_in(connection, batch)
 
-    async def _copy_in(self, conn: Any, batch: _CopyBatch) -> None:
-        try:
-            await self._copy_in_transaction(conn, batch)
-        except asyncpg.UniqueViolationError as exc:
-            # Rolled back by now: find who holds which key, or report the id.
-            if exc.constraint_name == UNIQUE_KEY_INDEX:
-                raise await self._batch_collision(conn, batch) from exc
-            raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+async def copy_jobs(
+    core: BackendCore,
+    args_list: Sequence[EnqueueArgs],
+    connection: Any,
+    rows: list[JobRow] | None = None,
+) -> None:
+    """COPY the batch in one transaction; with ``rows``, append the new rows in order."""
+    batch = _CopyBatch(args_list, rows, core.max_payload_bytes)
+    if connection is None:
+        async with core._pool.acquire() as conn:
+            await _copy_in(core, conn, batch)
+    else:
+        await _copy_in(core, connection, batch)
 
-    async def _batch_collision(self, conn: Any, batch: _CopyBatch) -> SingletonCollisionError:
-        """The error for a batch the unique index refused: a stored job holds one of its keys
-        (or, when that job ended since, no holder is known any more)."""
-        record = await conn.fetchrow(self._queries["unique_holder"], list(batch.keys))
-        if record is None:
-            given = next(iter(batch.keys.values()))[0]
-            return SingletonCollisionError(given, None, None)
-        given = batch.keys[record["unique_key"]][0]
-        return collision(given, record["id"], record["unique_until"], record["now"])
 
-    async def _copy_in_transaction(self, conn: Any, batch: _CopyBatch) -> None:
-        async with conn.transaction():
-            # Delays and deadlines resolve on the database clock (the arbiter's time).
-            now: datetime = await conn.fetchval(self._queries["copy_clock"])
-            await conn.copy_to_table(
-                "jobs",
-                source=batch.stream(now),
-                columns=bulk.COLUMNS,
-                schema_name=self.schema,
-                format="binary",
-            )
-            if batch.error is not None:
-                raise batch.error  # an invalid item: the transaction rolls back
-            if batch.wake:  # COPY cannot notify; delivered only if this transaction commits
-                await conn.execute(self._queries["copy_wake"], self._wake_channel)
-            if batch.due_in is not None:
-                await conn.execute(
-                    self._queries["copy_announce"], self._events_channel, batch.due_in
-                )
+async def _copy_in(core: BackendCore, conn: Any, batch: _CopyBatch) -> None:
+    try:
+        await _copy_in_transaction(core, conn, batch)
+    except asyncpg.UniqueViolationError as exc:
+        # Rolled back by now: find who holds which key, or report the id.
+        if exc.constraint_name == UNIQUE_KEY_INDEX:
+            raise await _batch_collision(core, conn, batch) from exc
+        raise ValueError(f"a job id of this batch already exists: {exc.detail}") from exc
+
+
+async def _batch_collision(
+    core: BackendCore, conn: Any, batch: _CopyBatch
+) -> SingletonCollisionError:
+    """The error for a batch the unique index refused: a stored job holds one of its keys
+    (or, when that job ended since, no holder is known any more)."""
+    record = await conn.fetchrow(core._queries["unique_holder"], list(batch.keys))
+    if record is None:
+        given = next(iter(batch.keys.values()))[0]
+        return SingletonCollisionError(given, None, None)
+    given = batch.keys[record["unique_key"]][0]
+    return collision(given, record["id"], record["unique_until"], record["now"])
+
+
+async def _copy_in_transaction(core: BackendCore, conn: Any, batch: _CopyBatch) -> None:
+    async with conn.transaction():
+        # Delays and deadlines resolve on the database clock (the arbiter's time).
+        now: datetime = await conn.fetchval(core._queries["copy_clock"])
+        await conn.copy_to_table(
+            "jobs",
+            source=batch.stream(now),
+            columns=bulk.COLUMNS,
+            schema_name=core.schema,
+            format="binary",
+        )
+        if batch.error is not None:
+            raise batch.error  # an invalid item: the transaction rolls back
+        if batch.wake:  # COPY cannot notify; delivered only if this transaction commits
+            await conn.execute(core._queries["copy_wake"], core._wake_channel)
+        if batch.due_in is not None:
+            await conn.execute(core._queries["copy_announce"], core._events_channel, batch.due_in)

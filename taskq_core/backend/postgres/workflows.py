@@ -31,8 +31,8 @@ from taskq_core.backend.protocol.workflows import (
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
 from . import bulk
-from .core import one_on
-from .enqueue import EnqueuePart
+from .core import BackendCore, one_on
+from .enqueue import copy_jobs
 
 # Statuses as the statements take them.
 _ACTIVE = sorted(status.value for status in ACTIVE_STATUSES)
@@ -71,7 +71,7 @@ def _step(record: Any) -> WorkflowStep:
     )
 
 
-class WorkflowPart(EnqueuePart):
+class WorkflowPart(BackendCore):
     """``create_workflow``, ``create_workflow_steps``, the release, the reads, cancel and retry."""
 
     async def create_workflow(
@@ -99,7 +99,8 @@ class WorkflowPart(EnqueuePart):
         self, conn: Any, workflow_id: UUID, steps: Sequence[NewStep]
     ) -> list[JobRow]:
         """The steps' jobs (one COPY, as a batch) and their edges, on ``conn``."""
-        jobs = await self.enqueue_batch([step.args for step in steps], connection=conn)
+        jobs: list[JobRow] = []
+        await copy_jobs(self, [step.args for step in steps], conn, jobs)
         edges = [
             (parent, job.id) for step, job in zip(steps, jobs, strict=True) for parent in step.after
         ]
