@@ -70,18 +70,17 @@ def _actor_name(actor: ActorRef | str) -> str:
     return actor.name if isinstance(actor, ActorRef) else actor
 
 
-def _names(after: Sequence[Step | str] | Step | str) -> tuple[str, ...]:
+# What ``after=`` takes: a step, a step's name, or a sequence of them (``add_many``'s steps
+# among them: a step may wait for a whole group).
+After = Step | str | Sequence[Any]
+
+
+def _names(after: After) -> tuple[str, ...]:
     if isinstance(after, (Step, str)):
-        after = [after]
-    names = []
-    for dependency in after:
-        if isinstance(dependency, Step):
-            names.append(dependency.name)
-        elif isinstance(dependency, str):
-            names.append(dependency)
-        else:
-            raise ConfigError(f"after= takes steps or step names, got {type(dependency).__name__}")
-    return tuple(names)
+        return (after.name if isinstance(after, Step) else after,)
+    if not isinstance(after, Sequence):
+        raise ConfigError(f"after= takes steps or step names, got {type(after).__name__}")
+    return tuple(name for dependency in after for name in _names(dependency))
 
 
 def step_spec(
@@ -90,7 +89,7 @@ def step_spec(
     payload: BaseModel | dict[str, Any] | None,
     *,
     name: str | None,
-    after: Sequence[Step | str] | Step | str,
+    after: After,
     requires: str,
     options: dict[str, Any],
 ) -> StepSpec:
@@ -138,7 +137,7 @@ class Workflow:
         payload: BaseModel | dict[str, Any] | None = None,
         *,
         name: str | None = None,
-        after: Sequence[Step | str] | Step | str = (),
+        after: After = (),
         requires: Requires = "succeeded",
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,
@@ -150,6 +149,27 @@ class Workflow:
         )
         self.steps[spec.name] = spec
         return Step(spec.name)
+
+    def add_many(
+        self,
+        actor: ActorRef | str,
+        payloads: Sequence[BaseModel | dict[str, Any] | None],
+        *,
+        name: str | None = None,
+        after: After = (),
+        requires: Requires = "succeeded",
+        **options: Any,
+    ) -> list[Step]:
+        """A map over a list: one step of ``actor`` per payload, named ``name[i]`` (``name``
+        defaults to the actor's), each with ``add``'s other arguments; returns their
+        handles, which ``after=`` takes as one (a step that waits for the whole group)."""
+        prefix = name if name is not None else _actor_name(actor)
+        return [
+            self.add(
+                actor, payload, name=f"{prefix}[{i}]", after=after, requires=requires, **options
+            )
+            for i, payload in enumerate(payloads)
+        ]
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -208,7 +228,7 @@ class WorkflowHandle:
         payload: BaseModel | dict[str, Any] | None = None,
         *,
         name: str | None = None,
-        after: Sequence[Step | str] | Step | str = (),
+        after: After = (),
         requires: Requires = "succeeded",
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,

@@ -138,3 +138,43 @@ async def test_the_documented_example_runs() -> None:
     assert len(tests) == 2
     for test in tests:
         await test()
+
+
+@actor(queue="wf_kit")
+async def kit_step(payload: dict[str, Any], ctx: JobContext[Any]) -> int:
+    return int(payload["n"]) + sum(up.result for up in ctx.upstream.values())
+
+
+async def test_drain_runs_a_workflow_step_after_step() -> None:
+    from taskq_core import Workflow
+    from taskq_core.backend.protocol.workflows import WorkflowStatus
+
+    wf = Workflow("kit")
+    first = wf.add(kit_step, {"n": 1}, name="first")
+    second = wf.add(kit_step, {"n": 10}, name="second", after=[first])
+    wf.add(kit_step, {"n": 100}, name="third", after=[first, second])
+    async with inline_client(registry=[kit_step]) as client:
+        run = await client.enqueue_workflow(wf)
+        counts = await drain(client, [kit_step])
+        assert counts["succeeded"] == 3
+        third = await client.get(run.jobs["third"])
+        assert third is not None and third.result == 100 + 1 + 11
+        ended = await client.get_workflow(run.id)
+        assert ended is not None and ended.status is WorkflowStatus.SUCCEEDED
+
+
+async def test_a_step_waits_for_a_whole_group_of_mapped_steps() -> None:
+    from taskq_core import Workflow
+
+    wf = Workflow()
+    root = wf.add(kit_step, {"n": 0}, name="root")
+    group = wf.add_many(kit_step, [{"n": n} for n in (1, 2, 3)], name="part", after=root)
+    wf.add(kit_step, {"n": 1000}, name="sum", after=[group, root])
+    assert [step.name for step in group] == ["part[0]", "part[1]", "part[2]"]
+    async with inline_client(registry=[kit_step]) as client:
+        run = await client.enqueue_workflow(wf)
+        await drain(client, [kit_step])
+        steps = {step.name: step for step in await client.workflow_steps(run.id)}
+        total = await client.get(run.jobs["sum"])
+    assert set(steps["sum"].after) == {"root", "part[0]", "part[1]", "part[2]"}
+    assert total is not None and total.result == 1000 + (1 + 2 + 3) + 0
