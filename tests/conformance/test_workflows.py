@@ -23,6 +23,7 @@ from taskq_core.backend.protocol.workflows import (
     WorkflowStatus,
     decide_step,
 )
+from taskq_core.errors import SingletonCollisionError
 from taskq_core.ids import uuid7
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 from tests.conformance.conftest import Harness
@@ -291,3 +292,16 @@ def test_the_rule_both_backends_apply(requires: str) -> None:
             "cancel" if expected == "cancel" and requires == "succeeded" else "wait"
         )
     assert decide_step(requires, []) == "release"  # type: ignore[arg-type]
+
+
+async def test_a_waiting_step_holds_its_unique_key(harness: Harness) -> None:
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a")
+    graph.step("b", after=("a",), unique_key="nightly-load")
+    await graph.create(backend)
+    with pytest.raises(SingletonCollisionError) as refused:
+        await backend.enqueue(args(queue=new_queue(), unique_key="nightly-load"))
+    assert refused.value.existing_job_id == graph.ids["b"]
+    await run(backend, graph, "a")
+    assert await graph.status(backend, "b") is S.PENDING

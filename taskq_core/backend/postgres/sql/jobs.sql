@@ -90,7 +90,7 @@ holder AS (
     SELECT j.id, j.unique_until
     FROM {schema}.jobs j
     JOIN unique_key u ON j.unique_key = u.key
-    WHERE (j.unique_until IS NOT NULL OR j.status IN ('pending', 'scheduled', 'running'))
+    WHERE (j.unique_until IS NOT NULL OR j.status IN ('waiting', 'pending', 'scheduled', 'running'))
       AND NOT EXISTS (SELECT 1 FROM inserted)
     LIMIT 1
 )
@@ -167,7 +167,7 @@ FROM replaced r;
 SELECT j.unique_key, j.id, j.unique_until, clock_timestamp() AS now
 FROM {schema}.jobs j
 WHERE j.unique_key = ANY ($1::text[])
-  AND (j.unique_until IS NOT NULL OR j.status IN ('pending', 'scheduled', 'running'))
+  AND (j.unique_until IS NOT NULL OR j.status IN ('waiting', 'pending', 'scheduled', 'running'))
 LIMIT 1;
 
 -- name: cancel_where
@@ -258,7 +258,7 @@ picked AS (
     ) w
     WHERE w.key = w.id::text OR NOT EXISTS (
         SELECT 1 FROM {schema}.jobs o
-        WHERE o.unique_key = w.unique_key AND o.status IN ('pending', 'scheduled', 'running')
+        WHERE o.unique_key = w.unique_key AND o.status IN ('waiting', 'pending', 'scheduled', 'running')
     )
     ORDER BY w.key, w.created_at DESC, w.id DESC
 ),
