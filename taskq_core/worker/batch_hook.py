@@ -11,7 +11,8 @@ call per linger, not one per job or per flush, and the workers of a fleet seldom
 batch's row lock; and a success is never applied after a failure that came later from the same
 worker (a failure policy counts failures in a row). A failure goes at once, with whatever waits
 before it, and its consumer waits for it: it may abort the batch, and no other child should
-start before the policy had its say.
+start before the policy had its say. A workflow step's end goes at once too (the steps that
+wait on it should not wait a linger more); ends that come while a call runs go in the next.
 
 The job stays held (``ActiveJobs``) until its outcome was applied, so ``--until-idle``
 cannot see the fleet idle between the last child's write and its finalizer's insert. The
@@ -193,8 +194,12 @@ class HookPipe:
         if not entries:
             return
         self._waiting.extend(entries)
+        # A failure goes at once (it may abort a batch), and so does a step's end: the steps
+        # waiting on it should not wait for a linger too. Ends that come while a call runs
+        # still go together in the next one.
         if len(self._waiting) >= self.max_outcomes or any(
-            outcome.status is JobStatus.FAILED for outcome, _, _ in entries
+            outcome.status is JobStatus.FAILED or outcome.batch_id is None
+            for outcome, _, _ in entries
         ):
             self._go.set()
         if self._task is None or self._task.done():
