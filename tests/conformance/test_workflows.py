@@ -305,3 +305,19 @@ async def test_a_waiting_step_holds_its_unique_key(harness: Harness) -> None:
     assert refused.value.existing_job_id == graph.ids["b"]
     await run(backend, graph, "a")
     assert await graph.status(backend, "b") is S.PENDING
+
+
+async def test_the_sweep_leaves_steps_it_cannot_move_untouched(harness: Harness) -> None:
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a")
+    for n in range(20):
+        graph.step(f"w{n}", after=("a",))
+    await graph.create(backend)
+    release = await backend.release_stale_workflow_steps()
+    assert (release.released, release.cancelled, release.ended) == (0, 0, ())
+    if harness.pg is not None:  # not even a row lock (a WAL record) on the waiting rows
+        rows = await harness.sql(
+            "SELECT xmax::text AS xmax FROM {schema}.jobs WHERE status = 'waiting'"
+        )
+        assert {row["xmax"] for row in rows} == {"0"}

@@ -17,6 +17,7 @@ from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_ID_KEY,
     WORKFLOW_STEP_KEY,
+    Decision,
     NewStep,
     NewWorkflow,
     Upstream,
@@ -111,13 +112,23 @@ class WorkflowPart(MemoryStore):
         return self._release(list(ended), [])
 
     async def release_stale_workflow_steps(self, limit: int = 1000) -> WorkflowRelease:
+        # As the Postgres sweep reads them: steps a release would move, workflows with no
+        # step left to end.
         running = sorted(
             w.id for w in self._workflows.values() if w.status is WorkflowStatus.RUNNING
         )
-        waiting = [job.id for wid in running for job in self._steps(wid) if job.status is WAITING][
-            :limit
+        movable = [
+            job.id
+            for wid in running
+            for job in self._steps(wid)
+            if job.status is WAITING and self._decision(job) != "wait"
         ]
-        return self._release([], waiting, running[:limit])
+        ended = [
+            wid
+            for wid in running
+            if not any(job.status in ACTIVE_STATUSES for job in self._steps(wid))
+        ]
+        return self._release([], movable[:limit], ended[:limit])
 
     def _release(
         self, ended: list[UUID], steps: list[UUID], workflows: Iterable[UUID] = ()
@@ -157,11 +168,16 @@ class WorkflowPart(MemoryStore):
             return None
         return UUID(str(job.metadata[WORKFLOW_ID_KEY]))
 
+    def _decision(self, job: JobRecord) -> Decision:
+        """The rule's answer for a waiting step, from its dependencies' statuses now."""
+        statuses = [self._status(parent) for parent in self._dependencies.get(job.id, [])]
+        return decide_step(requires_of(job.metadata), statuses)
+
     def _decide(self, job: JobRecord) -> JobStatus | None:
         """Release or cancel one waiting step by the rule; its new status (None: it waits)."""
         parents = self._dependencies.get(job.id, [])
         statuses = [self._status(parent) for parent in parents]
-        decision = decide_step(requires_of(job.metadata), statuses)
+        decision = self._decision(job)
         if decision == "wait":
             return None
         now = self._now()

@@ -167,8 +167,11 @@ WHERE w.id = d.id
 RETURNING w.id, w.status;
 
 -- name: stale_workflow_steps
--- The leader's sweep: up to $1 waiting steps of running workflows, and up to $1 running
--- workflows (their end is checked), oldest first.
+-- The leader's sweep: up to $1 waiting steps of running workflows that a release would move
+-- (every dependency ended, or one ended without success or is gone), and up to $1 running
+-- workflows none of whose steps is left to end. Read without locks: the release and the end
+-- lock what they write, so a pass over a big waiting backlog that nothing can move writes
+-- nothing (a row lock is a WAL record).
 SELECT ARRAY(
            SELECT j.id
            FROM {schema}.workflows w
@@ -176,10 +179,26 @@ SELECT ARRAY(
              ON j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
             AND j.status = 'waiting'
            WHERE w.status = 'running'
+             AND (NOT EXISTS (
+                      SELECT 1 FROM {schema}.workflow_edges e
+                      JOIN {schema}.jobs p ON p.id = e.parent_id
+                      WHERE e.child_id = j.id
+                        AND p.status IN ('waiting', 'pending', 'scheduled', 'running'))
+                  OR EXISTS (
+                      SELECT 1 FROM {schema}.workflow_edges e
+                      LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
+                      WHERE e.child_id = j.id
+                        AND (p.id IS NULL
+                             OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned'))))
            ORDER BY w.id, j.id
            LIMIT $1::integer) AS steps,
        ARRAY(
-           SELECT w.id FROM {schema}.workflows w WHERE w.status = 'running'
+           SELECT w.id FROM {schema}.workflows w
+           WHERE w.status = 'running'
+             AND NOT EXISTS (
+                 SELECT 1 FROM {schema}.jobs j
+                 WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
+                   AND j.status IN ('waiting', 'pending', 'scheduled', 'running'))
            ORDER BY w.id LIMIT $1::integer) AS workflows;
 
 -- name: workflow_step_ids
