@@ -30,11 +30,13 @@ from taskq_cli.ui.config import (
     Ui,
     UiConfig,
     UiDependency,
+    WorkflowReader,
 )
 from taskq_cli.ui.format import FILTERS
 from taskq_cli.ui.openapi import document_refusals, openapi_config
 from taskq_cli.ui.pages import batches, job_detail, jobs, limits, login, overview, queues, workers
 from taskq_cli.ui.pages import schedules as schedule_pages
+from taskq_cli.ui.pages import workflows as workflow_pages
 from taskq_cli.ui.request_guard import AdminRequest, RequestGuard
 from taskq_cli.ui.security import SecurityMiddleware
 from taskq_cli.ui.sign_ins import SignIns
@@ -75,19 +77,22 @@ def create_app(
     *,
     schedules: ScheduleReader | None = None,
     actions: OperatorActions | None = None,
+    workflows: WorkflowReader | None = None,
     metrics: MetricsExposition | None = None,
     debug: bool = False,
 ) -> Litestar:
     """The admin UI over ``source``; the caller owns the source's backend (opens and closes
-    it). ``schedules`` and ``actions`` (the operator's writes) default to a BackendSource's
-    backend; ``metrics`` (the fleet metrics) adds ``/metrics``."""
-    if schedules is None or actions is None:
+    it). ``schedules``, ``actions`` (the operator's writes) and ``workflows`` default to a
+    BackendSource's backend; ``metrics`` (the fleet metrics) adds ``/metrics``."""
+    if schedules is None or actions is None or workflows is None:
         if not isinstance(source, BackendSource):
             raise TypeError(
-                "create_app needs schedules= and actions= with a source other than BackendSource"
+                "create_app needs schedules=, actions= and workflows= with a source other "
+                "than BackendSource"
             )
         schedules = schedules or source.backend
         actions = actions or BackendActions(source.backend)
+        workflows = workflows or source.backend
 
     def configure(engine: JinjaTemplateEngine) -> None:
         _template_globals(engine, config)
@@ -103,11 +108,12 @@ def create_app(
         *jobs.HANDLERS,
         *job_detail.HANDLERS,
         *batches.HANDLERS,
+        *workflow_pages.HANDLERS,
     ]
     if metrics is not None:
         handlers.append(metrics_endpoint)
     sign_ins = None if config.token is None else SignIns(config.token, config.session_lifetime)
-    ui = Ui(source, config, schedules, actions, metrics=metrics, sign_ins=sign_ins)
+    ui = Ui(source, config, schedules, actions, workflows, metrics=metrics, sign_ins=sign_ins)
     app = Litestar(
         route_handlers=handlers,
         dependencies={"ui": Provide(_ui, sync_to_thread=False)},

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from litestar.di import NamedDependency
 
@@ -18,6 +20,12 @@ from taskq_cli.dashboard.source import DashboardSettings, DashboardSource
 from taskq_cli.ui.actions import DEFAULT_CANCEL_REASON, OperatorActions, web_ui_operator
 from taskq_cli.ui.sign_ins import SignIns
 from taskq_core.backend.protocol import ScheduleRecord
+from taskq_core.backend.protocol.workflows import (
+    Upstream,
+    WorkflowFilter,
+    WorkflowRow,
+    WorkflowStep,
+)
 from taskq_core.explain import ExplainSettings
 
 # The htmx build vendored in static/ (its licence beside it): templates load it by this name.
@@ -31,6 +39,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_READ_TIMEOUT = 5.0
 # How long a login lasts before the form asks for the token again.
 DEFAULT_SESSION_LIFETIME = timedelta(hours=12)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,22 @@ class ScheduleReader(Protocol):
         """Schedules by name."""
 
 
+class WorkflowReader(Protocol):
+    """Where the workflow pages read workflows and their steps (any Backend is one)."""
+
+    async def get_workflow(self, workflow_id: UUID) -> WorkflowRow | None:
+        """One workflow with its steps' counts."""
+
+    async def list_workflows(self, filter: WorkflowFilter) -> list[WorkflowRow]:
+        """Workflows newest first."""
+
+    async def list_workflow_steps(self, workflow_id: UUID) -> list[WorkflowStep]:
+        """A workflow's steps in the order they were added."""
+
+    async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
+        """The outcome of each dependency of a step, by step name."""
+
+
 class MetricsExposition(Protocol):
     """The fleet metrics in Prometheus' text format (taskq_core.obs.fleet.FleetMetrics)."""
 
@@ -97,8 +123,8 @@ class MetricsExposition(Protocol):
 @dataclass(frozen=True)
 class Ui:
     """What every handler gets (the ``ui`` dependency): the read model, the schedules, the
-    operator's writes (each recorded with who and why), the fleet metrics (None: not
-    served), the options, and the token's checks and sessions (None: no token).
+    operator's writes (each recorded with who and why), the workflows, the fleet metrics
+    (None: not served), the options, and the token's checks and sessions (None: no token).
 
     A concrete class rather than the DashboardSource protocol itself, which Litestar's
     signature check cannot test instances against."""
@@ -107,6 +133,7 @@ class Ui:
     config: UiConfig
     schedules: ScheduleReader
     actions: OperatorActions
+    workflows: WorkflowReader
     metrics: MetricsExposition | None = None
     sign_ins: SignIns | None = None
 
@@ -118,6 +145,10 @@ class Ui:
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every cron schedule (TimeoutError past ``read_timeout``)."""
         return await asyncio.wait_for(self.schedules.list_schedules(), self.config.read_timeout)
+
+    async def read(self, read: Awaitable[T]) -> T:
+        """``read``'s value (TimeoutError past ``read_timeout``: an outage)."""
+        return await asyncio.wait_for(read, self.config.read_timeout)
 
 
 # How a handler asks for the ``ui`` dependency (named explicitly, as Litestar 3 requires).

@@ -1,9 +1,10 @@
 """``/jobs/{id}``: one job: its fields, payload, result or error with its traceback,
-progress, batch, the ``jobs explain`` answer, attempts and events; an archived job with a
-banner (the prune moved it: its events are gone by design). Retry and cancel ask why on
-their own page (``GET /jobs/{id}/retry|cancel``), out of the live region that would wipe
-what is being typed, and ``POST /jobs/{id}/retry|cancel`` act, recording the reason and the
-web UI's operator in the job's event (actions.py); ``/api/jobs/{id}`` and
+progress, batch, workflow (a waiting step: what it waits for), the ``jobs explain`` answer,
+attempts and events; an archived job with a banner (the prune moved it: its events are gone
+by design). Retry and cancel ask why on their own page (``GET /jobs/{id}/retry|cancel``),
+out of the live region that would wipe what is being typed, and ``POST
+/jobs/{id}/retry|cancel`` act, recording the reason and the web UI's operator in the job's
+event (actions.py); ``/api/jobs/{id}`` and
 ``POST /api/jobs/{id}/retry|cancel`` (body ``{"reason": ...}``, optional) are the JSON
 twins. A long payload or result shows its first characters; ``/jobs/{id}/payload`` and
 ``/jobs/{id}/result`` download the whole value.
@@ -11,7 +12,8 @@ twins. A long payload or result shows its first characters; ``/jobs/{id}/payload
 A job is named as the CLI names it: its whole id or a unique prefix or suffix (a piece
 redirects to the whole id's page, the stable URL). Text that cannot be part of an id
 answers 400, an id no job has 404, an ambiguous piece 400 naming how many match. A whole id
-that is no job's but another object's (a batch's) redirects to that object's page.
+that is no job's but another object's (a batch's, a workflow's) redirects to that object's
+page.
 
 An action answers a plain form with a redirect back to the page (which says the outcome);
 htmx gets the refreshed live part with the outcome beside it, or, when the action was
@@ -42,6 +44,7 @@ from taskq_cli.json_preview import preview_json
 from taskq_cli.ui.actions import MAX_REASON, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
+from taskq_cli.ui.pages.workflows import job_workflow, workflow_path
 from taskq_cli.ui.paths import path_segment
 from taskq_cli.ui.render import LIVE, is_htmx, page
 from taskq_core.backend.protocol.admin import JobIdSearchTooSlowError, normalize_id_fragment
@@ -151,7 +154,9 @@ async def _explain(ui: Ui, job_id: UUID) -> Explanation | None:
 async def read_job(ui: Ui, job_id: UUID) -> JobDetailView | None:
     """Everything the page shows of the job (None: neither live nor archived)."""
     detail, explanation = await asyncio.gather(ui.source.job_detail(job_id), _explain(ui, job_id))
-    return None if detail is None else JobDetailView.of(detail, explanation)
+    if detail is None:
+        return None
+    return JobDetailView.of(detail, explanation, await job_workflow(ui, detail.job))
 
 
 def _missing(status: int, message: str, part: str | None) -> Template | Response[str]:
@@ -219,8 +224,11 @@ async def _batch_page(ui: Ui, ident: UUID) -> str | None:
 
 
 # What else a whole id pasted into /jobs/{id} may name, tried in order when no job has it:
-# each answers the page to redirect to, or None. Workflows (/workflows/{id}) join here.
-OTHER_PAGES: tuple[Callable[[Ui, UUID], Awaitable[str | None]], ...] = (_batch_page,)
+# each answers the page to redirect to, or None.
+OTHER_PAGES: tuple[Callable[[Ui, UUID], Awaitable[str | None]], ...] = (
+    _batch_page,
+    workflow_path,
+)
 
 
 async def _elsewhere(ui: Ui, ref: str) -> Redirect | None:

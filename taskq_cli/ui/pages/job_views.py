@@ -4,12 +4,14 @@ documents in ``taskq_cli/job_documents.py`` (those of ``taskq jobs show --json``
 declares which of their fields the API exposes.
 
 ``JobLine`` is a row of the jobs list; ``JobDetailView`` is everything on a job's page: the
-row, its attempts and events, the ``jobs explain`` answer, its batch and, for a job the
-prune moved to the archive, when that happened (its events were deleted then, by design).
+row, its attempts and events, the ``jobs explain`` answer, its batch, the workflow it is a
+step of (``JobWorkflowView``: what a waiting step waits for) and, for a job the prune moved
+to the archive, when that happened (its events were deleted then, by design).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -28,9 +30,22 @@ from taskq_cli.job_documents import (
 )
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow, JobSummary
 from taskq_core.backend.protocol.batches import batch_id_of
+from taskq_core.backend.protocol.workflows import (
+    WORKFLOW_STEP_KEY,
+    Decision,
+    Upstream,
+    WorkflowRow,
+    decide_step,
+    requires_of,
+)
 from taskq_core.explain import Explanation, job_origin
 from taskq_core.progress import ProgressReport
-from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES
+from taskq_core.statemachine import (
+    ACTIVE_STATUSES,
+    RETRYABLE_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+)
 
 
 def first_line(text: str | None) -> str | None:
@@ -39,6 +54,14 @@ def first_line(text: str | None) -> str | None:
         if line.strip():
             return line.strip()
     return None
+
+
+def error_line(error_class: str | None, message: str | None) -> str | None:
+    """An error on one line: its class and the first line of its message."""
+    if error_class is None:
+        return None
+    line = first_line(message)
+    return f"{error_class}: {line}" if line else error_class
 
 
 class JobLine(BaseModel):
@@ -68,14 +91,10 @@ class JobLine(BaseModel):
     def of(cls, job: JobSummary) -> JobLine:
         """The listing's fields of ``job_summary`` (the CLI's), with the error on one line
         and the batch the job belongs to."""
-        message = first_line(job.error_message)
-        error = None
-        if job.error_class is not None:
-            error = f"{job.error_class}: {message}" if message else job.error_class
         return cls.model_validate(
             {
                 **job_summary(job),
-                "error": error,
+                "error": error_line(job.error_class, job.error_message),
                 "batch_id": batch_id_of(job.metadata),
             }
         )
@@ -307,6 +326,63 @@ class ArchivedView(BaseModel):
         return cls.model_validate(archived_document(archived))
 
 
+class DependencyView(BaseModel):
+    """A dependency of a workflow step: its step name, its job and that job's status now."""
+
+    name: str
+    job_id: UUID
+    status: str
+
+
+class JobWorkflowView(BaseModel):
+    """The workflow a job is a step of (``status`` None: the workflow's row is gone), the
+    step's name, what it requires of its dependencies (``succeeded``, or ``finished``: any
+    outcome) and their statuses now; for a waiting step, what a release would do now
+    (``release``: the release rule's answer, ``decide_step``) and the dependencies it waits
+    for (``waits_for``: those not yet ended)."""
+
+    id: UUID
+    name: str | None
+    status: str | None
+    step: str
+    requires: str
+    after: list[DependencyView]
+    release: Decision | None
+    waits_for: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        workflow_id: UUID,
+        job: JobRow,
+        row: WorkflowRow | None,
+        upstream: Mapping[str, Upstream],
+    ) -> JobWorkflowView:
+        """``job``, a step of workflow ``workflow_id`` (its row: ``row``), and its
+        dependencies' outcomes (``get_upstream``)."""
+        requires = requires_of(job.metadata)
+        after = [
+            DependencyView(name=name, job_id=up.job_id, status=up.status.value)
+            for name, up in sorted(upstream.items())
+        ]
+        waiting = job.status is JobStatus.WAITING
+        release = decide_step(requires, (u.status for u in upstream.values()))
+        return cls(
+            id=workflow_id,
+            name=None if row is None else row.name,
+            status=None if row is None else row.status.value,
+            step=str(job.metadata.get(WORKFLOW_STEP_KEY, "")),
+            requires=requires,
+            after=after,
+            release=release if waiting else None,
+            waits_for=[
+                name
+                for name, up in sorted(upstream.items())
+                if waiting and up.status not in TERMINAL_STATUSES
+            ],
+        )
+
+
 class JobDetailView(BaseModel):
     """Everything the job's page shows, and which actions apply to it now."""
 
@@ -316,11 +392,17 @@ class JobDetailView(BaseModel):
     attempts: list[AttemptView]
     events: list[EventView]
     explanation: ExplanationView | None
+    workflow: JobWorkflowView | None = None
     can_retry: bool
     can_cancel: bool
 
     @classmethod
-    def of(cls, detail: JobDetail, explanation: Explanation | None) -> JobDetailView:
+    def of(
+        cls,
+        detail: JobDetail,
+        explanation: Explanation | None,
+        workflow: JobWorkflowView | None = None,
+    ) -> JobDetailView:
         job = detail.job
         live = detail.archived is None
         return cls(
@@ -330,6 +412,7 @@ class JobDetailView(BaseModel):
             attempts=[AttemptView.of(a) for a in detail.attempts],
             events=[EventView.of(e) for e in detail.events],
             explanation=None if explanation is None else ExplanationView.of(explanation),
+            workflow=workflow,
             can_retry=live and job.status in RETRYABLE_STATUSES,
             can_cancel=live and job.status in ACTIVE_STATUSES,
         )
