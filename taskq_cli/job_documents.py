@@ -82,13 +82,14 @@ def archived_document(archived: ArchivedJob) -> dict[str, Any]:
 
 
 def job_detail_document(detail: JobDetail) -> dict[str, Any]:
-    """One job with its progress, archive note, batch, attempts and events
+    """One job with its progress, archive note, batch, workflow, attempts and events
     (``jobs show --json``)."""
     return {
         "job": job_document(detail.job),
         "progress": progress_document(detail.job),
         "archived": None if detail.archived is None else archived_document(detail.archived),
         "batch": None if detail.batch is None else detail.batch.document(),
+        "workflow": None if detail.workflow is None else detail.workflow.document(),
         "attempts": [attempt_document(a) for a in detail.attempts],
         "events": [event_document(e) for e in detail.events],
     }

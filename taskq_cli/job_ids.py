@@ -8,6 +8,7 @@ jobs it matches, so nothing is ever done to a job the operator did not mean.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, JobRow
@@ -46,6 +47,33 @@ def check_id_ref(text: str, noun: str, not_found: type[TaskqError]) -> str:
                 f"{text!r} is not a {noun} id (expected a UUID or a unique part of one)"
             ) from None
     return text
+
+
+def one_among(
+    text: str,
+    newest: Sequence[UUID],
+    scan: int,
+    nouns: tuple[str, str],
+    not_found: type[TaskqError],
+) -> UUID:
+    """The one of ``newest`` (the newest ``scan`` batches, workflows: ``nouns`` is the
+    singular and the plural) whose id starts or ends with the hex digits of ``text``; else
+    ``not_found``, or ConfigError naming the matches when the piece is ambiguous."""
+    noun, plural = nouns
+    digits = normalize_id_fragment(text)
+    found = [i for i in newest if i.hex.startswith(digits) or i.hex.endswith(digits)]
+    if not found:
+        among = f" among the newest {scan}" if len(newest) == scan else ""
+        raise not_found(
+            f"no {noun} id{among} starts or ends with {text.strip()!r} (give the whole id)"
+        )
+    if len(found) > 1:
+        shown = ", ".join(str(ident) for ident in found[:_SHOWN])
+        raise ConfigError(
+            f"{noun} id {text.strip()!r} is ambiguous: {len(found)} {plural} match ({shown}); "
+            "give more of the id"
+        )
+    return found[0]
 
 
 async def resolve_job_id(backend: Backend, text: str) -> UUID:

@@ -329,6 +329,7 @@ def seconds(value: timedelta | None) -> float | None:
 
 
 STATUS_STYLES = {
+    "waiting": "dim cyan",
     "pending": "cyan",
     "scheduled": "blue",
     "running": "yellow",

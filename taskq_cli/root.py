@@ -98,6 +98,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "taskq_cli.commands.batches:app",
         "Batches with a failure policy or a finalizer: list them, show one's progress.",
     ),
+    LazyCommand(
+        "workflows",
+        "taskq_cli.commands.workflows:app",
+        "Workflows (jobs that wait for other jobs): list them, show one's steps, cancel or "
+        "retry one.",
+    ),
     LazyCommand("workers", "taskq_cli.commands.workers:app", "Registered workers."),
     LazyCommand(
         "metrics",

@@ -19,12 +19,11 @@ from taskq_cli import inputs, output
 from taskq_cli.batch_progress import FAILED_STATUSES, UNTRACKED, BatchProgress, read_progress
 from taskq_cli.database import with_backend
 from taskq_cli.job_documents import row_fields
-from taskq_cli.job_ids import check_id_ref, full_job_id
+from taskq_cli.job_ids import check_id_ref, full_job_id, one_among
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, JobSummary
-from taskq_core.backend.protocol.admin import normalize_id_fragment
 from taskq_core.backend.protocol.batches import BatchFilter
-from taskq_core.errors import ConfigError, TaskqError
+from taskq_core.errors import TaskqError
 
 app = typer.Typer(
     help="Batches with a failure policy or a finalizer: list them, show one's progress.",
@@ -64,23 +63,9 @@ async def resolve_batch_id(backend: Backend, text: str) -> UUID:
     whole = full_job_id(check_batch_ref(text))
     if whole is not None:
         return whole
-    digits = normalize_id_fragment(text)
     listed = await backend.list_batches(BatchFilter(limit=ID_SCAN))
-    found = [
-        row.id for row, _ in listed if row.id.hex.startswith(digits) or row.id.hex.endswith(digits)
-    ]
-    if not found:
-        among = f" among the newest {ID_SCAN}" if len(listed) == ID_SCAN else ""
-        raise BatchNotFoundError(
-            f"no batch id{among} starts or ends with {text.strip()!r} (give the whole id)"
-        )
-    if len(found) > 1:
-        shown = ", ".join(str(ident) for ident in found[:SHOWN_FAILURES])
-        raise ConfigError(
-            f"batch id {text.strip()!r} is ambiguous: {len(found)} batches match ({shown}); "
-            "give more of the id"
-        )
-    return found[0]
+    newest = [row.id for row, _ in listed]
+    return one_among(text, newest, ID_SCAN, ("batch", "batches"), BatchNotFoundError)
 
 
 def _finalizer_cell(progress: BatchProgress) -> str | None:

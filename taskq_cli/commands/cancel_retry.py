@@ -56,7 +56,8 @@ CancelReasonOption = Annotated[
 CancelStatusOption = Annotated[
     list[str] | None,
     status_option(
-        "Only jobs in this status: pending, scheduled, running (repeat).", ACTIVE_STATUSES
+        "Only jobs in this status: pending, scheduled, running, waiting (repeat).",
+        ACTIVE_STATUSES,
     ),
 ]
 RetryStatusOption = Annotated[

@@ -34,6 +34,7 @@ from taskq_cli.options import (
     run_async,
     status_option,
 )
+from taskq_cli.workflow_progress import JobWorkflow, read_job_workflow
 from taskq_core.backend.protocol import (
     ArchivedJob,
     Backend,
@@ -43,6 +44,7 @@ from taskq_core.backend.protocol import (
 from taskq_core.backend.protocol.admin import JobPage, JobQuery
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job, job_origin
+from taskq_core.explain import workflow as workflow_explain
 from taskq_core.statemachine import JobStatus
 
 if TYPE_CHECKING:
@@ -139,7 +141,7 @@ def list_jobs(
 
 async def _history(backend: Backend, job_ref: str) -> JobDetail:
     """The live job with its attempts and events, else the archived one with its attempts;
-    and the batch it belongs to, if any."""
+    and the batch and the workflow it belongs to, if any."""
     ident = await resolve_job_id(backend, job_ref)
     job = await backend.get(ident)
     if job is not None:
@@ -151,7 +153,8 @@ async def _history(backend: Backend, job_ref: str) -> JobDetail:
         attempts = await backend.get_archived_attempts(ident)
         history = JobDetail(archived.job, attempts, [], archived)
     batch = await read_job_batch(backend, history.job.metadata)
-    return history if batch is None else replace(history, batch=batch)
+    workflow = await read_job_workflow(backend, history.job)
+    return replace(history, batch=batch, workflow=workflow)
 
 
 @app.command("show")
@@ -225,6 +228,7 @@ def _render_history(history: JobDetail, web_url: str | None = None, *, full: boo
             ("priority", job.priority),
             ("origin", job_origin(job)),
             ("batch", None if history.batch is None else history.batch.field()),
+            *_workflow_fields(history.workflow),
             ("created", f"{when(job.created_at)} ({output.age(job.created_at)} ago)"),
             ("scheduled", when(job.scheduled_at)),
             ("claimed", when(job.claimed_at)),
@@ -316,6 +320,14 @@ def _status_line(job: JobRow, archived: ArchivedJob | None) -> str:
     return output.status_line(job)
 
 
+def _workflow_fields(workflow: JobWorkflow | None) -> list[tuple[str, Any]]:
+    """A step's workflow (its state), and what a waiting step waits for."""
+    if workflow is None:
+        return []
+    waits = workflow.waits_for()
+    return [("workflow", workflow.field()), *([("waits for", waits)] if waits else [])]
+
+
 def _unique_fields(job: JobRow) -> list[tuple[str, Any]]:
     """The job's unique key, when it has one, and how long it holds it."""
     if job.unique_key is None:
@@ -394,6 +406,9 @@ def _render_explanation(explanation: Explanation) -> None:
     if explanation.origin is not None:
         output.info(explanation.origin)
     output.info(f"{verdict_label(explanation)}: {verdict.message}")
+    if verdict.code == workflow_explain.CODE:
+        _render_dependencies(verdict.facts["dependencies"])
+        return
     if explanation.situation != "waiting":
         return
     output.info("")
@@ -401,4 +416,16 @@ def _render_explanation(explanation: Explanation) -> None:
         ["", "check", "finding"],
         [(_mark(c.applies), c.code, c.message) for c in explanation.checks],
         title="checks, in dispatch order",
+    )
+
+
+def _render_dependencies(dependencies: list[dict[str, Any]]) -> None:
+    """A waiting step's dependencies and their statuses."""
+    if not dependencies:
+        return
+    output.info("")
+    output.print_table(
+        [output.Column("step"), output.Column("status"), output.Column("job", "id")],
+        [(d["step"], output.status_cell(d["status"].value), d["job_id"]) for d in dependencies],
+        title="dependencies",
     )

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from taskq_cli.batch_progress import BatchProgress, JobBatch
 from taskq_cli.dashboard.filters import JobsFilter
+from taskq_cli.workflow_progress import JobWorkflow
 from taskq_core.backend.protocol import (
     ArchivedJob,
     AttemptRow,
@@ -25,6 +26,7 @@ from taskq_core.backend.protocol import (
 
 # Not re-exported by the package.
 from taskq_core.backend.protocol.admin import QueuePause
+from taskq_core.backend.protocol.workflows import WorkflowRow
 from taskq_core.liveness import WorkerState, silence_acknowledged
 from taskq_core.statemachine import JobStatus
 
@@ -60,6 +62,10 @@ class Snapshot:
     # The newest active batches with a row, and whether more are active than these.
     batches: list[BatchProgress] = field(default_factory=list)
     more_batches: bool = False
+    # Running workflows (the newest first), then those that ended within ``window``; and
+    # whether more are running than these.
+    workflows: list[WorkflowRow] = field(default_factory=list)
+    more_workflows: bool = False
 
     @property
     def leader(self) -> WorkerView | None:
@@ -114,6 +120,8 @@ class JobDetail:
     archived: ArchivedJob | None = None
     # The batch the job belongs to or finalizes, with its progress (None: no batch).
     batch: JobBatch | None = None
+    # The workflow the job is a step of, and what a waiting step waits for (None: no step).
+    workflow: JobWorkflow | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from taskq_cli.dashboard.filters import JobsFilter
 from taskq_cli.dashboard.snapshot import BatchDetail, JobDetail, Snapshot, WorkerView
 from taskq_cli.job_ids import resolve_job_id
 from taskq_cli.operator import operator_id
+from taskq_cli.workflow_progress import dashboard_workflows, read_job_workflow
 from taskq_core.backend.protocol import (
     Backend,
     CancelOutcome,
@@ -42,6 +43,7 @@ from taskq_core.backend.protocol import (
 # Not re-exported by the package.
 from taskq_core.backend.protocol.admin import Audit, JobPage, JobQuery, QueuePause
 from taskq_core.backend.protocol.batches import BatchFilter
+from taskq_core.backend.protocol.workflows import WorkflowFilter, WorkflowRow, WorkflowStatus
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.liveness import WorkerState, worker_state
 from taskq_core.worker_alerts import WorkerAck, acknowledge_stale_worker
@@ -102,16 +104,18 @@ class DashboardSource(Protocol):
 @dataclass(frozen=True)
 class DashboardSettings:
     """What a refresh reads: the window of the failure counts, sparkline minutes, how many
-    jobs the pane lists, how many active batches the batches pane shows, how long
-    stopped workers stay listed, how old a paused queue's note may get before it is read
-    again (another operator may pause it anew), who a pause note names (None: this shell's
-    ``user@host``), and how ``jobs explain`` judges (its ``worker_stale_after`` is also when
-    a silent worker counts as stale)."""
+    jobs the pane lists, how many active batches the batches pane shows, how many workflows
+    the workflows pane shows (running ones first, then those that ended within the window),
+    how long stopped workers stay listed, how old a paused queue's note may get before it
+    is read again (another operator may pause it anew), who a pause note names (None: this
+    shell's ``user@host``), and how ``jobs explain`` judges (its ``worker_stale_after`` is
+    also when a silent worker counts as stale)."""
 
     window: timedelta = timedelta(hours=1)
     minutes: int = 20
     jobs_limit: int = 100
     batches_limit: int = 5
+    workflows_limit: int = 5
     stopped_visible_for: timedelta = timedelta(hours=1)
     pause_note_max_age: timedelta = timedelta(minutes=5)
     cancel_reason: str = "cancelled from taskq top"
@@ -135,7 +139,7 @@ class LimitUsageReader(Protocol):
 
 @dataclass
 class BackendSource:
-    """A DashboardSource over any Backend: five reads per refresh, run concurrently.
+    """A DashboardSource over any Backend: seven reads per refresh, run concurrently.
 
     ``limit_store`` reads the rate limits whose state the workers keep in Redis (without it
     their use shows as unknown); a failing read leaves it unknown for that refresh.
@@ -152,8 +156,8 @@ class BackendSource:
     )
 
     async def snapshot(self, jobs: JobsFilter) -> Snapshot:
-        """Queue activity, workers, the jobs pane, limits and active batches, read
-        concurrently; then the notes of paused queues not read lately."""
+        """Queue activity, workers, the jobs pane, limits, active batches and workflows,
+        read concurrently; then the notes of paused queues not read lately."""
         settings = self.settings
         # One more batch than shown, to tell whether more are active.
         batch_filter = BatchFilter(active=True, limit=settings.batches_limit + 1)
@@ -165,14 +169,19 @@ class BackendSource:
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
             self.backend.get_rate_limit_usage(),
             self.backend.list_batches(batch_filter),
+            self._workflows(),
             return_exceptions=True,
         )
-        stats, workers, rows, limits, batches = (
+        stats, workers, rows, limits, batches, (running_rows, newest) = (
             _value(read[0]),
             _value(read[1]),
             _value(read[2]),
             _value(read[3]),
             _value(read[4]),
+            _value(read[5]),
+        )
+        workflows, more_workflows = dashboard_workflows(
+            running_rows, newest, settings.workflows_limit, stats.now - stats.window
         )
         return Snapshot(
             now=stats.now,
@@ -189,7 +198,19 @@ class BackendSource:
                 for row, counts in batches[: settings.batches_limit]
             ],
             more_batches=len(batches) > settings.batches_limit,
+            workflows=workflows,
+            more_workflows=more_workflows,
         )
+
+    async def _workflows(self) -> tuple[list[WorkflowRow], list[WorkflowRow]]:
+        """The running workflows (one more than shown) and the newest of any status."""
+        limit = self.settings.workflows_limit
+        running, newest = await asyncio.gather(
+            self.backend.list_workflows(WorkflowFilter(WorkflowStatus.RUNNING, limit + 1)),
+            self.backend.list_workflows(WorkflowFilter(limit=limit)),
+            return_exceptions=True,
+        )
+        return _value(running), _value(newest)
 
     async def _elsewhere(self, limits: list[LimitUsage]) -> list[LimitUsage]:
         """``limits`` with the use of those kept in Redis read there (when it can be)."""
@@ -252,23 +273,25 @@ class BackendSource:
 
     async def job_detail(self, job_id: UUID) -> JobDetail | None:
         """The job, its attempts and its events; an archived job with its archived attempts;
-        and the batch it belongs to or finalizes."""
+        and the batch it belongs to or finalizes, and the workflow it is a step of."""
         job = await self.backend.get(job_id)
         if job is None:
             archived = await self.backend.get_archived_job(job_id)
             if archived is None:
                 return None
-            attempts, batch = await asyncio.gather(
+            attempts, batch, workflow = await asyncio.gather(
                 self.backend.get_archived_attempts(job_id),
                 read_job_batch(self.backend, archived.job.metadata),
+                read_job_workflow(self.backend, archived.job),
             )
-            return JobDetail(archived.job, attempts, [], archived, batch)
-        attempts, events, batch = await asyncio.gather(
+            return JobDetail(archived.job, attempts, [], archived, batch, workflow)
+        attempts, events, batch, workflow = await asyncio.gather(
             self.backend.get_attempts(job_id),
             self.backend.get_events(job_id),
             read_job_batch(self.backend, job.metadata),
+            read_job_workflow(self.backend, job),
         )
-        return JobDetail(job, attempts, events, batch=batch)
+        return JobDetail(job, attempts, events, batch=batch, workflow=workflow)
 
     async def search_jobs(self, query: JobQuery) -> JobPage:
         """``search_jobs`` of the backend: a keyset page, never an offset."""

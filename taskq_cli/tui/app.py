@@ -57,9 +57,11 @@ from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from taskq_cli.tui.widgets.jobs_pane import JobsPane
 from taskq_cli.tui.widgets.limits_table import LimitsTable, limits_title
+from taskq_cli.tui.widgets.optional_pane import OptionalPane
 from taskq_cli.tui.widgets.queues_table import QueuesTable
 from taskq_cli.tui.widgets.summary import SummaryHeader
 from taskq_cli.tui.widgets.workers_table import WorkersTable, workers_title
+from taskq_cli.tui.widgets.workflows_table import WorkflowsTable, workflows_title
 from taskq_core.backend.protocol import CancelOutcome, JobSummary
 from taskq_core.errors import JobNotFoundError
 from taskq_core.statemachine import RETRYABLE_STATUSES
@@ -118,13 +120,18 @@ class TopApp(App[None]):
         self.queues_table = QueuesTable(id="queues-table")
         self.workers_table = WorkersTable(source, timeout, id="workers-table")
         self.limits_table = LimitsTable(id="limits-table")
+        self.limits_pane = OptionalPane(self.limits_table, "Limits", limits_title)
         self.batches_table = BatchesTable(id="batches-table")
+        self.batches_pane = OptionalPane(self.batches_table, "Batches", batches_title)
+        self.workflows_table = WorkflowsTable(id="workflows-table")
+        self.workflows_pane = OptionalPane(self.workflows_table, "Workflows", workflows_title)
         self.jobs_pane = JobsPane(id="jobs-pane")
         self._control_filter = TerminalControlFilter()
 
     def compose(self) -> ComposeResult:
         """Summary, banner, then the panes (limits only when some are declared, batches only
-        while some are active) and the key footer."""
+        while some are active, workflows while some run or ended lately) and the key
+        footer."""
         yield self.summary
         yield self.banner
         with Vertical(id="queues-pane", classes="pane") as queues:
@@ -134,16 +141,10 @@ class TopApp(App[None]):
             workers.border_title = "Workers"
             self.workers_pane = workers
             yield self.workers_table
-        # Shown only while some rate limit or reservation is declared (see top.tcss).
-        with Vertical(id="limits-pane", classes="pane") as limits:
-            limits.border_title = "Limits"
-            self.limits_pane = limits
-            yield self.limits_table
-        # Shown only while some batch (with a row) is active (see top.tcss).
-        with Vertical(id="batches-pane", classes="pane") as batches:
-            batches.border_title = "Batches"
-            self.batches_pane = batches
-            yield self.batches_table
+        # Each shown only while it has rows (see top.tcss).
+        yield self.limits_pane
+        yield self.batches_pane
+        yield self.workflows_pane
         yield self.jobs_pane
         yield Footer()
 
@@ -227,14 +228,8 @@ class TopApp(App[None]):
             self.workers_pane.border_title = workers_title(
                 snapshot, self.workers_table.show_stopped
             )
-            self.limits_pane.set_class(bool(snapshot.limits), "-visible")
-            if snapshot.limits:
-                self.limits_table.show(snapshot, palette)
-                self.limits_pane.border_title = limits_title(snapshot)
-            self.batches_pane.set_class(bool(snapshot.batches), "-visible")
-            if snapshot.batches:
-                self.batches_table.show(snapshot, palette)
-                self.batches_pane.border_title = batches_title(snapshot)
+            for pane in (self.limits_pane, self.batches_pane, self.workflows_pane):
+                pane.show(snapshot, palette)
             self.jobs_pane.show(snapshot, palette)
         except NoMatches:
             return  # a refresh that lands while the app quits: its widgets are gone

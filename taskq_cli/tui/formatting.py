@@ -95,6 +95,7 @@ class Palette:
 
 
 _STATUS_MEANING = {
+    JobStatus.WAITING: "muted",
     JobStatus.PENDING: "",
     JobStatus.SCHEDULED: "muted",
     JobStatus.RUNNING: "accent",

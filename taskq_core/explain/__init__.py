@@ -12,6 +12,8 @@ A job is in one of four situations, and each has its own checks:
 - **archived**: it finished long enough ago that the prune moved it to the archive; nothing
   will run it again, and the finding says when it was archived and when the archive lets go
   of it (its events were deleted when it was archived, by design).
+- **waiting** for its dependencies (a workflow step in status ``waiting``): the one finding
+  names the dependencies that have not ended, with their statuses (``workflow.py``).
 - **waiting** (pending or scheduled): every blocker the dispatch path has, checked in the
   order dispatch meets them: deadline passed, held back by a rate limit or a reservation (a
   worker claimed it and the limit said no: its last event names the limit), not yet due
@@ -47,6 +49,7 @@ from taskq_core.explain.answer import (
 from taskq_core.explain.ended import archived_check, poison_check, running_check, terminal_check
 from taskq_core.explain.facts import JobFacts
 from taskq_core.explain.waiting import WAITING_CHECKS
+from taskq_core.explain.workflow import dependencies_check
 from taskq_core.statemachine import JobStatus
 
 # The most running jobs of one actor or queue a capacity check reads (a fleet runs fewer).
@@ -91,6 +94,10 @@ async def explain_job(
             context.events = await backend.get_events(job.id)
             return Explanation(job, position.now, "terminal", [poison_check(context)])
         return Explanation(job, position.now, "terminal", [terminal_check(context)])
+    if job.status is JobStatus.WAITING:
+        # A workflow step: dispatch never reads it until its dependencies release it.
+        upstream = await backend.get_upstream(job.id)
+        return Explanation(job, position.now, "waiting", [dependencies_check(job, upstream)])
     context.workers = await backend.list_workers()
     context.leader = await backend.get_leader()
     if job.status is JobStatus.RUNNING:

@@ -13,6 +13,7 @@ from taskq_core.backend.protocol import (
     JobRow,
     JobSummary,
 )
+from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY, WORKFLOW_STEP_KEY
 from taskq_core.constants import CANCEL_RECLAIM_HEADROOM
 from taskq_core.durations import format_duration
 from taskq_core.liveness import DEFAULT_STALE_AFTER, worker_stale_after
@@ -82,7 +83,8 @@ class Explanation:
 
     @property
     def origin(self) -> str | None:
-        """Where the job came from, when a cron schedule made it (see ``job_origin``)."""
+        """Where the job came from, when it is a workflow's step or a cron schedule made it
+        (see ``job_origin``)."""
         return job_origin(self.job)
 
     @property
@@ -100,9 +102,13 @@ class Explanation:
 
 
 def job_origin(job: JobRow) -> str | None:
-    """``from schedule NAME (fire time T)``, or ``(run by hand)`` for ``taskq schedules run``,
-    read from the metadata a schedule's job carries (``schedule``, ``fire_time``,
-    ``manual``); None for a job no schedule made."""
+    """``step NAME of workflow ID`` for a workflow's step (``metadata.workflow_id``,
+    ``workflow_step``); ``from schedule NAME (fire time T)``, or ``(run by hand)`` for
+    ``taskq schedules run``, read from the metadata a schedule's job carries (``schedule``,
+    ``fire_time``, ``manual``); None for a job neither made."""
+    workflow = job.metadata.get(WORKFLOW_ID_KEY)
+    if isinstance(workflow, str):
+        return f"step {job.metadata.get(WORKFLOW_STEP_KEY, '?')} of workflow {workflow}"
     name = job.metadata.get("schedule")
     if not isinstance(name, str):
         return None

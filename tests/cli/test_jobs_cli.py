@@ -169,8 +169,11 @@ def test_show_has_the_row_every_attempt_and_the_timeline(cli: Cli, db: Db) -> No
 def test_show_json_has_job_attempts_and_events(cli: Cli, db: Db) -> None:
     job = db.failed_job()
     document = parse_json(cli("jobs", "show", str(job.id), "--json"))
-    assert set(document) == {"job", "progress", "archived", "batch", "attempts", "events"}
+    assert set(document) == {
+        "job", "progress", "archived", "batch", "workflow", "attempts", "events",
+    }  # fmt: skip
     assert document["archived"] is None and document["batch"] is None
+    assert document["workflow"] is None
     assert document["progress"] is None
     assert SUMMARY_FIELDS <= set(document["job"])
     assert {"payload", "result", "error_traceback", "metadata"} <= set(document["job"])

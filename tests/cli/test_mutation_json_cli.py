@@ -43,7 +43,11 @@ def test_bulk_cancel_and_retry_json_count_what_they_changed(cli: Cli, db: Db) ->
         db.enqueue(queue="bulk")
     cancelled = parse_json(cli("cancel", "--queue", "bulk", "--yes", "--json"))
     assert cancelled == {
-        "filter": {"statuses": ["pending", "scheduled", "running"], "queue": "bulk", "actor": None},
+        "filter": {
+            "statuses": ["pending", "scheduled", "running", "waiting"],
+            "queue": "bulk",
+            "actor": None,
+        },
         "cancelled": 3,
         "requested": 0,
     }

@@ -32,6 +32,10 @@ OPERATOR_COMMANDS = [
     ["schedules", "disable"],
     ["schedules", "delete"],
     ["schedules", "run"],
+    ["workflows", "list"],
+    ["workflows", "show"],
+    ["workflows", "cancel"],
+    ["workflows", "retry"],
 ]
 LISTING_AND_SHOWING = [
     ["jobs", "list"],
@@ -45,6 +49,8 @@ LISTING_AND_SHOWING = [
     ["prune"],
     ["schedules", "list"],
     ["schedules", "show"],
+    ["workflows", "list"],
+    ["workflows", "show"],
 ]
 
 
@@ -62,7 +68,9 @@ def test_every_listing_and_showing_command_takes_json(taskq_cli: Any, command: l
     assert "--json" in taskq_cli(*command, "--help").stdout
 
 
-@pytest.mark.parametrize("group", ["jobs", "queues", "actor-config", "workers", "schedules"])
+@pytest.mark.parametrize(
+    "group", ["jobs", "queues", "actor-config", "workers", "schedules", "workflows"]
+)
 def test_a_group_without_a_subcommand_prints_its_help(taskq_cli: Any, group: str) -> None:
     result = taskq_cli(group)
     assert result.exit_code == 0

@@ -181,8 +181,9 @@ async def test_one_refresh_uses_indexes_not_sequential_scans_of_jobs(
         if not query.startswith(PAUSE_NOTE_READ):
             unique.setdefault(query + repr(args), (query, args))
     statements = list(unique.values())
-    # stats, workers, the jobs pane, the limits' use (reads no jobs), the active batches
-    assert len({query for query, _ in statements}) == 5
+    # stats, workers, the jobs pane, the limits' use (reads no jobs), the active batches,
+    # the workflows (one statement: the running ones, and the newest)
+    assert len({query for query, _ in statements}) == 6
     offenders: dict[str, list[str]] = {}
     walked: set[str] = set()
     for mode in ("force_generic_plan", "force_custom_plan"):
@@ -203,6 +204,7 @@ async def test_one_refresh_uses_indexes_not_sequential_scans_of_jobs(
         "jobs_status_queue_idx",
         "jobs_finished_idx",
         "jobs_batch_idx",
+        "jobs_workflow_idx",
     } <= walked, walked
     # Not a benchmark, but a refresh that takes seconds would be a regression worth seeing.
     assert max(timings) < 5.0, timings

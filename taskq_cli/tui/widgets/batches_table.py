@@ -14,7 +14,8 @@ from rich.text import Text
 from taskq_cli.batch_progress import BatchProgress
 from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette, age, short_id
-from taskq_cli.tui.table import Column, FittedTable, Row
+from taskq_cli.tui.table import Column, Row
+from taskq_cli.tui.widgets.optional_pane import SnapshotTable
 
 COLUMNS = (
     Column("batch"),
@@ -35,7 +36,7 @@ def _bar(progress: BatchProgress) -> str:
     return "█" * filled + "░" * (_BAR - filled)
 
 
-class BatchesTable(FittedTable):
+class BatchesTable(SnapshotTable):
     """One row per active batch, keyed by its id."""
 
     def __init__(self, *, id: str | None = None) -> None:

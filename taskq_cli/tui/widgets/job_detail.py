@@ -2,7 +2,8 @@
 
 Sections: the fields an operator needs first (the progress its actor last reported, with a
 bar when it gave a total; a batch's child names its batch and how far it has got, a
-finalizer the batch it finalizes), the payload, the result (or the last error
+finalizer the batch it finalizes; a workflow's step names its workflow, and a waiting step
+the dependencies it waits for), the payload, the result (or the last error
 with its traceback), every attempt, and the event timeline. ``c`` and ``r`` act on this job
 through the same confirmation as on the main screen, ``e`` explains it, ``y`` copies its
 id; Esc goes back. A job the prune moved to
@@ -31,6 +32,7 @@ from taskq_cli.json_preview import preview_json
 from taskq_cli.output import age, attempt_summary, status_line, to_jsonable
 from taskq_cli.tui.literal import LiteralStatic
 from taskq_cli.tui.messages import JobActionRequested
+from taskq_cli.workflow_progress import JobWorkflow
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow
 from taskq_core.explain import job_origin
 
@@ -53,7 +55,7 @@ def _preview(value: Any, job_id: Any) -> Text:
     return text
 
 
-def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
+def _fields(job: JobRow, batch: JobBatch | None = None, flow: JobWorkflow | None = None) -> Text:
     pairs: list[tuple[str, str]] = [
         ("id", str(job.id)),
         ("actor", job.actor),
@@ -72,6 +74,8 @@ def _fields(job: JobRow, batch: JobBatch | None = None) -> Text:
     optional = [
         ("origin", job_origin(job)),
         ("batch", None if batch is None else batch.field()),
+        ("workflow", None if flow is None else flow.field()),
+        ("waits for", None if flow is None else flow.waits_for()),
         ("identity key", job.identity_key),
         ("fairness key", job.fairness_key),
         ("deadline", _when(job.schedule_to_close) if job.schedule_to_close else None),
@@ -189,7 +193,7 @@ class JobDetailScreen(Screen[None]):
         banner.update(_archived_banner(archived) if archived else "")
         events = "Events (deleted)" if archived else f"Events ({len(detail.events)})"
         sections: list[tuple[str, str, Text]] = [
-            ("detail-fields", f"Job {job.id}", _fields(job, detail.batch)),
+            ("detail-fields", f"Job {job.id}", _fields(job, detail.batch, detail.workflow)),
             ("detail-payload", "Payload", _preview(job.payload, job.id)),
             ("detail-outcome", *_outcome(job)),
             ("detail-attempts", f"Attempts ({len(detail.attempts)})", _attempts(detail.attempts)),

@@ -8,7 +8,8 @@ from rich.text import Text
 
 from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.tui.formatting import Palette
-from taskq_cli.tui.table import Column, FittedTable, Row
+from taskq_cli.tui.table import Column, Row
+from taskq_cli.tui.widgets.optional_pane import SnapshotTable
 from taskq_core.backend.protocol import LimitUsage
 
 COLUMNS = (
@@ -36,7 +37,7 @@ def _meaning(share: float | None) -> str:
     return "warn" if share >= 0.8 else "good"
 
 
-class LimitsTable(FittedTable):
+class LimitsTable(SnapshotTable):
     """One row per limit instance, keyed by its name."""
 
     def __init__(self, *, id: str | None = None) -> None:
