@@ -215,12 +215,22 @@ async def test_a_job_whose_workflow_id_names_no_workflow_is_pruned_alone(
     harness: Harness,
 ) -> None:
     backend = harness.backend
+    running = await _chain(harness, "a", "b")
     queue = new_queue()
+    for _ in range(3):
+        await job_in(harness, S.SUCCEEDED, queue=queue)
     for named in (str(uuid7()), "nightly", 42):
         await job_in(harness, S.SUCCEEDED, queue=queue, metadata={WORKFLOW_ID_KEY: named})
+    # Tagged by hand with a workflow that exists: one of its steps, to the prune as to its reads.
+    tagged, _ = await job_in(harness, S.SUCCEEDED, metadata={WORKFLOW_ID_KEY: str(running.id)})
     await harness.travel(KEEP.total_seconds() + MARGIN)
-    assert (await backend.prune_jobs(every_terminal(KEEP), dry_run=True)).total == 3
-    assert (await backend.prune_jobs(every_terminal(KEEP))).moved == {(S.SUCCEEDED, queue): 3}
+    rules = every_terminal(KEEP, batch_size=2)
+    assert (await backend.prune_jobs(rules, dry_run=True)).moved == {(S.SUCCEEDED, queue): 6}
+    heard: list[int] = []
+    result = await backend.prune_jobs(rules, on_batch=heard.append)
+    assert (result.moved, heard) == ({(S.SUCCEEDED, queue): 6}, [2, 2, 2, 0])
+    assert (await backend.get(tagged.id)) is not None
+    assert [s.job_id for s in await backend.list_workflow_steps(running.id)][-1] == tagged.id
 
 
 async def test_two_prunes_at_once_move_each_workflow_once_and_whole(harness: Harness) -> None:

@@ -6,7 +6,8 @@ A workflow's steps move with their workflow, never alone: nothing of a running w
 moves, and an ended one moves whole once due, by the rule sql/retention.sql states (the
 Postgres part's): every step still here with a status the policy prunes (in its queue when
 set), and the workflow's end, its ``finished_at`` or a later step's, older than the longest
-retention among its steps' statuses. Its row and edges go with it.
+retention among its steps' statuses. Its row and edges go with it. A stray (a job whose
+``workflow_id`` names no workflow) is pruned as any job.
 
 Both sweeps work batch by batch, as PostgreSQL commits them: a batch is one step that does
 not await (atomic, as one transaction is), and the sweep yields to the event loop between
@@ -71,18 +72,23 @@ class RetentionPart(MemoryStore):
     ) -> PruneResult:
         if dry_run:
             steps = self._workflow_steps()
+            plain, strays = self._alone(policy, steps)
             due = [job for _, jobs in self._due_workflows(policy, steps) for job in jobs]
-            found = self._prunable(policy, None, steps) + due
+            found = plain + strays + due
             return PruneResult(moved=dict(Counter((job.status, job.queue) for job in found)))
         moved: Counter[tuple[JobStatus, str]] = Counter()
         batches = 0
 
         def archive_batch() -> int:
+            # As the Postgres batch: jobs outside workflows, then due workflows (each whole)
+            # in the room left, then strays in the room still left.
             nonlocal batches
             steps = self._workflow_steps()
-            batch = self._prunable(policy, policy.batch_size, steps)
+            plain, strays = self._alone(policy, steps)
+            batch = plain[: policy.batch_size]
             workflows = _within(self._due_workflows(policy, steps), policy.batch_size - len(batch))
             batch += [job for _, jobs in workflows for job in jobs]
+            batch += strays[: max(policy.batch_size - len(batch), 0)]
             if batch:
                 self._archive(batch, policy)
                 moved.update((job.status, job.queue) for job in batch)
@@ -138,7 +144,7 @@ class RetentionPart(MemoryStore):
     def _workflow_steps(self) -> dict[UUID, list[JobRecord]]:
         """The steps in ``_jobs`` of every workflow ``_workflows`` holds, by workflow. A job
         is a step when its ``workflow_id`` is the text of such a workflow's id (the Postgres
-        part matches the text too); a job whose ``workflow_id`` names none is pruned alone."""
+        part matches the text too); a stray, whose ``workflow_id`` names none, is pruned alone."""
         steps: dict[UUID, list[JobRecord]] = {workflow_id: [] for workflow_id in self._workflows}
         for job in self._jobs.values():
             workflow_id = workflow_id_of(job.metadata)
@@ -146,12 +152,13 @@ class RetentionPart(MemoryStore):
                 steps[workflow_id].append(job)
         return steps
 
-    def _prunable(
-        self, policy: PrunePolicy, limit: int | None, steps: dict[UUID, list[JobRecord]]
-    ) -> list[JobRecord]:
-        """Terminal jobs outside workflows (not in ``steps``) whose ``finished_at`` is older
-        than their status's retention (in the policy's queue when set), oldest finished
-        first, at most ``limit``."""
+    def _alone(
+        self, policy: PrunePolicy, steps: dict[UUID, list[JobRecord]]
+    ) -> tuple[list[JobRecord], list[JobRecord]]:
+        """The jobs a prune moves alone, oldest finished first: terminal jobs whose
+        ``finished_at`` is older than their status's retention (in the policy's queue when
+        set), split into those without a ``workflow_id`` and the strays (a ``workflow_id``
+        naming no workflow: not in ``steps``). A step of a workflow never moves alone."""
         now = self._now()
         in_workflows = {job.id for jobs in steps.values() for job in jobs}
         found = [
@@ -164,7 +171,8 @@ class RetentionPart(MemoryStore):
             and job.id not in in_workflows
         ]
         found.sort(key=_finished_order)
-        return found if limit is None else found[:limit]
+        plain = [job for job in found if WORKFLOW_ID_KEY not in job.metadata]
+        return plain, [job for job in found if WORKFLOW_ID_KEY in job.metadata]
 
     def _due_workflows(self, policy: PrunePolicy, steps: dict[UUID, list[JobRecord]]) -> list[_Due]:
         """The ended workflows due by the rule (the module's docstring), oldest end first."""

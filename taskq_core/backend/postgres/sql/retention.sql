@@ -7,13 +7,14 @@
 -- the next pass. Dispatch only touches pending rows and is never blocked. Column lists are
 -- explicit: the archive tables were built LIKE the live ones and must stay in step by name.
 
--- Workflows: a job whose metadata.workflow_id names a row of `workflows` is a step, and its
--- workflow decides for it. A step is never moved alone: while its workflow runs, whatever the
--- step's own age, nothing of it moves; once the workflow has ended, the workflow moves whole
--- (every step, in one batch, then its row and, by ON DELETE CASCADE, its edges), so no reader
+-- Workflows. A job that carries metadata.workflow_id is a step to the prune (as it is to the
+-- workflow's reads and its end), and never moves alone: while its workflow runs, whatever
+-- the step's own age, nothing of it moves; once the workflow has ended, it moves whole
+-- (every step in one batch, then its row and, by ON DELETE CASCADE, its edges), so no reader
 -- ever finds half of a workflow in `jobs` and half in the archive. An archived workflow keeps
 -- no row: its steps in the archive still carry workflow_id and workflow_step, and
--- get_workflow answers None. A job whose workflow_id names no row is pruned as any job.
+-- get_workflow answers None. A stray (a workflow_id naming no workflow row: set by hand, or
+-- naming one archived already) is pruned as any job.
 --
 -- The cutoff rule, per workflow: an ended workflow is due when every step is still in `jobs`
 -- with a status the policy prunes (and in its queue, when one is set) and the workflow's end
@@ -22,17 +23,24 @@
 -- step leaves sooner than it would alone, the steps that could have gone earlier wait for the
 -- last, and a prune narrowed by status or queue never moves a job outside what it asked for
 -- (a workflow with such a step stays whole until a wider prune).
+--
+-- The cost to jobs outside workflows is the key test on the rows the pick walks. Steps held
+-- back (of running workflows, or of ended ones not due yet) lie in that walk, oldest first,
+-- and each batch steps over them again at the key test's price (about a microsecond a row).
+-- Due workflows are looked for only in the room a batch has left, and strays in the room
+-- still left after them: a run pays the strays' dearer test (a probe a step) in its last
+-- batch, not in each.
 
--- fragment: is_workflow_step
--- Whether job `j` is a step of a workflow the `workflows` table holds. The key test comes
--- first: a job outside workflows fails it and never reaches the probe. The probe looks the
--- workflow up by primary key; a value that is not a uuid's text names none (and is not cast).
-(j.metadata ? 'workflow_id' AND EXISTS (
+-- fragment: stray_step
+-- Whether job `j`, which carries the workflow_id key, names no row of `workflows`: the
+-- workflow is looked up by primary key; a value that is not a uuid's text names none (and
+-- is not cast).
+NOT EXISTS (
     SELECT 1 FROM {schema}.workflows w
     WHERE w.id = CASE
         WHEN j.metadata->>'workflow_id'
              ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-        THEN (j.metadata->>'workflow_id')::uuid END))
+        THEN (j.metadata->>'workflow_id')::uuid END)
 
 -- fragment: due_workflows
 -- The ended workflows due by the rule above (needs the CTEs `k`, the clock, and `rules`,
@@ -57,20 +65,20 @@ WHERE w.status <> 'running'
   AND w.finished_at < (SELECT max(r.cutoff) FROM rules r)
   AND coalesce(s.prunable, true)
   AND greatest(w.finished_at, s.last_end) < k.now - coalesce(s.keep, interval '0')
-ORDER BY w.finished_at
+ORDER BY w.finished_at, w.id
 
 -- name: prune_jobs_batch
 -- $1 statuses (text[]), $2 their retentions (interval[], parallel to $1), $3 queue (NULL:
 -- every queue), $4 batch size, $5 archive_for. One clock reading stamps the whole batch.
 -- The pick of jobs outside workflows walks jobs_finished_idx (status, finished_at DESC) once
 -- per status, oldest first: the order is what keeps the planner on the index whatever share
--- of the table is due. Their only cost from workflows is the metadata key test.
--- The room they leave in the batch goes to due workflows, oldest end first, each whole: one
--- is taken while the steps before it fill less than the room, so a workflow larger than a
--- batch moves alone in a batch of its own. A workflow is held (its row locked, then each of
--- its steps, SKIP LOCKED, re-read as committed: still of a pruned status) and moves only if
--- every step is held; one that another session writes (a retry, a graft, a second prune)
--- stays, whole, for the next pass.
+-- of the table is due. The room they leave goes to due workflows, oldest end first, each
+-- whole: one is taken while the steps before it fill less than the room, so a workflow
+-- larger than a batch moves alone in a batch of its own. A workflow is held (its row locked,
+-- then each of its steps, SKIP LOCKED, re-read as committed: still of a pruned status) and
+-- moves only if every step is held; one that another session writes (a retry, a graft, a
+-- second prune) stays, whole, for the next pass. The room still left goes to strays, by the
+-- pick's walk. With no room left, neither is looked for.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
@@ -86,7 +94,7 @@ plain AS (
         FROM {schema}.jobs j
         WHERE j.status = r.status AND j.finished_at < r.cutoff
             AND ($3::text IS NULL OR j.queue = $3::text)
-            AND NOT {fragment:is_workflow_step}
+            AND NOT (j.metadata ? 'workflow_id')
         ORDER BY j.finished_at
         LIMIT $4
         FOR UPDATE SKIP LOCKED
@@ -110,35 +118,59 @@ budgeted AS (
     WHERE d.before < (SELECT room.room FROM room)
 ),
 held AS (
+    -- The room test is a one-time filter: a batch the pick filled reads no workflow at all.
     SELECT w.id
     FROM {schema}.workflows w
-    WHERE w.id = ANY (ARRAY(SELECT b.id FROM budgeted b)) AND w.status <> 'running'
+    WHERE (SELECT room.room FROM room) > 0
+        AND w.id = ANY (ARRAY(SELECT b.id FROM budgeted b)) AND w.status <> 'running'
     FOR UPDATE SKIP LOCKED
 ),
 steps AS (
     SELECT j.id, j.metadata->>'workflow_id' AS workflow_id
     FROM {schema}.jobs j
-    WHERE j.metadata ? 'workflow_id'
+    WHERE (SELECT room.room FROM room) > 0 AND j.metadata ? 'workflow_id'
         AND j.metadata->>'workflow_id' = ANY (ARRAY(SELECT h.id::text FROM held h))
         AND j.status = ANY ($1::text[]::{schema}.job_status[])
         AND ($3::text IS NULL OR j.queue = $3::text)
     FOR UPDATE SKIP LOCKED
 ),
 whole AS (
-    SELECT b.id
+    -- Each workflow's steps counted once (a stepless one, its steps purged, has none).
+    SELECT b.id, b.steps
     FROM budgeted b
-    WHERE b.id IN (SELECT h.id FROM held h)
-        AND b.steps = (SELECT count(*) FROM steps s WHERE s.workflow_id = b.id::text)
+    JOIN held h ON h.id = b.id
+    LEFT JOIN (
+        SELECT s.workflow_id, count(*) AS steps FROM steps s GROUP BY s.workflow_id
+    ) c ON c.workflow_id = b.id::text
+    WHERE coalesce(c.steps, 0) = b.steps
+),
+strays AS (
+    SELECT p.id
+    FROM rules r
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM {schema}.jobs j
+        WHERE j.status = r.status AND j.finished_at < r.cutoff
+            AND ($3::text IS NULL OR j.queue = $3::text)
+            AND j.metadata ? 'workflow_id' AND {fragment:stray_step}
+        ORDER BY j.finished_at
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ) p
+    LIMIT (SELECT greatest(room.room - (SELECT coalesce(sum(w.steps), 0) FROM whole w), 0)
+           FROM room)
 ),
 picked AS (
     SELECT p.id FROM plain p
     UNION ALL
     SELECT s.id FROM steps s WHERE s.workflow_id IN (SELECT w.id::text FROM whole w)
+    UNION ALL
+    SELECT s.id FROM strays s
 ),
 ended_workflows AS (
     -- Their edges go by the foreign key's ON DELETE CASCADE.
     DELETE FROM {schema}.workflows w
-    WHERE w.id = ANY (ARRAY(SELECT h.id FROM whole h))
+    WHERE (SELECT room.room FROM room) > 0 AND w.id = ANY (ARRAY(SELECT h.id FROM whole h))
 ),
 attempts AS (
     DELETE FROM {schema}.job_attempts a
@@ -216,7 +248,7 @@ counted AS (
         FROM {schema}.jobs j
         WHERE j.status = r.status AND j.finished_at < r.cutoff
             AND ($3::text IS NULL OR j.queue = $3::text)
-            AND NOT {fragment:is_workflow_step}
+            AND (NOT (j.metadata ? 'workflow_id') OR {fragment:stray_step})
         GROUP BY j.queue
     ) d
     UNION ALL
