@@ -49,6 +49,7 @@ _TIME_COLUMNS = {
     "rate_limit_lines": ["ends_at"],
     "schedules": ["next_fire_at", "last_fired_at", "created_at", "updated_at"],
     "batches": ["created_at", "completed_at"],
+    "workflows": ["created_at", "finished_at", "cancel_requested_at"],
 }
 
 

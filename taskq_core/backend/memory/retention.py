@@ -2,6 +2,13 @@
 their events) and the archive expiry (archived jobs past ``expire_at``), the sweep locks that keep
 either from running twice at once, and reads of the archive.
 
+A workflow's steps move with their workflow, never alone: nothing of a running workflow
+moves, and an ended one moves whole once due, by the rule sql/retention.sql states (the
+Postgres part's): every step still here with a status the policy prunes (in its queue when
+set), and the workflow's end, its ``finished_at`` or a later step's, older than the longest
+retention among its steps' statuses. Its row and edges go with it. A stray (a job whose
+``workflow_id`` names no workflow) is pruned as any job.
+
 Both sweeps work batch by batch, as PostgreSQL commits them: a batch is one step that does
 not await (atomic, as one transaction is), and the sweep yields to the event loop between
 batches, so other coroutines (dispatch, a second prune) run in between, as they would
@@ -12,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from uuid import UUID
@@ -23,9 +30,13 @@ from taskq_core.backend.protocol import (
     PrunePolicy,
     PruneResult,
 )
+from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY, WorkflowStatus, workflow_id_of
 from taskq_core.statemachine import JobStatus
 
-from .store import ArchivedRecord, JobRecord, MemoryStore
+from .store import ArchivedRecord, JobRecord, MemoryStore, WorkflowRecord
+
+# An ended workflow the prune moves whole: its row and every step it has in ``_jobs``.
+_Due = tuple[WorkflowRecord, list[JobRecord]]
 
 
 async def in_batches(
@@ -60,17 +71,28 @@ class RetentionPart(MemoryStore):
         on_batch: Callable[[int], None] | None = None,
     ) -> PruneResult:
         if dry_run:
-            counts = Counter((job.status, job.queue) for job in self._prunable(policy, None))
-            return PruneResult(moved=dict(counts), batches=0)
+            steps = self._workflow_steps()
+            plain, strays = self._alone(policy, steps)
+            due = [job for _, jobs in self._due_workflows(policy, steps) for job in jobs]
+            found = plain + strays + due
+            return PruneResult(moved=dict(Counter((job.status, job.queue) for job in found)))
         moved: Counter[tuple[JobStatus, str]] = Counter()
         batches = 0
 
         def archive_batch() -> int:
+            # As the Postgres batch: jobs outside workflows, then due workflows (each whole)
+            # in the room left, then strays in the room still left.
             nonlocal batches
-            batch = self._prunable(policy, policy.batch_size)
+            steps = self._workflow_steps()
+            plain, strays = self._alone(policy, steps)
+            batch = plain[: policy.batch_size]
+            workflows = _within(self._due_workflows(policy, steps), policy.batch_size - len(batch))
+            batch += [job for _, jobs in workflows for job in jobs]
+            batch += strays[: max(policy.batch_size - len(batch), 0)]
             if batch:
                 self._archive(batch, policy)
                 moved.update((job.status, job.queue) for job in batch)
+            self._drop_workflows(workflows)
             batches += 1
             return len(batch)
 
@@ -119,10 +141,26 @@ class RetentionPart(MemoryStore):
         return list(self._archived_attempts.get(job_id, []))
 
     # --- one batch ---------------------------------------------------------------------------
-    def _prunable(self, policy: PrunePolicy, limit: int | None) -> list[JobRecord]:
-        """Terminal jobs whose ``finished_at`` is older than their status's retention (in the
-        policy's queue when set), oldest finished first, at most ``limit``."""
+    def _workflow_steps(self) -> dict[UUID, list[JobRecord]]:
+        """The steps in ``_jobs`` of every workflow ``_workflows`` holds, by workflow. A job
+        is a step when its ``workflow_id`` is the text of such a workflow's id (the Postgres
+        part matches the text too); a stray, whose ``workflow_id`` names none, is pruned alone."""
+        steps: dict[UUID, list[JobRecord]] = {workflow_id: [] for workflow_id in self._workflows}
+        for job in self._jobs.values():
+            workflow_id = workflow_id_of(job.metadata)
+            if workflow_id in steps and str(workflow_id) == job.metadata[WORKFLOW_ID_KEY]:
+                steps[workflow_id].append(job)
+        return steps
+
+    def _alone(
+        self, policy: PrunePolicy, steps: dict[UUID, list[JobRecord]]
+    ) -> tuple[list[JobRecord], list[JobRecord]]:
+        """The jobs a prune moves alone, oldest finished first: terminal jobs whose
+        ``finished_at`` is older than their status's retention (in the policy's queue when
+        set), split into those without a ``workflow_id`` and the strays (a ``workflow_id``
+        naming no workflow: not in ``steps``). A step of a workflow never moves alone."""
         now = self._now()
+        in_workflows = {job.id for jobs in steps.values() for job in jobs}
         found = [
             job
             for job in self._jobs.values()
@@ -130,9 +168,41 @@ class RetentionPart(MemoryStore):
             and job.finished_at is not None
             and job.finished_at < now - policy.retention[job.status]
             and (policy.queue is None or job.queue == policy.queue)
+            and job.id not in in_workflows
         ]
         found.sort(key=_finished_order)
-        return found if limit is None else found[:limit]
+        plain = [job for job in found if WORKFLOW_ID_KEY not in job.metadata]
+        return plain, [job for job in found if WORKFLOW_ID_KEY in job.metadata]
+
+    def _due_workflows(self, policy: PrunePolicy, steps: dict[UUID, list[JobRecord]]) -> list[_Due]:
+        """The ended workflows due by the rule (the module's docstring), oldest end first."""
+        if not policy.retention:
+            return []
+        now = self._now()
+        shortest = min(policy.retention.values())
+        due: list[_Due] = []
+        for record in self._workflows.values():
+            if record.status is WorkflowStatus.RUNNING or record.finished_at is None:
+                continue
+            jobs = steps[record.id]
+            if not all(
+                job.status in policy.retention and policy.queue in (None, job.queue) for job in jobs
+            ):
+                continue
+            keep = max((policy.retention[job.status] for job in jobs), default=shortest)
+            ends = [record.finished_at, *(job.finished_at for job in jobs if job.finished_at)]
+            if max(ends) < now - keep:
+                due.append((record, jobs))
+        due.sort(key=lambda pair: (pair[0].finished_at, pair[0].id))
+        return due
+
+    def _drop_workflows(self, workflows: Iterable[_Due]) -> None:
+        """The rows and edges of workflows whose steps left ``_jobs``."""
+        for record, jobs in workflows:
+            del self._workflows[record.id]
+            for job in jobs:
+                self._dependencies.pop(job.id, None)
+                self._dependents.pop(job.id, None)
 
     def _archive(self, batch: list[JobRecord], policy: PrunePolicy) -> None:
         """One atomic batch: each job leaves ``_jobs`` for the archive with its attempts, and
@@ -150,3 +220,17 @@ def _finished_order(job: JobRecord) -> tuple[datetime, UUID]:
     """Oldest finished first, ties by id: the order a prune moves jobs in."""
     assert job.finished_at is not None  # only terminal jobs with a finished_at are prunable
     return job.finished_at, job.id
+
+
+def _within(due: list[_Due], room: int) -> list[_Due]:
+    """The due workflows one batch takes in the ``room`` its other jobs left: each whole,
+    while the steps before it fill less than the room (at most ``room`` workflows), so one
+    larger than a batch moves alone."""
+    taken: list[_Due] = []
+    filled = 0
+    for pair in due:
+        if filled >= room or len(taken) >= room:
+            break
+        taken.append(pair)
+        filled += len(pair[1])
+    return taken

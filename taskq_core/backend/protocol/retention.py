@@ -86,7 +86,11 @@ class RetentionBackend(Protocol):
         to the archive, ``policy.batch_size`` jobs per committed batch: the job row to
         ``jobs_archive`` (``archived_at`` now, ``expire_at`` now + ``archive_for``), its
         attempts to ``job_attempts_archive``, its events deleted. Jobs that are not terminal
-        are never touched. ``dry_run``: count what would move, move nothing. ``on_batch`` is
+        are never touched. A workflow's steps never move alone: nothing of a running workflow
+        moves, and an ended one moves whole, in one batch (alone in it when it has more steps
+        than a batch holds), with its row and edges, once its end is older than the longest
+        retention among its steps' statuses (the rule in full: the Postgres part's
+        sql/retention.sql). ``dry_run``: count what would move, move nothing. ``on_batch`` is
         called after each committed batch with the number of jobs it moved (a progress bar)."""
 
     async def expire_archive(

@@ -7,19 +7,86 @@
 -- the next pass. Dispatch only touches pending rows and is never blocked. Column lists are
 -- explicit: the archive tables were built LIKE the live ones and must stay in step by name.
 
+-- Workflows. A job that carries metadata.workflow_id is a step to the prune (as it is to the
+-- workflow's reads and its end), and never moves alone: while its workflow runs, whatever
+-- the step's own age, nothing of it moves; once the workflow has ended, it moves whole
+-- (every step in one batch, then its row and, by ON DELETE CASCADE, its edges), so no reader
+-- ever finds half of a workflow in `jobs` and half in the archive. An archived workflow keeps
+-- no row: its steps in the archive still carry workflow_id and workflow_step, and
+-- get_workflow answers None. A stray (a workflow_id naming no workflow row: set by hand, or
+-- naming one archived already) is pruned as any job.
+--
+-- The cutoff rule, per workflow: an ended workflow is due when every step is still in `jobs`
+-- with a status the policy prunes (and in its queue, when one is set) and the workflow's end
+-- (its finished_at, or the later finished_at of a step retried on its own after it ended) is
+-- older than the longest retention the policy gives the statuses its steps ended in. So no
+-- step leaves sooner than it would alone, the steps that could have gone earlier wait for the
+-- last, and a prune narrowed by status or queue never moves a job outside what it asked for
+-- (a workflow with such a step stays whole until a wider prune).
+--
+-- The cost to jobs outside workflows is the key test on the rows the pick walks. Steps held
+-- back (of running workflows, or of ended ones not due yet) lie in that walk, oldest first,
+-- and each batch steps over them again at the key test's price (about a microsecond a row).
+-- Due workflows are looked for only in the room a batch has left, and strays in the room
+-- still left after them: a run pays the strays' dearer test (a probe a step) in its last
+-- batch, not in each.
+
+-- fragment: stray_step
+-- Whether job `j`, which carries the workflow_id key, names no row of `workflows`: the
+-- workflow is looked up by primary key; a value that is not a uuid's text names none (and
+-- is not cast).
+NOT EXISTS (
+    SELECT 1 FROM {schema}.workflows w
+    WHERE w.id = CASE
+        WHEN j.metadata->>'workflow_id'
+             ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+        THEN (j.metadata->>'workflow_id')::uuid END)
+
+-- fragment: due_workflows
+-- The ended workflows due by the rule above (needs the CTEs `k`, the clock, and `rules`,
+-- $1/$2 as rows of status, keep and cutoff; $3 the queue), oldest end first: the walk of
+-- workflows_finished_idx stops at the shortest retention's cutoff (no workflow is due sooner),
+-- and each workflow's steps are one probe of jobs_workflow_idx. `steps` counts them all, of
+-- every status, for the batch's check that it holds each one.
+SELECT w.id, w.finished_at, s.steps
+FROM {schema}.workflows w
+CROSS JOIN k
+CROSS JOIN LATERAL (
+    SELECT count(*) AS steps,
+           bool_and(r.status IS NOT NULL AND ($3::text IS NULL OR j.queue = $3::text))
+               AS prunable,
+           max(j.finished_at) AS last_end,
+           max(r.keep) AS keep
+    FROM {schema}.jobs j
+    LEFT JOIN rules r ON r.status = j.status
+    WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
+) s
+WHERE w.status <> 'running'
+  AND w.finished_at < (SELECT max(r.cutoff) FROM rules r)
+  AND coalesce(s.prunable, true)
+  AND greatest(w.finished_at, s.last_end) < k.now - coalesce(s.keep, interval '0')
+ORDER BY w.finished_at, w.id
+
 -- name: prune_jobs_batch
 -- $1 statuses (text[]), $2 their retentions (interval[], parallel to $1), $3 queue (NULL:
 -- every queue), $4 batch size, $5 archive_for. One clock reading stamps the whole batch.
--- The pick walks jobs_finished_idx (status, finished_at DESC) once per status, oldest first:
--- the order is what keeps the planner on the index whatever share of the table is due.
+-- The pick of jobs outside workflows walks jobs_finished_idx (status, finished_at DESC) once
+-- per status, oldest first: the order is what keeps the planner on the index whatever share
+-- of the table is due. The room they leave goes to due workflows, oldest end first, each
+-- whole: one is taken while the steps before it fill less than the room, so a workflow
+-- larger than a batch moves alone in a batch of its own. A workflow is held (its row locked,
+-- then each of its steps, SKIP LOCKED, re-read as committed: still of a pruned status) and
+-- moves only if every step is held; one that another session writes (a retry, a graft, a
+-- second prune) stays, whole, for the next pass. The room still left goes to strays, by the
+-- pick's walk. With no room left, neither is looked for.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
 rules AS (
-    SELECT r.status::{schema}.job_status AS status, k.now - r.keep AS cutoff
+    SELECT r.status::{schema}.job_status AS status, r.keep, k.now - r.keep AS cutoff
     FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
 ),
-picked AS (
+plain AS (
     SELECT p.id
     FROM rules r
     CROSS JOIN LATERAL (
@@ -27,11 +94,83 @@ picked AS (
         FROM {schema}.jobs j
         WHERE j.status = r.status AND j.finished_at < r.cutoff
             AND ($3::text IS NULL OR j.queue = $3::text)
+            AND NOT (j.metadata ? 'workflow_id')
         ORDER BY j.finished_at
         LIMIT $4
         FOR UPDATE SKIP LOCKED
     ) p
     LIMIT $4
+),
+room AS (
+    SELECT $4 - count(*) AS room FROM plain
+),
+due AS (
+    {fragment:due_workflows}
+    LIMIT (SELECT greatest(room.room, 0) FROM room)
+),
+budgeted AS (
+    SELECT d.id, d.steps
+    FROM (
+        SELECT d.id, d.steps,
+               sum(d.steps) OVER (ORDER BY d.finished_at, d.id) - d.steps AS before
+        FROM due d
+    ) d
+    WHERE d.before < (SELECT room.room FROM room)
+),
+held AS (
+    -- The room test is a one-time filter: a batch the pick filled reads no workflow at all.
+    SELECT w.id
+    FROM {schema}.workflows w
+    WHERE (SELECT room.room FROM room) > 0
+        AND w.id = ANY (ARRAY(SELECT b.id FROM budgeted b)) AND w.status <> 'running'
+    FOR UPDATE SKIP LOCKED
+),
+steps AS (
+    SELECT j.id, j.metadata->>'workflow_id' AS workflow_id
+    FROM {schema}.jobs j
+    WHERE (SELECT room.room FROM room) > 0 AND j.metadata ? 'workflow_id'
+        AND j.metadata->>'workflow_id' = ANY (ARRAY(SELECT h.id::text FROM held h))
+        AND j.status = ANY ($1::text[]::{schema}.job_status[])
+        AND ($3::text IS NULL OR j.queue = $3::text)
+    FOR UPDATE SKIP LOCKED
+),
+whole AS (
+    -- Each workflow's steps counted once (a stepless one, its steps purged, has none).
+    SELECT b.id, b.steps
+    FROM budgeted b
+    JOIN held h ON h.id = b.id
+    LEFT JOIN (
+        SELECT s.workflow_id, count(*) AS steps FROM steps s GROUP BY s.workflow_id
+    ) c ON c.workflow_id = b.id::text
+    WHERE coalesce(c.steps, 0) = b.steps
+),
+strays AS (
+    SELECT p.id
+    FROM rules r
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM {schema}.jobs j
+        WHERE j.status = r.status AND j.finished_at < r.cutoff
+            AND ($3::text IS NULL OR j.queue = $3::text)
+            AND j.metadata ? 'workflow_id' AND {fragment:stray_step}
+        ORDER BY j.finished_at
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ) p
+    LIMIT (SELECT greatest(room.room - (SELECT coalesce(sum(w.steps), 0) FROM whole w), 0)
+           FROM room)
+),
+picked AS (
+    SELECT p.id FROM plain p
+    UNION ALL
+    SELECT s.id FROM steps s WHERE s.workflow_id IN (SELECT w.id::text FROM whole w)
+    UNION ALL
+    SELECT s.id FROM strays s
+),
+ended_workflows AS (
+    -- Their edges go by the foreign key's ON DELETE CASCADE.
+    DELETE FROM {schema}.workflows w
+    WHERE (SELECT room.room FROM room) > 0 AND w.id = ANY (ARRAY(SELECT h.id FROM whole h))
 ),
 attempts AS (
     DELETE FROM {schema}.job_attempts a
@@ -89,20 +228,39 @@ GROUP BY m.status, m.queue;
 -- prune_jobs_batch ($1 statuses, $2 retentions, $3 queue); nothing is locked or moved.
 -- Grouped inside the lateral, so each status is its own walk of jobs_finished_idx
 -- (status, finished_at) up to its cutoff, as the batch's pick is: the count reads the due
--- rows only, never the whole table.
-WITH rules AS (
-    SELECT r.status::{schema}.job_status AS status, clock_timestamp() - r.keep AS cutoff
-    FROM unnest($1::text[], $2::interval[]) AS r (status, keep)
-)
-SELECT r.status::text AS status, d.queue, d.count
-FROM rules r
-CROSS JOIN LATERAL (
-    SELECT j.queue, count(*) AS count
+-- rows only, never the whole table. The steps of every due workflow are added, by status
+-- and queue.
+WITH k AS (
+    SELECT clock_timestamp() AS now
+),
+rules AS (
+    SELECT r.status::{schema}.job_status AS status, r.keep, k.now - r.keep AS cutoff
+    FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
+),
+due AS (
+    {fragment:due_workflows}
+),
+counted AS (
+    SELECT r.status, d.queue, d.count
+    FROM rules r
+    CROSS JOIN LATERAL (
+        SELECT j.queue, count(*) AS count
+        FROM {schema}.jobs j
+        WHERE j.status = r.status AND j.finished_at < r.cutoff
+            AND ($3::text IS NULL OR j.queue = $3::text)
+            AND (NOT (j.metadata ? 'workflow_id') OR {fragment:stray_step})
+        GROUP BY j.queue
+    ) d
+    UNION ALL
+    SELECT j.status, j.queue, count(*) AS count
     FROM {schema}.jobs j
-    WHERE j.status = r.status AND j.finished_at < r.cutoff
-        AND ($3::text IS NULL OR j.queue = $3::text)
-    GROUP BY j.queue
-) d;
+    WHERE j.metadata ? 'workflow_id'
+        AND j.metadata->>'workflow_id' = ANY (ARRAY(SELECT d.id::text FROM due d))
+    GROUP BY j.status, j.queue
+)
+SELECT c.status::text AS status, c.queue, sum(c.count)::bigint AS count
+FROM counted c
+GROUP BY c.status, c.queue;
 
 -- name: expire_archive_batch
 -- Up to $1 archived jobs past expire_at, oldest first (the order keeps the pick on
