@@ -125,7 +125,7 @@ def _count_cell(row: QueueRow, status: JobStatus) -> Any:
 def _queue_columns() -> list[output.Column]:
     """Narrow terminals lose the cap, then the mode, then the rarer terminal counts (all-zero
     counts go first of all); the name, paused and the active counts always show."""
-    rare = {JobStatus.CANCELLED, JobStatus.CRASHED, JobStatus.ABANDONED}
+    rare = {JobStatus.CANCELLED, JobStatus.CRASHED, JobStatus.ABANDONED, JobStatus.WAITING}
     return [
         output.Column("queue"),
         output.Column("mode", drop=2),

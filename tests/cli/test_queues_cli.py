@@ -28,7 +28,7 @@ def test_list_shows_queues_with_jobs_and_queues_with_only_a_row(cli: Cli, db: Db
     header, idle, media = result.stdout.splitlines()
     assert header.split()[:5] == ["queue", "mode", "max_concurrent", "paused", "pending"]
     assert idle.split()[:4] == ["idle", "strict_fifo", "3", "yes,"]  # then when it was paused
-    assert media.split() == ["media", "strict_fifo", "-", "no", "2", "0", "0", "0", "1"] + ["0"] * 3
+    assert media.split() == ["media", "strict_fifo", "-", "no", "2", "0", "0", "0", "1"] + ["0"] * 4
 
 
 def test_list_json_has_settings_and_a_count_for_every_status(cli: Cli, db: Db) -> None:

@@ -48,7 +48,14 @@ from taskq_core.backend.protocol import (
     WorkerInfo,
 )
 from taskq_core.backend.protocol.schedules import ScheduleSpec
+from taskq_core.backend.protocol.workflows import (
+    WORKFLOW_ID_KEY,
+    WORKFLOW_STEP_KEY,
+    NewStep,
+    NewWorkflow,
+)
 from taskq_core.clock import FakeClock
+from taskq_core.ids import uuid7
 from taskq_core.progress import ProgressReport
 from tests.batch_seed import make_batch, settle_child
 from tests.cli.conftest import Db
@@ -130,6 +137,7 @@ class Hostile:
     pending: UUID  # waiting in the paused queue: what jobs explain explains
     reclaimed: UUID  # reclaimed once: the reclaim feed
     batch: UUID  # active, one child failed with the hostile error
+    workflow: UUID  # its name and a step's name hostile; that step failed, its dependent waits
     worker: UUID  # label and hostname
 
 
@@ -160,6 +168,8 @@ async def _seed(backend: Backend) -> dict[str, UUID]:
     error = ErrorInfo("ValueError", hostile("error"), TRACEBACK)
     await backend.mark_failed_or_retry(claimed.lease(), error, None, ran_for=0.1)
 
+    workflow = await _seed_workflow(backend, worker, error)
+
     batch = await make_batch(backend, queue=QUEUE_SEED, size=2, finalizer=ACTOR_SEED)
     await settle_child(backend, batch, "failed", error=hostile("child"))
 
@@ -185,8 +195,34 @@ async def _seed(backend: Backend) -> dict[str, UUID]:
         "pending": pending.id,
         "reclaimed": reclaimed.id,
         "batch": batch.id,
+        "workflow": workflow,
         "worker": worker,
     }
+
+
+async def _seed_workflow(backend: Backend, worker: UUID, error: ErrorInfo) -> UUID:
+    """A workflow named hostile, whose first step (named hostile) failed and whose second
+    waits on it (the release has not run: the step still waits)."""
+    workflow_id = uuid7()
+
+    def step(name: str, *after: UUID) -> NewStep:
+        metadata = {WORKFLOW_ID_KEY: str(workflow_id), WORKFLOW_STEP_KEY: name}
+        args = EnqueueArgs(
+            actor=ACTOR_SEED, queue=QUEUE_SEED, job_id=uuid7(), metadata=metadata,
+            waiting=bool(after), max_attempts=1, priority=1000,
+        )  # fmt: skip
+        return NewStep(args, name, after)
+
+    first = step(hostile("step"))
+    assert first.args.job_id is not None
+    await backend.create_workflow(
+        NewWorkflow(workflow_id, hostile("workflow")), [first, step("join", first.args.job_id)]
+    )
+    [claimed] = await backend.dispatch_batch(worker, [QUEUE_SEED], 1, LEASE)
+    assert claimed.id == first.args.job_id
+    await backend.mark_started_many(worker, [Start(claimed.id, claimed.attempt)])
+    await backend.mark_failed_or_retry(claimed.lease(), error, None, ran_for=0.1)
+    return workflow_id
 
 
 # (statement, the names it binds): $1 the hostile name, $2 the one it was seeded under.
@@ -292,6 +328,8 @@ READS: list[tuple[list[str], list[str]]] = [
     (["jobs", "reclaims", "--follow", "--after", "0", "--limit", "1"], ["queue", "actor"]),
     (["batches", "list"], ["queue", "actor"]),
     (["batches", "show", "{batch}"], ["queue", "actor", "child"]),
+    (["workflows", "list"], ["workflow"]),
+    (["workflows", "show", "{workflow}"], ["workflow"]),  # the steps table wraps the rest
     (["schedules", "list"], ["schedule", "actor"]),
     (["schedules", "show", SCHEDULE], ["schedule", "actor", "json:payload"]),
     (["workers", "list"], ["label", "host", "queue"]),
@@ -320,6 +358,8 @@ CHANGES: list[tuple[list[str], int, list[str]]] = [
     (["retry", "{failed}"], 0, []),
     (["cancel", "{failed}"], 0, []),
     (["jobs", "purge", "--status", "cancelled", "--yes"], 0, []),
+    (["workflows", "cancel", "{workflow}"], 0, []),
+    (["workflows", "retry", "{workflow}"], 0, []),
     (["workers", "ack", "{worker}"], 1, []),  # a live worker raises no alert: refused
     (["schedules", "delete", SCHEDULE], 0, [repr(SCHEDULE)]),
     (["enqueue", ACTOR], 1, []),
