@@ -19,8 +19,9 @@ from uuid import UUID
 from taskq_core.backend.protocol import JobRow
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_STEP_KEY,
+    Decision,
     Requires,
-    Upstream,
+    StepDependency,
     WorkflowBackend,
     WorkflowRow,
     WorkflowStatus,
@@ -29,7 +30,12 @@ from taskq_core.backend.protocol.workflows import (
     workflow_id_of,
 )
 from taskq_core.errors import ConfigError, TaskqError
-from taskq_core.explain.workflow import not_ended, waiting_text
+from taskq_core.explain.workflow import (
+    dependency_document,
+    not_ended,
+    release_decision,
+    waiting_text,
+)
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
 # Steps that ended without success and without a cancel.
@@ -37,6 +43,20 @@ FAILED_STATUSES = (JobStatus.FAILED, JobStatus.CRASHED, JobStatus.ABANDONED)
 # Steps released to dispatch, not yet claimed.
 DUE_STATUSES = (JobStatus.PENDING, JobStatus.SCHEDULED)
 WORKFLOW_STATUSES = tuple(status.value for status in WorkflowStatus)
+# The order steps are counted in by status: those to come, then those that ended.
+STEP_STATUSES: tuple[JobStatus, ...] = (
+    JobStatus.WAITING,
+    JobStatus.SCHEDULED,
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.CRASHED,
+    JobStatus.ABANDONED,
+    JobStatus.CANCELLED,
+)
+# A step whose workflow's row is gone.
+NO_ROW = "no workflow row (it was pruned)"
 
 
 class WorkflowNotFoundError(TaskqError):
@@ -56,6 +76,11 @@ def parse_workflow_status(text: str | None, field: str = "--status") -> Workflow
 
 def count_of(counts: Mapping[JobStatus, int], statuses: tuple[JobStatus, ...]) -> int:
     return sum(counts.get(status, 0) for status in statuses)
+
+
+def by_status(row: WorkflowRow) -> dict[str, int]:
+    """The steps' counts by status, in ``STEP_STATUSES`` order, those with none left out."""
+    return {status.value: row.counts[status] for status in STEP_STATUSES if row.counts.get(status)}
 
 
 def ended(row: WorkflowRow) -> int:
@@ -88,7 +113,7 @@ def counts_document(row: WorkflowRow) -> dict[str, Any]:
     return {
         "total": row.total,
         "ended": ended(row),
-        "by_status": {s.value: n for s, n in sorted(row.counts.items()) if n},
+        "by_status": by_status(row),
     }
 
 
@@ -154,55 +179,66 @@ def dashboard_workflows(
 @dataclass(frozen=True)
 class JobWorkflow:
     """A job's place in a workflow: the workflow (None: its row is gone), the step's name
-    and terms, and (read for a waiting step only) its dependencies' outcomes."""
+    and terms, its dependencies with their statuses now (in name order), and whether it
+    waits for them."""
 
     workflow_id: UUID
     step: str
     requires: Requires
     row: WorkflowRow | None
-    upstream: dict[str, Upstream] | None = None
+    dependencies: tuple[StepDependency, ...] = ()
+    waiting: bool = False
 
     def field(self) -> str:
         """The ``workflow`` field: the workflow's state."""
         if self.row is None:
-            return f"{self.workflow_id}: no workflow row (it was pruned)"
+            return f"{self.workflow_id}: {NO_ROW}"
         return summary(self.row)
 
+    def release(self) -> Decision | None:
+        """What a release would do with the waiting step now; None for other steps."""
+        return release_decision(self.dependencies, self.requires) if self.waiting else None
+
+    def waiting_for(self) -> list[StepDependency] | None:
+        """A waiting step's dependencies not yet ended; None for other steps."""
+        return not_ended(self.dependencies) if self.waiting else None
+
     def waits_for(self) -> str | None:
-        """A waiting step's dependencies not yet ended and its terms; None for other steps."""
-        if self.upstream is None:
-            return None
-        return waiting_text(self.upstream, self.requires)
+        """What a waiting step waits for and on what terms; None for other steps."""
+        return waiting_text(self.dependencies, self.requires) if self.waiting else None
 
     def document(self) -> dict[str, Any]:
-        """For ``jobs show --json``: the workflow, the step, what it waits for."""
-        upstream = self.upstream
+        """For ``jobs show --json`` and the web UI's job API: the workflow, the step, its
+        dependencies, and for a waiting step what a release would do and what it waits for."""
+        waiting = self.waiting_for()
         return {
             "id": self.workflow_id,
             "name": None if self.row is None else self.row.name,
             "status": None if self.row is None else self.row.status,
             "step": self.step,
             "requires": self.requires,
+            "after": [dependency_document(dep) for dep in self.dependencies],
+            "release": self.release(),
             "waiting_for": None
-            if upstream is None
-            else [
-                {"step": name, "job_id": dep.job_id, "status": dep.status}
-                for name, dep in not_ended(upstream).items()
-            ],
+            if waiting is None
+            else [dependency_document(dep) for dep in waiting],
         }
 
 
 async def read_job_workflow(backend: WorkflowBackend, job: JobRow) -> JobWorkflow | None:
-    """The workflow ``job`` is a step of, with its dependencies when it waits; None (no
-    read at all) for a job outside any workflow."""
+    """The workflow ``job`` is a step of, with its dependencies (their statuses, not their
+    results); None (no read at all) for a job outside any workflow."""
     workflow_id = workflow_id_of(job.metadata)
     if workflow_id is None:
         return None
-    step = str(job.metadata.get(WORKFLOW_STEP_KEY, job.id))
-    requires = requires_of(job.metadata)
-    if job.status is not JobStatus.WAITING:
-        return JobWorkflow(workflow_id, step, requires, await backend.get_workflow(workflow_id))
-    row, upstream = await asyncio.gather(
-        backend.get_workflow(workflow_id), backend.get_upstream(job.id)
+    row, dependencies = await asyncio.gather(
+        backend.get_workflow(workflow_id), backend.list_step_dependencies(job.id)
     )
-    return JobWorkflow(workflow_id, step, requires, row, upstream)
+    return JobWorkflow(
+        workflow_id,
+        str(job.metadata.get(WORKFLOW_STEP_KEY, job.id)),
+        requires_of(job.metadata),
+        row,
+        tuple(dependencies),
+        job.status is JobStatus.WAITING,
+    )

@@ -20,12 +20,7 @@ from taskq_cli.dashboard.source import DashboardSettings, DashboardSource
 from taskq_cli.ui.actions import DEFAULT_CANCEL_REASON, OperatorActions, web_ui_operator
 from taskq_cli.ui.sign_ins import SignIns
 from taskq_core.backend.protocol import ScheduleRecord
-from taskq_core.backend.protocol.workflows import (
-    Upstream,
-    WorkflowFilter,
-    WorkflowRow,
-    WorkflowStep,
-)
+from taskq_core.backend.protocol.workflows import WorkflowFilter, WorkflowRow, WorkflowStep
 from taskq_core.explain import ExplainSettings
 
 # The htmx build vendored in static/ (its licence beside it): templates load it by this name.
@@ -108,9 +103,6 @@ class WorkflowReader(Protocol):
 
     async def list_workflow_steps(self, workflow_id: UUID) -> list[WorkflowStep]:
         """A workflow's steps in the order they were added."""
-
-    async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
-        """The outcome of each dependency of a step, by step name."""
 
 
 class MetricsExposition(Protocol):

@@ -96,8 +96,8 @@ async def explain_job(
         return Explanation(job, position.now, "terminal", [terminal_check(context)])
     if job.status is JobStatus.WAITING:
         # A workflow step: dispatch never reads it until its dependencies release it.
-        upstream = await backend.get_upstream(job.id)
-        return Explanation(job, position.now, "waiting", [dependencies_check(job, upstream)])
+        dependencies = await backend.list_step_dependencies(job.id)
+        return Explanation(job, position.now, "waiting", [dependencies_check(job, dependencies)])
     context.workers = await backend.list_workers()
     context.leader = await backend.get_leader()
     if job.status is JobStatus.RUNNING:

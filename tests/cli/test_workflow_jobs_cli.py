@@ -9,10 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from taskq_core.workflows import WorkflowRun
 from tests.cli.conftest import Db, parse_json
 from tests.conftest import CliResult
-from tests.workflow_seed import make_diamond, run_step
+from tests.workflow_seed import SeededWorkflow, diamond_under_way, run_step
 
 pytestmark = pytest.mark.postgres
 
@@ -31,16 +30,13 @@ def fields(result: CliResult) -> dict[str, str]:
 
 
 @pytest.fixture
-def run(db: Db) -> WorkflowRun:
+def run(db: Db) -> SeededWorkflow:
     """extract succeeded, t1 running, t2 due, load and report waiting."""
-    run = db.call(make_diamond)
-    db.call(lambda b: run_step(b, run, "extract"))
-    db.call(lambda b: run_step(b, run, "t1", "running"))
-    return run
+    return db.call(diamond_under_way)
 
 
 def test_jobs_show_of_a_waiting_step_names_its_workflow_and_what_it_waits_for(
-    cli: Cli, run: WorkflowRun
+    cli: Cli, run: SeededWorkflow
 ) -> None:
     shown = fields(cli("jobs", "show", str(run.jobs["load"])))
     assert shown["status"] == "waiting"
@@ -57,7 +53,7 @@ def test_jobs_show_of_a_waiting_step_names_its_workflow_and_what_it_waits_for(
 
 
 def test_jobs_show_json_carries_the_workflow_and_the_dependencies_not_ended(
-    cli: Cli, db: Db, run: WorkflowRun
+    cli: Cli, db: Db, run: SeededWorkflow
 ) -> None:
     document = parse_json(cli("jobs", "show", str(run.jobs["load"]), "--json"))
     assert document["workflow"] == {
@@ -66,6 +62,11 @@ def test_jobs_show_json_carries_the_workflow_and_the_dependencies_not_ended(
         "status": "running",
         "step": "load",
         "requires": "succeeded",
+        "after": [
+            {"step": "t1", "job_id": str(run.jobs["t1"]), "status": "running"},
+            {"step": "t2", "job_id": str(run.jobs["t2"]), "status": "pending"},
+        ],
+        "release": "wait",
         "waiting_for": [
             {"step": "t1", "job_id": str(run.jobs["t1"]), "status": "running"},
             {"step": "t2", "job_id": str(run.jobs["t2"]), "status": "pending"},
@@ -73,13 +74,16 @@ def test_jobs_show_json_carries_the_workflow_and_the_dependencies_not_ended(
     }
     assert document["job"]["metadata"]["workflow_step"] == "load"
     running = parse_json(cli("jobs", "show", str(run.jobs["t1"]), "--json"))["workflow"]
-    assert (running["step"], running["waiting_for"]) == ("t1", None)  # not waiting
+    assert (running["step"], running["release"], running["waiting_for"]) == ("t1", None, None)
+    assert [d["step"] for d in running["after"]] == ["extract"]  # not waiting
     plain = db.enqueue()
     assert parse_json(cli("jobs", "show", str(plain.id), "--json"))["workflow"] is None
     assert "workflow" not in fields(cli("jobs", "show", str(plain.id)))
 
 
-def test_jobs_explain_of_a_waiting_step_lists_its_dependencies(cli: Cli, run: WorkflowRun) -> None:
+def test_jobs_explain_of_a_waiting_step_lists_its_dependencies(
+    cli: Cli, run: SeededWorkflow
+) -> None:
     result = cli("jobs", "explain", str(run.jobs["load"]))
     assert result.exit_code == 0, result.stderr
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
@@ -97,7 +101,7 @@ def test_jobs_explain_of_a_waiting_step_lists_its_dependencies(cli: Cli, run: Wo
     ]
 
 
-def test_jobs_explain_json_names_the_finding_and_its_facts(cli: Cli, run: WorkflowRun) -> None:
+def test_jobs_explain_json_names_the_finding_and_its_facts(cli: Cli, run: SeededWorkflow) -> None:
     document = parse_json(cli("jobs", "explain", str(run.jobs["load"]), "--json"))
     assert (document["status"], document["situation"]) == ("waiting", "waiting")
     assert document["origin"] == f"step load of workflow {run.id}"
@@ -121,7 +125,7 @@ def test_jobs_explain_json_names_the_finding_and_its_facts(cli: Cli, run: Workfl
 
 
 def test_a_step_whose_release_was_lost_says_the_sweep_decides_it(
-    cli: Cli, db: Db, run: WorkflowRun
+    cli: Cli, db: Db, run: SeededWorkflow
 ) -> None:
     lease = db.get(run.jobs["t1"]).lease()
     assert db.call(lambda b: b.mark_succeeded(lease, None))  # and no end hook ran
@@ -138,7 +142,7 @@ def test_a_step_whose_release_was_lost_says_the_sweep_decides_it(
 
 
 def test_jobs_list_status_waiting_lists_the_waiting_steps(
-    cli: Cli, db: Db, run: WorkflowRun
+    cli: Cli, db: Db, run: SeededWorkflow
 ) -> None:
     db.enqueue()  # a plain job: pending
     document = parse_json(cli("jobs", "list", "--status", "waiting", "--json"))

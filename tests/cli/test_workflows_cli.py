@@ -13,10 +13,15 @@ import pytest
 
 from taskq_core.backend.protocol.workflows import WorkflowStatus
 from taskq_core.statemachine import JobStatus
-from taskq_core.workflows import WorkflowRun
 from tests.cli.conftest import Db, one_error_line, parse_json
 from tests.conftest import CliResult
-from tests.workflow_seed import make_diamond, run_all, run_step
+from tests.workflow_seed import (
+    SeededWorkflow,
+    diamond_under_way,
+    make_diamond,
+    run_all,
+    run_step,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -29,23 +34,20 @@ def words(text: str) -> list[str]:
     return [" ".join(line.split()) for line in text.splitlines()]
 
 
-def diamond(db: Db, **fields: Any) -> WorkflowRun:
+def diamond(db: Db, **fields: Any) -> SeededWorkflow:
     return db.call(lambda b: make_diamond(b, **fields))
 
 
-def step(db: Db, run: WorkflowRun, name: str, outcome: Any = "succeeded", **fields: Any) -> Any:
+def step(db: Db, run: SeededWorkflow, name: str, outcome: Any = "succeeded", **fields: Any) -> Any:
     return db.call(lambda b: run_step(b, run, name, outcome, **fields))
 
 
-def started(db: Db) -> WorkflowRun:
+def started(db: Db) -> SeededWorkflow:
     """extract succeeded, t1 running, t2 due, load and report waiting."""
-    run = diamond(db)
-    step(db, run, "extract")
-    step(db, run, "t1", "running")
-    return run
+    return db.call(diamond_under_way)
 
 
-def workflow_status(db: Db, run: WorkflowRun) -> WorkflowStatus:
+def workflow_status(db: Db, run: SeededWorkflow) -> WorkflowStatus:
     row = db.call(lambda b: b.get_workflow(run.id))
     assert row is not None
     return row.status
@@ -72,7 +74,7 @@ def test_list_json_has_each_workflow_with_its_steps_by_status(cli: Cli, db: Db) 
 
 def test_list_filters_by_status_and_limit(cli: Cli, db: Db) -> None:
     done = diamond(db, name="done", queue="q1")
-    db.call(lambda b: run_all(b, done, queue="q1"))
+    db.call(lambda b: run_all(b, done))
     running = diamond(db, name="running", queue="q2")
 
     def ids(*flags: str) -> list[str]:
@@ -121,7 +123,7 @@ def test_show_has_the_workflow_and_every_step_with_what_it_waits_for(cli: Cli, d
     assert "name nightly-etl" in lines
     assert "status running" in lines
     assert "progress 1 of 5 steps ended" in lines
-    assert "by status 1 pending, 1 running, 1 succeeded, 2 waiting" in lines
+    assert "by status 2 waiting, 1 pending, 1 running, 1 succeeded" in lines
     header = lines.index("steps") + 1
     assert lines[header].startswith("step actor status after waits for requires attempt")
     rows = {line.split()[0]: line for line in lines[header + 1 :]}
@@ -229,7 +231,7 @@ def test_cancel_of_waiting_steps_ends_the_workflow_and_a_finished_one_is_refused
     )
     assert parse_json(cli("workflows", "cancel", str(waiting.id), "--json"))["changed"] == {}
     done = diamond(db, queue="q2")
-    db.call(lambda b: run_all(b, done, queue="q2"))
+    db.call(lambda b: run_all(b, done))
     line = one_error_line(cli("workflows", "cancel", str(done.id)))
     assert f"workflow {done.id} is succeeded: there is nothing to cancel" in line
     assert db.get(done.jobs["report"]).status is S.SUCCEEDED

@@ -1,7 +1,8 @@
 """Workflows on every backend: steps with dependencies wait where dispatch never looks, the
 release rule (run when every dependency succeeded; cancelled when one failed for good; with
 ``requires="finished"`` once every one ended), once however many parents end together, the
-leader's sweep for a release no hook made, the upstream read, graft, cancel and retry."""
+leader's sweep for a release no hook made, the upstream read and the operators' read of a
+step's dependencies, graft, cancel and retry."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from taskq_core.backend.protocol.workflows import (
     WORKFLOW_STEP_KEY,
     NewStep,
     NewWorkflow,
+    StepDependency,
     WorkflowFilter,
     WorkflowStatus,
     decide_step,
@@ -148,6 +150,29 @@ async def test_a_finished_step_runs_whatever_its_dependencies_outcome(harness: H
     await run(backend, graph, "report")
     row = await backend.get_workflow(graph.id)
     assert row is not None and row.status is WorkflowStatus.FAILED
+
+
+async def test_a_step_s_dependencies_are_read_with_their_statuses_in_name_order(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    graph = Graph()
+    graph.step("z")  # added first: its id sorts first, its name last
+    graph.step("m", retry_kind="non_retryable")
+    graph.step("join", after=("z", "m"))
+    await graph.create(backend)
+    assert await backend.list_step_dependencies(graph.ids["z"]) == []  # a root
+    assert await backend.list_step_dependencies(graph.ids["join"]) == [
+        StepDependency("m", graph.ids["m"], S.PENDING),
+        StepDependency("z", graph.ids["z"], S.PENDING),
+    ]
+    claimed = await backend.dispatch_batch(uuid4(), [graph.queue], 1, LEASE)
+    await backend.mark_started_many(claimed[0].locked_by_worker, [Start(claimed[0].id, 1)])  # type: ignore[arg-type]
+    assert await backend.mark_succeeded(claimed[0].lease(), {"rows": 3})  # no hook ran
+    statuses = [dep.status for dep in await backend.list_step_dependencies(graph.ids["join"])]
+    assert statuses == [S.PENDING, S.SUCCEEDED]
+    plain = await backend.enqueue(args())
+    assert await backend.list_step_dependencies(plain.id) == []
 
 
 async def test_two_parents_ending_together_release_their_step_once(harness: Harness) -> None:

@@ -16,7 +16,7 @@ from taskq_cli.tui.messages import JobChosen
 from taskq_cli.tui.widgets.explain import ExplainScreen
 from taskq_cli.tui.widgets.job_detail import JobDetailScreen
 from tests.tui.conftest import WIDE, Dashboard, screen_text, settle, top_app
-from tests.workflow_seed import ERROR, make_diamond, run_all, run_step
+from tests.workflow_seed import ERROR, diamond_under_way, make_diamond, run_all, run_step
 
 
 def rows(table: DataTable[Any]) -> dict[str, list[str]]:
@@ -49,9 +49,7 @@ async def test_a_running_workflow_shows_its_steps_by_status_then_ends_and_leaves
     dashboard: Dashboard,
 ) -> None:
     backend = dashboard.backend
-    run = await make_diamond(backend)
-    await run_step(backend, run, "extract")
-    await run_step(backend, run, "t1", "running")
+    run = await diamond_under_way(backend)
     app = top_app(dashboard.source)
     async with app.run_test(size=WIDE) as pilot:
         await settle(pilot)
@@ -92,7 +90,7 @@ async def test_the_title_says_when_more_workflows_run_than_shown(dashboard: Dash
         await make_diamond(dashboard.backend, name=queue, queue=queue)
         dashboard.clock.advance(1)
     done = await make_diamond(dashboard.backend, name="done", queue="four")
-    await run_all(dashboard.backend, done, queue="four")
+    await run_all(dashboard.backend, done)
     source = BackendSource(
         dashboard.backend, "db", "public", settings=DashboardSettings(workflows_limit=2)
     )
@@ -110,9 +108,7 @@ async def test_a_waiting_step_names_its_workflow_and_dependencies_in_detail_and_
     dashboard: Dashboard,
 ) -> None:
     backend = dashboard.backend
-    run = await make_diamond(backend)
-    await run_step(backend, run, "extract")
-    await run_step(backend, run, "t1", "running")
+    run = await diamond_under_way(backend)
     app = top_app(dashboard.source)
     async with app.run_test(size=WIDE) as pilot:
         await settle(pilot)

@@ -17,7 +17,7 @@ from tests.conftest import PgTarget
 from tests.ui.conftest import TOKEN
 from tests.ui.inprocess import open_ui
 from tests.ui.job_pages import HTMX
-from tests.ui.workflow_seed import make_workflow, run_step
+from tests.workflow_seed import make_workflow, run_step
 
 pytestmark = [pytest.mark.postgres]
 
@@ -91,11 +91,11 @@ async def test_a_workflow_s_page_draws_its_graph_and_lists_its_steps(pg: PgTarge
         graph = _section(html, "graph")
         nodes = {name: (UUID(job), status) for job, status, name in _NODE.findall(graph)}
         assert nodes == {
-            "a": (wf.ids["a"], "succeeded"),
-            "b": (wf.ids["b"], "failed"),
-            "c": (wf.ids["c"], "running"),
-            "d": (wf.ids["d"], "cancelled"),
-            "report": (wf.ids["report"], "pending"),
+            "a": (wf.jobs["a"], "succeeded"),
+            "b": (wf.jobs["b"], "failed"),
+            "c": (wf.jobs["c"], "running"),
+            "d": (wf.jobs["d"], "cancelled"),
+            "report": (wf.jobs["report"], "pending"),
         }
         edges = set(_EDGE.findall(graph))
         assert edges == {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "report")}
@@ -104,10 +104,10 @@ async def test_a_workflow_s_page_draws_its_graph_and_lists_its_steps(pg: PgTarge
 
         steps = _section(html, "steps")
         d = _row(steps, "data-step", "d")
-        assert f'href="/jobs/{wf.ids["d"]}"' in d and "status-cancelled" in d
+        assert f'href="/jobs/{wf.jobs["d"]}"' in d and "status-cancelled" in d
         assert "etl_d" in d and "b, c" in d and "dependency b failed" in d
         b = _row(steps, "data-step", "b")
-        assert "status-failed" in b and "ConnectionResetError: upstream closed" in b
+        assert "status-failed" in b and "ValueError: the March export has no header row" in b
         assert '<td class="num">1</td>' in b  # its attempt
         assert "(any outcome)" in _row(steps, "data-step", "report")
         assert "&lt;i&gt;4&lt;/i&gt;" in _section(html, "metadata")
@@ -123,8 +123,8 @@ async def test_a_workflow_s_page_draws_its_graph_and_lists_its_steps(pg: PgTarge
         assert by_name["d"]["after"] == ["b", "c"] and by_name["d"]["status"] == "cancelled"
         assert by_name["d"]["cancel_reason"] == "dependency b failed"
         assert by_name["report"]["requires"] == "finished"
-        assert by_name["b"]["error_class"] == "ConnectionResetError"
-        assert by_name["c"]["job_id"] == str(wf.ids["c"])
+        assert by_name["b"]["error_class"] == "ValueError"
+        assert by_name["c"]["job_id"] == str(wf.jobs["c"])
 
 
 async def test_names_are_escaped_in_the_graph_and_the_table(pg: PgTarget) -> None:
@@ -144,37 +144,43 @@ async def test_a_step_s_job_page_names_its_workflow_and_what_it_waits_for(pg: Pg
         await run_step(backend, wf, "a")
         await run_step(backend, wf, "b", "running")
 
-        html = (await ui.client.get(f"/jobs/{wf.ids['d']}")).text
+        html = (await ui.client.get(f"/jobs/{wf.jobs['d']}")).text
         part = _section(html, "workflow")
         assert f'href="/workflows/{wf.id}"' in part and "nightly-etl" in part
-        assert "<strong>d</strong>, runs when every dependency succeeded" in part
-        assert f'href="/jobs/{wf.ids["b"]}">b</a> <span class="status status-running">' in part
+        assert "running</span>, 1 of 5 steps ended" in part  # jobs show's words
+        assert "<strong>d</strong>" in part
+        assert f'href="/jobs/{wf.jobs["b"]}">b</a> <span class="status status-running">' in part
+        assert "it runs once every one succeeded, and is cancelled if one fails for good" in part
         waits = part[part.index('id="waits-for"') :]
-        assert "b, c to end" in waits
+        assert "b (running), c (pending)</dd>" in waits
 
-        document = (await ui.client.get(f"/api/jobs/{wf.ids['d']}")).json()
+        document = (await ui.client.get(f"/api/jobs/{wf.jobs['d']}")).json()
         workflow = document["workflow"]
         assert (workflow["id"], workflow["step"], workflow["status"]) == (
             str(wf.id),
             "d",
             "running",
         )
-        assert workflow["release"] == "wait" and workflow["waits_for"] == ["b", "c"]
-        assert [(d["name"], d["status"]) for d in workflow["after"]] == [
+        assert workflow["release"] == "wait"
+        assert [d["step"] for d in workflow["waiting_for"]] == ["b", "c"]
+        assert [(d["step"], d["status"]) for d in workflow["after"]] == [
             ("b", "running"),
             ("c", "pending"),
         ]
 
         # A root step names its workflow and waits for nothing.
-        root = _section((await ui.client.get(f"/jobs/{wf.ids['a']}")).text, "workflow")
+        root = _section((await ui.client.get(f"/jobs/{wf.jobs['a']}")).text, "workflow")
         assert "<strong>a</strong>" in root and "waits-for" not in root
 
         # Its dependencies ended but no release ran yet (a worker died before its hook):
-        # the page says the next release makes it due.
-        chain = await make_workflow(backend, [("x", ()), ("y", ("x",))])
+        # the page says the next release (the leader's sweep) decides it.
+        chain = await make_workflow(backend, [("x", ()), ("y", ("x",))], queue="chain")
         await run_step(backend, chain, "x", release=False)
-        html = (await ui.client.get(f"/jobs/{chain.ids['y']}?part=live", headers=HTMX)).text
-        assert "nothing more: its dependencies allow it" in _section(html, "workflow")
+        html = (await ui.client.get(f"/jobs/{chain.jobs['y']}?part=live", headers=HTMX)).text
+        assert (
+            "nothing: every dependency ended (x succeeded); the release was lost and the "
+            "leader&#39;s sweep decides the step at its next pass"
+        ) in _section(html, "workflow")
 
         plain = await backend.enqueue(args())
         assert (await ui.client.get(f"/api/jobs/{plain.id}")).json()["workflow"] is None

@@ -23,6 +23,7 @@ from taskq_core.clock import FakeClock
 from taskq_core.errors import JobNotFoundError
 from taskq_core.explain import ExplainSettings, Explanation, explain_job
 from taskq_core.statemachine import JobStatus
+from tests.workflow_seed import make_diamond, run_step
 
 LEASE = timedelta(seconds=60)
 SETTINGS = ExplainSettings(
@@ -360,3 +361,22 @@ async def test_an_archived_job_is_explained_as_archived(
     assert f"deletes it at {archived.expire_at.isoformat(timespec='seconds')}" in verdict.message
     assert verdict.facts["archived_at"] == archived.archived_at
     assert verdict.facts["expire_at"] == archived.expire_at
+
+
+async def test_a_waiting_step_a_failed_dependency_cancels_waits_for_the_sweep(
+    backend: InMemoryBackend,
+) -> None:
+    run = await make_diamond(backend)
+    await run_step(backend, run, "extract")
+    await run_step(backend, run, "t1", "failed", release=False)  # its hook never ran
+    explanation = await explain(backend, run.jobs["load"])
+    assert explanation.verdict.code == "workflow_dependencies"
+    assert explanation.verdict.message == (
+        "it is a workflow step that waits for nothing: a dependency did not succeed "
+        "(t1 failed, t2 pending); the release was lost and the leader's sweep decides the "
+        "step at its next pass"
+    )
+    assert explanation.verdict.facts["waiting_for"] == ["t2"]
+    await backend.release_stale_workflow_steps()
+    load = await backend.get(run.jobs["load"])
+    assert load is not None and load.status is JobStatus.CANCELLED

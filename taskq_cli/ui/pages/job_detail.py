@@ -44,7 +44,7 @@ from taskq_cli.json_preview import preview_json
 from taskq_cli.ui.actions import MAX_REASON, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
-from taskq_cli.ui.pages.workflows import job_workflow, workflow_path
+from taskq_cli.ui.pages.workflows import workflow_path
 from taskq_cli.ui.paths import path_segment
 from taskq_cli.ui.render import LIVE, is_htmx, page
 from taskq_core.backend.protocol.admin import JobIdSearchTooSlowError, normalize_id_fragment
@@ -152,11 +152,14 @@ async def _explain(ui: Ui, job_id: UUID) -> Explanation | None:
 
 
 async def read_job(ui: Ui, job_id: UUID) -> JobDetailView | None:
-    """Everything the page shows of the job (None: neither live nor archived)."""
-    detail, explanation = await asyncio.gather(ui.source.job_detail(job_id), _explain(ui, job_id))
+    """Everything the page shows of the job (None: neither live nor archived), its
+    workflow's among it, read within the read timeout."""
+    detail, explanation = await ui.read(
+        asyncio.gather(ui.source.job_detail(job_id), _explain(ui, job_id))
+    )
     if detail is None:
         return None
-    return JobDetailView.of(detail, explanation, await job_workflow(ui, detail.job))
+    return JobDetailView.of(detail, explanation)
 
 
 def _missing(status: int, message: str, part: str | None) -> Template | Response[str]:

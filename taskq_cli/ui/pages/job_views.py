@@ -11,7 +11,6 @@ to the archive, when that happened (its events were deleted then, by design).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -28,24 +27,14 @@ from taskq_cli.job_documents import (
     job_document,
     job_summary,
 )
+from taskq_cli.workflow_progress import NO_ROW, JobWorkflow, steps_text
 from taskq_core.backend.protocol import ArchivedJob, AttemptRow, EventRow, JobRow, JobSummary
 from taskq_core.backend.protocol.batches import batch_id_of
-from taskq_core.backend.protocol.workflows import (
-    WORKFLOW_STEP_KEY,
-    Decision,
-    Upstream,
-    WorkflowRow,
-    decide_step,
-    requires_of,
-)
+from taskq_core.backend.protocol.workflows import Decision
 from taskq_core.explain import Explanation, job_origin
+from taskq_core.explain.workflow import release_terms, waiting_for_text
 from taskq_core.progress import ProgressReport
-from taskq_core.statemachine import (
-    ACTIVE_STATUSES,
-    RETRYABLE_STATUSES,
-    TERMINAL_STATUSES,
-    JobStatus,
-)
+from taskq_core.statemachine import ACTIVE_STATUSES, RETRYABLE_STATUSES
 
 
 def first_line(text: str | None) -> str | None:
@@ -329,17 +318,19 @@ class ArchivedView(BaseModel):
 class DependencyView(BaseModel):
     """A dependency of a workflow step: its step name, its job and that job's status now."""
 
-    name: str
+    step: str
     job_id: UUID
     status: str
 
 
 class JobWorkflowView(BaseModel):
-    """The workflow a job is a step of (``status`` None: the workflow's row is gone), the
-    step's name, what it requires of its dependencies (``succeeded``, or ``finished``: any
-    outcome) and their statuses now; for a waiting step, what a release would do now
-    (``release``: the release rule's answer, ``decide_step``) and the dependencies it waits
-    for (``waits_for``: those not yet ended)."""
+    """The workflow a job is a step of, as ``jobs show --json`` prints it (``status`` None:
+    the workflow's row is gone): the step, what it requires of its dependencies
+    (``succeeded``, or ``finished``: any outcome), the dependencies with their statuses now
+    (``after``), and for a waiting step what a release would do now (``release``,
+    ``decide_step``'s answer) and the dependencies it waits for (``waiting_for``: those not
+    yet ended). The words beside them are ``jobs show``'s: the workflow's ``progress``, the
+    step's ``terms`` and what a waiting step waits for (``waiting_text``)."""
 
     id: UUID
     name: str | None
@@ -348,38 +339,23 @@ class JobWorkflowView(BaseModel):
     requires: str
     after: list[DependencyView]
     release: Decision | None
-    waits_for: list[str]
+    waiting_for: list[DependencyView] | None
+    progress: str
+    terms: str | None
+    waiting_text: str | None
 
     @classmethod
-    def of(
-        cls,
-        workflow_id: UUID,
-        job: JobRow,
-        row: WorkflowRow | None,
-        upstream: Mapping[str, Upstream],
-    ) -> JobWorkflowView:
-        """``job``, a step of workflow ``workflow_id`` (its row: ``row``), and its
-        dependencies' outcomes (``get_upstream``)."""
-        requires = requires_of(job.metadata)
-        after = [
-            DependencyView(name=name, job_id=up.job_id, status=up.status.value)
-            for name, up in sorted(upstream.items())
-        ]
-        waiting = job.status is JobStatus.WAITING
-        release = decide_step(requires, (u.status for u in upstream.values()))
-        return cls(
-            id=workflow_id,
-            name=None if row is None else row.name,
-            status=None if row is None else row.status.value,
-            step=str(job.metadata.get(WORKFLOW_STEP_KEY, "")),
-            requires=requires,
-            after=after,
-            release=release if waiting else None,
-            waits_for=[
-                name
-                for name, up in sorted(upstream.items())
-                if waiting and up.status not in TERMINAL_STATUSES
-            ],
+    def of(cls, flow: JobWorkflow) -> JobWorkflowView:
+        """``flow``'s document (the CLI's), with its words."""
+        return cls.model_validate(
+            {
+                **flow.document(),
+                "progress": NO_ROW if flow.row is None else steps_text(flow.row),
+                "terms": release_terms(flow.requires) if flow.dependencies else None,
+                "waiting_text": waiting_for_text(flow.dependencies, flow.requires)
+                if flow.waiting
+                else None,
+            }
         )
 
 
@@ -397,12 +373,7 @@ class JobDetailView(BaseModel):
     can_cancel: bool
 
     @classmethod
-    def of(
-        cls,
-        detail: JobDetail,
-        explanation: Explanation | None,
-        workflow: JobWorkflowView | None = None,
-    ) -> JobDetailView:
+    def of(cls, detail: JobDetail, explanation: Explanation | None) -> JobDetailView:
         job = detail.job
         live = detail.archived is None
         return cls(
@@ -412,7 +383,7 @@ class JobDetailView(BaseModel):
             attempts=[AttemptView.of(a) for a in detail.attempts],
             events=[EventView.of(e) for e in detail.events],
             explanation=None if explanation is None else ExplanationView.of(explanation),
-            workflow=workflow,
+            workflow=None if detail.workflow is None else JobWorkflowView.of(detail.workflow),
             can_retry=live and job.status in RETRYABLE_STATUSES,
             can_cancel=live and job.status in ACTIVE_STATUSES,
         )

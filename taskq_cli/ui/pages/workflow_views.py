@@ -1,5 +1,8 @@
 """What the workflow pages show, as pydantic models: the JSON under ``/api/workflows`` and
-the values the templates render are the same objects.
+the values the templates render are the same objects. Each is validated from the documents
+of ``taskq workflows list|show --json`` (``taskq_cli/workflow_progress.py``), as the jobs
+pages' models are from ``jobs show --json``'s, and declares which of their fields the API
+exposes.
 
 ``WorkflowSummary`` is a row of the list (the workflow and its steps' counts by status),
 ``WorkflowDetailView`` one workflow with its steps and their dependencies. What a step's job
@@ -8,6 +11,7 @@ page says of its workflow is ``job_views.JobWorkflowView``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -15,21 +19,8 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from taskq_cli.ui.pages.job_views import error_line
+from taskq_cli.workflow_progress import by_status, step_document, workflow_document
 from taskq_core.backend.protocol.workflows import WorkflowRow, WorkflowStep
-from taskq_core.statemachine import JobStatus
-
-# The order the steps' statuses are counted in: those to come, then those that ended.
-STEP_STATUSES: tuple[JobStatus, ...] = (
-    JobStatus.WAITING,
-    JobStatus.SCHEDULED,
-    JobStatus.PENDING,
-    JobStatus.RUNNING,
-    JobStatus.SUCCEEDED,
-    JobStatus.FAILED,
-    JobStatus.CRASHED,
-    JobStatus.ABANDONED,
-    JobStatus.CANCELLED,
-)
 
 
 class WorkflowSummary(BaseModel):
@@ -47,15 +38,8 @@ class WorkflowSummary(BaseModel):
 
     @classmethod
     def of(cls, row: WorkflowRow) -> WorkflowSummary:
-        return cls(
-            id=row.id,
-            name=row.name,
-            status=row.status.value,
-            created_at=row.created_at,
-            finished_at=row.finished_at,
-            cancel_requested_at=row.cancel_requested_at,
-            steps=row.total,
-            by_status={s.value: row.counts[s] for s in STEP_STATUSES if row.counts.get(s)},
+        return cls.model_validate(
+            {**workflow_document(row), "steps": row.total, "by_status": by_status(row)}
         )
 
 
@@ -68,10 +52,13 @@ class WorkflowsView(BaseModel):
     more: bool
 
 
+# The fields repeat WorkflowStep's on purpose: an API model declares what its JSON and its
+# OpenAPI schema carry; the values come from the CLI's step_document.
 class WorkflowStepView(BaseModel):
     """One step: its name, its job (actor, queue, status, attempt), what it requires of its
-    dependencies (``succeeded``, or ``finished``: any outcome) and their names (``after``),
-    and how it ended (``error``: the class and the first line of the message)."""
+    dependencies (``succeeded``, or ``finished``: any outcome), their names (``after``) and,
+    while it waits, those not yet ended (``waiting_for``), and how it ended (``error``: the
+    class and the first line of the message)."""
 
     name: str
     job_id: UUID
@@ -80,6 +67,7 @@ class WorkflowStepView(BaseModel):
     status: str
     requires: str
     after: list[str]
+    waiting_for: list[str]
     attempt: int
     created_at: datetime
     started_at: datetime | None
@@ -90,23 +78,12 @@ class WorkflowStepView(BaseModel):
     cancel_reason: str | None
 
     @classmethod
-    def of(cls, step: WorkflowStep) -> WorkflowStepView:
-        return cls(
-            name=step.name,
-            job_id=step.job_id,
-            actor=step.actor,
-            queue=step.queue,
-            status=step.status.value,
-            requires=step.requires,
-            after=list(step.after),
-            attempt=step.attempt,
-            created_at=step.created_at,
-            started_at=step.started_at,
-            finished_at=step.finished_at,
-            error_class=step.error_class,
-            error_message=step.error_message,
-            error=error_line(step.error_class, step.error_message),
-            cancel_reason=step.cancel_reason,
+    def of(cls, step: WorkflowStep, by_name: Mapping[str, WorkflowStep]) -> WorkflowStepView:
+        return cls.model_validate(
+            {
+                **step_document(step, by_name),
+                "error": error_line(step.error_class, step.error_message),
+            }
         )
 
 
@@ -120,8 +97,9 @@ class WorkflowDetailView(BaseModel):
 
     @classmethod
     def of(cls, row: WorkflowRow, steps: list[WorkflowStep]) -> WorkflowDetailView:
+        by_name = {step.name: step for step in steps}
         return cls(
             workflow=WorkflowSummary.of(row),
             metadata=row.metadata,
-            steps=[WorkflowStepView.of(step) for step in steps],
+            steps=[WorkflowStepView.of(step, by_name) for step in steps],
         )

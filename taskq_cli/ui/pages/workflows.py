@@ -5,8 +5,8 @@ workflow_graph.py) and its steps, each a link to its job. ``/api/workflows`` and
 404 (the page saying so).
 
 The reads are ``taskq workflows list|show``'s (the backend's ``list_workflows``,
-``get_workflow``, ``list_workflow_steps``). A step's job page names its workflow through
-``job_workflow`` (``get_workflow`` and ``get_upstream``: two reads, for steps only).
+``get_workflow``, ``list_workflow_steps``). A step's job page names its workflow from the
+read model's ``JobDetail.workflow`` (``jobs show``'s, job_views.JobWorkflowView).
 """
 
 from __future__ import annotations
@@ -24,18 +24,11 @@ from litestar.response import Redirect, Template
 from pydantic import BaseModel
 
 from taskq_cli.ui.config import Ui, UiDependency
-from taskq_cli.ui.pages.job_views import JobWorkflowView
 from taskq_cli.ui.pages.workflow_views import WorkflowDetailView, WorkflowSummary, WorkflowsView
 from taskq_cli.ui.paths import path_segment
 from taskq_cli.ui.render import LIVE, page
 from taskq_cli.ui.workflow_graph import MAX_DRAWN, layout
-from taskq_core.backend.protocol import JobRow
-from taskq_core.backend.protocol.workflows import (
-    WORKFLOW_STEP_KEY,
-    WorkflowFilter,
-    WorkflowStatus,
-    workflow_id_of,
-)
+from taskq_core.backend.protocol.workflows import WorkflowFilter, WorkflowStatus
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -190,18 +183,6 @@ async def workflow_api(
     """One workflow: its status, its steps' counts, its metadata, and every step (its job,
     status, attempt, dependencies by name, error or cancel reason) in the order added."""
     return await read_workflow(ui, ref)
-
-
-async def job_workflow(ui: Ui, job: JobRow) -> JobWorkflowView | None:
-    """The workflow ``job`` is a step of, and its dependencies' outcomes; None for a job
-    outside any workflow (read nothing then)."""
-    workflow_id = workflow_id_of(job.metadata)
-    if workflow_id is None or WORKFLOW_STEP_KEY not in job.metadata:
-        return None
-    row, upstream = await ui.read(
-        asyncio.gather(ui.workflows.get_workflow(workflow_id), ui.workflows.get_upstream(job.id))
-    )
-    return JobWorkflowView.of(workflow_id, job, row, upstream)
 
 
 async def workflow_path(ui: Ui, ident: UUID) -> str | None:

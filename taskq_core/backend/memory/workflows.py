@@ -20,6 +20,7 @@ from taskq_core.backend.protocol.workflows import (
     Decision,
     NewStep,
     NewWorkflow,
+    StepDependency,
     Upstream,
     WorkflowCancel,
     WorkflowFilter,
@@ -281,6 +282,15 @@ class WorkflowPart(MemoryStore):
                 error_message=job.error_message,
             )
         return upstream
+
+    async def list_step_dependencies(self, job_id: UUID) -> list[StepDependency]:
+        parents = [self._jobs.get(parent) for parent in self._dependencies.get(job_id, [])]
+        found = [
+            StepDependency(self._step_name(job.id), job.id, job.status)
+            for job in parents
+            if job is not None
+        ]
+        return sorted(found, key=lambda dep: (dep.name, dep.job_id))
 
     # --- operator writes ----------------------------------------------------------------------
     async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:

@@ -19,6 +19,7 @@ from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
     NewStep,
     NewWorkflow,
+    StepDependency,
     Upstream,
     WorkflowCancel,
     WorkflowFilter,
@@ -204,6 +205,10 @@ class WorkflowPart(BackendCore):
             )
             for r in records
         }
+
+    async def list_step_dependencies(self, job_id: UUID) -> list[StepDependency]:
+        records = await self._pool.fetch(self._queries["list_step_dependencies"], job_id)
+        return [StepDependency(r["name"], r["id"], JobStatus(r["status"])) for r in records]
 
     # --- operator writes ----------------------------------------------------------------------
     async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:

@@ -157,6 +157,16 @@ class Upstream:
 
 
 @dataclass(frozen=True, slots=True)
+class StepDependency:
+    """A dependency of a step as an operator reads it: its step name, its job, that job's
+    status now (``list_step_dependencies``; no result, unlike ``Upstream``)."""
+
+    name: str
+    job_id: UUID
+    status: JobStatus
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowRelease:
     """What one release pass did: steps made due, steps cancelled, workflows that ended."""
 
@@ -231,7 +241,13 @@ class WorkflowBackend(Protocol):
         ...
 
     async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
-        """The outcome of each dependency of step ``job_id``, by step name (one read)."""
+        """The outcome of each dependency of step ``job_id``, by step name (one read), its
+        result included: what ``ctx.upstream`` holds."""
+        ...
+
+    async def list_step_dependencies(self, job_id: UUID) -> list[StepDependency]:
+        """The dependencies of step ``job_id`` still in the jobs table, in name order, with
+        their statuses and without their results (one read; none for a job without any)."""
         ...
 
     async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
@@ -267,6 +283,7 @@ __all__ = [
     "NewStep",
     "NewWorkflow",
     "Requires",
+    "StepDependency",
     "Upstream",
     "WorkflowBackend",
     "WorkflowCancel",

@@ -9,7 +9,7 @@ from playwright.async_api import Page, expect
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.ui.server import UiServer
-from tests.ui.workflow_seed import end_step, make_workflow, run_step, start_step
+from tests.workflow_seed import end_step, make_workflow, run_step, start_step
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.slow]
 
@@ -41,6 +41,6 @@ async def test_a_workflow_s_graph_shows_each_step_with_its_status(
     await expect(graph.locator("[data-step='load']")).to_contain_text("cancelled")
 
     await graph.locator("[data-step='t2']").click()
-    await expect(page).to_have_url(f"{ui_server.url}/jobs/{wf.ids['t2']}")
+    await expect(page).to_have_url(f"{ui_server.url}/jobs/{wf.jobs['t2']}")
     await expect(page.locator("#workflow")).to_contain_text("nightly-etl")
     await expect(page.locator("#workflow")).to_contain_text("t2")

@@ -293,3 +293,12 @@ SELECT p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name, p.statu
 FROM {schema}.workflow_edges e
 JOIN {schema}.jobs p ON p.id = e.parent_id
 WHERE e.child_id = $1::uuid;
+
+-- name: list_step_dependencies
+-- Step $1's dependencies: name, job and status, no result (what explain and a job's page
+-- read), in name order.
+SELECT p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name, p.status
+FROM {schema}.workflow_edges e
+JOIN {schema}.jobs p ON p.id = e.parent_id
+WHERE e.child_id = $1::uuid
+ORDER BY coalesce(p.metadata->>'workflow_step', p.id::text) COLLATE "C", p.id;
