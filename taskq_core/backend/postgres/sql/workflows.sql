@@ -133,10 +133,12 @@ WHERE x.n < 0;
 
 -- name: end_workflows
 -- End the running workflows among $2 and those of the jobs $1 whose steps all ended:
--- 'cancelled' after a cancel_workflow, 'succeeded' when every step did, else 'failed'.
--- Locked in id order; a workflow another call ended meanwhile is no longer running.
-WITH touched AS (
-    SELECT w.id, w.cancel_requested_at
+-- 'cancelled' after a cancel_workflow, 'succeeded' when every step did, else 'failed'. Which
+-- are finished is read without locks (the hook runs this after every release: a workflow
+-- that goes on is not locked, a row lock being a WAL record and a wait for other workers);
+-- those are locked in id order, and one another call ended meanwhile is no longer running.
+WITH finished AS (
+    SELECT w.id
     FROM {schema}.workflows w
     WHERE w.id = ANY (ARRAY(
               SELECT (j.metadata->>'workflow_id')::uuid FROM {schema}.jobs j
@@ -144,6 +146,15 @@ WITH touched AS (
               UNION
               SELECT unnest($2::uuid[])))
       AND w.status = 'running'
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs j
+          WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = w.id::text
+            AND j.status IN ('waiting', 'pending', 'scheduled', 'running'))
+),
+touched AS (
+    SELECT w.id, w.cancel_requested_at
+    FROM {schema}.workflows w
+    WHERE w.id = ANY (ARRAY(SELECT f.id FROM finished f)) AND w.status = 'running'
     ORDER BY w.id
     FOR UPDATE OF w
 ),
@@ -155,10 +166,6 @@ done AS (
                                AND j.status <> 'succeeded') THEN 'failed'
                 ELSE 'succeeded' END AS status
     FROM touched t
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {schema}.jobs j
-        WHERE j.metadata ? 'workflow_id' AND j.metadata->>'workflow_id' = t.id::text
-          AND j.status IN ('waiting', 'pending', 'scheduled', 'running'))
 )
 UPDATE {schema}.workflows w
 SET status = d.status, finished_at = clock_timestamp()
