@@ -15,10 +15,20 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
 -- name: insert_workflow_edges
--- Workflow $1's edges: child $3[i] waits for parent $2[i].
-INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id)
-SELECT $1::uuid, e.parent_id, e.child_id
-FROM unnest($2::uuid[], $3::uuid[]) AS e (parent_id, child_id);
+-- Workflow $1's edges (child $3[i] waits for parent $2[i]) and each child's count of the
+-- parents that have not ended (migration 0019; a graft's parent may have ended already).
+WITH edges AS (
+    INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id)
+    SELECT $1::uuid, e.parent_id, e.child_id
+    FROM unnest($2::uuid[], $3::uuid[]) AS e (parent_id, child_id)
+    RETURNING parent_id, child_id
+)
+INSERT INTO {schema}.workflow_waits (child_id, workflow_id, parents_left)
+SELECT e.child_id, $1::uuid,
+       count(*) FILTER (WHERE p.status IN ('waiting', 'pending', 'scheduled', 'running'))
+FROM edges e
+LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
+GROUP BY e.child_id;
 
 -- name: lock_workflow
 -- Graft (create_workflow_steps): the workflow's row, locked, so two grafts take names one after
@@ -47,14 +57,38 @@ WHERE id = $1::uuid;
 -- ahead; a cancelled one names the first dependency that ended without success. $3 is the
 -- wake channel (one NOTIFY when a step became pending), $4 the events channel (the earliest
 -- scheduled one is announced, as an enqueue does). One row per step moved.
+-- The ended jobs' children are decided only once the gate (workflow_waits, counted down here,
+-- locked in id order) says no dependency is left, or when one of them ended without success:
+-- the last of a join's thousand parents reads its dependencies, not each.
 WITH clock AS (
     SELECT clock_timestamp() AS now
+),
+ended AS (
+    SELECT e.child_id, count(*) AS n, bool_or(p.status <> 'succeeded') AS unhappy
+    FROM {schema}.workflow_edges e
+    JOIN {schema}.jobs p ON p.id = e.parent_id
+    WHERE e.parent_id = ANY ($1::uuid[])
+    GROUP BY e.child_id
+),
+gates AS (
+    SELECT w.child_id
+    FROM {schema}.workflow_waits w
+    WHERE w.child_id = ANY (ARRAY(SELECT d.child_id FROM ended d))
+    ORDER BY w.child_id
+    FOR UPDATE OF w
+),
+counted AS (
+    UPDATE {schema}.workflow_waits w
+    SET parents_left = w.parents_left - d.n
+    FROM ended d
+    WHERE w.child_id = d.child_id AND w.child_id = ANY (ARRAY(SELECT g.child_id FROM gates g))
+    RETURNING w.child_id, w.parents_left, d.unhappy
 ),
 candidates AS (
     SELECT j.id, j.scheduled_at, j.metadata
     FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
-              SELECT e.child_id FROM {schema}.workflow_edges e WHERE e.parent_id = ANY ($1::uuid[])
+              SELECT c.child_id FROM counted c WHERE c.parents_left <= 0 OR c.unhappy
               UNION
               SELECT unnest($2::uuid[])))
       AND j.status = 'waiting'
