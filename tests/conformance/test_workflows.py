@@ -237,6 +237,29 @@ async def test_retry_runs_the_failed_step_again_and_then_its_dependents(harness:
     assert row is not None and row.status is WorkflowStatus.SUCCEEDED
 
 
+async def test_a_retry_holds_back_a_finished_step_released_on_the_failure(
+    harness: Harness,
+) -> None:
+    """A report step released when its dependency failed, and not run yet, waits again when
+    the workflow retries that dependency: it never runs beside it, and reads its new end."""
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a", retry_kind="non_retryable")
+    graph.step("report", after=("a",), requires="finished")
+    await graph.create(backend)
+    await run(backend, graph, "a", outcome="failed")
+    assert await graph.status(backend, "report") is S.PENDING
+    assert await backend.retry_workflow(graph.id) == 1
+    assert await graph.status(backend, "report") is S.WAITING
+    await run(backend, graph, "a")  # the only due step: the report waits for it
+    upstream = await backend.get_upstream(graph.ids["report"])
+    assert upstream["a"].status is S.SUCCEEDED
+    await run(backend, graph, "report")
+    events = await backend.get_events(graph.ids["report"])
+    assert [e.kind for e in events].count("released") == 2
+    assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
+
+
 async def test_a_graft_adds_steps_to_the_running_workflow(harness: Harness) -> None:
     backend = harness.backend
     graph = Graph()

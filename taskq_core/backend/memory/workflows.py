@@ -287,6 +287,12 @@ class WorkflowPart(AdminPart):
         moved = [job for job in self._steps(workflow_id) if job.status in RETRYABLE_STATUSES]
         for job in moved:
             self._reset_for_retry(job, WAITING, "workflow_retry")
+        # A step released on a retried dependency's end, not yet handed out, waits for it again.
+        held = {child for job in moved for child in self._dependents.get(job.id, ())}
+        for child in sorted(held):
+            dependent = self._jobs.get(child)
+            if dependent is not None and dependent.status in (PENDING, SCHEDULED):
+                self._transition(dependent, WAITING, detail={"reason": "workflow_retry"})
         if moved:
             record.status, record.finished_at, record.cancel_requested_at = (
                 WorkflowStatus.RUNNING, None, None,
