@@ -189,6 +189,30 @@ async def test_the_leaders_sweep_releases_what_no_hook_did(harness: Harness) -> 
     assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
 
 
+async def test_one_sweep_pass_decides_every_step_on_the_statuses_before_it(
+    harness: Harness,
+) -> None:
+    """Two dependencies of the join failed with no hook run; the sweep cancels b (its own
+    dependency failed) and, in the same pass, the join: its reason names the dependency that
+    had ended when the pass began, not b, which that pass cancels."""
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a", retry_kind="non_retryable")
+    graph.step("b", after=("a",))
+    graph.step("x", retry_kind="non_retryable")
+    graph.step("join", after=("b", "x"))
+    await graph.create(backend)
+    worker = uuid4()
+    claimed = await backend.dispatch_batch(worker, [graph.queue], 2, LEASE)
+    await backend.mark_started_many(worker, [Start(job.id, job.attempt) for job in claimed])
+    for job in claimed:  # both fail for good, and their worker dies before its hook
+        assert await backend.mark_failed_or_retry(job.lease(), BOOM, None) is not None
+    release = await backend.release_stale_workflow_steps()
+    assert (release.released, release.cancelled) == (0, 2)
+    join = await reload(backend, graph.ids["join"])
+    assert join.status is S.CANCELLED and join.cancel_reason == "dependency x failed"
+
+
 async def test_a_released_step_whose_start_is_ahead_is_scheduled(harness: Harness) -> None:
     backend = harness.backend
     graph = Graph()

@@ -17,6 +17,7 @@ from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_ID_KEY,
     WORKFLOW_STEP_KEY,
+    Decision,
     NewStep,
     NewWorkflow,
     Upstream,
@@ -131,11 +132,12 @@ class WorkflowPart(AdminPart):
             ids = {child for parent in parents for child in self._dependents.get(parent, ())}
             ids.update(candidates)
             moved: list[UUID] = []
-            for job_id in sorted(ids):
-                job = self._jobs.get(job_id)
-                if job is None or job.status is not WAITING:
-                    continue
-                outcome = self._decide(job)
+            jobs = [self._jobs.get(job_id) for job_id in sorted(ids)]
+            # Every step of a pass is decided on the statuses before the pass, as the Postgres
+            # statement reads its snapshot: a step this pass cancels counts in the next.
+            decided = [(job, self._decision(job)) for job in jobs if job and job.status is WAITING]
+            for job, (decision, reason) in decided:
+                outcome = self._decide(job, decision, reason)
                 if outcome is None:
                     continue
                 touched.add(self._workflow_of(job.id))
@@ -157,21 +159,26 @@ class WorkflowPart(AdminPart):
             return None
         return UUID(str(job.metadata[WORKFLOW_ID_KEY]))
 
-    def _decide(self, job: JobRecord) -> JobStatus | None:
-        """Release or cancel one waiting step by the rule; its new status (None: it waits)."""
+    def _decision(self, job: JobRecord) -> tuple[Decision, str | None]:
+        """The rule's decision for one waiting step, and a cancel's reason."""
         parents = self._dependencies.get(job.id, [])
         statuses = [self._status(parent) for parent in parents]
         decision = decide_step(requires_of(job.metadata), statuses)
+        if decision != "cancel":
+            return decision, None
+        failed = next(
+            (p, s)
+            for p, s in sorted(zip(parents, statuses, strict=True))
+            if s is None or (s in TERMINAL_STATUSES and s is not JobStatus.SUCCEEDED)
+        )
+        return decision, cancel_reason(self._step_name(failed[0]), failed[1])
+
+    def _decide(self, job: JobRecord, decision: Decision, reason: str | None) -> JobStatus | None:
+        """Release or cancel one waiting step as decided; its new status (None: it waits)."""
         if decision == "wait":
             return None
         now = self._now()
         if decision == "cancel":
-            failed = next(
-                (p, s)
-                for p, s in sorted(zip(parents, statuses, strict=True))
-                if s is None or (s in TERMINAL_STATUSES and s is not JobStatus.SUCCEEDED)
-            )
-            reason = cancel_reason(self._step_name(failed[0]), failed[1])
             self._transition(job, JobStatus.CANCELLED, detail={"reason": reason})
             job.cancel_requested_at, job.cancel_reason = now, reason
             return JobStatus.CANCELLED
