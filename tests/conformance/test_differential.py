@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import (
@@ -45,7 +43,7 @@ from taskq_core.backend.protocol import (
     WorkerInfo,
 )
 from taskq_core.clock import FakeClock
-from tests.conformance.conftest import Harness
+from tests.conformance.conftest import Harness, empty_schema
 from tests.conformance.differential_operations import (
     ENQUEUE,
     MAX_JOBS,
@@ -56,7 +54,7 @@ from tests.conformance.differential_operations import (
     Step,
     Walk,
 )
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
+from tests.conftest import PgTarget
 
 # Steps of a sequence, the two opening enqueues included (hypothesis runs them all unless it
 # is shrinking a failure).
@@ -165,33 +163,10 @@ async def _apply(harness: Harness, step: Step) -> object:
 
 
 # --- the machine -----------------------------------------------------------------------------
-@pytest.fixture
-def schema(pg_server_dsn: str) -> Iterator[PgTarget]:
-    """One migrated schema for every sequence of the test, emptied before each."""
-    pg = PgTarget(pg_server_dsn, asyncio.run(create_migrated_schema(pg_server_dsn)))
-    yield pg
-    asyncio.run(drop_schema(pg.dsn, pg.schema))
-
-
-async def _empty(pg: PgTarget) -> None:
-    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
-    than a new schema or TRUNCATE for a few dozen rows."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> $2",
-            pg.schema,
-            "schema_migrations",
-        )
-        await conn.execute(";".join(f"DELETE FROM {pg.schema}.{t['tablename']}" for t in tables))
-    finally:
-        await conn.close()
-
-
 async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
     """A fresh memory backend and a Postgres one on the emptied schema, each with the walk's
     workers and its one capped actor (caps count claimed and started jobs alike)."""
-    await _empty(pg)
+    await empty_schema(pg)
     clock = FakeClock()
     # Postgres reads bounded windows of candidates (a call may claim fewer than its limit
     # while more are due); windows wider than the walk's jobs keep that out of the comparison.
@@ -271,10 +246,12 @@ class Differential(RuleBasedStateMachine):
 # A passing run takes about half a minute; a failure is shrunk to a few steps in a minute or
 # two (hypothesis gives up shrinking after five).
 @pytest.mark.timeout(600)
-def test_both_backends_answer_the_same_operations_the_same_way(schema: PgTarget) -> None:
+def test_both_backends_answer_the_same_operations_the_same_way(
+    differential_schema: PgTarget,
+) -> None:
     class OnTheTestSchema(Differential):
         def __init__(self) -> None:
-            super().__init__(schema)
+            super().__init__(differential_schema)
 
     run_state_machine_as_test(
         OnTheTestSchema,
