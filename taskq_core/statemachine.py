@@ -30,8 +30,14 @@ class JobStatus(StrEnum):
 
 VALID_TRANSITIONS: Final[dict[JobStatus, frozenset[JobStatus]]] = {
     JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.CANCELLED}),
-    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
-    JobStatus.SCHEDULED: frozenset({JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.FAILED}),
+    # -> waiting: a workflow retry takes back a released step not yet handed out whose
+    # dependency it retries (a step that requires only its dependencies' end).
+    JobStatus.PENDING: frozenset(
+        {JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.WAITING}
+    ),
+    JobStatus.SCHEDULED: frozenset(
+        {JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.WAITING}
+    ),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.SUCCEEDED,

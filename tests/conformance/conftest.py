@@ -203,3 +203,13 @@ def _drop_emptied_schemas(pg_server_dsn: str) -> Iterator[None]:
         for schema in schemas:
             asyncio.run(drop_schema(dsn, schema))
     _EMPTIED.clear()
+
+
+# --- the differential tests' schema ----------------------------------------------------------
+@pytest.fixture
+def differential_schema(pg_server_dsn: str) -> Iterator[PgTarget]:
+    """One migrated schema for every sequence of a differential test, emptied before each
+    (``tests.conftest.delete_every_row``)."""
+    pg = PgTarget(pg_server_dsn, asyncio.run(create_migrated_schema(pg_server_dsn)))
+    yield pg
+    asyncio.run(drop_schema(pg.dsn, pg.schema))

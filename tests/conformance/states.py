@@ -19,6 +19,7 @@ from taskq_core.backend.protocol import (
 )
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_ID_KEY,
+    WORKFLOW_REQUIRES_KEY,
     WORKFLOW_STEP_KEY,
     NewStep,
     NewWorkflow,
@@ -130,6 +131,30 @@ async def waiting_step(backend: Backend, after: UUID | None = None, **fields: An
     child = step("child", parent.args.job_id, **fields)
     rows = await backend.create_workflow(NewWorkflow(workflow_id), [parent, child])
     return rows[1]
+
+
+async def released_on_a_failure(backend: Backend, **fields: Any) -> JobRow:
+    """A workflow step that requires only its one dependency's end, released when that
+    dependency failed for good: pending, or scheduled with a ``delay`` still ahead."""
+    queue, workflow_id, parent_id = new_queue(), uuid7(), uuid7()
+
+    def metadata(name: str, **more: str) -> dict[str, str]:
+        return {WORKFLOW_ID_KEY: str(workflow_id), WORKFLOW_STEP_KEY: name, **more}
+
+    fields.setdefault("queue", new_queue())
+    parent = NewStep(args(job_id=parent_id, queue=queue, metadata=metadata("parent")), "parent")
+    finished = {WORKFLOW_REQUIRES_KEY: "finished"}
+    made = args(job_id=uuid7(), metadata=metadata("child", **finished), waiting=True, **fields)
+    await backend.create_workflow(
+        NewWorkflow(workflow_id), [parent, NewStep(made, "child", (parent_id,))]
+    )
+    worker = uuid4()
+    [claimed] = await backend.dispatch_batch(worker, [queue], 1, LEASE)
+    await backend.mark_started_many(worker, [Start(claimed.id, claimed.attempt)])
+    assert await backend.mark_failed_or_retry(claimed.lease(), BOOM, None) is not None
+    await backend.release_workflow_steps([claimed.id])
+    assert made.job_id is not None
+    return await reload(backend, made.job_id)
 
 
 async def reload(backend: Backend, job_id: UUID) -> JobRow:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -55,7 +54,7 @@ from tests.conformance.differential_operations import (
     Step,
     Walk,
 )
-from tests.conftest import PgTarget, create_migrated_schema, delete_every_row, drop_schema
+from tests.conftest import PgTarget, delete_every_row
 
 # Steps of a sequence, the two opening enqueues included (hypothesis runs them all unless it
 # is shrinking a failure).
@@ -164,14 +163,6 @@ async def _apply(harness: Harness, step: Step) -> object:
 
 
 # --- the machine -----------------------------------------------------------------------------
-@pytest.fixture
-def schema(pg_server_dsn: str) -> Iterator[PgTarget]:
-    """One migrated schema for every sequence of the test, emptied before each."""
-    pg = PgTarget(pg_server_dsn, asyncio.run(create_migrated_schema(pg_server_dsn)))
-    yield pg
-    asyncio.run(drop_schema(pg.dsn, pg.schema))
-
-
 async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
     """A fresh memory backend and a Postgres one on the emptied schema, each with the walk's
     workers and its one capped actor (caps count claimed and started jobs alike)."""
@@ -255,10 +246,12 @@ class Differential(RuleBasedStateMachine):
 # A passing run takes about half a minute; a failure is shrunk to a few steps in a minute or
 # two (hypothesis gives up shrinking after five).
 @pytest.mark.timeout(600)
-def test_both_backends_answer_the_same_operations_the_same_way(schema: PgTarget) -> None:
+def test_both_backends_answer_the_same_operations_the_same_way(
+    differential_schema: PgTarget,
+) -> None:
     class OnTheTestSchema(Differential):
         def __init__(self) -> None:
-            super().__init__(schema)
+            super().__init__(differential_schema)
 
     run_state_machine_as_test(
         OnTheTestSchema,

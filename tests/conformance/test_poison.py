@@ -309,6 +309,24 @@ async def test_a_death_is_blamed_only_on_the_body_that_started_last(harness: Har
     assert "blamed" not in await last_reclaim(harness, unstarted)  # no body, no blame
 
 
+async def test_bodies_whose_starts_one_call_marked_alike_blame_the_higher_id(
+    harness: Harness,
+) -> None:
+    """Starts marked together with the same ran_for are one moment: the tie goes to the
+    higher id, whatever order the call listed them or the database wrote them in."""
+    backend, queue, worker = harness.backend, new_queue(), uuid4()
+    for _ in range(3):
+        await backend.enqueue(args(queue=queue, max_attempts=10))
+    claimed = sorted(await backend.dispatch_batch(worker, [queue], 3, LEASE), key=lambda j: j.id)
+    # A later write to the lowest id (Postgres: its row's newest version is stored last).
+    await backend.heartbeat(worker, LEASE, [claimed[0].lease()])
+    starts = [Start(job.id, job.attempt) for job in reversed(claimed)]
+    assert await backend.mark_started_many(worker, starts) == {job.id for job in claimed}
+    await reclaim_all(harness, 3)
+    blamed = [job.id for job in claimed if (await last_reclaim(harness, job))["blamed"]]
+    assert blamed == [max(job.id for job in claimed)]
+
+
 async def test_deaths_a_job_only_happened_to_see_do_not_make_it_poison(harness: Harness) -> None:
     """A kill storm: the job is blamed twice, then its worker dies while another body started
     after it there, which breaks the row: two more blamed deaths are not yet the third in a

@@ -215,6 +215,30 @@ async def test_the_leaders_sweep_releases_what_no_hook_did(harness: Harness) -> 
     assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
 
 
+async def test_one_sweep_pass_decides_every_step_on_the_statuses_before_it(
+    harness: Harness,
+) -> None:
+    """Two dependencies of the join failed with no hook run; the sweep cancels b (its own
+    dependency failed) and, in the same pass, the join: its reason names the dependency that
+    had ended when the pass began, not b, which that pass cancels."""
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a", retry_kind="non_retryable")
+    graph.step("b", after=("a",))
+    graph.step("x", retry_kind="non_retryable")
+    graph.step("join", after=("b", "x"))
+    await graph.create(backend)
+    worker = uuid4()
+    claimed = await backend.dispatch_batch(worker, [graph.queue], 2, LEASE)
+    await backend.mark_started_many(worker, [Start(job.id, job.attempt) for job in claimed])
+    for job in claimed:  # both fail for good, and their worker dies before its hook
+        assert await backend.mark_failed_or_retry(job.lease(), BOOM, None) is not None
+    release = await backend.release_stale_workflow_steps()
+    assert (release.released, release.cancelled) == (0, 2)
+    join = await reload(backend, graph.ids["join"])
+    assert join.status is S.CANCELLED and join.cancel_reason == "dependency x failed"
+
+
 async def test_a_released_step_whose_start_is_ahead_is_scheduled(harness: Harness) -> None:
     backend = harness.backend
     graph = Graph()
@@ -261,6 +285,29 @@ async def test_retry_runs_the_failed_step_again_and_then_its_dependents(harness:
     await run(backend, graph, "c")
     row = await backend.get_workflow(graph.id)
     assert row is not None and row.status is WorkflowStatus.SUCCEEDED
+
+
+async def test_a_retry_holds_back_a_finished_step_released_on_the_failure(
+    harness: Harness,
+) -> None:
+    """A report step released when its dependency failed, and not run yet, waits again when
+    the workflow retries that dependency: it never runs beside it, and reads its new end."""
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a", retry_kind="non_retryable")
+    graph.step("report", after=("a",), requires="finished")
+    await graph.create(backend)
+    await run(backend, graph, "a", outcome="failed")
+    assert await graph.status(backend, "report") is S.PENDING
+    assert await backend.retry_workflow(graph.id) == 1
+    assert await graph.status(backend, "report") is S.WAITING
+    await run(backend, graph, "a")  # the only due step: the report waits for it
+    upstream = await backend.get_upstream(graph.ids["report"])
+    assert upstream["a"].status is S.SUCCEEDED
+    await run(backend, graph, "report")
+    events = await backend.get_events(graph.ids["report"])
+    assert [e.kind for e in events].count("released") == 2
+    assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
 
 
 async def test_a_graft_adds_steps_to_the_running_workflow(harness: Harness) -> None:

@@ -122,7 +122,7 @@ class WorkflowPart(MemoryStore):
             job.id
             for wid in running
             for job in self._steps(wid)
-            if job.status is WAITING and self._decision(job) != "wait"
+            if job.status is WAITING and self._decision(job)[0] != "wait"
         ]
         ended = [
             wid
@@ -143,11 +143,12 @@ class WorkflowPart(MemoryStore):
             ids = {child for parent in parents for child in self._dependents.get(parent, ())}
             ids.update(candidates)
             moved: list[UUID] = []
-            for job_id in sorted(ids):
-                job = self._jobs.get(job_id)
-                if job is None or job.status is not WAITING:
-                    continue
-                outcome = self._decide(job)
+            jobs = [self._jobs.get(job_id) for job_id in sorted(ids)]
+            # Every step of a pass is decided on the statuses before the pass, as the Postgres
+            # statement reads its snapshot: a step this pass cancels counts in the next.
+            decided = [(job, self._decision(job)) for job in jobs if job and job.status is WAITING]
+            for job, (decision, reason) in decided:
+                outcome = self._decide(job, decision, reason)
                 if outcome is None:
                     continue
                 touched.add(self._workflow_of(job.id))
@@ -169,26 +170,26 @@ class WorkflowPart(MemoryStore):
             return None
         return UUID(str(job.metadata[WORKFLOW_ID_KEY]))
 
-    def _decision(self, job: JobRecord) -> Decision:
-        """The rule's answer for a waiting step, from its dependencies' statuses now."""
-        statuses = [self._status(parent) for parent in self._dependencies.get(job.id, [])]
-        return decide_step(requires_of(job.metadata), statuses)
-
-    def _decide(self, job: JobRecord) -> JobStatus | None:
-        """Release or cancel one waiting step by the rule; its new status (None: it waits)."""
+    def _decision(self, job: JobRecord) -> tuple[Decision, str | None]:
+        """The rule's decision for one waiting step, and a cancel's reason."""
         parents = self._dependencies.get(job.id, [])
         statuses = [self._status(parent) for parent in parents]
-        decision = self._decision(job)
+        decision = decide_step(requires_of(job.metadata), statuses)
+        if decision != "cancel":
+            return decision, None
+        failed = next(
+            (p, s)
+            for p, s in sorted(zip(parents, statuses, strict=True))
+            if s is None or (s in TERMINAL_STATUSES and s is not JobStatus.SUCCEEDED)
+        )
+        return decision, cancel_reason(self._step_name(failed[0]), failed[1])
+
+    def _decide(self, job: JobRecord, decision: Decision, reason: str | None) -> JobStatus | None:
+        """Release or cancel one waiting step as decided; its new status (None: it waits)."""
         if decision == "wait":
             return None
         now = self._now()
         if decision == "cancel":
-            failed = next(
-                (p, s)
-                for p, s in sorted(zip(parents, statuses, strict=True))
-                if s is None or (s in TERMINAL_STATUSES and s is not JobStatus.SUCCEEDED)
-            )
-            reason = cancel_reason(self._step_name(failed[0]), failed[1])
             self._transition(job, JobStatus.CANCELLED, detail={"reason": reason})
             job.cancel_requested_at, job.cancel_reason = now, reason
             return JobStatus.CANCELLED
@@ -313,6 +314,12 @@ class WorkflowPart(MemoryStore):
         moved = [job for job in self._steps(workflow_id) if job.status in RETRYABLE_STATUSES]
         for job in moved:
             reset_for_retry(self, job, WAITING, "workflow_retry")
+        # A step released on a retried dependency's end, not yet handed out, waits for it again.
+        held = {child for job in moved for child in self._dependents.get(job.id, ())}
+        for child in sorted(held):
+            dependent = self._jobs.get(child)
+            if dependent is not None and dependent.status in (PENDING, SCHEDULED):
+                self._transition(dependent, WAITING, detail={"reason": "workflow_retry"})
         if moved:
             record.status, record.finished_at, record.cancel_requested_at = (
                 WorkflowStatus.RUNNING, None, None,

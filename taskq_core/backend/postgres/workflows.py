@@ -237,6 +237,7 @@ class WorkflowPart(BackendCore):
                 for r in await conn.fetch(self._queries["retry_workflow_steps"], workflow_id)
             ]
             if moved:
+                await conn.execute(self._queries["hold_released_dependents"], moved)
                 await conn.execute(self._queries["reopen_workflow"], workflow_id, True)
                 await self._release(conn, [], moved)
         return len(moved)

@@ -258,7 +258,9 @@ class WorkflowBackend(Protocol):
     async def retry_workflow(self, workflow_id: UUID) -> int:
         """Retry the workflow's failed, crashed and cancelled steps: each waits again and is
         released once its dependencies allow it (at once when they already do); the workflow
-        runs again. How many steps were retried. ValueError for an unknown workflow."""
+        runs again. A step released on one of their ends (``requires="finished"``) that no
+        worker took yet waits again too, so it never starts beside a retried dependency. How
+        many steps were retried. ValueError for an unknown workflow."""
         ...
 
 

@@ -63,11 +63,17 @@ ORDER BY h.cancel_requested_at NULLS LAST, h.id NULLS LAST;
 -- name: mark_started_many
 -- The bodies of these claimed jobs started ($2 ids, $3 attempts, $4 seconds each body has
 -- run by now): started_at = now() - that, for leases still the worker's ($1) whose start is
--- not recorded yet. No event: a start is not a status change.
-WITH started AS (
+-- not recorded yet. No event: a start is not a status change. One clock for the call, as
+-- the memory backend's: bodies marked with the same ran_for share a start, and the reclaim's
+-- blame breaks that tie by id (a clock read per row would order them by the plan's row order).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+started AS (
     UPDATE {schema}.jobs j
-    SET started_at = clock_timestamp() - make_interval(secs => i.ran_for)
+    SET started_at = k.now - make_interval(secs => i.ran_for)
     FROM unnest($2::uuid[], $3::integer[], $4::float8[]) AS i(id, attempt, ran_for)
+    CROSS JOIN clock k
     WHERE j.id = i.id AND j.status IS NOT DISTINCT FROM 'running'  -- by primary key: see
       AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid          -- settle.sql
       AND j.attempt = i.attempt AND j.started_at IS NULL

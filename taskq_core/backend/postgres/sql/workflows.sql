@@ -290,6 +290,35 @@ events AS (
 )
 SELECT m.id FROM moved m;
 
+-- name: hold_released_dependents
+-- retry_workflow, after retry_workflow_steps: a step released on the end of one of the steps
+-- $1 it retried (one that requires only its dependencies' end) and not handed out yet
+-- (pending, scheduled) waits for them again; the release decides it after. A step a worker
+-- claimed meanwhile is no longer pending once its row lock is had, and is left alone.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+target AS (
+    SELECT j.id, j.status
+    FROM {schema}.jobs j
+    WHERE j.id = ANY (ARRAY(
+              SELECT e.child_id FROM {schema}.workflow_edges e WHERE e.parent_id = ANY ($1::uuid[])))
+      AND j.status IN ('pending', 'scheduled')
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+held AS (
+    UPDATE {schema}.jobs j
+    SET status = 'waiting', updated_at = k.now
+    FROM target t CROSS JOIN clock k
+    WHERE j.id = t.id
+    RETURNING j.id, t.status AS from_status
+)
+INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, detail)
+SELECT h.id, 'state_change', h.from_status, 'waiting'::{schema}.job_status,
+       '{"reason": "workflow_retry"}'::jsonb
+FROM held h;
+
 -- fragment: workflow_counts
 -- The steps' counts of workflow `w` by status, as a JSON object's text.
 (SELECT json_object_agg(c.status, c.n)::text FROM (
