@@ -313,6 +313,7 @@ class MemoryStore:
         # workflow_edges both ways: a step's dependencies, and the steps that wait on a job.
         self._dependencies: dict[UUID, list[UUID]] = {}
         self._dependents: dict[UUID, list[UUID]] = {}
+        self._parents_left: dict[UUID, int] = {}  # workflow_waits: the release's gate
 
     async def close(self) -> None:
         """Nothing to release; idempotent."""

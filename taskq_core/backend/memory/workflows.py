@@ -85,6 +85,25 @@ class WorkflowPart(MemoryStore):
             self._dependencies[job.id] = list(step.after)
             for parent in step.after:
                 self._dependents.setdefault(parent, []).append(job.id)
+            if step.after:  # the gate counts the dependencies still to end (a graft's may not)
+                self._parents_left[job.id] = sum(
+                    self._status(parent) in ACTIVE_STATUSES for parent in step.after
+                )
+
+    def _gated(self, ended: Iterable[UUID]) -> set[UUID]:
+        """Count the ended jobs' children down (workflow_waits, as the Postgres release does):
+        the children to decide, those with no dependency left or one that did not succeed."""
+        due: set[UUID] = set()
+        for parent in set(ended):
+            status = self._status(parent)
+            if status is None:
+                continue
+            for child in self._dependents.get(parent, ()):
+                if child in self._parents_left:
+                    self._parents_left[child] -= 1
+                    if self._parents_left[child] <= 0 or status is not JobStatus.SUCCEEDED:
+                        due.add(child)
+        return due
 
     async def create_workflow_steps(
         self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
@@ -140,8 +159,7 @@ class WorkflowPart(MemoryStore):
         parents, candidates = ended, steps
         woke = False
         while parents or candidates:
-            ids = {child for parent in parents for child in self._dependents.get(parent, ())}
-            ids.update(candidates)
+            ids = self._gated(parents) | set(candidates)
             moved: list[UUID] = []
             jobs = [self._jobs.get(job_id) for job_id in sorted(ids)]
             # Every step of a pass is decided on the statuses before the pass, as the Postgres
