@@ -183,6 +183,7 @@ FAN_OUT = 1_000
 FINISHED_WORKFLOWS = 20
 FINISHED_STEPS = 1_000  # per finished workflow
 OLDER_WORKFLOWS = 20_000  # finished, their steps pruned
+OTHER_WAITING = 20_000  # steps of other running workflows, waiting
 
 
 async def _fan_out(backend: PostgresBackend) -> tuple[UUID, UUID, list[UUID]]:
@@ -198,8 +199,8 @@ async def _fan_out(backend: PostgresBackend) -> tuple[UUID, UUID, list[UUID]]:
 
 async def _seed_history(conn: asyncpg.Connection, schema: str) -> None:
     """200k plain jobs of every status (a quarter of them batch children, whose metadata is
-    not empty), finished workflows whose steps and edges are still kept, and many more whose
-    steps were pruned."""
+    not empty), finished workflows whose steps and edges are still kept, many more whose
+    steps were pruned, and running workflows whose steps wait."""
     await conn.execute(
         f"""INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
             SELECT gen_random_uuid(), 'work', 'q' || (n % 8),
@@ -231,6 +232,22 @@ async def _seed_history(conn: asyncpg.Connection, schema: str) -> None:
             SELECT gen_random_uuid(), 'older', 'succeeded', now() - make_interval(secs => n),
                    now() - make_interval(secs => n)
             FROM generate_series(1, {OLDER_WORKFLOWS}) AS n"""
+    )
+    await conn.execute(
+        f"""WITH w AS (
+                INSERT INTO {schema}.workflows (id, name)
+                SELECT gen_random_uuid(), 'running' FROM generate_series(1, 20)
+                RETURNING id
+            ),
+            steps AS (
+                INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
+                SELECT gen_random_uuid(), 'work', 'default', 'waiting',
+                       jsonb_build_object('workflow_id', w.id::text, 'workflow_step', 's' || n)
+                FROM w CROSS JOIN generate_series(1, {OTHER_WAITING // 20}) AS n
+                RETURNING id, metadata
+            )
+            INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id)
+            SELECT (s.metadata->>'workflow_id')::uuid, gen_random_uuid(), s.id FROM steps s"""
     )
 
 
@@ -273,6 +290,13 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
             walked = scan_names(plan)
             for table in ("jobs", "workflows", "workflow_edges"):
                 assert f"Seq Scan {table}" not in walked, (name, walked)
+        # The release and the end read their own steps, not every step or waiting row kept.
+        for name, bound in (
+            ("release (hook)", 6 * FAN_OUT),
+            ("release (sweep)", 6 * 100),
+            ("end_workflows", 6 * 101),
+        ):
+            assert _jobs_rows_read(plans[name]) <= bound, (name, scan_names(plans[name]))
         released = [
             node for node in _nodes(plans["release (hook)"]) if node["Node Type"] == "ModifyTable"
         ]
@@ -280,6 +304,16 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
     finally:
         await conn.close()
         await backend.close()
+
+
+def _jobs_rows_read(plan: dict[str, Any]) -> int:
+    """Rows (or index entries) the plan's scans of jobs returned, over all their loops."""
+    return sum(
+        node["Actual Rows"] * node["Actual Loops"]
+        for node in _nodes(plan)
+        if "Scan" in node["Node Type"]
+        and (node.get("Relation Name") == "jobs" or node.get("Index Name", "").startswith("jobs"))
+    )
 
 
 def _uuids(ids: list[UUID]) -> str:
@@ -347,6 +381,40 @@ async def test_dispatch_stays_bounded_when_a_release_made_thousands_pending_sinc
             if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]
         )
         assert read <= 32 * 2 * 4, read  # a few windows of limit * oversample, not 5,000
+    finally:
+        await conn.close()
+        await backend.close()
+
+
+async def test_a_release_decides_each_step_once_on_a_table_never_analyzed(pg: PgTarget) -> None:
+    """A fan-out's root ends right after the enqueue, before any ANALYZE: the release of its
+    1,000 steps aggregates each step's dependencies once (it re-aggregated all of them for
+    every step: 2 s here, minutes for 10,000)."""
+    backend = await PostgresBackend.connect(pg.dsn, pg.schema)
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        _, root, _ = await _fan_out(backend)
+        await conn.execute(
+            f"UPDATE {pg.schema}.jobs SET status = 'succeeded', finished_at = now() WHERE id = $1",
+            root,
+        )
+        sql = render("release_steps", pg.schema)
+        rolled_back = conn.transaction()  # a custom plan, as the pool's first runs use
+        await rolled_back.start()
+        try:
+            raw = await conn.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [root], [], "wake", "events"
+            )
+        finally:
+            await rolled_back.rollback()
+        custom = json.loads(raw)[0]["Plan"]
+        generic = await generic_plan(
+            conn, sql, "uuid[], uuid[], text, text",
+            f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events'", analyze=True,
+        )  # fmt: skip
+        for plan in (custom, generic):
+            handled = max(node["Actual Rows"] * node["Actual Loops"] for node in _nodes(plan))
+            assert handled <= 2 * FAN_OUT, scan_names(plan)
     finally:
         await conn.close()
         await backend.close()

@@ -51,40 +51,45 @@ WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 candidates AS (
-    SELECT j.id, j.scheduled_at, j.metadata
+    SELECT j.id, j.scheduled_at, j.metadata->>'workflow_requires' AS requires
     FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
               SELECT e.child_id FROM {schema}.workflow_edges e WHERE e.parent_id = ANY ($1::uuid[])
               UNION
               SELECT unnest($2::uuid[])))
-      AND j.status = 'waiting'
+      AND j.status::text = 'waiting'  -- as text: by id, never a walk of every waiting row
     ORDER BY j.id
     FOR UPDATE OF j
 ),
+-- Each candidate's dependencies in one aggregate, grouped by the candidate (a candidate
+-- without edges has one row of NULLs, which counts as nothing). Not a second CTE joined
+-- back to the candidates: inlined into that join, the aggregate ran once per candidate.
 parents AS (
-    SELECT c.id,
-           bool_and(coalesce(p.status = 'succeeded', false)) AS all_succeeded,
-           bool_and(coalesce(p.status IN ('succeeded', 'failed', 'cancelled', 'crashed',
-                                          'abandoned'), true)) AS all_ended,
+    SELECT c.id, c.scheduled_at, c.requires,
+           bool_and(e.parent_id IS NULL OR coalesce(p.status = 'succeeded', false))
+               AS all_succeeded,
+           bool_and(e.parent_id IS NULL
+                    OR coalesce(p.status IN ('succeeded', 'failed', 'cancelled', 'crashed',
+                                             'abandoned'), true)) AS all_ended,
            (array_agg(coalesce(p.metadata->>'workflow_step', e.parent_id::text) || ' '
                       || coalesce(p.status::text, 'is gone') ORDER BY e.parent_id)
-              FILTER (WHERE p.status IS NULL
-                         OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned')))[1]
+              FILTER (WHERE e.parent_id IS NOT NULL
+                        AND (p.status IS NULL
+                             OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned'))))[1]
                AS failed_dependency
     FROM candidates c
-    JOIN {schema}.workflow_edges e ON e.child_id = c.id
+    LEFT JOIN {schema}.workflow_edges e ON e.child_id = c.id
     LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
-    GROUP BY c.id
+    GROUP BY c.id, c.scheduled_at, c.requires
 ),
 decided AS (
-    SELECT c.id, c.scheduled_at, p.failed_dependency,
-           CASE WHEN c.metadata->>'workflow_requires' = 'finished'
-                THEN CASE WHEN coalesce(p.all_ended, true) THEN 'release' ELSE 'wait' END
+    SELECT p.id, p.scheduled_at, p.failed_dependency,
+           CASE WHEN p.requires = 'finished'
+                THEN CASE WHEN p.all_ended THEN 'release' ELSE 'wait' END
                 WHEN p.failed_dependency IS NOT NULL THEN 'cancel'
-                WHEN coalesce(p.all_succeeded, true) THEN 'release'
+                WHEN p.all_succeeded THEN 'release'
                 ELSE 'wait' END AS decision
-    FROM candidates c
-    LEFT JOIN parents p ON p.id = c.id
+    FROM parents p
 ),
 released AS (
     UPDATE {schema}.jobs j
@@ -139,8 +144,11 @@ WITH touched AS (
     SELECT w.id, w.cancel_requested_at
     FROM {schema}.workflows w
     WHERE w.id = ANY (ARRAY(
+              -- By id only (a job outside a workflow gives NULL, which matches nothing):
+              -- with `metadata ? 'workflow_id'` beside it the planner may AND in a walk of
+              -- every step's entry in jobs_workflow_idx.
               SELECT (j.metadata->>'workflow_id')::uuid FROM {schema}.jobs j
-              WHERE j.id = ANY ($1::uuid[]) AND j.metadata ? 'workflow_id'
+              WHERE j.id = ANY ($1::uuid[])
               UNION
               SELECT unnest($2::uuid[])))
       AND w.status = 'running'
