@@ -282,3 +282,11 @@ SELECT p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name, p.statu
 FROM {schema}.workflow_edges e
 JOIN {schema}.jobs p ON p.id = e.parent_id
 WHERE e.child_id = $1::uuid;
+
+-- name: get_upstreams
+-- get_upstream of the steps $1 (a worker's claimed batch), each row naming its step.
+SELECT e.child_id, p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name,
+       p.status, p.result::text AS result, p.error_class, p.error_message
+FROM {schema}.workflow_edges e
+JOIN {schema}.jobs p ON p.id = e.parent_id
+WHERE e.child_id = ANY ($1::uuid[]);
