@@ -284,9 +284,15 @@ JOIN {schema}.jobs p ON p.id = e.parent_id
 WHERE e.child_id = $1::uuid;
 
 -- name: get_upstreams
--- get_upstream of the steps $1 (a worker's claimed batch), each row naming its step.
+-- get_upstream of the steps $1 (a worker's claimed batch), each row naming its step. Each
+-- dependency is a probe of the primary key (the LATERAL's LIMIT keeps it one): a plain join
+-- hashed the whole of jobs whenever the edges had no statistics yet.
 SELECT e.child_id, p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name,
        p.status, p.result::text AS result, p.error_class, p.error_message
 FROM {schema}.workflow_edges e
-JOIN {schema}.jobs p ON p.id = e.parent_id
+CROSS JOIN LATERAL (
+    SELECT p.id, p.metadata, p.status, p.result, p.error_class, p.error_message
+    FROM {schema}.jobs p
+    WHERE p.id = e.parent_id
+    LIMIT 1) p
 WHERE e.child_id = ANY ($1::uuid[]);
