@@ -22,8 +22,6 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs
 from taskq_core.client import JobsClient
-from taskq_core.statemachine import JobStatus
-from tests.conformance.test_workflows import Graph, run
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
@@ -438,60 +436,6 @@ async def test_a_batch_upstream_read_probes_by_key_before_the_edges_are_analyzed
         )
         assert "Seq Scan jobs" not in scan_names(plan), scan_names(plan)
         assert _jobs_rows_read(plan) <= 32, scan_names(plan)
-    finally:
-        await conn.close()
-        await backend.close()
-
-
-# --- a fan-in's join while its dependencies run -------------------------------------------------
-async def test_a_release_tells_a_join_still_waits_without_reading_its_dependencies(
-    pg: PgTarget,
-) -> None:
-    """100 of the join's 1,000 dependencies end: the hook's release sees the join still
-    waits from a few probes (it read all 1,000 dependencies again on every release)."""
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema)
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        _, root, steps = await _fan_out(backend)
-        done = f"UPDATE {pg.schema}.jobs SET status = 'succeeded', finished_at = now()"
-        await conn.execute(f"{done} WHERE id = $1", root)
-        assert (await backend.release_workflow_steps([root])).released == FAN_OUT
-        await conn.execute(f"{done} WHERE id = ANY ($1::uuid[])", steps[:100])
-        await conn.execute(f"VACUUM ANALYZE {pg.schema}.jobs")
-        plan = await generic_plan(
-            conn, render("release_steps", pg.schema), "uuid[], uuid[], text, text",
-            f"{_uuids(steps[:100])}, '{{}}'::uuid[], 'wake', 'events'", analyze=True,
-        )  # fmt: skip
-        assert _jobs_rows_read(plan) <= 50, scan_names(plan)
-        release = await backend.release_workflow_steps(steps[:100])
-        assert (release.released, release.cancelled) == (0, 0)
-    finally:
-        await conn.close()
-        await backend.close()
-
-
-async def test_a_dependency_deleted_while_others_run_is_noticed_by_the_sweep(
-    pg: PgTarget,
-) -> None:
-    """The one answer the short cut above can differ on: a dependency deleted (`jobs purge`)
-    while another still runs. The hook's release leaves the join waiting; the leader's
-    sweep, which decides in full, cancels it as a dependency that is gone."""
-    backend = await PostgresBackend.connect(pg.dsn, pg.schema)
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        graph = Graph()
-        for name in "abc":
-            graph.step(name)
-        graph.step("join", after=("a", "b", "c"))
-        await graph.create(backend)
-        await run(backend, graph, "a")
-        await conn.execute(f"DELETE FROM {pg.schema}.jobs WHERE id = $1", graph.ids["a"])
-        await run(backend, graph, "b")  # c still pending: the join waits
-        assert await graph.status(backend, "join") is JobStatus.WAITING
-        assert (await backend.release_stale_workflow_steps()).cancelled == 1
-        join = await backend.get(graph.ids["join"])
-        assert join is not None and join.status is JobStatus.CANCELLED
-        assert join.cancel_reason == f"dependency {graph.ids['a']} is gone"
     finally:
         await conn.close()
         await backend.close()

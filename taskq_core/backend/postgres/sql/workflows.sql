@@ -51,8 +51,7 @@ WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 candidates AS (
-    SELECT j.id, j.scheduled_at, j.metadata->>'workflow_requires' AS requires,
-           j.metadata->>'workflow_id' AS workflow_id, j.id = ANY ($2::uuid[]) AS named
+    SELECT j.id, j.scheduled_at, j.metadata->>'workflow_requires' AS requires
     FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
               SELECT e.child_id FROM {schema}.workflow_edges e WHERE e.parent_id = ANY ($1::uuid[])
@@ -62,44 +61,7 @@ candidates AS (
     ORDER BY j.id
     FOR UPDATE OF j
 ),
--- Children of the ended jobs $1 that surely still wait, told without reading all their
--- dependencies: a child with a dependency outside $1, in a workflow none of whose steps
--- ended without success (unless it runs whatever they end in), one of whose dependencies
--- is among the first 8 unended steps of its workflow. A fan-in's join is a few probes, not
--- its thousands of dependencies read again on every release while they run. The full
--- decision gives the same answer but for a dependency deleted meanwhile (`jobs purge`),
--- which a step named in $2 (the leader's sweep, a graft, a retry), always decided in
--- full, notices. Each probe is a LATERAL with a LIMIT: a correlated index probe, never a
--- hash of every failed or unended step in the table.
-failed_workflows AS (
-    SELECT w.workflow_id
-    FROM (SELECT DISTINCT c.workflow_id FROM candidates c WHERE NOT c.named) w
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM {schema}.jobs f
-        WHERE f.metadata ? 'workflow_id' AND f.metadata->>'workflow_id' = w.workflow_id
-          AND f.status IN ('failed', 'cancelled', 'crashed', 'abandoned')
-        LIMIT 1) f
-),
-still_waiting AS (
-    SELECT c.id
-    FROM candidates c
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM {schema}.workflow_edges e
-        WHERE e.child_id = c.id AND e.parent_id <> ALL ($1::uuid[])
-        LIMIT 1) outside
-    CROSS JOIN LATERAL (
-        SELECT 1
-        FROM (SELECT a.id FROM {schema}.jobs a
-              WHERE a.metadata ? 'workflow_id' AND a.metadata->>'workflow_id' = c.workflow_id
-                AND a.status IN ('waiting', 'pending', 'scheduled', 'running')
-              LIMIT 8) a
-        JOIN {schema}.workflow_edges e ON e.parent_id = a.id AND e.child_id = c.id
-        LIMIT 1) unended
-    WHERE NOT c.named
-      AND (c.requires = 'finished'
-           OR c.workflow_id NOT IN (SELECT f.workflow_id FROM failed_workflows f))
-),
--- Every other candidate's dependencies in one aggregate, grouped by the candidate (one
+-- Each candidate's dependencies in one aggregate, grouped by the candidate (a candidate
 -- without edges has one row of NULLs, which counts as nothing). Not a second CTE joined
 -- back to the candidates: inlined into that join, the aggregate ran once per candidate.
 parents AS (
@@ -118,7 +80,6 @@ parents AS (
     FROM candidates c
     LEFT JOIN {schema}.workflow_edges e ON e.child_id = c.id
     LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
-    WHERE c.id NOT IN (SELECT w.id FROM still_waiting w)
     GROUP BY c.id, c.scheduled_at, c.requires
 ),
 decided AS (
