@@ -40,6 +40,7 @@ from benchmarks import (
     pgbouncer_sections,
     telemetry_sections,
     ui_sections,
+    workflow_sections,
 )
 from benchmarks.batch_sections import BatchFigures
 from benchmarks.cost_report import PhaseCost, WalShare
@@ -48,6 +49,7 @@ from benchmarks.ratelimit_sections import RATE, ROUNDS, WORKERS, LimitFigures, m
 from benchmarks.telemetry_sections import TelemetryFigures
 from benchmarks.ui_sections import PageFigure
 from benchmarks.worker_sections import Latency, drain, latency, lateness
+from benchmarks.workflow_sections import WorkflowFigures
 
 LEASE = timedelta(minutes=5)
 
@@ -392,6 +394,37 @@ async def telemetry_section(bench: Bench) -> list[Measurement]:
     ]
 
 
+WORKFLOWS: list[WorkflowFigures] = []
+
+
+async def workflows_section(bench: Bench) -> list[Measurement]:
+    """enqueue_workflow of 10,000 steps (a fan-out; 100 chains of 100), and a worker
+    (concurrency 16) draining the fan-out against 10,000 plain jobs, medians of three
+    alternating rounds."""
+    figures = await workflow_sections.measure(
+        bench.fresh_backend, bench.settle, bench.dsn, bench.size(10_000), 1 if bench.quick else 3
+    )
+    WORKFLOWS.append(figures)
+    steps, median = figures.steps, figures.median
+    failed = "" if set(figures.exit_codes) == {0} else f" (exits {figures.exit_codes})"
+    concurrency = workflow_sections.CONCURRENCY
+    return [
+        *(
+            Measurement("workflows", f"enqueue_workflow, {shape}", steps, median(seconds))
+            for shape, seconds in figures.enqueue.items()
+        ),
+        Measurement(
+            "workflows", f"plain jobs, concurrency {concurrency}", steps, median(figures.plain)
+        ),
+        Measurement(
+            "workflows",
+            f"workflow root -> {steps - 2:,} -> join, concurrency {concurrency}{failed}",
+            steps,
+            median(figures.workflow),
+        ),
+    ]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
@@ -405,7 +438,32 @@ SECTIONS: list[tuple[str, Section]] = [
     ("pgbouncer", pgbouncer_section),
     ("telemetry", telemetry_section),
     ("ui", ui_section),
+    ("workflows", workflows_section),
 ]
+
+
+def print_workflows(console: Console, flow: WorkflowFigures) -> None:
+    median, rounds = flow.median, len(flow.workflow)
+    shapes = ", ".join(f"{shape} {median(s):.2f} s" for shape, s in flow.enqueue.items())
+    console.print(
+        f"workflows: {flow.steps:,} steps enqueued in {shapes} (median of {rounds}; building "
+        f"the Workflow {median(flow.build):.2f} s more)"
+    )
+    for label, plain, workflow in (
+        ("from the worker's start", flow.plain, flow.workflow),
+        ("first claim to last finish", flow.plain_span, flow.workflow_span),
+    ):
+        console.print(
+            f"  drain, {label}: the workflow at {flow.ratio(plain, workflow):.1%} of the plain "
+            f"rate ({flow.steps / median(workflow):,.0f}/s against "
+            f"{flow.steps / median(plain):,.0f}/s; rounds "
+            + " / ".join(f"{flow.steps / s:,.0f}" for s in workflow)
+            + " against "
+            + " / ".join(f"{flow.steps / s:,.0f}" for s in plain)
+            + ")"
+        )
+    load = " / ".join(f"{x:.2f}" for x in flow.load)
+    console.print(f"  load average {load}" + "".join(f"; {f}" for f in flow.failures))
 
 
 def elapsed(started: float) -> float:
@@ -489,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{batch.ratio:.1%} of the rate of as many plain jobs "
                 f"({batch.jobs / batch.batch:,.0f}/s against {batch.jobs / batch.plain:,.0f}/s)"
             )
+        for flow in WORKFLOWS:
+            print_workflows(console, flow)
         for pooler in POOLERS:
             direct = pooler.jobs / pooler.drain["direct"]
             through = pooler.jobs / pooler.drain["through PgBouncer"]

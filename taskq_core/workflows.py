@@ -213,6 +213,10 @@ class WorkflowHandle:
         self.step = step
         self._backend = backend
         self._registry = registry
+        # The workflow's steps (name -> job id) as last read, plus those added here since:
+        # read again only when after= names a step not in it (another step added it).
+        # A name taken meanwhile elsewhere is refused by the backend's insert.
+        self._known: dict[str, UUID] | None = None
 
     def _planner(self) -> EnqueuePlanner:
         """A planner as a client's (made per graft: a step that grafts nothing pays none)."""
@@ -221,6 +225,13 @@ class WorkflowHandle:
             self._backend, ttl=GRAFT_CAPACITY_TTL, monotonic=time.monotonic
         )
         return planner
+
+    async def _steps(self, after: After) -> dict[str, UUID]:
+        names = _names(after)
+        if self._known is None or any(name not in self._known for name in names):
+            steps = await self._backend.list_workflow_steps(self.id)
+            self._known = {s.name: s.job_id for s in steps}
+        return self._known
 
     async def add(
         self,
@@ -235,7 +246,7 @@ class WorkflowHandle:
         **options: Any,
     ) -> Step:
         # Workflow.add's signature, repeated on purpose: the contract gives both one.
-        known = {s.name: s.job_id for s in await self._backend.list_workflow_steps(self.id)}
+        known = await self._steps(after)
         options.update(delay=delay, run_at=run_at)
         spec = step_spec(
             known, actor, payload, name=name, after=after, requires=requires, options=options
@@ -245,6 +256,9 @@ class WorkflowHandle:
             await self._backend.create_workflow_steps(self.id, steps)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        [added] = steps
+        if added.args.job_id is not None:  # always: plan_steps fixes every step's id
+            known[spec.name] = added.args.job_id
         return Step(spec.name)
 
 

@@ -40,6 +40,8 @@ from taskq_core.backend.protocol import JobRow, Lease
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+    from taskq_core.backend.protocol.workflows import Upstream
+
 
 class CancelPhase(IntEnum):
     """Cancel progress of one job. ABANDON_PENDING never reaches the database."""
@@ -97,6 +99,8 @@ class ActiveJob:
     # reclaimed unstarted before): that write confirmed the lease
     ended_monotonic: float | None = None  # when the body really stopped
     body_ended: asyncio.Future[None] | None = None  # made only for a claim that waits on it
+    # A workflow step's dependencies, read with the rest of its claimed batch (worker.upstream).
+    upstream_read: asyncio.Future[dict[UUID, dict[str, Upstream]]] | None = None
 
     def ran_for(self, now: float) -> float:
         """Seconds the body has run by ``now`` (monotonic)."""

@@ -29,6 +29,7 @@ from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.admission import LeaseGoneAtStart, check_lease_at_start, mark_start
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.progress import JobProgress, publisher_of
+from taskq_core.worker.upstream import read_upstream
 from taskq_core.workflows import WorkflowHandle
 
 T = TypeVar("T")
@@ -145,10 +146,11 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
             seat.release()
 
     async def with_upstream(body: Coroutine[Any, Any, Any]) -> Any:
-        # A step's inputs: one read, before its lease check (its failure fails the attempt).
+        # A step's inputs, read with its claimed batch (worker.upstream), before its lease
+        # check (a failure to read them fails the attempt).
         assert ctx is not None
         try:
-            ctx.upstream = await deps.backend.get_upstream(ctx.job_id)
+            ctx.upstream = await read_upstream(deps.backend, held)
         except BaseException:
             body.close()  # never started
             raise

@@ -23,6 +23,7 @@ from taskq_core.worker.transient import (
     UnexpectedErrorGuard,
     retry_pause,
 )
+from taskq_core.worker.upstream import prefetch_upstreams
 from taskq_core.worker.waits import wait_any
 
 
@@ -70,12 +71,16 @@ class ProducerLoop:
             raise
         dispatch = None if span is None else span.finish(len(jobs))
         self._record(deps.clock.monotonic() - started, jobs)
+        claimed = []
         for job in jobs:
             held, stale = deps.active.claim(job, started, dispatch)
             if stale is not None:
                 # Claimed again while an earlier holding of it is still here (it was
                 # reclaimed meanwhile): that one must never write for the new attempt.
                 self._supersede(stale)
+            claimed.append(held)
+        prefetch_upstreams(deps.backend, claimed)  # workflow steps: one read for the batch
+        for held in claimed:
             deps.local_queue.put_nowait(held)
         return ProducerTick(free, len(jobs))
 

@@ -311,6 +311,9 @@ class WorkflowPart(MemoryStore):
         ]
         return sorted(found, key=lambda dep: (dep.name, dep.job_id))
 
+    async def get_upstreams(self, job_ids: Collection[UUID]) -> dict[UUID, dict[str, Upstream]]:
+        return {job_id: await self.get_upstream(job_id) for job_id in job_ids}
+
     # --- operator writes ----------------------------------------------------------------------
     async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
         record = self._workflows.get(workflow_id)

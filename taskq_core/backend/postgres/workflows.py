@@ -72,6 +72,16 @@ def _step(record: Any) -> WorkflowStep:
     )
 
 
+def _upstream(record: Any) -> Upstream:
+    return Upstream(
+        job_id=record["id"],
+        status=JobStatus(record["status"]),
+        result=None if record["result"] is None else json.loads(record["result"]),
+        error_class=record["error_class"],
+        error_message=record["error_message"],
+    )
+
+
 class WorkflowPart(BackendCore):
     """``create_workflow``, ``create_workflow_steps``, the release, the reads, cancel and retry."""
 
@@ -195,16 +205,15 @@ class WorkflowPart(BackendCore):
 
     async def get_upstream(self, job_id: UUID) -> dict[str, Upstream]:
         records = await self._pool.fetch(self._queries["get_upstream"], job_id)
-        return {
-            r["name"]: Upstream(
-                job_id=r["id"],
-                status=JobStatus(r["status"]),
-                result=None if r["result"] is None else json.loads(r["result"]),
-                error_class=r["error_class"],
-                error_message=r["error_message"],
-            )
-            for r in records
-        }
+        return {r["name"]: _upstream(r) for r in records}
+
+    async def get_upstreams(self, job_ids: Collection[UUID]) -> dict[UUID, dict[str, Upstream]]:
+        found: dict[UUID, dict[str, Upstream]] = {job_id: {} for job_id in job_ids}
+        if found:
+            records = await self._pool.fetch(self._queries["get_upstreams"], list(found))
+            for r in records:
+                found[r["child_id"]][r["name"]] = _upstream(r)
+        return found
 
     async def list_step_dependencies(self, job_id: UUID) -> list[StepDependency]:
         records = await self._pool.fetch(self._queries["list_step_dependencies"], job_id)

@@ -250,6 +250,11 @@ class WorkflowBackend(Protocol):
         their statuses and without their results (one read; none for a job without any)."""
         ...
 
+    async def get_upstreams(self, job_ids: Collection[UUID]) -> dict[UUID, dict[str, Upstream]]:
+        """``get_upstream`` of many steps in one read: each id's dependencies by step name
+        (``{}`` for a job without dependencies or outside a workflow)."""
+        ...
+
     async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
         """Cancel every step not yet ended (running ones cooperatively); the workflow ends
         ``cancelled`` once its last step ended. ValueError for an unknown workflow."""

@@ -64,10 +64,12 @@ WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
 ended AS (
+    -- Driven by the ended jobs' ids on both sides (primary keys): a plain join may hash the
+    -- whole of jobs while the edges have no statistics yet.
     SELECT e.child_id, count(*) AS n, bool_or(p.status <> 'succeeded') AS unhappy
-    FROM {schema}.workflow_edges e
-    JOIN {schema}.jobs p ON p.id = e.parent_id
-    WHERE e.parent_id = ANY ($1::uuid[])
+    FROM {schema}.jobs p
+    JOIN {schema}.workflow_edges e ON e.parent_id = p.id
+    WHERE p.id = ANY ($1::uuid[]) AND e.parent_id = ANY ($1::uuid[])
     GROUP BY e.child_id
 ),
 gates AS (
@@ -85,40 +87,45 @@ counted AS (
     RETURNING w.child_id, w.parents_left, d.unhappy
 ),
 candidates AS (
-    SELECT j.id, j.scheduled_at, j.metadata
+    SELECT j.id, j.scheduled_at, j.metadata->>'workflow_requires' AS requires
     FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
               SELECT c.child_id FROM counted c WHERE c.parents_left <= 0 OR c.unhappy
               UNION
               SELECT unnest($2::uuid[])))
-      AND j.status = 'waiting'
+      AND j.status::text = 'waiting'  -- as text: by id, never a walk of every waiting row
     ORDER BY j.id
     FOR UPDATE OF j
 ),
+-- Each candidate's dependencies in one aggregate, grouped by the candidate (a candidate
+-- without edges has one row of NULLs, which counts as nothing). Not a second CTE joined
+-- back to the candidates: inlined into that join, the aggregate ran once per candidate.
 parents AS (
-    SELECT c.id,
-           bool_and(coalesce(p.status = 'succeeded', false)) AS all_succeeded,
-           bool_and(coalesce(p.status IN ('succeeded', 'failed', 'cancelled', 'crashed',
-                                          'abandoned'), true)) AS all_ended,
+    SELECT c.id, c.scheduled_at, c.requires,
+           bool_and(e.parent_id IS NULL OR coalesce(p.status = 'succeeded', false))
+               AS all_succeeded,
+           bool_and(e.parent_id IS NULL
+                    OR coalesce(p.status IN ('succeeded', 'failed', 'cancelled', 'crashed',
+                                             'abandoned'), true)) AS all_ended,
            (array_agg(coalesce(p.metadata->>'workflow_step', e.parent_id::text) || ' '
                       || coalesce(p.status::text, 'is gone') ORDER BY e.parent_id)
-              FILTER (WHERE p.status IS NULL
-                         OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned')))[1]
+              FILTER (WHERE e.parent_id IS NOT NULL
+                        AND (p.status IS NULL
+                             OR p.status IN ('failed', 'cancelled', 'crashed', 'abandoned'))))[1]
                AS failed_dependency
     FROM candidates c
-    JOIN {schema}.workflow_edges e ON e.child_id = c.id
+    LEFT JOIN {schema}.workflow_edges e ON e.child_id = c.id
     LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
-    GROUP BY c.id
+    GROUP BY c.id, c.scheduled_at, c.requires
 ),
 decided AS (
-    SELECT c.id, c.scheduled_at, p.failed_dependency,
-           CASE WHEN c.metadata->>'workflow_requires' = 'finished'
-                THEN CASE WHEN coalesce(p.all_ended, true) THEN 'release' ELSE 'wait' END
+    SELECT p.id, p.scheduled_at, p.failed_dependency,
+           CASE WHEN p.requires = 'finished'
+                THEN CASE WHEN p.all_ended THEN 'release' ELSE 'wait' END
                 WHEN p.failed_dependency IS NOT NULL THEN 'cancel'
-                WHEN coalesce(p.all_succeeded, true) THEN 'release'
+                WHEN p.all_succeeded THEN 'release'
                 ELSE 'wait' END AS decision
-    FROM candidates c
-    LEFT JOIN parents p ON p.id = c.id
+    FROM parents p
 ),
 released AS (
     UPDATE {schema}.jobs j
@@ -175,8 +182,11 @@ WITH finished AS (
     SELECT w.id
     FROM {schema}.workflows w
     WHERE w.id = ANY (ARRAY(
+              -- By id only (a job outside a workflow gives NULL, which matches nothing):
+              -- with `metadata ? 'workflow_id'` beside it the planner may AND in a walk of
+              -- every step's entry in jobs_workflow_idx.
               SELECT (j.metadata->>'workflow_id')::uuid FROM {schema}.jobs j
-              WHERE j.id = ANY ($1::uuid[]) AND j.metadata ? 'workflow_id'
+              WHERE j.id = ANY ($1::uuid[])
               UNION
               SELECT unnest($2::uuid[])))
       AND w.status = 'running'
@@ -372,3 +382,17 @@ FROM {schema}.workflow_edges e
 JOIN {schema}.jobs p ON p.id = e.parent_id
 WHERE e.child_id = $1::uuid
 ORDER BY coalesce(p.metadata->>'workflow_step', p.id::text) COLLATE "C", p.id;
+
+-- name: get_upstreams
+-- get_upstream of the steps $1 (a worker's claimed batch), each row naming its step. Each
+-- dependency is a probe of the primary key (the LATERAL's LIMIT keeps it one): a plain join
+-- hashed the whole of jobs whenever the edges had no statistics yet.
+SELECT e.child_id, p.id, coalesce(p.metadata->>'workflow_step', p.id::text) AS name,
+       p.status, p.result::text AS result, p.error_class, p.error_message
+FROM {schema}.workflow_edges e
+CROSS JOIN LATERAL (
+    SELECT p.id, p.metadata, p.status, p.result, p.error_class, p.error_message
+    FROM {schema}.jobs p
+    WHERE p.id = e.parent_id
+    LIMIT 1) p
+WHERE e.child_id = ANY ($1::uuid[]);
