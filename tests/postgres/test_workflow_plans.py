@@ -168,7 +168,8 @@ async def test_dispatch_reads_nothing_of_20000_waiting_steps(
         predicates = await _predicates(conn, pg.schema)
         for name, condition in with_backlog.walks:
             assert _meets_no_waiting_row(name, predicates.get(name, ""), condition), name
-        assert with_backlog.indexes == without.indexes
+        # Which index serves the running counts may differ with the statistics (each walk
+        # is checked above to meet no waiting row); what is read must not grow.
         assert with_backlog.rows == without.rows
         # Walking 20,000 waiting entries would read well over 100 pages; allow a few for
         # hint bits and the free space the deleted rows left.

@@ -43,8 +43,8 @@ async def handles(client: JobsClient) -> tuple[UUID, WorkflowHandle, WorkflowHan
     run = await client.enqueue_workflow(wf)
     return (
         run.id,
-        WorkflowHandle(run.id, "split", client.backend, client.planner),
-        WorkflowHandle(run.id, "other", client.backend, client.planner),
+        WorkflowHandle(run.id, "split", client.backend, client.planner.registry),
+        WorkflowHandle(run.id, "other", client.backend, client.planner.registry),
     )
 
 
