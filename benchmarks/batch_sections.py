@@ -9,14 +9,12 @@ of each counts, so a neighbour's burst on a shared machine hurts both alike.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from uuid import UUID
 
-from benchmarks.worker_sections import worker_process
+from benchmarks.worker_sections import timed_drain
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.client import EnqueueItem, JobsClient
 
@@ -63,19 +61,9 @@ async def _finalizer_ended(backend: PostgresBackend, batch_id: UUID) -> bool:
 
 async def _drain(backend: PostgresBackend, dsn: str, batch_id: UUID | None) -> tuple[float, int]:
     """Seconds from the worker's start until the backlog is done; the worker's exit code."""
-    started = time.perf_counter()
-    async with worker_process(
-        dsn, backend.schema, "--concurrency", str(CONCURRENCY), "--until-idle"
-    ) as proc:
-        if batch_id is not None:
-            while not await _finalizer_ended(backend, batch_id):
-                await asyncio.sleep(0.02)
-        else:
-            while await backend.has_active_jobs(["default"]):
-                await asyncio.sleep(0.02)
-        seconds = time.perf_counter() - started
-        code = await proc.wait()
-    return seconds, code
+    if batch_id is None:
+        return await timed_drain(backend, dsn, CONCURRENCY)
+    return await timed_drain(backend, dsn, CONCURRENCY, lambda: _finalizer_ended(backend, batch_id))
 
 
 async def measure(

@@ -9,7 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -83,12 +83,27 @@ async def drain(
 ) -> tuple[float, int]:
     """Seconds for one worker process to finish ``jobs`` pre-enqueued no-op jobs."""
     await backend.enqueue_batch_fast([EnqueueArgs("noop", {"n": n}) for n in range(jobs)])
+    return await timed_drain(backend, dsn, concurrency)
+
+
+async def timed_drain(
+    backend: PostgresBackend,
+    dsn: str,
+    concurrency: int,
+    done: Callable[[], Awaitable[bool]] | None = None,
+) -> tuple[float, int]:
+    """Seconds from a worker process's start until the backlog is done (``done`` says so,
+    when given; else no job waits or runs on ``default``); the worker's exit code."""
     started = time.perf_counter()
     async with worker_process(
         dsn, backend.schema, "--concurrency", str(concurrency), "--until-idle"
     ) as proc:
-        while await backend.has_active_jobs(["default"]):
-            await asyncio.sleep(0.02)
+        if done is not None:
+            while not await done():
+                await asyncio.sleep(0.02)
+        else:
+            while await backend.has_active_jobs(["default"]):
+                await asyncio.sleep(0.02)
         seconds = time.perf_counter() - started
         code = await proc.wait()
     return seconds, code

@@ -12,7 +12,6 @@ medians count, so a neighbour's burst on a shared machine hurts both alike.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 import time
@@ -23,7 +22,7 @@ from uuid import UUID
 
 import asyncpg
 
-from benchmarks.worker_sections import worker_process
+from benchmarks.worker_sections import timed_drain
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol.workflows import WorkflowStatus
 from taskq_core.client import JobsClient
@@ -109,19 +108,9 @@ async def _span(dsn: str, schema: str) -> float:
 async def _drain(backend: PostgresBackend, dsn: str, last: UUID | None) -> tuple[float, int]:
     """Seconds from the worker's start until the backlog is done (``last`` ended, when
     given); the worker's exit code."""
-    started = time.perf_counter()
-    async with worker_process(
-        dsn, backend.schema, "--concurrency", str(CONCURRENCY), "--until-idle"
-    ) as proc:
-        if last is not None:
-            while not await _ended(backend, last):
-                await asyncio.sleep(0.02)
-        else:
-            while await backend.has_active_jobs(["default"]):
-                await asyncio.sleep(0.02)
-        seconds = time.perf_counter() - started
-        code = await proc.wait()
-    return seconds, code
+    if last is None:
+        return await timed_drain(backend, dsn, CONCURRENCY)
+    return await timed_drain(backend, dsn, CONCURRENCY, lambda: _ended(backend, last))
 
 
 async def _workflow_round(

@@ -8,7 +8,7 @@ jobs it matches, so nothing is ever done to a job the operator did not mean.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, JobRow
@@ -74,6 +74,21 @@ def one_among(
             "give more of the id"
         )
     return found[0]
+
+
+async def id_among_newest(
+    text: str,
+    newest: Callable[[], Awaitable[Sequence[UUID]]],
+    scan: int,
+    nouns: tuple[str, str],
+    not_found: type[TaskqError],
+) -> UUID:
+    """The one ``text`` names: a whole id as given (checked by ``check_id_ref`` first), else
+    ``one_among`` the ids ``newest`` reads (the newest ``scan`` batches, workflows)."""
+    whole = full_job_id(check_id_ref(text, nouns[0], not_found))
+    if whole is not None:
+        return whole
+    return one_among(text, await newest(), scan, nouns, not_found)
 
 
 async def resolve_job_id(backend: Backend, text: str) -> UUID:

@@ -318,6 +318,12 @@ def age(then: datetime | None, reference: datetime | None = None) -> str | None:
     return f"in {text}" if future else text
 
 
+def ago(then: datetime | None, reference: datetime | None = None) -> str | None:
+    """``age`` followed by "ago", for a table's cell (None stays None)."""
+    text = age(then, reference)
+    return None if text is None else f"{text} ago"
+
+
 def timestamp(value: datetime | None) -> str | None:
     """A time for humans: ISO-8601 to the second."""
     return None if value is None else value.isoformat(timespec="seconds")

@@ -19,7 +19,7 @@ from taskq_cli import inputs, output
 from taskq_cli.batch_progress import FAILED_STATUSES, UNTRACKED, BatchProgress, read_progress
 from taskq_cli.database import with_backend
 from taskq_cli.job_documents import row_fields
-from taskq_cli.job_ids import check_id_ref, full_job_id, one_among
+from taskq_cli.job_ids import check_id_ref, id_among_newest
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_core.backend.protocol import Backend, JobSummary
 from taskq_core.backend.protocol.batches import BatchFilter
@@ -60,12 +60,11 @@ def check_batch_ref(text: str) -> str:
 async def resolve_batch_id(backend: Backend, text: str) -> UUID:
     """The batch ``text`` names: a whole id as given, else the one batch among the newest
     ``ID_SCAN`` whose id starts or ends with it."""
-    whole = full_job_id(check_batch_ref(text))
-    if whole is not None:
-        return whole
-    listed = await backend.list_batches(BatchFilter(limit=ID_SCAN))
-    newest = [row.id for row, _ in listed]
-    return one_among(text, newest, ID_SCAN, ("batch", "batches"), BatchNotFoundError)
+
+    async def newest() -> list[UUID]:
+        return [row.id for row, _ in await backend.list_batches(BatchFilter(limit=ID_SCAN))]
+
+    return await id_among_newest(text, newest, ID_SCAN, ("batch", "batches"), BatchNotFoundError)
 
 
 def _finalizer_cell(progress: BatchProgress) -> str | None:
@@ -136,8 +135,8 @@ def list_batches(
                 b.failures_text(),
                 _finalizer_cell(b),
                 None if b.row is None else b.row.finalizer_job_id,
-                _ago(b.row.created_at if b.row else None, reference),
-                _ago(b.row.completed_at if b.row else None, reference),
+                output.ago(b.row.created_at if b.row else None, reference),
+                output.ago(b.row.completed_at if b.row else None, reference),
             )
             for b in batches
         ],
@@ -152,11 +151,6 @@ _STATUS_STYLES = {"active": "yellow", "complete": "green", "aborted": "red", UNT
 
 def _status_cell(status: str) -> Any:
     return output.styled(status, _STATUS_STYLES.get(status, ""))
-
-
-def _ago(moment: Any, reference: Any) -> str | None:
-    text = output.age(moment, reference)
-    return None if text is None else f"{text} ago"
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
+from uuid import UUID
 
 import typer
 
 from taskq_cli import inputs, output
 from taskq_cli.database import with_backend
-from taskq_cli.job_ids import check_id_ref, full_job_id, one_among
+from taskq_cli.job_ids import check_id_ref, id_among_newest
 from taskq_cli.operator import operator_id
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption
 from taskq_cli.workflow_progress import (
@@ -74,11 +75,12 @@ def check_workflow_ref(text: str) -> str:
 async def resolve_workflow(backend: Backend, text: str) -> WorkflowRow:
     """The workflow ``text`` names (a whole id, or a piece of one of the newest
     ``ID_SCAN``), with its steps' counts."""
-    ident = full_job_id(check_workflow_ref(text))
-    if ident is None:
-        listed = await backend.list_workflows(WorkflowFilter(limit=ID_SCAN))
-        newest = [row.id for row in listed]
-        ident = one_among(text, newest, ID_SCAN, ("workflow", "workflows"), WorkflowNotFoundError)
+
+    async def newest() -> list[UUID]:
+        return [row.id for row in await backend.list_workflows(WorkflowFilter(limit=ID_SCAN))]
+
+    nouns = ("workflow", "workflows")
+    ident = await id_among_newest(text, newest, ID_SCAN, nouns, WorkflowNotFoundError)
     row = await backend.get_workflow(ident)
     if row is None:
         raise WorkflowNotFoundError(f"no workflow with id {ident}")
@@ -97,11 +99,8 @@ def _status_cell(status: WorkflowStatus) -> Any:
     return output.styled(status.value, _STATUS_STYLES.get(status.value, ""))
 
 
-def _ago(moment: Any, reference: Any = None) -> str | None:
-    text = output.age(moment, reference)
-    return None if text is None else f"{text} ago"
-
-
+# The options and the "newest N" note mirror ``batches list`` on purpose: typer reads each
+# command's own signature, and the two listings differ in every column after them.
 @app.command("list")
 def list_workflows(
     ctx: typer.Context,
@@ -165,8 +164,8 @@ def list_workflows(
                 row.counts.get(JobStatus.RUNNING, 0),
                 count_of(row.counts, FAILED_STATUSES),
                 row.counts.get(JobStatus.CANCELLED, 0),
-                _ago(row.created_at, reference),
-                _ago(row.finished_at, reference),
+                output.ago(row.created_at, reference),
+                output.ago(row.finished_at, reference),
             )
             for row in rows
         ],
@@ -248,14 +247,14 @@ def _fields(row: WorkflowRow) -> list[tuple[str, Any]]:
     when = output.timestamp
     finished = None
     if row.finished_at is not None:
-        finished = f"{when(row.finished_at)} ({_ago(row.finished_at)})"
+        finished = f"{when(row.finished_at)} ({output.ago(row.finished_at)})"
     return [
         ("id", row.id),
         ("name", row.name),
         ("status", row.status.value),
         ("progress", steps_text(row)),
         ("by status", ", ".join(f"{n} {status}" for status, n in by_status(row).items())),
-        ("created", f"{when(row.created_at)} ({_ago(row.created_at)})"),
+        ("created", f"{when(row.created_at)} ({output.ago(row.created_at)})"),
         ("finished", finished),
         ("cancel asked", when(row.cancel_requested_at)),
         ("metadata", output.compact_json(row.metadata) if row.metadata else None),

@@ -13,24 +13,14 @@ however long the step took.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
-from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import (
     ActorDeclaration,
     ArchivedJob,
@@ -42,7 +32,6 @@ from taskq_core.backend.protocol import (
     JobRow,
     WorkerInfo,
 )
-from taskq_core.clock import FakeClock
 from tests.conformance.conftest import Harness
 from tests.conformance.differential_operations import (
     ENQUEUE,
@@ -51,18 +40,16 @@ from tests.conformance.differential_operations import (
     QUEUE,
     WORKERS,
     Op,
-    Step,
     Walk,
 )
-from tests.conftest import PgTarget, delete_every_row
+from tests.conformance.side_by_side import SideBySide, answer_of, open_pair, run_settings
+from tests.conftest import PgTarget
 
 # Steps of a sequence, the two opening enqueues included (hypothesis runs them all unless it
 # is shrinking a failure).
 STEPS = 60
-# TASKQ_DIFFERENTIAL_EXAMPLES=N draws N random sequences instead of CI's fixed ones (a
-# longer hunt; pytest's --hypothesis-seed replays one).
-_HUNT = os.environ.get("TASKQ_DIFFERENTIAL_EXAMPLES")
-EXAMPLES = int(_HUNT) if _HUNT else 24
+# CI's fixed sequences (``side_by_side.examples``).
+EXAMPLES = 24
 
 
 # --- what a caller sees, without timestamps --------------------------------------------------
@@ -151,52 +138,27 @@ async def _seen(backend: Backend, job_ids: list[UUID]) -> object:
     )
 
 
-async def _apply(harness: Harness, step: Step) -> object:
-    """Run ``step`` on one backend; its answer, comparable across backends."""
-    try:
-        answer = _answer(await step(harness))
-    except ValueError as exc:  # the same refusal must come from both
-        answer = ("raised", type(exc).__name__)
-    if harness.clock is not None:
-        harness.clock.advance(0.001)  # every step happens after the one before it
-    return answer
-
-
 # --- the machine -----------------------------------------------------------------------------
-async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
-    """A fresh memory backend and a Postgres one on the emptied schema, each with the walk's
-    workers and its one capped actor (caps count claimed and started jobs alike)."""
-    await delete_every_row(pg)
-    clock = FakeClock()
-    # Postgres reads bounded windows of candidates (a call may claim fewer than its limit
-    # while more are due); windows wider than the walk's jobs keep that out of the comparison.
-    postgres = await PostgresBackend.connect(pg.dsn, pg.schema, dispatch_oversample=MAX_JOBS)
-    memory = Harness("memory", InMemoryBackend(clock=clock), clock=clock)
-    pair = memory, Harness("postgres", postgres, pg=pg)
-    for harness in pair:
-        for worker in WORKERS:
-            info = WorkerInfo(worker, "host", 1, [QUEUE], ["a", "b"], 4)
-            await harness.backend.register_worker(info)
-        await harness.backend.sync_actor_configs(
-            [ActorDeclaration("b", QUEUE, {}, 2, None, None)], force=False
-        )
-    return pair
-
-
-class Differential(RuleBasedStateMachine):
+class Differential(SideBySide):
     """Both backends side by side: every drawn operation goes to each, then the answers and
     everything a caller can read are compared. Runs its coroutines on a loop of its own."""
 
     def __init__(self, pg: PgTarget) -> None:
-        super().__init__()
-        self.runner = asyncio.Runner()
-        try:
-            self.memory, self.postgres = self.runner.run(_pair(pg))
-        except BaseException:
-            self.runner.close()
-            raise
+        super().__init__(pg)
         self.walk = Walk()
-        self.history: list[str] = []
+
+    async def open(self, pg: PgTarget) -> tuple[Harness, Harness]:
+        """Each backend with the walk's workers and its one capped actor (caps count claimed
+        and started jobs alike)."""
+        pair = await open_pair(pg, MAX_JOBS)
+        for harness in pair:
+            for worker in WORKERS:
+                info = WorkerInfo(worker, "host", 1, [QUEUE], ["a", "b"], 4)
+                await harness.backend.register_worker(info)
+            await harness.backend.sync_actor_configs(
+                [ActorDeclaration("b", QUEUE, {}, 2, None, None)], force=False
+            )
+        return pair
 
     @initialize(op=ENQUEUE)
     def first_job(self, op: Op) -> None:
@@ -224,23 +186,15 @@ class Differential(RuleBasedStateMachine):
         self.history.append(label)
         if step is None:
             return
-        expected = await _apply(memory, step)
-        actual = await _apply(postgres, step)
-        trail = "\n".join(f"{n}: {line}" for n, line in enumerate(self.history))
+        expected = await answer_of(memory, step, _answer)
+        actual = await answer_of(postgres, step, _answer)
+        trail = self.trail()
         assert actual == expected, f"answers differ after:\n{trail}"
         seen_memory = await _seen(memory.backend, walk.job_ids)
         seen_postgres = await _seen(postgres.backend, walk.job_ids)
         assert seen_postgres == seen_memory, f"state differs after:\n{trail}\n" + json.dumps(
             _diff(seen_memory, seen_postgres), default=str, indent=1
         )
-
-    def teardown(self) -> None:
-        """Close both backends and the loop."""
-        try:
-            self.runner.run(self.postgres.backend.close())
-            self.runner.run(self.memory.backend.close())
-        finally:
-            self.runner.close()
 
 
 # A passing run takes about half a minute; a failure is shrunk to a few steps in a minute or
@@ -253,19 +207,7 @@ def test_both_backends_answer_the_same_operations_the_same_way(
         def __init__(self) -> None:
             super().__init__(differential_schema)
 
-    run_state_machine_as_test(
-        OnTheTestSchema,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            derandomize=not _HUNT,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-            # No explain phase: it reruns the failing case under a tracer for minutes.
-            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-        ),
-    )
+    run_state_machine_as_test(OnTheTestSchema, settings=run_settings(EXAMPLES, STEPS))
 
 
 def _diff(memory: Any, postgres: Any) -> list[object]:

@@ -16,20 +16,15 @@ sweep ran since).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
-from taskq_core.backend.memory import InMemoryBackend
-from taskq_core.backend.postgres.backend import PostgresBackend
-from taskq_core.clock import FakeClock
 from tests.conformance.conftest import Harness
-from tests.conformance.differential_operations import Op
+from tests.conformance.differential_operations import Op, Step
+from tests.conformance.side_by_side import SideBySide, answer_of, open_pair, run_settings
 from tests.conformance.workflow_operations import (
     DAG,
     MAX_STEPS,
@@ -40,43 +35,27 @@ from tests.conformance.workflow_operations import (
     answer,
     seen,
 )
-from tests.conftest import PgTarget, delete_every_row
+from tests.conftest import PgTarget
 
 pytestmark = pytest.mark.slow
 
 # Operations of a sequence after the workflow's creation.
 STEPS = 40
-# TASKQ_DIFFERENTIAL_EXAMPLES=N draws N random sequences instead of CI's fixed ones.
-_HUNT = os.environ.get("TASKQ_DIFFERENTIAL_EXAMPLES")
-EXAMPLES = int(_HUNT) if _HUNT else 20
+# CI's fixed sequences (``side_by_side.examples``).
+EXAMPLES = 20
 
 
-async def _pair(pg: PgTarget) -> tuple[Harness, Harness]:
-    """A fresh memory backend and a Postgres one on the emptied schema."""
-    await delete_every_row(pg)
-    clock = FakeClock()
-    # Dispatch windows wider than a workflow keep Postgres's bounded reads out of the
-    # comparison (a call may claim fewer than its limit while more are due).
-    postgres = await PostgresBackend.connect(pg.dsn, pg.schema, dispatch_oversample=MAX_STEPS)
-    return Harness("memory", InMemoryBackend(clock=clock), clock=clock), Harness(
-        "postgres", postgres, pg=pg
-    )
-
-
-class WorkflowDifferential(RuleBasedStateMachine):
+class WorkflowDifferential(SideBySide):
     """One drawn workflow on both backends; every drawn operation goes to each, then the
     answers and the workflow are compared and the rule checked."""
 
     def __init__(self, pg: PgTarget) -> None:
-        super().__init__()
-        self.runner = asyncio.Runner()
-        try:
-            self.memory, self.postgres = self.runner.run(_pair(pg))
-        except BaseException:
-            self.runner.close()
-            raise
+        super().__init__(pg)
         self.walk = WorkflowWalk(())
-        self.history: list[str] = []
+
+    async def open(self, pg: PgTarget) -> tuple[Harness, Harness]:
+        """Dispatch windows wider than a workflow (``side_by_side.open_pair``)."""
+        return await open_pair(pg, MAX_STEPS)
 
     @initialize(dag=DAG)
     def create(self, dag: Sequence[StepSpec]) -> None:
@@ -100,18 +79,13 @@ class WorkflowDifferential(RuleBasedStateMachine):
         after = await self.both(label, step)
         self.walk.check(op, label, before, after)
 
-    async def both(self, label: str, step: object) -> Seen:
+    async def both(self, label: str, step: Step) -> Seen:
         """Run ``step`` on memory, then Postgres; compare the answers, then the workflow."""
-        assert callable(step)
-        answers = []
-        for harness in (self.memory, self.postgres):
-            try:
-                answers.append(answer(await step(harness), self.walk.names))
-            except ValueError as exc:  # the same refusal must come from both
-                answers.append(("raised", type(exc).__name__))
-            if harness.clock is not None:
-                harness.clock.advance(0.001)  # every step happens after the one before it
-        trail = "\n".join(f"{n}: {line}" for n, line in enumerate(self.history))
+        answers = [
+            await answer_of(harness, step, lambda value: answer(value, self.walk.names))
+            for harness in (self.memory, self.postgres)
+        ]
+        trail = self.trail()
         assert answers[1] == answers[0], f"answers differ after:\n{trail}"
         memory, postgres = await self.seen(self.memory), await self.seen(self.postgres)
         assert postgres == memory, f"state differs after:\n{trail}\n" + _diff(memory, postgres)
@@ -119,13 +93,6 @@ class WorkflowDifferential(RuleBasedStateMachine):
 
     async def seen(self, harness: Harness) -> Seen:
         return await seen(harness.backend, self.walk.workflow_id, self.walk.job_ids)
-
-    def teardown(self) -> None:
-        try:
-            self.runner.run(self.postgres.backend.close())
-            self.runner.run(self.memory.backend.close())
-        finally:
-            self.runner.close()
 
 
 def _diff(memory: Seen, postgres: Seen) -> str:
@@ -150,15 +117,4 @@ def test_random_workflows_release_by_the_rule_alike_on_both_backends(
         def __init__(self) -> None:
             super().__init__(differential_schema)
 
-    run_state_machine_as_test(
-        OnTheTestSchema,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            derandomize=not _HUNT,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-        ),
-    )
+    run_state_machine_as_test(OnTheTestSchema, settings=run_settings(EXAMPLES, STEPS))

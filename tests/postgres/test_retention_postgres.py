@@ -209,6 +209,36 @@ async def test_dispatch_keeps_going_while_a_big_prune_runs_in_small_batches(
     assert claimed and len(set(claimed)) == len(claimed)
 
 
+async def add_finished_jobs(
+    conn: asyncpg.Connection, schema: str, count: int, seconds_apart: int
+) -> None:
+    """``count`` jobs over 8 queues, a quarter each pending, succeeded, failed and running;
+    the ended ones finished ``seconds_apart`` seconds after one another, up to now."""
+    await conn.execute(
+        f"""INSERT INTO {schema}.jobs (id, actor, queue, status, finished_at)
+            SELECT gen_random_uuid(), 'work', 'q' || (n % 8),
+                   (ARRAY['pending', 'succeeded', 'failed', 'running'])[1 + n % 4]
+                       ::{schema}.job_status,
+                   CASE WHEN n % 4 IN (1, 2) THEN now() - make_interval(secs => n * $2) END
+            FROM generate_series(1, $1) AS n""",
+        count,
+        seconds_apart,
+    )
+
+
+async def add_histories(conn: asyncpg.Connection, schema: str) -> None:
+    """Each job's history: an attempt per finished job, an event per job."""
+    await conn.execute(
+        f"""WITH attempts AS (
+                INSERT INTO {schema}.job_attempts (job_id, attempt, outcome, finished_at)
+                SELECT id, 1, 'succeeded', finished_at
+                FROM {schema}.jobs WHERE finished_at IS NOT NULL
+            )
+            INSERT INTO {schema}.job_events (job_id, kind) SELECT id, 'state_change'
+            FROM {schema}.jobs"""
+    )
+
+
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     found = [plan]
     for child in plan.get("Plans", []):
@@ -266,30 +296,14 @@ async def test_the_prune_and_expiry_picks_walk_their_indexes_on_a_big_table(
 ) -> None:
     schema = pg.schema
     # 200k jobs finished over the last ten days (half terminal), 100k archived jobs.
-    await conn.execute(
-        f"""INSERT INTO {schema}.jobs (id, actor, queue, status, finished_at)
-            SELECT gen_random_uuid(), 'work', 'q' || (n % 8),
-                   (ARRAY['pending', 'succeeded', 'failed', 'running'])[1 + n % 4]
-                       ::{schema}.job_status,
-                   CASE WHEN n % 4 IN (1, 2) THEN now() - make_interval(secs => n * 4) END
-            FROM generate_series(1, 200000) AS n"""
-    )
+    await add_finished_jobs(conn, schema, 200000, 4)
     await conn.execute(
         f"""INSERT INTO {schema}.jobs_archive (id, actor, queue, status, archived_at, expire_at)
             SELECT gen_random_uuid(), 'work', 'q', 'succeeded', now(),
                    now() + make_interval(secs => n)
             FROM generate_series(1, 100000) AS n"""
     )
-    # Each job's history: an attempt per finished job, an event per job.
-    await conn.execute(
-        f"""WITH attempts AS (
-                INSERT INTO {schema}.job_attempts (job_id, attempt, outcome, finished_at)
-                SELECT id, 1, 'succeeded', finished_at
-                FROM {schema}.jobs WHERE finished_at IS NOT NULL
-            )
-            INSERT INTO {schema}.job_events (job_id, kind) SELECT id, 'state_change'
-            FROM {schema}.jobs"""
-    )
+    await add_histories(conn, schema)
     for table in ("jobs", "jobs_archive", "job_attempts", "job_events"):
         await conn.execute(f"ANALYZE {schema}.{table}")
     prune = await _generic_plan(

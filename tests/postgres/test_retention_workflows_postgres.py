@@ -18,7 +18,13 @@ from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol.retention import PrunePolicy
 from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
-from tests.postgres.test_retention_postgres import generic_plan, scan_names, scans
+from tests.postgres.test_retention_postgres import (
+    add_finished_jobs,
+    add_histories,
+    generic_plan,
+    scan_names,
+    scans,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -134,25 +140,10 @@ async def test_the_prune_reads_workflows_only_in_the_room_jobs_outside_them_leav
     schema = pg.schema
     # 100k jobs finished over the last ten days (half terminal), a few hundred workflows:
     # ended and due, ended not long enough ago, running with steps ended long ago.
-    await conn.execute(
-        f"""INSERT INTO {schema}.jobs (id, actor, queue, status, finished_at)
-            SELECT gen_random_uuid(), 'work', 'q' || (n % 8),
-                   (ARRAY['pending', 'succeeded', 'failed', 'running'])[1 + n % 4]
-                       ::{schema}.job_status,
-                   CASE WHEN n % 4 IN (1, 2) THEN now() - make_interval(secs => n * 8) END
-            FROM generate_series(1, 100000) AS n"""
-    )
+    await add_finished_jobs(conn, schema, 100000, 8)
     await _add_ended_workflows(conn, schema, 200, 5)
     await _add_ended_workflows(conn, schema, 50, 5, status="running")
-    await conn.execute(
-        f"""WITH attempts AS (
-                INSERT INTO {schema}.job_attempts (job_id, attempt, outcome, finished_at)
-                SELECT id, 1, 'succeeded', finished_at
-                FROM {schema}.jobs WHERE finished_at IS NOT NULL
-            )
-            INSERT INTO {schema}.job_events (job_id, kind) SELECT id, 'state_change'
-            FROM {schema}.jobs"""
-    )
+    await add_histories(conn, schema)
     for table in ("jobs", "job_attempts", "job_events", "workflows", "workflow_edges"):
         await conn.execute(f"ANALYZE {schema}.{table}")
     batch = render("prune_jobs_batch", schema)
