@@ -269,18 +269,6 @@ class WorkflowBackend(Protocol):
         ...
 
 
-def edges_by_child(steps: Sequence[NewStep]) -> list[tuple[UUID, UUID]]:
-    """Every (parent, child) edge the steps declare."""
-    return [
-        (parent, step.args.job_id) for step in steps for parent in step.after if step.args.job_id
-    ]
-
-
-def step_names(jobs: Iterable[tuple[UUID, Mapping[str, Any]]]) -> dict[UUID, str]:
-    """Job id to step name, from the jobs' metadata."""
-    return {job_id: str(metadata.get(WORKFLOW_STEP_KEY, job_id)) for job_id, metadata in jobs}
-
-
 __all__ = [
     "REQUIRES",
     "WORKFLOW_ID_KEY",
@@ -301,8 +289,6 @@ __all__ = [
     "WorkflowStep",
     "cancel_reason",
     "decide_step",
-    "edges_by_child",
     "requires_of",
-    "step_names",
     "workflow_id_of",
 ]
