@@ -314,7 +314,15 @@ class Harness:
         self.result.completed_twice = markers.completed_twice()
         crashed = await self.probe.crashed_attempts() or []
         started = markers.started()
-        without_body = [pair for pair in crashed if pair not in started]
+        # A start written before the body, then a stop past the lease before the body was
+        # called: the worker refuses the body and says so (its reclaim counts a crash).
+        refused = self.starts_without_body()
+        without_body = [pair for pair in crashed if pair not in started and pair not in refused]
+        if accounted := [pair for pair in crashed if pair not in started and pair in refused]:
+            self.note(
+                f"{len(accounted)} crashed attempt(s) whose worker refused the body after "
+                "writing its start (job_start_without_body)"
+            )
         self.result.crashed_without_body = len(without_body)
         self.check(
             "no crashed attempt without its body",
@@ -326,6 +334,15 @@ class Harness:
         )
         if crashed:
             self.note(f"{len(crashed)} crashed attempt(s) in all")
+
+    def starts_without_body(self) -> set[tuple[UUID, int]]:
+        """(job, attempt) pairs a worker reported as started but refused at the body's call."""
+        return {
+            (UUID(r["job_id"]), int(r["attempt"]))
+            for proc in self.fleet.procs
+            for r in proc.records()
+            if r.get("event") == "job_start_without_body"
+        }
 
     async def _check_bodies(self) -> None:
         """The execution guarantee, read from the per-body ledger once every worker stopped:

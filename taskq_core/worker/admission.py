@@ -214,10 +214,9 @@ def check_lease_at_start(deps: WorkerDeps, held: ActiveJob) -> None:
     free): the lease is still this worker's to vouch for. A thread may take its work up long
     after it was queued, a stopped process resumes its threads with the loop, and providers
     may await: so the check is made again right here, in the thread that runs the body. A
-    start written (awaited) just before the body already was that check."""
-    if held.lost is not None:
-        raise LeaseGoneAtStart
-    if not held.start_written and deps.active.expired(held, deps.clock.monotonic()):
+    start written just before the body (``record_start``) is no exception: the process may
+    stop between that write and this line, and the lease run out meanwhile."""
+    if held.lost is not None or deps.active.expired(held, deps.clock.monotonic()):
         raise LeaseGoneAtStart
     held.body_ran = True
     if held.ctx is not None:

@@ -158,6 +158,8 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             await made[0].finish(write=outcome not in ("abandoned", "crashed"))
     ran_for = held.ran_for(deps.clock.monotonic())
     if outcome == "unstarted":  # nothing ran: dropped unwritten, as a claim past its deadline
+        if held.start_written:
+            _report_start_without_body(deps, held)
         lose(deps, held, "lease_expired")
         deps.active.remove(held)
         return "lost"
@@ -171,3 +173,16 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await record(deps, ref, held, outcome, value, ran_for)
+
+
+def _report_start_without_body(deps: WorkerDeps, held: ActiveJob) -> None:
+    """The start written before the body (``record_start``) stays on the row, but the lease
+    ran out before the body was called (the process stopped between the two): the reclaim
+    counts the attempt as crashed though no body ran. Said once, so the history can be read."""
+    deps.log.warning(
+        "job_start_without_body",
+        job_id=str(held.job.id),
+        attempt=held.lease.attempt,
+        note="its start was written before the body, then the lease ran out before the body "
+        "was called: the attempt is reclaimed as crashed, though its body never ran",
+    )

@@ -9,6 +9,7 @@ worker's clock decides every deadline), on the memory backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import structlog
 
 from taskq_core.actors import ActorRef, JobContext, actor
 from taskq_core.backend.memory import InMemoryBackend
@@ -325,3 +327,42 @@ async def test_a_thread_body_checks_its_lease_again_when_its_thread_takes_it_up(
     row = await backend.get(queued.job.id)
     # Nor a start mark: its reclaim must not count a crash of a body that never ran.
     assert row is not None and row.started_at is None
+
+
+class _StopsAfterStartWrite:
+    """The backend under test, with the process stopped past the lease right after the start
+    of a job is written before its body (SIGSTOP between that write and the body's call)."""
+
+    def __init__(self, inner: InMemoryBackend, clock: FakeClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def mark_started_many(self, worker_id: Any, starts: Any) -> set[Any]:
+        written = await self._inner.mark_started_many(worker_id, starts)
+        self._clock.advance(LEASE + 1)
+        return written
+
+
+@pytest.mark.parametrize("actor_name", ["waits", "waits_in_thread"])
+async def test_a_stop_between_a_written_start_and_the_body_runs_no_body(
+    backend: InMemoryBackend, clock: FakeClock, actor_name: str
+) -> None:
+    deps = worker_deps(backend, clock)
+    first = await claim(deps, actor_name)  # its worker died before the batched start mark
+    deps.active.remove(first)
+    clock.advance(LEASE + 1)
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
+    [again] = await backend.dispatch_batch(deps.worker_id, ["default"], 1, timedelta(seconds=LEASE))
+    assert again.unstarted_reclaims == 1  # so its start is written before its body
+    held, _ = deps.active.claim(again, clock.monotonic())
+    stopping = dataclasses.replace(deps, backend=_StopsAfterStartWrite(backend, clock))
+    with structlog.testing.capture_logs() as logs:
+        assert await execute_job(stopping, held) == "lost"
+    assert bodies == []  # the lease may be gone: another worker may run the job now
+    reported = [e for e in logs if e["event"] == "job_start_without_body"]
+    assert [(e["job_id"], e["attempt"]) for e in reported] == [(str(again.id), again.attempt)]
+    row = await backend.get(again.id)
+    assert row is not None and row.started_at is not None  # its reclaim counts a crash
