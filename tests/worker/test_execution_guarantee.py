@@ -358,7 +358,7 @@ async def test_a_stop_between_a_written_start_and_the_body_runs_no_body(
     [again] = await backend.dispatch_batch(deps.worker_id, ["default"], 1, timedelta(seconds=LEASE))
     assert again.unstarted_reclaims == 1  # so its start is written before its body
     held, _ = deps.active.claim(again, clock.monotonic())
-    stopping = dataclasses.replace(deps, backend=_StopsAfterStartWrite(backend, clock))
+    stopping = dataclasses.replace(deps, backend=_StopsAfterStartWrite(backend, clock))  # type: ignore[arg-type]
     with structlog.testing.capture_logs() as logs:
         assert await execute_job(stopping, held) == "lost"
     assert bodies == []  # the lease may be gone: another worker may run the job now
