@@ -215,12 +215,17 @@ def check_lease_at_start(deps: WorkerDeps, held: ActiveJob) -> None:
     after it was queued, a stopped process resumes its threads with the loop, and providers
     may await: so the check is made again right here, in the thread that runs the body. A
     start written just before the body (``record_start``) is no exception: the process may
-    stop between that write and this line, and the lease run out meanwhile."""
+    stop between that write and this line, and the lease run out meanwhile.
+
+    The start is dated before the check: a process stopped between the two is caught by the
+    check; one stopped after it resumes a body that was let start before its lease ran out,
+    and the date says so (read after the check, it would carry the stop)."""
+    let_start_at = time.time()
     if held.lost is not None or deps.active.expired(held, deps.clock.monotonic()):
         raise LeaseGoneAtStart
     held.body_ran = True
     if held.ctx is not None:
-        held.ctx._let_start_at = time.time()
+        held.ctx._let_start_at = let_start_at
 
 
 def mark_start(deps: WorkerDeps, held: ActiveJob) -> None:
