@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from taskq_core.backend.protocol import Backend
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
+from tests.conftest import PgTarget
+from tests.schema_pool import give_back, take_schema
 
 KINDS = ["memory", "postgres"]
 
@@ -26,10 +27,10 @@ async def open_backend(kind: str, server_dsn: str) -> AsyncIterator[Backend]:
         return
     from taskq_core.backend.postgres.backend import PostgresBackend
 
-    pg = PgTarget(server_dsn, await create_migrated_schema(server_dsn))
+    pg = PgTarget(server_dsn, await take_schema(server_dsn))
     db = await PostgresBackend.connect(pg.dsn, pg.schema)
     try:
         yield db
     finally:
         await db.close()
-        await drop_schema(pg.dsn, pg.schema)
+        await give_back(pg.dsn, pg.schema)

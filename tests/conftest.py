@@ -6,7 +6,7 @@ started for the session, tuned for tests (no fsync), and removed at the end.
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import logging
 import os
 import shutil
@@ -24,11 +24,17 @@ import structlog
 from chaos.pgbouncer import PgBouncer, PgBouncerUnavailable
 from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
-from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.obs.logs import reset_logging
+from tests.schema_pool import (
+    create_migrated_schema,
+    drop_schema,
+    drop_spare_schemas,
+    give_back,
+    new_schema_name,
+    take_schema,
+)
 
 TASKQ_BIN = str(Path(sys.executable).parent / "taskq")
-_schema_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ def pg_server_dsn() -> Iterator[str]:
     given = os.environ.get("TASKQ_TEST_DSN")
     if given:
         yield given
+        asyncio.run(drop_spare_schemas())  # the server outlives the session
         return
     root = Path(tempfile.mkdtemp(prefix="taskq-test-pg-"))
     data_dir = root / "pgdata"
@@ -101,29 +108,18 @@ def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
         shutil.rmtree(bouncer.root, ignore_errors=True)
 
 
-def new_schema_name() -> str:
-    """A schema name no other test in any process uses."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return f"t_{worker}_{os.getpid()}_{next(_schema_ids)}"
-
-
-async def create_migrated_schema(dsn: str) -> str:
-    """Create and migrate a schema no other test uses; return its name."""
-    schema = new_schema_name()
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate_up(conn, schema)
-    finally:
-        await conn.close()
-    return schema
-
-
 @pytest.fixture
-async def pg(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
-    """A freshly migrated schema of the test's own, dropped afterwards."""
-    schema = await create_migrated_schema(pg_server_dsn)
+async def pg(pg_server_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[PgTarget]:
+    """A migrated schema of the test's own: new, or emptied after an earlier test
+    (``tests.schema_pool``); a new one for a test marked ``fresh_schema``."""
+    if request.node.get_closest_marker("fresh_schema"):
+        schema = await create_migrated_schema(pg_server_dsn)
+        yield PgTarget(pg_server_dsn, schema)
+        await drop_schema(pg_server_dsn, schema)
+        return
+    schema = await take_schema(pg_server_dsn)
     yield PgTarget(pg_server_dsn, schema)
-    await drop_schema(pg_server_dsn, schema)
+    await give_back(pg_server_dsn, schema)
 
 
 @pytest.fixture
@@ -145,14 +141,6 @@ async def delete_every_row(pg: PgTarget) -> None:
             "schema_migrations",
         )
         await conn.execute(";".join(f"DELETE FROM {pg.schema}.{t['tablename']}" for t in tables))
-    finally:
-        await conn.close()
-
-
-async def drop_schema(dsn: str, schema: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     finally:
         await conn.close()
 

@@ -19,7 +19,8 @@ import pytest
 
 from taskq_core.backend.protocol import Backend
 from taskq_core.clock import FakeClock
-from tests.conftest import PgTarget, create_migrated_schema, delete_every_row, drop_schema
+from tests.conftest import PgTarget
+from tests.schema_pool import create_migrated_schema, drop_schema, give_back, take_schema
 
 # Every timestamp column a time predicate can look at, per table.
 _JOB_TIMES = [
@@ -158,7 +159,7 @@ async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIt
     pooled = pg_server_dsn
     if request.param == "postgres-pgbouncer":
         pooled = request.getfixturevalue("pgbouncer").dsn()
-    pg = PgTarget(pg_server_dsn, await _take_schema(pg_server_dsn))
+    pg = PgTarget(pg_server_dsn, await take_schema(pg_server_dsn))
     plain = request.param != "postgres-general-dispatch"
     backend = await PostgresBackend.connect(
         pooled, pg.schema, direct_dsn=pg.dsn, plain_dispatch=plain
@@ -167,42 +168,7 @@ async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIt
         yield Harness("postgres", backend, pg=pg)
     finally:
         await backend.close()
-        await _give_back(pg)
-
-
-# Migrated schemas this test process emptied after a test, for the next one: emptying the
-# few rows a conformance test writes takes a few milliseconds, a new migrated schema (and
-# dropping it) about a hundred, and ~1,500 tests here take one. A conformance test reaches
-# its schema through the Backend protocol only (rows, never DDL), so an emptied schema is
-# as good as a new one.
-_EMPTIED: dict[str, list[str]] = {}
-
-
-async def _take_schema(dsn: str) -> str:
-    spare = _EMPTIED.get(dsn)
-    return spare.pop() if spare else await create_migrated_schema(dsn)
-
-
-async def _give_back(pg: PgTarget) -> None:
-    """Empty the schema's tables (the migration ledger aside) for the next test; a schema
-    that cannot be emptied is dropped."""
-    try:
-        await delete_every_row(pg)
-    except Exception:
-        await drop_schema(pg.dsn, pg.schema)
-        return
-    _EMPTIED.setdefault(pg.dsn, []).append(pg.schema)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _drop_emptied_schemas(pg_server_dsn: str) -> Iterator[None]:
-    """The spare schemas go when the session ends, before its server (a TASKQ_TEST_DSN
-    server outlives the session)."""
-    yield
-    for dsn, schemas in _EMPTIED.items():
-        for schema in schemas:
-            asyncio.run(drop_schema(dsn, schema))
-    _EMPTIED.clear()
+        await give_back(pg.dsn, pg.schema)
 
 
 # --- the differential tests' schema ----------------------------------------------------------

@@ -13,7 +13,7 @@ from taskq_core.backend.postgres.queries import render
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scans
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 QUEUES, ACTORS = 8, 20
 IN_WINDOW = 20_000

@@ -31,7 +31,7 @@ from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 LEASE = timedelta(minutes=5)
 ROUNDS = 30

@@ -14,7 +14,7 @@ from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs
 from tests.conftest import PgTarget
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 BACKLOG = 100_000
 

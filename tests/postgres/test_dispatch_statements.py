@@ -22,7 +22,7 @@ from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs
 from tests.conftest import PgTarget
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 SEED = 20261202
 LEASE = timedelta(seconds=30)

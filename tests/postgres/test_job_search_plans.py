@@ -15,7 +15,7 @@ import pytest
 from taskq_core.backend.postgres.queries import render
 from tests.conftest import PgTarget
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 ROWS = 100_000
 

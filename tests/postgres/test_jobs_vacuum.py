@@ -11,7 +11,7 @@ import pytest
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conftest import PgTarget
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 DEAD = 3_000
 

@@ -21,7 +21,12 @@ from taskq_core.worker.runtime import Worker
 from tests.conftest import PgTarget
 
 # A prune of 200,000 rows takes seconds on a quiet machine and minutes on a busy one.
-pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.fresh_schema,
+]
 
 DUE = 200_000
 BATCH = 5_000

@@ -25,7 +25,7 @@ from taskq_core.backend.protocol.retention import PrunePolicy
 from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 LEASE = timedelta(minutes=5)
 KEEP = timedelta(days=1)

@@ -26,7 +26,7 @@ from tests.postgres.test_retention_postgres import (
     scans,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 POLICY = PrunePolicy(
     retention={JobStatus.SUCCEEDED: timedelta(days=1)}, archive_for=timedelta(days=30)

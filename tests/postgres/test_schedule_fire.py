@@ -19,7 +19,7 @@ from taskq_core.cron_timing import Schedule
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 DAILY = Schedule("0 3 * * *")
 

@@ -20,7 +20,7 @@ from taskq_core.retry import retries_left
 from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 LEASE = timedelta(minutes=5)
 # Deadlines far from now, so the database clock and this test agree on which side they are.

@@ -19,7 +19,7 @@ from tests.conftest import PgTarget
 from tests.postgres.test_enqueue_idempotent import waiting_on_a_lock
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 RACERS = 20
 

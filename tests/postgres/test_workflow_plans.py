@@ -25,7 +25,7 @@ from taskq_core.client import JobsClient
 from tests.conftest import PgTarget
 from tests.postgres.test_retention_postgres import generic_plan, scan_names
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 WAITING = 20_000
 HISTORY = 20_000

@@ -23,7 +23,8 @@ from taskq_core.backend.protocol.ratelimit import LimiterStore
 from taskq_core.clock import FakeClock
 from taskq_core.ratelimit.redis import RedisLimiterStore
 from tests.backend_pair import KINDS, open_backend
-from tests.conftest import PgTarget, create_migrated_schema, drop_schema
+from tests.conftest import PgTarget
+from tests.schema_pool import give_back, take_schema
 
 REDIS_URL = os.environ.get("TASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
@@ -110,13 +111,13 @@ async def open_target(kind: str, dsn: str) -> AsyncIterator[LimiterTarget]:
     if kind == "postgres":
         from taskq_core.backend.postgres.backend import PostgresBackend
 
-        pg = PgTarget(dsn, await create_migrated_schema(dsn))
+        pg = PgTarget(dsn, await take_schema(dsn))
         backend = await PostgresBackend.connect(pg.dsn, pg.schema)
         try:
             yield LimiterTarget("postgres", backend, pg=pg)
         finally:
             await backend.close()
-            await drop_schema(pg.dsn, pg.schema)
+            await give_back(pg.dsn, pg.schema)
         return
     store = redis_store()
     await require_redis(store)

@@ -34,7 +34,7 @@ from tests.cli.conftest import one_error_line
 from tests.conftest import TASKQ_BIN, PgTarget
 from tests.ui.inprocess import SAME_ORIGIN, open_ui
 
-pytestmark = [pytest.mark.postgres]
+pytestmark = [pytest.mark.postgres, pytest.mark.fresh_schema]
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024

@@ -25,7 +25,7 @@ from taskq_cli.dashboard.source import BackendSource
 from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conftest import PgTarget
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 ROWS = 500_000
 # Per mille of the rows in each status; what is left over succeeded too.

@@ -34,7 +34,7 @@ from tests.tui.test_top_explain import (
     seq_scans_of_jobs,
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.fresh_schema]
 
 ROWS = 100_000
 # The plans the pool's statements may run with; a statement run on an acquired connection
