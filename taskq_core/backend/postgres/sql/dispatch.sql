@@ -56,6 +56,13 @@
 -- number of actors or the depth of the backlog. A round_robin queue with more than 128
 -- cohorts degrades to the shared window ranked by cohort (no starvation, fairness inside
 -- the window only), which keeps every call bounded.
+--
+-- `locked` and `claimed` find their rows by id among the candidates and test the status as
+-- text (`j.status::text = 'pending'`, the same test): written `j.status = 'pending'`, it lets
+-- the planner walk a whole pending index instead of probing the primary key, which it does
+-- when the statistics say almost nothing is pending (the table was analyzed before a
+-- workflow's release or a scheduled promotion made thousands of jobs due), and every claim
+-- then reads the whole backlog (tests/postgres/test_workflow_plans.py).
 
 -- The pieces both dispatch statements share word for word.
 
@@ -301,7 +308,8 @@ locked AS (
     FROM {schema}.jobs j
     JOIN ranked r ON r.id = j.id
     JOIN queue_capacity qc ON qc.queue = r.queue
-    WHERE j.status = 'pending' AND (qc.max_concurrent IS NULL OR r.queue_rank <= qc.residual)
+    WHERE j.status::text = 'pending'
+      AND (qc.max_concurrent IS NULL OR r.queue_rank <= qc.residual)
     ORDER BY r.mode_order, r.fairness_rank, r.priority DESC, r.last_served NULLS FIRST,
              r.scheduled_at, r.id
     LIMIT $2::bigint
@@ -327,7 +335,7 @@ claimed AS (
     UPDATE {schema}.jobs j
     SET {fragment:claim_columns}
     FROM eligible e CROSS JOIN clock k
-    WHERE j.id = e.id AND j.status = 'pending'
+    WHERE j.id = e.id AND j.status::text = 'pending'
     RETURNING j.*, e.mode_order AS dispatch_mode_order,
               e.fairness_rank AS dispatch_fairness_rank, e.last_served AS dispatch_last_served
 ),
@@ -411,7 +419,7 @@ locked AS (
     SELECT j.id
     FROM {schema}.jobs j
     JOIN identity_dedup d ON d.id = j.id
-    WHERE j.status = 'pending'
+    WHERE j.status::text = 'pending'
     ORDER BY d.priority DESC, d.scheduled_at, d.id
     LIMIT $2::bigint
     FOR UPDATE OF j SKIP LOCKED
@@ -420,7 +428,7 @@ claimed AS (
     UPDATE {schema}.jobs j
     SET {fragment:claim_columns}
     FROM locked l CROSS JOIN clock k
-    WHERE j.id = l.id AND j.status = 'pending'
+    WHERE j.id = l.id AND j.status::text = 'pending'
     RETURNING j.*
 ),
 {fragment:claim_events}
