@@ -79,11 +79,15 @@ gates AS (
     ORDER BY w.child_id
     FOR UPDATE OF w
 ),
+-- The gates are locked first, all of them, in id order: the count of `gates` is a one-time
+-- filter, run before the first row. (Naming their ids as `child_id = ANY (ARRAY(...))` beside
+-- the join key made every primary key probe sort that array again: a root's release of 10,000
+-- steps took 5.5 s here.)
 counted AS (
     UPDATE {schema}.workflow_waits w
     SET parents_left = w.parents_left - d.n
     FROM ended d
-    WHERE w.child_id = d.child_id AND w.child_id = ANY (ARRAY(SELECT g.child_id FROM gates g))
+    WHERE w.child_id = d.child_id AND (SELECT count(*) FROM gates) >= 0
     RETURNING w.child_id, w.parents_left, d.unhappy
 ),
 candidates AS (
