@@ -393,3 +393,23 @@ async def test_the_sweep_leaves_steps_it_cannot_move_untouched(harness: Harness)
             "SELECT xmax::text AS xmax FROM {schema}.jobs WHERE status = 'waiting'"
         )
         assert {row["xmax"] for row in rows} == {"0"}
+
+
+async def test_a_step_keeps_its_expired_result_until_its_workflow_ended(
+    harness: Harness,
+) -> None:
+    """The steps after it read its result (``ctx.upstream``): the result TTL sweep leaves it
+    while the workflow runs and clears it on the first pass after the workflow ended."""
+    backend = harness.backend
+    graph = Graph()
+    graph.step("a", result_ttl=timedelta(minutes=10))
+    graph.step("b", after=("a",))
+    await graph.create(backend)
+    await run(backend, graph, "a", result={"rows": 3})
+    await harness.travel(600 + 5)
+    assert await backend.expire_results() == 0
+    assert (await backend.get_upstream(graph.ids["b"]))["a"].result == {"rows": 3}
+    await run(backend, graph, "b")
+    assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert await backend.expire_results() == 1
+    assert (await reload(backend, graph.ids["a"])).result is None

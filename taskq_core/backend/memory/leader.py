@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from taskq_core.backend.protocol import ErrorInfo, EventRow, LeaderRow, derived
+from taskq_core.backend.protocol.workflows import WorkflowStatus, workflow_id_of
 from taskq_core.constants import (
     CANCEL_RECLAIM_HEADROOM,
     DEFAULT_POISON_RECLAIMS,
@@ -19,7 +20,7 @@ from taskq_core.statemachine import JobStatus
 
 from .retention import in_batches
 from .settle import is_blamed, reclaim
-from .store import PENDING, RUNNING, SCHEDULED, MemoryStore, freeze
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
 
 _ZERO = timedelta(0)
 _DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")
@@ -132,6 +133,7 @@ class LeaderPart(MemoryStore):
                     if job.result_expires_at is not None
                     and job.result_expires_at < now
                     and not self._settling(job.id)  # PG: FOR UPDATE SKIP LOCKED
+                    and not self._in_running_workflow(job)
                 ),
                 key=lambda job: (job.result_expires_at, job.id),
             )[:batch_size]
@@ -141,6 +143,12 @@ class LeaderPart(MemoryStore):
             return len(due)
 
         return await in_batches(batch_size, clear_batch, on_batch)
+
+    def _in_running_workflow(self, job: JobRecord) -> bool:
+        """A step of a running workflow: its result stays for the steps after it."""
+        workflow_id = workflow_id_of(job.metadata)
+        workflow = None if workflow_id is None else self._workflows.get(workflow_id)
+        return workflow is not None and workflow.status is WorkflowStatus.RUNNING
 
     async def vacuum_jobs(self, min_dead: int, dead_fraction: float) -> bool:
         # Dicts leave no dead row versions behind: nothing to vacuum.

@@ -87,8 +87,10 @@ FOR UPDATE OF j SKIP LOCKED;
 -- name: expire_results
 -- One batch of the result TTL sweep: up to $1 jobs whose result_expires_at passed lose their
 -- result. The pick walks jobs_result_expiry_idx oldest first, bounded by one clock reading;
--- a row a worker or a prune holds is skipped (SKIP LOCKED) and cleared on a later pass. The
--- caller loops, one commit per batch.
+-- a row a worker or a prune holds is skipped (SKIP LOCKED) and cleared on a later pass. A
+-- step of a running workflow keeps its result, which the steps after it read
+-- (ctx.upstream): it goes on the first pass after the workflow ended. The caller loops, one
+-- commit per batch.
 WITH k AS (
     SELECT clock_timestamp() AS now
 ),
@@ -96,6 +98,11 @@ due AS (
     SELECT j.id
     FROM {schema}.jobs j
     WHERE j.result_expires_at < (SELECT k.now FROM k)
+      AND NOT EXISTS (  -- by the workflow's key; a value that is no id names none
+          SELECT 1 FROM {schema}.workflows w
+          WHERE w.id = (CASE WHEN j.metadata->>'workflow_id' ~* '^[0-9a-f-]{36}$'
+                             THEN (j.metadata->>'workflow_id')::uuid END)
+            AND w.status = 'running')
     ORDER BY j.result_expires_at
     LIMIT $1::bigint
     FOR UPDATE SKIP LOCKED
