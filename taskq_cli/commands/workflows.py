@@ -35,6 +35,7 @@ from taskq_cli.workflow_progress import (
     workflow_document,
 )
 from taskq_core.backend.protocol import Backend
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.workflows import (
     WorkflowCancel,
     WorkflowFilter,
@@ -267,9 +268,8 @@ CancelReasonOption = Annotated[
 ]
 
 
-def _cancel_reason(reason: str | None) -> str:
+def _cancel_reason(said: str | None) -> str:
     """The reason every cancelled step carries: who cancelled the workflow, and why."""
-    said = inputs.optional_text(reason, "--reason")
     head = f"workflow cancelled by {operator_id()}"
     return f"{head}: {said}" if said else head
 
@@ -286,13 +286,14 @@ def cancel(
     """Cancel every step not yet ended: waiting and due ones at once, running ones
     cooperatively; the workflow ends cancelled once its last step ended."""
     ref = check_workflow_ref(workflow_id)
-    why = _cancel_reason(reason)
+    said = inputs.optional_text(reason, "--reason")
+    why = _cancel_reason(said)
 
     async def run(backend: Backend) -> tuple[WorkflowRow, WorkflowCancel | None, WorkflowRow]:
         before = await resolve_workflow(backend, ref)
         if before.is_finished:
             return before, None, before
-        done = await backend.cancel_workflow(before.id, why)
+        done = await backend.cancel_workflow(before.id, why, audit=Audit(operator_id(), said))
         after = await backend.get_workflow(before.id)
         return before, done, before if after is None else after
 
@@ -358,7 +359,7 @@ def retry(
 
     async def run(backend: Backend) -> tuple[WorkflowRow, int, WorkflowRow]:
         before = await resolve_workflow(backend, ref)
-        retried = await backend.retry_workflow(before.id)
+        retried = await backend.retry_workflow(before.id, audit=Audit(operator_id()))
         after = await backend.get_workflow(before.id)
         return before, retried, before if after is None else after
 

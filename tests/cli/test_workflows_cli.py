@@ -208,6 +208,10 @@ def test_cancel_cancels_what_has_not_ended_and_asks_running_steps_to_stop(cli: C
     t1 = db.get(run.jobs["t1"])
     assert t1.status is S.RUNNING and t1.cancel_requested_at is not None
     assert db.get(run.jobs["extract"]).status is S.SUCCEEDED
+    [logged] = db.call(lambda b: b.list_operator_log(action="workflow_cancel"))
+    assert (logged.target, logged.reason) == (str(run.id), "bad input")
+    assert logged.by is not None and reason.startswith(f"workflow cancelled by {logged.by}")
+    assert logged.detail == {"cancelled": 3, "stopping": 1}
     again = cli("workflows", "cancel", str(run.id))
     assert again.exit_code == 0, again.stderr
     assert "a cancel was asked before; it ends cancelled once its running steps" in again.stdout
@@ -257,6 +261,8 @@ def test_retry_runs_the_failed_and_cancelled_steps_again(cli: Cli, db: Db) -> No
     step(db, run, "t1")
     step(db, run, "load")
     assert workflow_status(db, run) is WorkflowStatus.SUCCEEDED
+    [logged] = db.call(lambda b: b.list_operator_log(action="workflow_retry"))
+    assert (logged.target, logged.detail) == (str(run.id), {"retried": 2})
     line = one_error_line(cli("workflows", "retry", str(run.id)))
     assert "is succeeded and has no failed, crashed or cancelled step: there is nothing to" in line
 

@@ -14,6 +14,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from taskq_core.backend.protocol import Backend, JobRow, Start
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_ID_KEY,
     WORKFLOW_REQUIRES_KEY,
@@ -413,3 +414,19 @@ async def test_a_step_keeps_its_expired_result_until_its_workflow_ended(
     assert (await backend.get_workflow(graph.id)).status is WorkflowStatus.SUCCEEDED  # type: ignore[union-attr]
     assert await backend.expire_results() == 1
     assert (await reload(backend, graph.ids["a"])).result is None
+
+
+async def test_an_operators_cancel_and_retry_of_a_workflow_are_in_the_operator_log(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    graph = await diamond(harness)
+    done = await backend.cancel_workflow(graph.id, "bad input", audit=Audit("ops@box", "bad"))
+    assert (done.cancelled, done.stopping) == (4, 0)
+    assert await backend.retry_workflow(graph.id, audit=Audit("ops@box")) == 4
+    assert await backend.cancel_workflow(graph.id) is not None  # no audit: no row
+    logged = await backend.list_operator_log(target=str(graph.id))
+    assert [(e.action, e.by, e.reason, e.detail) for e in reversed(logged)] == [
+        ("workflow_cancel", "ops@box", "bad", {"cancelled": 4, "stopping": 0}),
+        ("workflow_retry", "ops@box", None, {"retried": 4}),
+    ]

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
     WORKFLOW_ID_KEY,
@@ -315,7 +316,9 @@ class WorkflowPart(MemoryStore):
         return {job_id: await self.get_upstream(job_id) for job_id in job_ids}
 
     # --- operator writes ----------------------------------------------------------------------
-    async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
+    async def cancel_workflow(
+        self, workflow_id: UUID, reason: str | None = None, *, audit: Audit | None = None
+    ) -> WorkflowCancel:
         record = self._workflows.get(workflow_id)
         if record is None:
             raise ValueError(f"no workflow with id {workflow_id}")
@@ -326,9 +329,13 @@ class WorkflowPart(MemoryStore):
             request_cancel(self, job, reason or "workflow cancelled") for job in active
         )
         self._release([job.id for job in active], [], [workflow_id])
-        return WorkflowCancel(cancelled=outcomes["cancelled"], stopping=outcomes["requested"])
+        done = WorkflowCancel(cancelled=outcomes["cancelled"], stopping=outcomes["requested"])
+        if audit is not None:
+            detail = {"cancelled": done.cancelled, "stopping": done.stopping}
+            self._log_operator("workflow_cancel", str(workflow_id), audit, detail)
+        return done
 
-    async def retry_workflow(self, workflow_id: UUID) -> int:
+    async def retry_workflow(self, workflow_id: UUID, *, audit: Audit | None = None) -> int:
         record = self._workflows.get(workflow_id)
         if record is None:
             raise ValueError(f"no workflow with id {workflow_id}")
@@ -346,4 +353,6 @@ class WorkflowPart(MemoryStore):
                 WorkflowStatus.RUNNING, None, None,
             )  # fmt: skip
             self._release([], [job.id for job in moved])
+        if audit is not None:
+            self._log_operator("workflow_retry", str(workflow_id), audit, {"retried": len(moved)})
         return len(moved)

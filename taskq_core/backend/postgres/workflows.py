@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
     NewStep,
@@ -220,7 +221,9 @@ class WorkflowPart(BackendCore):
         return [StepDependency(r["name"], r["id"], JobStatus(r["status"])) for r in records]
 
     # --- operator writes ----------------------------------------------------------------------
-    async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
+    async def cancel_workflow(
+        self, workflow_id: UUID, reason: str | None = None, *, audit: Audit | None = None
+    ) -> WorkflowCancel:
         async with self._pool.acquire() as conn, conn.transaction():
             if await conn.fetchrow(self._queries["request_workflow_cancel"], workflow_id) is None:
                 raise ValueError(f"no workflow with id {workflow_id}")
@@ -235,9 +238,13 @@ class WorkflowPart(BackendCore):
                 self._events_channel,
             )  # fmt: skip
             await self._release(conn, ids, [], [workflow_id])
-        return WorkflowCancel(cancelled=record["cancelled"], stopping=record["requested"])
+            done = WorkflowCancel(cancelled=record["cancelled"], stopping=record["requested"])
+            if audit is not None:
+                detail = {"cancelled": done.cancelled, "stopping": done.stopping}
+                await self._log_operator(conn, "workflow_cancel", str(workflow_id), audit, detail)
+        return done
 
-    async def retry_workflow(self, workflow_id: UUID) -> int:
+    async def retry_workflow(self, workflow_id: UUID, *, audit: Audit | None = None) -> int:
         async with self._pool.acquire() as conn, conn.transaction():
             if await conn.fetchrow(self._queries["lock_workflow"], workflow_id, []) is None:
                 raise ValueError(f"no workflow with id {workflow_id}")
@@ -249,4 +256,7 @@ class WorkflowPart(BackendCore):
                 await conn.execute(self._queries["hold_released_dependents"], moved)
                 await conn.execute(self._queries["reopen_workflow"], workflow_id, True)
                 await self._release(conn, [], moved)
+            if audit is not None:
+                detail = {"retried": len(moved)}
+                await self._log_operator(conn, "workflow_retry", str(workflow_id), audit, detail)
         return len(moved)

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
+from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import EnqueueArgs
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
@@ -255,17 +256,22 @@ class WorkflowBackend(Protocol):
         (``{}`` for a job without dependencies or outside a workflow)."""
         ...
 
-    async def cancel_workflow(self, workflow_id: UUID, reason: str | None = None) -> WorkflowCancel:
+    async def cancel_workflow(
+        self, workflow_id: UUID, reason: str | None = None, *, audit: Audit | None = None
+    ) -> WorkflowCancel:
         """Cancel every step not yet ended (running ones cooperatively); the workflow ends
-        ``cancelled`` once its last step ended. ValueError for an unknown workflow."""
+        ``cancelled`` once its last step ended. ValueError for an unknown workflow. With
+        ``audit`` (an operator's write), an operator_log row ``workflow_cancel`` records
+        who, why and how many steps."""
         ...
 
-    async def retry_workflow(self, workflow_id: UUID) -> int:
+    async def retry_workflow(self, workflow_id: UUID, *, audit: Audit | None = None) -> int:
         """Retry the workflow's failed, crashed and cancelled steps: each waits again and is
         released once its dependencies allow it (at once when they already do); the workflow
         runs again. A step released on one of their ends (``requires="finished"``) that no
         worker took yet waits again too, so it never starts beside a retried dependency. How
-        many steps were retried. ValueError for an unknown workflow."""
+        many steps were retried. ValueError for an unknown workflow. With ``audit``, an
+        operator_log row ``workflow_retry`` records who and how many steps."""
         ...
 
 
