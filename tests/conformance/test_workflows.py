@@ -16,6 +16,7 @@ import pytest
 from taskq_core.backend.protocol import Backend, JobRow, Start
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.workflows import (
+    GATED_DEPENDENCIES,
     WORKFLOW_ID_KEY,
     WORKFLOW_REQUIRES_KEY,
     WORKFLOW_STEP_KEY,
@@ -430,3 +431,37 @@ async def test_an_operators_cancel_and_retry_of_a_workflow_are_in_the_operator_l
         ("workflow_cancel", "ops@box", "bad", {"cancelled": 4, "stopping": 0}),
         ("workflow_retry", "ops@box", None, {"retried": 4}),
     ]
+
+
+@pytest.mark.parametrize("failing", [False, True])
+async def test_a_gated_join_waits_for_every_parent_and_a_failure_cancels_it_at_once(
+    harness: Harness, failing: bool
+) -> None:
+    """A join with GATED_DEPENDENCIES parents has a count-down gate: it stays waiting until
+    its last parent ended, unless one fails, which cancels it at once."""
+    backend = harness.backend
+    graph = Graph()
+    parents = [f"p{n}" for n in range(GATED_DEPENDENCIES)]
+    for name in parents:
+        graph.step(name, retry_kind="non_retryable")
+    graph.step("join", after=tuple(parents))
+    await graph.create(backend)
+    for n, name in enumerate(parents[:-1]):
+        failed = failing and n == 2
+        await run_any(backend, graph, "failed" if failed else "succeeded")
+        expected = S.CANCELLED if failing and n >= 2 else S.WAITING
+        assert await graph.status(backend, "join") is expected, name
+    await run_any(backend, graph, "succeeded")
+    assert await graph.status(backend, "join") is (S.CANCELLED if failing else S.PENDING)
+
+
+async def run_any(backend: Backend, graph: Graph, outcome: str) -> None:
+    """Claim one due step of the graph's queue, end it with ``outcome``, run the hook."""
+    worker = uuid4()
+    [job] = await backend.dispatch_batch(worker, [graph.queue], 1, LEASE)
+    await backend.mark_started_many(worker, [Start(job.id, job.attempt)])
+    if outcome == "succeeded":
+        assert await backend.mark_succeeded(job.lease(), None)
+    else:
+        assert await backend.mark_failed_or_retry(job.lease(), BOOM, None) is not None
+    await backend.release_workflow_steps([job.id])

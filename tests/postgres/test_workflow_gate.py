@@ -1,6 +1,7 @@
 """The release's gate on PostgreSQL (migration 0019): a join's count of dependencies left is
 counted down by each parent's release, and its dependencies are read only at the last one;
-a graft counts only the parents that have not ended."""
+a graft counts only the parents that have not ended; a step with fewer dependencies than
+GATED_DEPENDENCIES has no gate and is decided at each parent's end."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import Start
 from taskq_core.backend.protocol.workflows import (
+    GATED_DEPENDENCIES,
     WORKFLOW_ID_KEY,
     WORKFLOW_STEP_KEY,
     NewStep,
@@ -53,10 +55,10 @@ async def status(backend: PostgresBackend, new: NewStep) -> JobStatus:
     return row.status
 
 
-async def left(pg: PgTarget, job_id: UUID) -> int:
+async def left(pg: PgTarget, job_id: UUID) -> int | None:
     conn = await asyncpg.connect(pg.dsn)
     try:
-        value: int = await conn.fetchval(
+        value: int | None = await conn.fetchval(
             f"SELECT parents_left FROM {pg.schema}.workflow_waits WHERE child_id = $1", job_id
         )
         return value
@@ -77,11 +79,11 @@ async def test_a_join_is_counted_down_and_released_by_its_last_parent(
     backend: PostgresBackend, pg: PgTarget
 ) -> None:
     workflow_id, queue = uuid7(), new_queue()
-    parents = [step(workflow_id, queue, f"p{n}") for n in range(3)]
+    parents = [step(workflow_id, queue, f"p{n}") for n in range(GATED_DEPENDENCIES)]
     join = step(workflow_id, queue, "join", *map(id_of, parents))
     await backend.create_workflow(NewWorkflow(workflow_id), [*parents, join])
-    assert await left(pg, id_of(join)) == 3
-    for expected in (2, 1):
+    assert await left(pg, id_of(join)) == GATED_DEPENDENCIES
+    for expected in range(GATED_DEPENDENCIES - 1, 0, -1):
         await succeed_one(backend, queue)
         assert await left(pg, id_of(join)) == expected
         assert await status(backend, join) is JobStatus.WAITING
@@ -89,15 +91,31 @@ async def test_a_join_is_counted_down_and_released_by_its_last_parent(
     assert await status(backend, join) is JobStatus.PENDING
 
 
+async def test_a_step_with_few_dependencies_has_no_gate_and_waits_for_its_last_parent(
+    backend: PostgresBackend, pg: PgTarget
+) -> None:
+    workflow_id, queue = uuid7(), new_queue()
+    parents = [step(workflow_id, queue, f"p{n}") for n in range(GATED_DEPENDENCIES - 1)]
+    child = step(workflow_id, queue, "child", *map(id_of, parents))
+    await backend.create_workflow(NewWorkflow(workflow_id), [*parents, child])
+    assert await left(pg, id_of(child)) is None
+    for _ in parents[1:]:
+        await succeed_one(backend, queue)
+        assert await status(backend, child) is JobStatus.WAITING
+    await succeed_one(backend, queue)
+    assert await status(backend, child) is JobStatus.PENDING
+
+
 async def test_a_graft_counts_only_the_parents_still_to_end(
     backend: PostgresBackend, pg: PgTarget
 ) -> None:
     workflow_id, queue = uuid7(), new_queue()
-    first, second = step(workflow_id, queue, "first"), step(workflow_id, queue, "second")
-    await backend.create_workflow(NewWorkflow(workflow_id), [first, second])
+    parents = [step(workflow_id, queue, f"p{n}") for n in range(GATED_DEPENDENCIES)]
+    await backend.create_workflow(NewWorkflow(workflow_id), parents)
     await succeed_one(backend, queue)
-    late = step(workflow_id, queue, "late", id_of(first), id_of(second))
+    late = step(workflow_id, queue, "late", *map(id_of, parents))
     await backend.create_workflow_steps(workflow_id, [late])
-    assert await left(pg, id_of(late)) == 1
-    await succeed_one(backend, queue)
+    assert await left(pg, id_of(late)) == GATED_DEPENDENCIES - 1
+    for _ in parents[1:]:
+        await succeed_one(backend, queue)
     assert await status(backend, late) is JobStatus.PENDING

@@ -16,6 +16,7 @@ from uuid import UUID
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
+    GATED_DEPENDENCIES,
     WORKFLOW_ID_KEY,
     WORKFLOW_STEP_KEY,
     Decision,
@@ -86,24 +87,27 @@ class WorkflowPart(MemoryStore):
             self._dependencies[job.id] = list(step.after)
             for parent in step.after:
                 self._dependents.setdefault(parent, []).append(job.id)
-            if step.after:  # the gate counts the dependencies still to end (a graft's may not)
+            if len(step.after) >= GATED_DEPENDENCIES:  # the gate counts those still to end
                 self._parents_left[job.id] = sum(
                     self._status(parent) in ACTIVE_STATUSES for parent in step.after
                 )
 
     def _gated(self, ended: Iterable[UUID]) -> set[UUID]:
         """Count the ended jobs' children down (workflow_waits, as the Postgres release does):
-        the children to decide, those with no dependency left or one that did not succeed."""
+        the children to decide, those with no dependency left or one that did not succeed,
+        and every child with too few dependencies for a gate."""
         due: set[UUID] = set()
         for parent in set(ended):
             status = self._status(parent)
             if status is None:
                 continue
             for child in self._dependents.get(parent, ()):
-                if child in self._parents_left:
-                    self._parents_left[child] -= 1
-                    if self._parents_left[child] <= 0 or status is not JobStatus.SUCCEEDED:
-                        due.add(child)
+                if child not in self._parents_left:
+                    due.add(child)
+                    continue
+                self._parents_left[child] -= 1
+                if self._parents_left[child] <= 0 or status is not JobStatus.SUCCEEDED:
+                    due.add(child)
         return due
 
     async def create_workflow_steps(

@@ -18,6 +18,7 @@ from uuid import UUID
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (
+    GATED_DEPENDENCIES,
     NewStep,
     NewWorkflow,
     StepDependency,
@@ -119,7 +120,11 @@ class WorkflowPart(BackendCore):
         if edges:
             parents, children = zip(*edges, strict=True)
             await conn.execute(
-                self._queries["insert_workflow_edges"], workflow_id, list(parents), list(children)
+                self._queries["insert_workflow_edges"],
+                workflow_id,
+                list(parents),
+                list(children),
+                GATED_DEPENDENCIES,
             )
         return jobs
 
@@ -150,7 +155,10 @@ class WorkflowPart(BackendCore):
     async def release_workflow_steps(self, ended: Collection[UUID]) -> WorkflowRelease:
         if not ended:
             return WorkflowRelease()
-        async with self._pool.acquire() as conn, conn.transaction():
+        # No transaction around the statements (the hook's call per step end: a BEGIN and a
+        # COMMIT are two round trips more): each is atomic, and what one left undone when a
+        # later one failed (a cancel's dependents, a workflow's end) is the leader's sweep's.
+        async with self._pool.acquire() as conn:
             return await self._release(conn, list(ended), [])
 
     async def release_stale_workflow_steps(self, limit: int = 1000) -> WorkflowRelease:

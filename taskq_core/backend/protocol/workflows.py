@@ -35,6 +35,11 @@ from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 WORKFLOW_ID_KEY = "workflow_id"
 WORKFLOW_STEP_KEY = "workflow_step"
 WORKFLOW_REQUIRES_KEY = "workflow_requires"
+# A step with this many dependencies or more gets a count-down gate (workflow_waits): each of
+# its parents' ends counts it down, and its dependencies are read once, when none is left. A
+# step with fewer has them read at each parent's end, which costs less than the gate's row
+# (a fan-out's 10,000 single-parent steps wrote and updated 10,000 gates).
+GATED_DEPENDENCIES = 8
 
 Requires = Literal["succeeded", "finished"]
 REQUIRES: tuple[Requires, ...] = ("succeeded", "finished")

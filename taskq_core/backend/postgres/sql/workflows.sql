@@ -15,8 +15,9 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
 -- name: insert_workflow_edges
--- Workflow $1's edges (child $3[i] waits for parent $2[i]) and each child's count of the
--- parents that have not ended (migration 0019; a graft's parent may have ended already).
+-- Workflow $1's edges (child $3[i] waits for parent $2[i]) and, for each child with $4
+-- (GATED_DEPENDENCIES) parents or more, its count of the parents that have not ended
+-- (migration 0019; a graft's parent may have ended already).
 WITH edges AS (
     INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id)
     SELECT $1::uuid, e.parent_id, e.child_id
@@ -28,7 +29,8 @@ SELECT e.child_id, $1::uuid,
        count(*) FILTER (WHERE p.status IN ('waiting', 'pending', 'scheduled', 'running'))
 FROM edges e
 LEFT JOIN {schema}.jobs p ON p.id = e.parent_id
-GROUP BY e.child_id;
+GROUP BY e.child_id
+HAVING count(*) >= $4::integer;
 
 -- name: lock_workflow
 -- Graft (create_workflow_steps): the workflow's row, locked, so two grafts take names one after
@@ -57,9 +59,10 @@ WHERE id = $1::uuid;
 -- ahead; a cancelled one names the first dependency that ended without success. $3 is the
 -- wake channel (one NOTIFY when a step became pending), $4 the events channel (the earliest
 -- scheduled one is announced, as an enqueue does). One row per step moved.
--- The ended jobs' children are decided only once the gate (workflow_waits, counted down here,
--- locked in id order) says no dependency is left, or when one of them ended without success:
--- the last of a join's thousand parents reads its dependencies, not each.
+-- A gated child of the ended jobs (workflow_waits, counted down here, locked in id order) is
+-- decided only once its gate says no dependency is left, or when one of them ended without
+-- success: the last of a join's thousand parents reads its dependencies, not each. A child
+-- with too few dependencies for a gate is decided at each parent's end.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -95,6 +98,10 @@ candidates AS (
     FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
               SELECT c.child_id FROM counted c WHERE c.parents_left <= 0 OR c.unhappy
+              UNION
+              SELECT d.child_id FROM ended d
+              WHERE NOT EXISTS (SELECT 1 FROM {schema}.workflow_waits w
+                                WHERE w.child_id = d.child_id)
               UNION
               SELECT unnest($2::uuid[])))
       AND j.status::text = 'waiting'  -- as text: by id, never a walk of every waiting row
