@@ -10,6 +10,9 @@ the same comparison.
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import itertools
 import re
 import sys
 import typing
@@ -265,8 +268,26 @@ def default_text(hint: Any, value: Any) -> str | None:
     return _number(value)
 
 
-def _description(field: FieldInfo) -> str:
-    text = " ".join((field.description or "").split()).replace("``", "`")
+def docstrings() -> dict[str, str]:
+    """Each ``TaskqSettings`` field's docstring (the string right after its line), read
+    from the module's source."""
+    tree = ast.parse(Path(inspect.getfile(TaskqSettings)).read_text())
+    [model] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TaskqSettings"]
+    found: dict[str, str] = {}
+    for field, after in itertools.pairwise(model.body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            found[field.target.id] = inspect.cleandoc(after.value.value)
+    return found
+
+
+def _description(text: str) -> str:
+    text = " ".join(text.split()).replace("``", "`")
     return _VARIABLE.sub(lambda match: f"`{match.group(0)}`", text)
 
 
@@ -274,12 +295,13 @@ def rows() -> list[tuple[str, list[SettingRow]]]:
     """Every setting in its group, in reference order; raises when the groups and the
     model disagree or a field has no description."""
     fields = TaskqSettings.model_fields
+    described = docstrings()
     hints = typing.get_type_hints(TaskqSettings, include_extras=True)
     grouped = [name for _, names in GROUPS for name in names]
     problems = sorted(set(fields) - set(grouped)) + [
         name for name in grouped if name not in fields or grouped.count(name) > 1
     ]
-    problems += [name for name, field in fields.items() if not field.description]
+    problems += [name for name in fields if not described.get(name)]
     if problems:
         raise SystemExit(
             "each setting needs a docstring and exactly one group in "
@@ -296,7 +318,7 @@ def rows() -> list[tuple[str, list[SettingRow]]]:
                         variable=ENV_PREFIX + name.upper(),
                         type_text=type_text(hints[name], fields[name]),
                         default_text=default_text(hints[name], fields[name].default),
-                        description=_description(fields[name]),
+                        description=_description(described[name]),
                         waits_for=NOT_YET_IN_EFFECT.get(name),
                     )
                     for name in names
