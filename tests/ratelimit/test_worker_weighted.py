@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from taskq_core import RateLimitRegistry, SlidingWindow, actor
-from taskq_core.backend.protocol import Backend, EnqueueArgs, LimitGrant
+from taskq_core.backend.protocol import Backend, EnqueueArgs
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
+from tests.ratelimit.grants import most_units_surely_in_one_window, record_grants
 from tests.worker.conftest import fast_settings
 
 WINDOW = timedelta(milliseconds=300)
@@ -34,40 +35,6 @@ async def drain(backend: Backend, actors: list[Any]) -> int:
         rate_limits=RateLimitRegistry(),
     )
     return await asyncio.wait_for(worker.run(), 60)
-
-
-Grant = tuple[datetime, datetime, int]  # a granted acquire: called at, returned at, units
-
-
-def record_grants(backend: Backend) -> list[Grant]:
-    """Every window use the limiter grants, bracketed by the wall clock around its call (the
-    database's clock on this host is the same clock): the admission happened in between."""
-    grants: list[Grant] = []
-    acquire = backend.acquire_window
-
-    async def recorded(key: str, limit: int, window: timedelta, cost: int = 1) -> LimitGrant:
-        called = datetime.now(UTC)
-        grant = await acquire(key, limit, window, cost)
-        if grant.allowed:
-            grants.append((called, datetime.now(UTC), cost))
-        return grant
-
-    backend.acquire_window = recorded  # type: ignore[method-assign]
-    return grants
-
-
-def most_units_surely_in_one_window(grants: list[Grant], window: timedelta) -> int:
-    """The most units granted by calls that all ran within one ``window`` from the first one's
-    call to the last one's return: those admissions surely fell in one window, however late
-    their jobs' start marks were written."""
-    return max(
-        sum(
-            units
-            for called, returned, units in grants
-            if called >= first and returned - first < window
-        )
-        for first, _, _ in grants
-    )
 
 
 async def test_a_weighted_window_admits_its_units_per_window(backend: Backend) -> None:
