@@ -444,5 +444,9 @@ async def _get(
     finally:
         writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    return status, body.decode()
+    words = head.split(b" ", 2)
+    if len(words) < 2 or not words[1].isdigit():
+        # A server at its connection cap gives no slot to a newcomer while every one it
+        # holds is being served or just arrived: it closes the connection unanswered.
+        raise ConnectionResetError("the health server closed the connection without an answer")
+    return int(words[1]), body.decode()

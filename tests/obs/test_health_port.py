@@ -18,7 +18,7 @@ import pytest
 
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.settings import TaskqSettings
-from taskq_core.worker.health import HealthPortInUseError, HealthServer, probe
+from taskq_core.worker.health import HealthPortInUseError, HealthServer, probe, probe_port
 from taskq_core.worker.runtime import Worker
 from tests.conftest import TASKQ_BIN, PgTarget
 
@@ -200,3 +200,21 @@ def test_workgroup_check_accepts_one_port_per_child(taskq_cli: Any, tmp_path: Pa
     (tmp_path / "group.toml").write_text(GROUP.format(processes=1, env=env))
     result = taskq_cli("workgroup", "check", "group.toml", "--no-import")
     assert result.exit_code == 0, result.stderr
+
+
+async def test_a_connection_closed_unanswered_is_a_reset_not_a_parse_error() -> None:
+    """A health server at its connection cap closes a newcomer's connection without an
+    answer: the probe says so (``taskq health`` prints it on one line), it does not crash."""
+
+    async def close_unanswered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(close_unanswered, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(ConnectionResetError, match="closed the connection without an"):
+            await probe_port("127.0.0.1", port, "/live")
+    finally:
+        server.close()
+        await server.wait_closed()

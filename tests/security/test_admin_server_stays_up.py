@@ -142,8 +142,17 @@ def _limit_files() -> None:
 
 
 async def _live(port: int) -> int:
-    status, _ = await probe_port("127.0.0.1", port, "/live", timeout=ANSWER_TIMEOUT)
-    return status
+    """/live's status, asked as a kubelet does (failureThreshold 3): a connection the full
+    cap closed unanswered (every slot serving or just arrived, the slow ones reconnecting)
+    is asked again, up to three times in all."""
+    for tries_left in (2, 1, 0):
+        try:
+            status, _ = await probe_port("127.0.0.1", port, "/live", timeout=ANSWER_TIMEOUT)
+            return status
+        except ConnectionResetError:
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _wait_live(port: int, worker: subprocess.Popen[bytes]) -> None:
