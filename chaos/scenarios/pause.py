@@ -76,9 +76,9 @@ FULL = Size(
 )  # fmt: skip
 SHORT = Size(
     phases=(
-        Phase("backlog", backlog=1200, rate=0, rounds=4, running=1.5, stopped=4.5,
-              concurrency=32, prefetch=300, peer_concurrency=2),
-        Phase("trickle", backlog=0, rate=120, rounds=5, running=1, stopped=4,
+        Phase("backlog", backlog=600, rate=0, rounds=4, running=1.5, stopped=4.5,
+              concurrency=32, prefetch=150, peer_concurrency=2),
+        Phase("trickle", backlog=0, rate=80, rounds=5, running=1, stopped=4,
               concurrency=32, prefetch=0, peer_concurrency=0),
     ),
     recovery=45,
