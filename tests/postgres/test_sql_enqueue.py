@@ -19,7 +19,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from taskq_core import JobContext, actor
+from taskq_core import JobContext, Workflow, actor
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import JobRow
 from taskq_core.backend.protocol.worker import ActorDeclaration
@@ -140,6 +140,20 @@ async def test_a_held_unique_key_is_refused_naming_its_holder(
         await sql_enqueue(conn, pg.schema, "work", "{}", None, None, None, "nightly")
     assert info.value.detail == str(first)
     assert await conn.fetchval(f"SELECT count(*) FROM {pg.schema}.jobs") == 1
+
+
+async def test_a_waiting_workflow_step_holding_the_key_is_named_too(
+    backend: PostgresBackend, conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    workflow = Workflow("keyed")
+    root = workflow.add("work", {}, name="root")
+    workflow.add("work", {}, name="later", after=root, unique_key="nightly")
+    async with JobsClient(backend=backend) as client:
+        run = await client.enqueue_workflow(workflow)
+    assert (await row(backend, run.jobs["later"])).status is JobStatus.WAITING
+    with pytest.raises(asyncpg.UniqueViolationError, match="unique key 'nightly' exists") as info:
+        await sql_enqueue(conn, pg.schema, "work", "{}", None, None, None, "nightly")
+    assert info.value.detail == str(run.jobs["later"])
 
 
 async def test_max_pending_is_honoured(
