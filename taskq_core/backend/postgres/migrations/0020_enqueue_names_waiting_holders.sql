@@ -2,7 +2,8 @@
 -- the unique index counts 'waiting' since 0018, so the function's lookup of the holder does
 -- too. Before, a key a waiting step held was refused by the index but named by nobody, and
 -- the call answered 40001 ("kept conflicting") after its retries instead of 23505 with the
--- holder's id. Same signature, arguments and errors as 0015 otherwise.
+-- holder's id. A deliberate copy of 0015's function, that one line changed: a migration
+-- replaces a function by restating it whole, and 0015 stays as it was applied.
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
     actor text,
     payload jsonb,
