@@ -117,7 +117,9 @@ async def test_a_sliding_window_limit_is_enforced_by_the_worker(backend: Backend
     rows = [await backend.get(job.id) for job in jobs]
     assert all(row is not None and row.status is JobStatus.SUCCEEDED for row in rows)
     assert len(grants) >= len(jobs)  # a job given back unstarted is granted again
-    assert most_units_surely_in_one_window(grants, timedelta(milliseconds=300)) <= 2
+    assert most_units_surely_in_one_window(grants, timedelta(milliseconds=300)) <= 2, [
+        (called.isoformat(), returned.isoformat()) for called, returned, _ in grants
+    ]
 
 
 async def test_unlimited_actors_are_not_held_back_beside_limited_ones(backend: Backend) -> None:
