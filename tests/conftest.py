@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 import pytest
 import structlog
 
@@ -128,21 +127,6 @@ async def empty_schema(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
     schema = new_schema_name()
     yield PgTarget(pg_server_dsn, schema)
     await drop_schema(pg_server_dsn, schema)
-
-
-async def delete_every_row(pg: PgTarget) -> None:
-    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
-    than a new schema or TRUNCATE for a few dozen rows."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> $2",
-            pg.schema,
-            "schema_migrations",
-        )
-        await conn.execute(";".join(f"DELETE FROM {pg.schema}.{t['tablename']}" for t in tables))
-    finally:
-        await conn.close()
 
 
 @dataclass

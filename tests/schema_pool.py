@@ -154,12 +154,25 @@ async def _fingerprint(conn: asyncpg.Connection, schema: str) -> str:
     return f"{await conn.fetchval(_FINGERPRINT, schema)}:{await conn.fetchval(ledger)}"
 
 
-def _empty_statement(schema: str, tables: list[asyncpg.Record]) -> str:
+async def delete_every_row(dsn: str, schema: str) -> None:
+    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
+    than a new schema or TRUNCATE for a few dozen rows."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(";".join(_deletes(schema, await conn.fetch(_TABLES, schema))))
+    finally:
+        await conn.close()
+
+
+def _deletes(schema: str, tables: list[asyncpg.Record]) -> list[str]:
     validate_identifier(schema)
-    deletes = [f"DELETE FROM {schema}.{t['tablename']}" for t in tables]
+    return [f"DELETE FROM {schema}.{t['tablename']}" for t in tables]
+
+
+def _empty_statement(schema: str, tables: list[asyncpg.Record]) -> str:
     return ";".join(
         [
-            *deletes,
+            *_deletes(schema, tables),
             f"SELECT setval(s.oid, 1, false) FROM pg_class s WHERE s.relkind = 'S' "
             f"AND s.relnamespace = '{schema}'::regnamespace",
             f"SELECT pg_stat_reset_single_table_counters(c.oid) FROM pg_class c "

@@ -175,7 +175,7 @@ async def harness(request: pytest.FixtureRequest, pg_server_dsn: str) -> AsyncIt
 @pytest.fixture
 def differential_schema(pg_server_dsn: str) -> Iterator[PgTarget]:
     """One migrated schema for every sequence of a differential test, emptied before each
-    (``tests.conftest.delete_every_row``)."""
+    (``tests.schema_pool.delete_every_row``)."""
     pg = PgTarget(pg_server_dsn, asyncio.run(create_migrated_schema(pg_server_dsn)))
     yield pg
     asyncio.run(drop_schema(pg.dsn, pg.schema))

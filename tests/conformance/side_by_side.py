@@ -14,7 +14,8 @@ from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.clock import FakeClock
 from tests.conformance.conftest import Harness
-from tests.conftest import PgTarget, delete_every_row
+from tests.conftest import PgTarget
+from tests.schema_pool import delete_every_row
 
 # TASKQ_DIFFERENTIAL_EXAMPLES=N draws N random sequences instead of CI's fixed ones (a
 # longer hunt; pytest's --hypothesis-seed replays one).
@@ -47,7 +48,7 @@ async def open_pair(pg: PgTarget, oversample: int) -> tuple[Harness, Harness]:
     more are due); windows of ``oversample`` (the most jobs a walk makes) keep that out of
     the comparison.
     """
-    await delete_every_row(pg)
+    await delete_every_row(pg.dsn, pg.schema)
     clock = FakeClock()
     postgres = await PostgresBackend.connect(pg.dsn, pg.schema, dispatch_oversample=oversample)
     memory = Harness("memory", InMemoryBackend(clock=clock), clock=clock)
