@@ -144,6 +144,14 @@ class Probe:
         )
         return None if rows is None else [(r["job_id"], r["attempt"]) for r in rows]
 
+    async def starts_before_body(self) -> dict[UUID, int] | None:
+        """Per job, its reclaims whose start was written before the body was called."""
+        rows = await self.fetch(
+            "SELECT job_id, count(*) AS n FROM {s}.job_events WHERE kind = 'reclaim' "
+            "AND detail ->> 'start_before_body' = 'true' GROUP BY job_id"
+        )
+        return None if rows is None else {r["job_id"]: r["n"] for r in rows}
+
     async def finish_times(self, status: str | None = None) -> list[float] | None:
         """Epoch seconds of every terminal job's finish (of ``status`` only, when given)."""
         rows = await self.fetch(

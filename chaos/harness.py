@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,6 +323,20 @@ class Harness:
             self.note(
                 f"{len(accounted)} crashed attempt(s) whose worker refused the body after "
                 "writing its start (job_start_without_body)"
+            )
+        # A worker killed between a start it wrote before the body and the body's call: the
+        # reclaim says so (start_before_body), at most once per such reclaim of the job.
+        before_body = Counter(await self.probe.starts_before_body() or {})
+        killed_before_call = []
+        for pair in without_body:
+            if before_body[pair[0]] > 0:
+                before_body[pair[0]] -= 1
+                killed_before_call.append(pair)
+        if killed_before_call:
+            without_body = [pair for pair in without_body if pair not in killed_before_call]
+            self.note(
+                f"{len(killed_before_call)} crashed attempt(s) whose worker died between the "
+                "start it wrote before the body and the body's call (start_before_body)"
             )
         self.result.crashed_without_body = len(without_body)
         self.check(

@@ -278,6 +278,14 @@ async def test_a_job_first_reclaimed_unstarted_is_poison_once_its_started_runs_c
     )
     reclaims = [e for e in await backend.get_events(job.id) if e.kind == "reclaim"]
     assert [e.detail["started"] for e in reclaims] == [False] + [True] * POISON
+    # Those starts were written before the body: a death just before the call looks the same.
+    assert [e.detail.get("start_before_body", False) for e in reclaims] == [False] + [True] * POISON
+
+
+async def test_a_start_the_body_marked_is_not_written_before_the_body(harness: Harness) -> None:
+    job, _ = await running_job(harness.backend, max_attempts=10)
+    await crash(harness, job)
+    assert "start_before_body" not in await last_reclaim(harness, job)
 
 
 async def reclaim_all(harness: Harness, expected: int) -> None:

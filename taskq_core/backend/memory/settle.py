@@ -262,6 +262,8 @@ def reclaim(
     worker_id = job.locked_by_worker
     started = counts_as_started(job)
     assumed = started and job.started_at is None  # by UNSTARTED_RECLAIM_LIMIT
+    # Its start was written before the body was called (a job reclaimed unstarted before).
+    before_body = job.started_at is not None and job.unstarted_reclaims > 0
     poison, crashes = None, 0
     if blamed and poison_reclaims:
         crashes = len(worker_crashes(e for e in store._events if e.job_id == job.id)) + 1
@@ -280,6 +282,8 @@ def reclaim(
         detail["start_assumed"] = True
     if started:
         detail["blamed"] = blamed
+    if before_body:
+        detail["start_before_body"] = True
     if plan.status is JobStatus.FAILED:
         detail.update(poison=True, crashes=crashes)
     write_settlement(store, job, worker_id, plan, kind="reclaim", detail=detail)

@@ -80,6 +80,9 @@ owned AS (
            -- (expired_leases, maintenance.sql) when it picks the lease; a requeue blames none.
            i.outcome = 'reclaimed' AND j.started_at IS NOT NULL AND COALESCE(i.blamed, false)
                AS blamed,
+           -- Its start was written before the body was called (a job reclaimed unstarted
+           -- before): a death between that write and the call looks like a body's.
+           j.started_at IS NOT NULL AND j.unstarted_reclaims > 0 AS start_before_body,
            -- The crashes blamed on this job before, in a row (poison count; NULL: not asked).
            -- It walks job_events_job_idx for this one job.
            CASE WHEN i.outcome = 'reclaimed' AND $17::integer > 0 THEN
@@ -233,7 +236,7 @@ moved AS (
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
               s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before,
-              s.started_before, s.blamed, j.scheduled_at
+              s.started_before, s.blamed, s.start_before_body, j.scheduled_at
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -286,6 +289,8 @@ events AS (
                            THEN '{"start_assumed": true}'::jsonb ELSE '{}'::jsonb END
                    || CASE WHEN m.started AND m.reason IS NULL
                            THEN jsonb_build_object('blamed', m.blamed) ELSE '{}'::jsonb END
+                   || CASE WHEN m.start_before_body
+                           THEN '{"start_before_body": true}'::jsonb ELSE '{}'::jsonb END
                    || CASE WHEN m.rule_error = 'PoisonJob'
                            THEN jsonb_build_object('poison', true,
                                                    'crashes', m.crashes_before + 1)
