@@ -43,6 +43,11 @@ async def leader_waiting_in_fire(conn: asyncpg.Connection, schema: str) -> bool:
     )
 
 
+async def registered(conn: asyncpg.Connection, schema: str, count: int) -> bool:
+    """Whether ``count`` workers registered their rows."""
+    return bool(await conn.fetchval(f"SELECT count(*) FROM {schema}.workers") >= count)
+
+
 async def test_a_leader_killed_mid_fire_leaves_one_job_per_fire_time(
     backend: PostgresBackend, spawn: Callable[..., Awaitable[WorkerProcess]], pg: PgTarget
 ) -> None:
@@ -54,6 +59,9 @@ async def test_a_leader_killed_mid_fire_leaves_one_job_per_fire_time(
     conn = await asyncpg.connect(pg.dsn)
     blocker = await asyncpg.connect(pg.dsn)
     try:
+        # Every worker up before the fault: one still starting when the test ends would die
+        # of its SIGTERM (-15) instead of shutting down (a loaded run saw it).
+        await until(lambda: registered(conn, schema, len(workers)))
         now: datetime = await conn.fetchval("SELECT clock_timestamp()")
         fire_at = DAILY.latest_fire(now)
         held = blocker.transaction()
