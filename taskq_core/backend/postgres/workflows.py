@@ -1,11 +1,11 @@
 """Workflows on PostgreSQL: the workflow rows, the steps (COPY, as a batch), the edges, the
 release and the workflow's end (sql/workflows.sql).
 
-A release pass is one transaction: ``release_steps`` decides the waiting children of the jobs
-that ended, then the children of the steps it cancelled (a failure's cancel runs down the
-graph in the same transaction), then ``end_workflows`` ends the workflows whose steps all
-ended. Each statement takes a fresh snapshot after it waited for its row locks, so the pass
-that runs after the last parent's write committed sees every parent ended.
+A release is one ``release_steps`` statement per pass: the first decides the waiting
+children of the jobs that ended, each next one the children of the steps the one before
+cancelled (a failure's cancel runs down the graph), and each ends the workflows whose steps
+all ended. Each statement takes a fresh snapshot after it waited for its row locks, so the
+pass that runs after the last parent's write committed sees every parent ended.
 """
 
 from __future__ import annotations
@@ -174,29 +174,35 @@ class WorkflowPart(BackendCore):
         workflows: list[UUID] | None = None,
     ) -> WorkflowRelease:
         """Decide the waiting children of ``ended`` and the waiting ``steps``, then the
-        children of every step this cancels; then end the workflows touched."""
+        children of every step this cancels; each pass also ends the workflows it touched
+        whose steps all ended (``release_steps``: one statement per pass)."""
         released = cancelled = 0
         touched = set(workflows or ())
+        ends: list[tuple[UUID, WorkflowStatus]] = []
         parents, candidates = ended, steps
-        while parents or candidates:
+        while True:
             records = await conn.fetch(
                 self._queries["release_steps"],
                 parents,
                 candidates,
                 self._wake_channel,
                 self._events_channel,
+                sorted(touched),
             )
-            touched.update(r["workflow_id"] for r in records)
-            moved = [r["id"] for r in records if r["decision"] == "cancelled"]
-            released += len(records) - len(moved)
+            moved: list[UUID] = []
+            for r in records:
+                if r["decision"] == "ended":
+                    ends.append((r["workflow_id"], WorkflowStatus(r["status"])))
+                    continue
+                touched.add(r["workflow_id"])
+                if r["decision"] == "cancelled":
+                    moved.append(r["id"])
+                else:
+                    released += 1
             cancelled += len(moved)
+            if not moved:
+                return WorkflowRelease(released, cancelled, tuple(ends))
             parents, candidates = moved, []
-        ends = await conn.fetch(self._queries["end_workflows"], ended, sorted(touched))
-        return WorkflowRelease(
-            released,
-            cancelled,
-            tuple((r["id"], WorkflowStatus(r["status"])) for r in ends),
-        )
 
     # --- reads --------------------------------------------------------------------------------
     async def get_workflow(self, workflow_id: UUID) -> WorkflowRow | None:

@@ -59,6 +59,16 @@ WHERE id = $1::uuid;
 -- ahead; a cancelled one names the first dependency that ended without success. $3 is the
 -- wake channel (one NOTIFY when a step became pending), $4 the events channel (the earliest
 -- scheduled one is announced, as an enqueue does). One row per step moved.
+-- The same statement ends the running workflows among those of the jobs $1 and the
+-- workflows $5 whose steps all ended: 'cancelled' after a cancel_workflow, 'succeeded' when
+-- every step did, else 'failed' (one row each, decision 'ended'). It reads the statuses as
+-- they were before this statement, so a workflow in which it moved a step is not ended here:
+-- a step it released runs yet, and one it cancelled is decided again by the caller's next
+-- pass (its children), whose end check sees it. Such a workflow's row is not locked either:
+-- this statement holds locks on its steps, and a cancel_workflow locks the workflow first.
+-- Which workflows are finished is read without locks (a workflow that goes on is not
+-- locked, a row lock being a WAL record and a wait for other workers); those are locked in
+-- id order, and one another call ended meanwhile is no longer running.
 -- A gated child of the ended jobs (workflow_waits, counted down here, locked in id order) is
 -- decided only once its gate says no dependency is left, or when one of them ended without
 -- success: the last of a join's thousand parents reads its dependencies, not each. A child
@@ -165,31 +175,7 @@ events AS (
            'cancelled'::{schema}.job_status, jsonb_build_object('reason', c.cancel_reason)
     FROM cancelled c
 ),
-woken AS (
-    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM released WHERE status = 'pending')
-),
-announced AS (
-    SELECT pg_notify($4::text, {fragment:scheduled_event})
-    FROM (SELECT min(scheduled_at) AS scheduled_at FROM released WHERE status = 'scheduled') r
-    CROSS JOIN clock k
-    WHERE r.scheduled_at IS NOT NULL
-)
-SELECT 'released' AS decision, r.id, r.workflow_id::uuid AS workflow_id FROM released r
-UNION ALL
-SELECT 'cancelled', c.id, c.workflow_id::uuid FROM cancelled c
-UNION ALL
--- Never a row: it makes the two NOTIFY CTEs run (a CTE nobody reads is not evaluated).
-SELECT 'notified', NULL, NULL
-FROM (SELECT (SELECT count(*) FROM woken) + (SELECT count(*) FROM announced) AS n) x
-WHERE x.n < 0;
-
--- name: end_workflows
--- End the running workflows among $2 and those of the jobs $1 whose steps all ended:
--- 'cancelled' after a cancel_workflow, 'succeeded' when every step did, else 'failed'. Which
--- are finished is read without locks (the hook runs this after every release: a workflow
--- that goes on is not locked, a row lock being a WAL record and a wait for other workers);
--- those are locked in id order, and one another call ended meanwhile is no longer running.
-WITH finished AS (
+finished AS (
     SELECT w.id
     FROM {schema}.workflows w
     WHERE w.id = ANY (ARRAY(
@@ -199,7 +185,11 @@ WITH finished AS (
               SELECT (j.metadata->>'workflow_id')::uuid FROM {schema}.jobs j
               WHERE j.id = ANY ($1::uuid[])
               UNION
-              SELECT unnest($2::uuid[])))
+              SELECT unnest($5::uuid[])
+              EXCEPT
+              SELECT r.workflow_id::uuid FROM released r
+              EXCEPT
+              SELECT c.workflow_id::uuid FROM cancelled c))
       AND w.status = 'running'
       AND NOT EXISTS (
           SELECT 1 FROM {schema}.jobs j
@@ -221,12 +211,34 @@ done AS (
                                AND j.status <> 'succeeded') THEN 'failed'
                 ELSE 'succeeded' END AS status
     FROM touched t
+),
+ended_workflows AS (
+    UPDATE {schema}.workflows w
+    SET status = d.status, finished_at = clock_timestamp()
+    FROM done d
+    WHERE w.id = d.id
+    RETURNING w.id, w.status
+),
+woken AS (
+    SELECT pg_notify($3::text, '') WHERE EXISTS (SELECT 1 FROM released WHERE status = 'pending')
+),
+announced AS (
+    SELECT pg_notify($4::text, {fragment:scheduled_event})
+    FROM (SELECT min(scheduled_at) AS scheduled_at FROM released WHERE status = 'scheduled') r
+    CROSS JOIN clock k
+    WHERE r.scheduled_at IS NOT NULL
 )
-UPDATE {schema}.workflows w
-SET status = d.status, finished_at = clock_timestamp()
-FROM done d
-WHERE w.id = d.id
-RETURNING w.id, w.status;
+SELECT 'released' AS decision, r.id, r.workflow_id::uuid AS workflow_id, NULL AS status
+FROM released r
+UNION ALL
+SELECT 'cancelled', c.id, c.workflow_id::uuid, NULL FROM cancelled c
+UNION ALL
+SELECT 'ended', NULL, e.id, e.status::text FROM ended_workflows e
+UNION ALL
+-- Never a row: it makes the two NOTIFY CTEs run (a CTE nobody reads is not evaluated).
+SELECT 'notified', NULL, NULL, NULL
+FROM (SELECT (SELECT count(*) FROM woken) + (SELECT count(*) FROM announced) AS n) x
+WHERE x.n < 0;
 
 -- name: stale_workflow_steps
 -- The leader's sweep: up to $1 waiting steps of running workflows that a release would move
