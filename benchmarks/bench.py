@@ -237,8 +237,8 @@ def render_costs(costs: list[PhaseCost]) -> Table:
     return table
 
 
-def render_wal_shares(shares: tuple[WalShare, ...], rows: int = 16) -> Table:
-    table = Table(title="Processing: WAL per job by relation and record (pg_walinspect)")
+def render_wal_shares(phase: str, shares: tuple[WalShare, ...], rows: int = 16) -> Table:
+    table = Table(title=f"{phase}: WAL per job by relation and record (pg_walinspect)")
     for name in ("relation", "record", "bytes", "records"):
         table.add_column(name, justify="left" if name in ("relation", "record") else "right")
     for share in shares[:rows]:
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(render_costs(costs))
             for cost in costs:
                 if cost.wal_shares:
-                    console.print(render_wal_shares(cost.wal_shares))
+                    console.print(render_wal_shares(cost.phase, cost.wal_shares))
         for samples, cuts in LATENESS:
             console.print(
                 f"scheduled jobs: {samples} due over 3 s, start past run_at (p50 / p95 / p99 "

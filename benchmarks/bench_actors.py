@@ -14,10 +14,16 @@ async def noop(payload: dict[str, Any]) -> None:
     return None
 
 
+@actor(ephemeral=True)
+async def noop_ephemeral(payload: dict[str, Any]) -> None:
+    """``noop`` whose success leaves no row (the cost report's ephemeral phase)."""
+    return None
+
+
 @actor
 async def stamp(payload: dict[str, Any]) -> float:
     """Returns when it started, for enqueue->start latency."""
     return time.time()
 
 
-registry = [noop, stamp]
+registry = [noop, noop_ephemeral, stamp]

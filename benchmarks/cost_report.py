@@ -2,12 +2,14 @@
 
 A job's life in four phases on a fresh schema: the enqueue (one statement each, and one COPY
 for all), the processing by a real ``taskq worker --until-idle`` (claim, start, settle), and
-the prune that moves it to the archive. For each phase, per job: the WAL bytes written
-(``pg_current_wal_lsn`` before and after, so it counts everything the server wrote meanwhile:
-run it on a quiet server), the transactions committed, the rows inserted, updated (HOT
-among them) and deleted in TaskQ's tables (``pg_stat_user_tables``, read after
-``pg_stat_clear_snapshot`` once every session flushed its counts), and for the processing
-the worker's CPU (its rusage once it exited). The figures guide cutting per-job work.
+the prune that moves it to the archive; then the processing of an ephemeral actor's jobs
+(``@actor(ephemeral=True)``: deleted at their success, nothing left to prune). For each
+phase, per job: the WAL bytes written (``pg_current_wal_lsn`` before and after, so it
+counts everything the server wrote meanwhile: run it on a quiet server), the transactions
+committed, the rows inserted, updated (HOT among them) and deleted in TaskQ's tables
+(``pg_stat_user_tables``, read after ``pg_stat_clear_snapshot`` once every session flushed
+its counts), and for the processing the worker's CPU (its rusage once it exited). The
+figures guide cutting per-job work.
 
 Where the server has ``pg_walinspect`` (PostgreSQL's contrib; the benchmark creates the
 extension when it may), the processing phase's WAL is also broken down by relation and
@@ -109,7 +111,7 @@ async def _phase(
 
 
 async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCost]:
-    """The four phases on ``backend``'s fresh schema, ``jobs`` no-op jobs each."""
+    """The phases on ``backend``'s fresh schema, ``jobs`` no-op jobs each."""
     schema = backend.schema
     conn = await asyncpg.connect(dsn)
     try:
@@ -124,31 +126,40 @@ async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCo
         await backend.enqueue_batch_fast([EnqueueArgs("noop", {"n": n}) for n in range(jobs)])
         costs.append(await _phase(conn, schema, "enqueue, one COPY", jobs, before))
 
-        before = await _read(conn, schema)
-        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        async with worker_process(
-            dsn, schema, "--concurrency", "16", "--until-idle"
-        ) as proc:  # fmt: skip
-            await proc.wait()
-        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (
-            cpu_before.ru_utime + cpu_before.ru_stime
-        )
-        processed = await _phase(
-            conn, schema, "processing (claim, start, settle)", 2 * jobs, before
-        )
-        after = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
-        shares = await wal_shares(conn, schema, before.lsn, after, 2 * jobs)
-        costs.append(replace(processed, worker_cpu_us=cpu * 1e6 / (2 * jobs), wal_shares=shares))
+        costs.append(await _processing(conn, dsn, schema, "", 2 * jobs))
 
         before = await _read(conn, schema)
         await backend.prune_jobs(
             PrunePolicy({JobStatus.SUCCEEDED: _JUST_ENDED}, archive_for=timedelta(days=1))
         )
         costs.append(await _phase(conn, schema, "prune to the archive", 2 * jobs, before))
+
+        # An ephemeral actor's jobs (@actor(ephemeral=True)): deleted at their success.
+        await backend.enqueue_batch_fast(
+            [EnqueueArgs("noop_ephemeral", {"n": n}) for n in range(jobs)]
+        )
+        costs.append(await _processing(conn, dsn, schema, ", ephemeral actor", jobs))
         return costs
     finally:
         await conn.close()
+
+
+async def _processing(
+    conn: asyncpg.Connection, dsn: str, schema: str, kind: str, jobs: int
+) -> PhaseCost:
+    """A real `taskq worker --until-idle` drains the ``jobs`` waiting: the phase's cost, the
+    worker's CPU per job and the WAL by relation and record."""
+    before = await _read(conn, schema)
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    async with worker_process(dsn, schema, "--concurrency", "16", "--until-idle") as proc:
+        await proc.wait()
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    name = f"processing{kind} (claim, start, settle)"
+    processed = await _phase(conn, schema, name, jobs, before)
+    after = await conn.fetchval("SELECT pg_current_wal_lsn()::text")
+    shares = await wal_shares(conn, schema, before.lsn, after, jobs)
+    return replace(processed, worker_cpu_us=cpu * 1e6 / jobs, wal_shares=shares)
 
 
 _BLOCK_RELATION = re.compile(r"rel \d+/\d+/(\d+)")

@@ -183,6 +183,8 @@ class ActorRef:
     is_async: bool = True
     # The ``@cron`` schedules stacked on this actor (taskq_core.cron_schedules), in order.
     schedules: tuple[ScheduleSpec, ...] = ()
+    # A success leaves no row behind (the worker's ``report_result``, where it applies).
+    ephemeral: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests)."""
@@ -282,8 +284,13 @@ def actor(
     rate_limits: Iterable[Any] = (),
     reservations: Iterable[Any] = (),
     metadata: Mapping[str, Any] | None = None,
+    ephemeral: bool = False,
 ) -> Any:
-    """Declare an actor; usable bare (``@actor``) or with options (``@actor(queue=...)``)."""
+    """Declare an actor; usable bare (``@actor``) or with options (``@actor(queue=...)``).
+
+    ``ephemeral=True``: a job that succeeds is deleted with its events and attempts instead
+    of being kept as ``succeeded`` (its result is dropped; the worker's metrics still count
+    it). Jobs of a batch or a workflow, and jobs with a unique key, keep their rows."""
 
     def wrap(func: Callable[..., Any]) -> ActorRef:
         if not callable(func):
@@ -309,6 +316,7 @@ def actor(
             context_param=context_param,
             dependency_params=deps,
             is_async=inspect.iscoroutinefunction(func),
+            ephemeral=ephemeral,
         )
 
     if fn is not None:

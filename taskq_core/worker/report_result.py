@@ -68,8 +68,11 @@ async def record(
             result = encode_result(value, deps.settings.max_result_bytes)
         except jsontext.UnstorableValueError as exc:
             return await record_unstorable(deps, held, exc, ran_for)
+        # An ephemeral actor's job leaves no row, unless a hook, a step or a key reads it.
+        job = held.job
+        ephemeral = ref.ephemeral and not is_hooked(job.metadata) and job.unique_key is None
         deps.completer.submit(
-            held, Success(lease.job_id, lease.attempt, result, ref.result_ttl, ran_for)
+            held, Success(lease.job_id, lease.attempt, result, ref.result_ttl, ran_for, ephemeral)
         )
         deps.state.stats.succeeded += 1
         return "succeeded"

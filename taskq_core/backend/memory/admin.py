@@ -241,11 +241,7 @@ class AdminPart(MemoryStore):
         matched = matching(self, filter, frozenset(JobStatus))
         doomed = [job for job in matched if job.status in PURGEABLE_STATUSES]
         counts = Counter(job.status for job in doomed)
-        for job in doomed:
-            del self._jobs[job.id]
-            self._attempts.pop(job.id, None)
-        gone = {job.id for job in doomed}
-        self._events = [event for event in self._events if event.job_id not in gone]
+        self._drop([job.id for job in doomed])
         deleted = {status: counts[status] for status in JobStatus if counts[status]}
         skipped = len(matched) - len(doomed)
         detail = {

@@ -340,11 +340,14 @@ class SettlePart(MemoryStore):
         # statement).
         successes = first_success_per_job(successes)
         results = [json_text(s.result_json) for s in successes]
-        return {
+        written = {
             s.job_id
             for s, result in zip(successes, results, strict=True)
             if self._succeed(worker_id, s, result)
         }
+        # An ephemeral success leaves no row: settled as any, then deleted with its history.
+        self._drop([s.job_id for s in successes if s.ephemeral and s.job_id in written])
+        return written
 
     async def mark_succeeded_with_conn(
         self,

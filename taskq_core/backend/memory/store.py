@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -439,6 +439,14 @@ class MemoryStore:
     def _has_attempt(self, job_id: UUID, attempt: int) -> bool:
         """Whether the job has an attempt row for ``attempt``."""
         return any(row.attempt == attempt for row in self._attempts.get(job_id, ()))
+
+    def _drop(self, ids: Collection[UUID]) -> None:
+        """Delete jobs with their attempts and events (PostgreSQL's ON DELETE CASCADE)."""
+        for job_id in ids:
+            del self._jobs[job_id]
+            self._attempts.pop(job_id, None)
+        gone = set(ids)
+        self._events = [event for event in self._events if event.job_id not in gone]
 
     # --- shared predicates -------------------------------------------------------------------
     def _leased(self, lease: Lease) -> JobRecord | None:

@@ -157,13 +157,25 @@ class SettlePart(BackendCore):
     mark_succeeded = derived.mark_succeeded
 
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
-        # ``settle_succeeded``: the hot path's own statement (sql/settle.sql).
-        if not successes:
-            return set()
-        records = await self._settle_successes(
-            self._pool, worker_id, first_success_per_job(successes)
-        )
-        return {record["id"] for record in records}
+        # ``settle_succeeded``: the hot path's own statement (sql/settle.sql); ephemeral
+        # successes go in ``delete_succeeded``, a second statement only when there are some.
+        successes = first_success_per_job(successes)
+        kept = [s for s in successes if not s.ephemeral]
+        gone = [s for s in successes if s.ephemeral]
+        written: set[UUID] = set()
+        if kept:
+            records = await self._settle_successes(self._pool, worker_id, kept)
+            written.update(record["id"] for record in records)
+        if gone:
+            records = await self._pool.fetch(
+                self._queries["delete_succeeded"],
+                worker_id,
+                [s.job_id for s in gone],
+                [s.attempt for s in gone],
+                self._wake_channel,
+            )
+            written.update(record["id"] for record in records)
+        return written
 
     async def mark_succeeded_with_conn(
         self,

@@ -75,7 +75,9 @@ class Success:
 
     ``result_json`` is the result already encoded (``jsontext.encode``; None: no result):
     encoding happens once, where the result is made. ``ran_for`` is how long the body ran,
-    which dates its start when that was not recorded yet.
+    which dates its start when that was not recorded yet. ``ephemeral``: the job is deleted
+    (its events and attempts with it) instead of kept as succeeded (an ``ephemeral`` actor's
+    job that nothing reads after its end).
     """
 
     job_id: UUID
@@ -83,6 +85,7 @@ class Success:
     result_json: str | None
     fallback_result_ttl: timedelta | None = None
     ran_for: float = 0.0
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,9 +301,10 @@ class WorkerBackend(Protocol):
     async def mark_succeeded_many(self, worker_id: UUID, successes: Sequence[Success]) -> set[UUID]:
         """``mark_succeeded`` for many jobs in one statement (attempts and events included);
         returns the ids actually written (leases this worker lost are skipped; a job listed
-        twice is settled by its first entry, see ``first_success_per_job``). Result text
-        that cannot be stored (not JSON, NaN, Infinity, a NUL) raises UnstorableValueError
-        and writes nothing."""
+        twice is settled by its first entry, see ``first_success_per_job``). An
+        ``ephemeral`` success deletes the job with its attempts and events instead (a
+        second statement, only when there is one). Result text that cannot be stored (not
+        JSON, NaN, Infinity, a NUL) raises UnstorableValueError and writes nothing."""
 
     async def mark_succeeded_with_conn(
         self,

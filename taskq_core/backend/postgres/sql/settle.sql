@@ -388,3 +388,35 @@ wake AS (
     )
 )
 SELECT d.id FROM done d LEFT JOIN wake ON true;
+
+-- name: delete_succeeded
+-- `settle_succeeded` for an ephemeral actor's successes: the rows are deleted, their events
+-- and attempts with them (ON DELETE CASCADE), instead of kept as succeeded. The same fence
+-- and lock order ($1 worker, $2 ids, $3 attempts: a lease lost meanwhile deletes nothing)
+-- and the same wake for capped actors and queues ($4 the wake channel). Returns the ids.
+WITH owned AS (
+    SELECT j.id
+    FROM unnest($2::uuid[], $3::integer[]) AS i(id, attempt)
+    JOIN {schema}.jobs j ON j.id = i.id
+    WHERE j.status IS NOT DISTINCT FROM 'running'
+      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+gone AS (
+    DELETE FROM {schema}.jobs j
+    USING owned o
+    WHERE j.id = o.id
+    RETURNING j.id, j.actor, j.queue
+),
+wake AS (
+    SELECT pg_notify($4::text, '')
+    WHERE EXISTS (
+        SELECT 1 FROM gone g
+        WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
+                      WHERE ac.actor = g.actor AND ac.max_concurrent IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM {schema}.queues q
+                      WHERE q.name = g.queue AND q.max_concurrent IS NOT NULL)
+    )
+)
+SELECT g.id FROM gone g LEFT JOIN wake ON true;
