@@ -38,6 +38,15 @@
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
 -- (a batch of successes); a test holds the two copies together.
 
+-- fragment: held_a_capped_slot
+-- Whether the job `e` that ended (its actor and queue) held a slot of an actor or a queue
+-- with max_concurrent: its end then wakes the dispatchers, whose capped claims wait for a
+-- slot rather than for a new job.
+(EXISTS (SELECT 1 FROM {schema}.actor_config ac
+         WHERE ac.actor = e.actor AND ac.max_concurrent IS NOT NULL)
+ OR EXISTS (SELECT 1 FROM {schema}.queues q
+            WHERE q.name = e.queue AND q.max_concurrent IS NOT NULL))
+
 -- name: settle
 -- One row per lease, parallel arrays: $1 job ids, $2 attempts, $3 workers (the lease), $4 the
 -- requested outcome (succeeded, failed, retry, snooze, retry_after, cancelled, interrupted,
@@ -303,12 +312,8 @@ events AS (
 wake AS (
     SELECT pg_notify($15::text, '')
     WHERE EXISTS (
-        SELECT 1 FROM moved m
-        WHERE m.status = 'pending' OR m.outcome = 'reclaimed'
-           OR EXISTS (SELECT 1 FROM {schema}.actor_config ac
-                      WHERE ac.actor = m.actor AND ac.max_concurrent IS NOT NULL)
-           OR EXISTS (SELECT 1 FROM {schema}.queues q
-                      WHERE q.name = m.queue AND q.max_concurrent IS NOT NULL)
+        SELECT 1 FROM moved e
+        WHERE e.status = 'pending' OR e.outcome = 'reclaimed' OR {fragment:held_a_capped_slot}
     )
 ),
 announce AS (
@@ -380,11 +385,7 @@ event AS (
 wake AS (
     SELECT pg_notify($7::text, '')
     WHERE EXISTS (
-        SELECT 1 FROM done d
-        WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
-                      WHERE ac.actor = d.actor AND ac.max_concurrent IS NOT NULL)
-           OR EXISTS (SELECT 1 FROM {schema}.queues q
-                      WHERE q.name = d.queue AND q.max_concurrent IS NOT NULL)
+        SELECT 1 FROM done e WHERE {fragment:held_a_capped_slot}
     )
 )
 SELECT d.id FROM done d LEFT JOIN wake ON true;
@@ -412,11 +413,7 @@ gone AS (
 wake AS (
     SELECT pg_notify($4::text, '')
     WHERE EXISTS (
-        SELECT 1 FROM gone g
-        WHERE EXISTS (SELECT 1 FROM {schema}.actor_config ac
-                      WHERE ac.actor = g.actor AND ac.max_concurrent IS NOT NULL)
-           OR EXISTS (SELECT 1 FROM {schema}.queues q
-                      WHERE q.name = g.queue AND q.max_concurrent IS NOT NULL)
+        SELECT 1 FROM gone e WHERE {fragment:held_a_capped_slot}
     )
 )
 SELECT g.id FROM gone g LEFT JOIN wake ON true;
