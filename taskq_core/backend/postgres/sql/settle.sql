@@ -329,6 +329,18 @@ announce AS (
 SELECT m.id, m.status::text AS status, m.rule_error
 FROM moved m LEFT JOIN wake ON true LEFT JOIN announce ON true;
 
+-- fragment: worker_lease_fence
+-- The fence of a worker's batched success ($1 the worker; `i` an input row with its
+-- attempt): the row is still running under that worker's lease, locked in id order (a
+-- flush never deadlocks with another multi-row writer). IS NOT DISTINCT FROM: the same tests
+-- as =, but neither matches an index or a partial index's predicate, so each row is found
+-- by its primary key, never by scanning jobs_running_worker_idx, which keeps an entry for
+-- every job the worker ran since the last vacuum (thousands under load).
+WHERE j.status IS NOT DISTINCT FROM 'running'
+  AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
+ORDER BY j.id
+FOR UPDATE OF j
+
 -- name: settle_succeeded
 -- The hot path: `settle` for a batch whose every outcome is succeeded, kept as its own
 -- statement because the general one measured slower on it (docs/performance.md, "What
@@ -349,14 +361,7 @@ owned AS (
     FROM unnest($2::uuid[], $3::integer[], $4::text[], $5::interval[], $6::float8[])
         AS i(id, attempt, result, fallback_ttl, ran_for)
     JOIN {schema}.jobs j ON j.id = i.id
-    -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
-    -- index's predicate, so each row is found by its primary key, never by scanning
-    -- jobs_running_worker_idx, which keeps an entry for every job the worker ran since the
-    -- last vacuum (thousands under load).
-    WHERE j.status IS NOT DISTINCT FROM 'running'
-      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
-    ORDER BY j.id
-    FOR UPDATE OF j
+    {fragment:worker_lease_fence}
 ),
 done AS (
     UPDATE {schema}.jobs j
@@ -399,10 +404,7 @@ WITH owned AS (
     SELECT j.id
     FROM unnest($2::uuid[], $3::integer[]) AS i(id, attempt)
     JOIN {schema}.jobs j ON j.id = i.id
-    WHERE j.status IS NOT DISTINCT FROM 'running'
-      AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
-    ORDER BY j.id
-    FOR UPDATE OF j
+    {fragment:worker_lease_fence}
 ),
 gone AS (
     DELETE FROM {schema}.jobs j
