@@ -290,7 +290,8 @@ def actor(
 
     ``ephemeral=True``: a job that succeeds is deleted with its events and attempts instead
     of being kept as ``succeeded`` (its result is dropped; the worker's metrics still count
-    it). Jobs of a batch or a workflow, and jobs with a unique key, keep their rows."""
+    it). Jobs of a batch or a workflow, jobs with a unique key, and a success committed in the
+    body's own transaction keep their rows."""
 
     def wrap(func: Callable[..., Any]) -> ActorRef:
         if not callable(func):
