@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections import Counter
@@ -59,6 +60,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Counter(item.path for item in items)
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: (slow[item.path] < tests[item.path], -slow[item.path]))
+
+
+# A suite started in the background (an asynchronous command of a non-interactive shell)
+# inherits SIGINT ignored, and every process it starts would ignore Ctrl-C too: the tests
+# that send it need the default. A handler set here is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

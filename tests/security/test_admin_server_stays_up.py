@@ -46,7 +46,13 @@ LOG_BOUND = 16 * 1024
 
 
 async def _authenticated_get(url: str) -> httpx.Response:
+    """An authenticated GET, asked as a browser's user would (a reload): a connection the
+    full cap closed unanswered (every slot serving or just arrived, the slow ones
+    reconnecting) is asked again, up to three times in all, as /live below."""
     async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT) as client:
+        for _ in range(2):
+            with contextlib.suppress(httpx.RemoteProtocolError):
+                return await client.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
         return await client.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
 
 
