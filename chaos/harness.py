@@ -324,8 +324,9 @@ class Harness:
                 f"{len(accounted)} crashed attempt(s) whose worker refused the body after "
                 "writing its start (job_start_without_body)"
             )
-        # A worker killed between a start it wrote before the body and the body's call: the
-        # reclaim says so (start_before_body), at most once per such reclaim of the job.
+        # A worker killed (or stopped, its last log lines unwritten) between a start it wrote
+        # before the body and the body's call: the reclaim says so (start_before_body), and
+        # accounts for at most one crashed attempt of the job each.
         before_body = Counter(await self.probe.starts_before_body() or {})
         killed_before_call = []
         for pair in without_body:
@@ -335,8 +336,8 @@ class Harness:
         if killed_before_call:
             without_body = [pair for pair in without_body if pair not in killed_before_call]
             self.note(
-                f"{len(killed_before_call)} crashed attempt(s) whose worker died between the "
-                "start it wrote before the body and the body's call (start_before_body)"
+                f"{len(killed_before_call)} crashed attempt(s) whose start was written before "
+                "the body, which no log says was called (start_before_body)"
             )
         self.result.crashed_without_body = len(without_body)
         self.check(
