@@ -185,8 +185,14 @@ async def record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
     backoff = Backoff()
     while held.lost is None:
         start = Start(lease.job_id, lease.attempt, held.ran_for(deps.clock.monotonic()))
+        write = asyncio.ensure_future(deps.backend.mark_started_many(deps.worker_id, [start]))
         try:
-            written = await shielded(deps.backend.mark_started_many(deps.worker_id, [start]))
+            written = await shielded(write)
+        except asyncio.CancelledError:
+            # The lease was lost (a stall, a heartbeat told) or the worker stops while the
+            # start is written: the body will not run, but the write goes on and may land.
+            write.add_done_callback(lambda done: _landed_without_body(deps, held, done))
+            raise
         except TRANSIENT_ERRORS as exc:
             deps.database.failed("consumer", exc)
             await retry_pause(deps.database, backoff.next())
@@ -203,6 +209,25 @@ async def record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
         )
         return False
     return False
+
+
+def _landed_without_body(deps: WorkerDeps, held: ActiveJob, write: asyncio.Future[Any]) -> None:
+    if not write.cancelled() and write.exception() is None and held.job.id in write.result():
+        report_start_without_body(deps, held)
+
+
+def report_start_without_body(deps: WorkerDeps, held: ActiveJob) -> None:
+    """The start written before the body (``record_start``) stays on the row, but the body
+    was not called (the lease ran out or was lost first, say while the process was stopped):
+    the reclaim counts the attempt as crashed though no body ran. Said once, so the history
+    can be read."""
+    deps.log.warning(
+        "job_start_without_body",
+        job_id=str(held.job.id),
+        attempt=held.lease.attempt,
+        note="its start was written before the body, then the lease ran out before the body "
+        "was called: the attempt is reclaimed as crashed, though its body never ran",
+    )
 
 
 class LeaseGoneAtStart(Exception):

@@ -32,7 +32,13 @@ from taskq_core.obs.logs import bind_job_context, recording_trace_id, unbind_job
 from taskq_core.obs.metrics import record_job
 from taskq_core.obs.spans import consumer_span
 from taskq_core.worker.active import ActiveJob
-from taskq_core.worker.admission import admit, clear_to_start, record_start, release_slots
+from taskq_core.worker.admission import (
+    admit,
+    clear_to_start,
+    record_start,
+    release_slots,
+    report_start_without_body,
+)
 from taskq_core.worker.cancel import lose
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.execute import invoke, job_context
@@ -159,7 +165,7 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
     ran_for = held.ran_for(deps.clock.monotonic())
     if outcome == "unstarted":  # nothing ran: dropped unwritten, as a claim past its deadline
         if held.start_written:
-            _report_start_without_body(deps, held)
+            report_start_without_body(deps, held)
         lose(deps, held, "lease_expired")
         deps.active.remove(held)
         return "lost"
@@ -173,16 +179,3 @@ async def _run(deps: WorkerDeps, held: ActiveJob) -> str:
             deps, ref, held, outcome, value, transaction, connection[0], ran_for
         )
     return await record(deps, ref, held, outcome, value, ran_for)
-
-
-def _report_start_without_body(deps: WorkerDeps, held: ActiveJob) -> None:
-    """The start written before the body (``record_start``) stays on the row, but the lease
-    ran out before the body was called (the process stopped between the two): the reclaim
-    counts the attempt as crashed though no body ran. Said once, so the history can be read."""
-    deps.log.warning(
-        "job_start_without_body",
-        job_id=str(held.job.id),
-        attempt=held.lease.attempt,
-        note="its start was written before the body, then the lease ran out before the body "
-        "was called: the attempt is reclaimed as crashed, though its body never ran",
-    )

@@ -366,3 +366,55 @@ async def test_a_stop_between_a_written_start_and_the_body_runs_no_body(
     assert [(e["job_id"], e["attempt"]) for e in reported] == [(str(again.id), again.attempt)]
     row = await backend.get(again.id)
     assert row is not None and row.started_at is not None  # its reclaim counts a crash
+
+
+class _HoldsStartWrite:
+    """The backend under test, its write of a start before the body held until released."""
+
+    def __init__(self, inner: InMemoryBackend) -> None:
+        self._inner = inner
+        self.writing = asyncio.Event()
+        self.release = asyncio.Event()
+        self.written = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def mark_started_many(self, worker_id: Any, starts: Any) -> set[Any]:
+        self.writing.set()
+        await self.release.wait()
+        try:
+            return await self._inner.mark_started_many(worker_id, starts)
+        finally:
+            self.written.set()
+
+
+async def test_a_consumer_cancelled_while_its_start_is_written_says_no_body_ran(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    """A shutdown or a lost lease cancels the consumer while the start it writes before the
+    body is on its way: the body does not run, the write lands, and the worker says so."""
+    deps = worker_deps(backend, clock)
+    first = await claim(deps, "waits")  # its worker died before the batched start mark
+    deps.active.remove(first)
+    clock.advance(LEASE + 1)
+    assert await backend.reclaim_expired_leases(timedelta(0), timedelta(0)) == 1
+    [again] = await backend.dispatch_batch(deps.worker_id, ["default"], 1, timedelta(seconds=LEASE))
+    held, _ = deps.active.claim(again, clock.monotonic())
+    holding = _HoldsStartWrite(backend)
+    with structlog.testing.capture_logs() as logs:
+        consumer = asyncio.create_task(
+            execute_job(dataclasses.replace(deps, backend=holding), held)  # type: ignore[arg-type]
+        )
+        await holding.writing.wait()
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+        holding.release.set()
+        await holding.written.wait()
+        await until(lambda: any(e["event"] == "job_start_without_body" for e in logs))
+    assert bodies == []
+    reported = [e for e in logs if e["event"] == "job_start_without_body"]
+    assert [(e["job_id"], e["attempt"]) for e in reported] == [(str(again.id), again.attempt)]
+    row = await backend.get(again.id)
+    assert row is not None and row.started_at is not None  # its reclaim counts a crash
