@@ -47,8 +47,13 @@ async def slow(payload: dict[str, Any]) -> str:
     return "done"
 
 
+bodies_waiting = 0  # bodies of ``waits`` that have begun and wait for ``go``
+
+
 @actor(queue=QUEUE)
 async def waits(payload: dict[str, Any]) -> str:
+    global bodies_waiting
+    bodies_waiting += 1
     await go.wait()
     return "done"
 
@@ -66,8 +71,9 @@ def worker(backend: Backend, *, until_idle: bool = True) -> Worker:
 
 @pytest.fixture
 async def pg(pg_server_dsn: str) -> AsyncIterator[PgTarget]:
-    global runs_pool, runs_table, go
+    global runs_pool, runs_table, go, bodies_waiting
     go = asyncio.Event()  # one per test: an Event belongs to one event loop
+    bodies_waiting = 0
     target = PgTarget(pg_server_dsn, await create_migrated_schema(pg_server_dsn))
     runs_table = f"{target.schema}.test_runs"
     runs_pool = await asyncpg.create_pool(target.dsn, min_size=1, max_size=8)
@@ -139,6 +145,9 @@ async def test_a_cap_set_while_the_worker_runs_is_read_at_the_next_heartbeat(
             await backend.enqueue(EnqueueArgs("waits", {}, queue=QUEUE))
             name = queue_concurrency_reservation_name(QUEUE)
             await _until(lambda: running.deps is not None and running.deps.limiter is not None)
+            # Its body runs, so it was admitted before the cap (a loaded run once set the cap
+            # first: both jobs then held a slot).
+            await _until(lambda: bodies_waiting == 1)
             assert running.deps is not None and running.deps.limiter is not None
             limiter = running.deps.limiter
             assert limiter.queue_caps == {}  # no cap yet: the job holds no queue slot
