@@ -328,16 +328,18 @@ class Harness:
         # before the body and the body's call: the reclaim says so (start_before_body), and
         # accounts for at most one crashed attempt of the job each.
         before_body = Counter(await self.probe.starts_before_body() or {})
-        killed_before_call = []
+        unreported, left = [], []
         for pair in without_body:
             if before_body[pair[0]] > 0:
                 before_body[pair[0]] -= 1
-                killed_before_call.append(pair)
-        if killed_before_call:
-            without_body = [pair for pair in without_body if pair not in killed_before_call]
+                unreported.append(pair)
+            else:
+                left.append(pair)
+        without_body = left
+        if unreported:
             self.note(
-                f"{len(killed_before_call)} crashed attempt(s) whose start was written before "
-                "the body, which no log says was called (start_before_body)"
+                f"{len(unreported)} crashed attempt(s) whose start was written before the "
+                "body, which no log says was called (start_before_body)"
             )
         self.result.crashed_without_body = len(without_body)
         self.check(

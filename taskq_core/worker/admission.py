@@ -189,8 +189,8 @@ async def record_start(deps: WorkerDeps, held: ActiveJob) -> bool:
         try:
             written = await shielded(write)
         except asyncio.CancelledError:
-            # The lease was lost (a stall, a heartbeat told) or the worker stops while the
-            # start is written: the body will not run, but the write goes on and may land.
+            # The consumer is cancelled (the worker stops) while the start is written: the
+            # body will not run, but the shielded write goes on and may land.
             write.add_done_callback(lambda done: _landed_without_body(deps, held, done))
             raise
         except TRANSIENT_ERRORS as exc:
@@ -218,15 +218,15 @@ def _landed_without_body(deps: WorkerDeps, held: ActiveJob, write: asyncio.Futur
 
 def report_start_without_body(deps: WorkerDeps, held: ActiveJob) -> None:
     """The start written before the body (``record_start``) stays on the row, but the body
-    was not called (the lease ran out or was lost first, say while the process was stopped):
-    the reclaim counts the attempt as crashed though no body ran. Said once, so the history
-    can be read."""
+    was not called (its lease ran out first, say while the process was stopped, or its
+    consumer was cancelled): the reclaim counts the attempt as crashed though no body ran.
+    Said once, so the history can be read."""
     deps.log.warning(
         "job_start_without_body",
         job_id=str(held.job.id),
         attempt=held.lease.attempt,
-        note="its start was written before the body, then the lease ran out before the body "
-        "was called: the attempt is reclaimed as crashed, though its body never ran",
+        note="its start was written before the body, which was then not called: the attempt "
+        "is reclaimed as crashed, though its body never ran",
     )
 
 
