@@ -41,7 +41,7 @@ TARGET = ROOT / "docs" / "settings.md"
 # Every field belongs to exactly one group; render() refuses a field that is in none, so a
 # new setting cannot reach the reference without a place in it.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Database", ("pg_dsn", "pg_dsn_direct", "pg_dsn_pooled", "schema_name")),
+    ("Database", ("pg_dsn", "pg_dsn_direct", "pg_dsn_pooled", "pg_dsn_replica", "schema_name")),
     (
         "Worker",
         (

@@ -1,13 +1,15 @@
 """How an operator command reaches the database: one Backend per run, always closed.
 
 ``with_backend`` loads the settings (flags over environment over ``.env``), opens a small
-backend (``backend.factory``'s COMMAND role), runs the command's coroutine on it and maps
-the database failures an operator can cause (schema not migrated, connection lost) to
-one-line TaskqErrors.
+backend (``backend.factory``'s COMMAND role; READER for a command that only reads, on
+TASKQ_PG_DSN_REPLICA when one is set, with a note on stderr of how far behind it is), runs
+the command's coroutine on it and maps the database failures an operator can cause (schema
+not migrated, connection lost) to one-line TaskqErrors.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -24,24 +26,30 @@ T = TypeVar("T")
 
 @asynccontextmanager
 async def open_backend(
-    settings: TaskqSettings, *, direct: bool = False, max_size: int | None = None
+    settings: TaskqSettings,
+    *,
+    direct: bool = False,
+    max_size: int | None = None,
+    read: bool = False,
 ) -> AsyncIterator[Backend]:
     """A backend on the configured DSN and schema, closed on exit. ``direct``: on
     TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a command that holds a session
     advisory lock (a transaction-mode PgBouncer would unlock it on another server session).
-    ``max_size``: connections, for a server that answers requests concurrently."""
+    ``max_size``: connections, for a server that answers requests concurrently. ``read``:
+    only reads, on TASKQ_PG_DSN_REPLICA when one is set."""
     # Imported here so `--help` and shell completion never load the database stack.
     from taskq_core import embedded
     from taskq_core.backend import factory
 
     dsn = settings.direct_dsn if direct else settings.pooled_dsn
+    role = factory.Role.COMMAND
+    if read:
+        dsn, role = settings.pg_dsn_replica or dsn, factory.Role.READER
     # An operator command never creates or starts the embedded server: a typo or the wrong
     # directory would otherwise grow a second, empty database, and `embedded stop` would be
     # undone behind the operator's back.
     with embedded.using(embedded.EmbeddedUse.RUNNING):
-        backend = await factory.open_backend(
-            settings, factory.Role.COMMAND, direct=direct, max_size=max_size
-        )
+        backend = await factory.open_backend(settings, role, direct=direct, max_size=max_size)
     # Messages name an embedded server by its data directory.
     is_embedded = embedded.is_embedded_dsn(dsn)
     where = embedded.describe(dsn) if is_embedded else factory.describe_dsn(dsn)
@@ -63,12 +71,27 @@ def with_backend(
     dsn: str | None,
     schema: str | None,
     action: Callable[[Backend], Awaitable[T]],
+    *,
+    read: bool = False,
 ) -> T:
-    """Run ``action(backend)`` for one command and return its result."""
+    """Run ``action(backend)`` for one command and return its result. ``read``: the action
+    only reads (on the replica when one is set, saying how stale it may be)."""
     settings = load_settings(ctx, dsn, schema)
 
     async def run() -> T:
-        async with open_backend(settings) as backend:
-            return await action(backend)
+        async with open_backend(settings, read=read) as backend:
+            result = await action(backend)
+            if read and settings.pg_dsn_replica is not None:
+                await note_staleness(backend, settings.pg_dsn_replica)
+            return result
 
     return run_async(run())
+
+
+async def note_staleness(backend: Backend, replica_dsn: str) -> None:
+    """One line on stderr: how far behind its primary the replica just read was."""
+    from taskq_cli.replica import describe_staleness
+    from taskq_core.backend.factory import describe_dsn
+
+    line = describe_staleness(await backend.get_read_staleness(), describe_dsn(replica_dsn))
+    sys.stderr.write(f"note: {line}\n")

@@ -101,6 +101,12 @@ class TaskqSettings(BaseSettings):
     """DSN for statements and short transactions (settle writes, enqueue, reads, the CLI);
     it may route through PgBouncer in transaction mode, so its connections keep no prepared
     statements when it differs from the direct DSN; unset, TASKQ_PG_DSN."""
+    pg_dsn_replica: str | None = None
+    """DSN of a streaming-replication standby for the operators' reads: the web UI, ``taskq
+    top``, the fleet metrics and the read-only commands (lists, shows, explain) read there
+    and say how far behind the primary it is; their writes (cancel, retry, pause) and
+    everything a worker or client does stay on the primary. Unset, they read the primary.
+    Connect to the standby directly (or through a PgBouncer in session mode)."""
     schema_name: str = DEFAULT_SCHEMA
     """PostgreSQL schema holding every TaskQ table (a plain identifier)."""
     redis_url: str | None = None
@@ -330,7 +336,7 @@ class TaskqSettings(BaseSettings):
     def _check_dsn(cls, value: str) -> str:
         return validate_dsn(value)
 
-    @field_validator("pg_dsn_direct", "pg_dsn_pooled")
+    @field_validator("pg_dsn_direct", "pg_dsn_pooled", "pg_dsn_replica")
     @classmethod
     def _check_optional_dsn(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
@@ -413,8 +419,8 @@ class TaskqSettings(BaseSettings):
         """Read the environment and ``.env``; ``overrides`` (non-None values) win over both.
 
         A ``pg_dsn`` given here (``--dsn``, a client's DSN) that names another database than
-        the environment's TASKQ_PG_DSN also wins over the environment's TASKQ_PG_DSN_DIRECT
-        and TASKQ_PG_DSN_POOLED, which belong to that other database.
+        the environment's TASKQ_PG_DSN also wins over the environment's TASKQ_PG_DSN_DIRECT,
+        TASKQ_PG_DSN_POOLED and TASKQ_PG_DSN_REPLICA, which belong to that other database.
         """
         return cls.load_flagged({}, **overrides)
 
@@ -426,11 +432,11 @@ class TaskqSettings(BaseSettings):
         given = {key: value for key, value in overrides.items() if value is not None}
         try:
             settings = cls(**given)
-            split = settings.pg_dsn_direct is not None or settings.pg_dsn_pooled is not None
+            split_names = ("pg_dsn_direct", "pg_dsn_pooled", "pg_dsn_replica")
+            split = any(getattr(settings, name) is not None for name in split_names)
             if "pg_dsn" in given and split:
                 environment = cls(**{k: v for k, v in given.items() if k != "pg_dsn"})
                 if environment.pg_dsn != settings.pg_dsn:
-                    split_names = ("pg_dsn_direct", "pg_dsn_pooled")
                     update = {name: None for name in split_names if name not in given}
                     return settings.model_copy(update=update)
             return settings

@@ -105,7 +105,7 @@ def list_configs(
     async def run(backend: Backend) -> list[ActorConfigRow]:
         return await backend.list_actor_configs()
 
-    rows = with_backend(ctx, dsn, schema, run)
+    rows = with_backend(ctx, dsn, schema, run, read=True)
     output.print_listing(
         shape,
         {"actors": [actor_config_document(row) for row in rows]},

@@ -106,7 +106,7 @@ def list_batches(
         listed = await backend.list_batches(batch_filter)
         return [BatchProgress(row.id, row, counts) for row, counts in listed]
 
-    batches = with_backend(ctx, dsn, schema, run)
+    batches = with_backend(ctx, dsn, schema, run, read=True)
     reference = output.now()
     listed = output.print_listing(
         shape,
@@ -191,7 +191,7 @@ def show(
     A whole id of a plain tagged batch (no row) shows its children's counts.
     """
     ref = check_batch_ref(batch_id)
-    shown = with_backend(ctx, dsn, schema, lambda backend: _show(backend, ref))
+    shown = with_backend(ctx, dsn, schema, lambda backend: _show(backend, ref), read=True)
     progress = shown.progress
     if json:
         output.print_json(

@@ -19,7 +19,7 @@ from taskq_cli import inputs, job_cursor, output
 from taskq_cli.batch_progress import read_job_batch
 from taskq_cli.commands import jobs_repair, reclaims
 from taskq_cli.dashboard.snapshot import JobDetail
-from taskq_cli.database import open_backend, with_backend
+from taskq_cli.database import note_staleness, open_backend, with_backend
 from taskq_cli.explain_verdict import job_state, verdict_label
 from taskq_cli.job_documents import job_detail_document, job_summary
 from taskq_cli.job_ids import check_job_ref, resolve_job_id
@@ -120,7 +120,7 @@ def list_jobs(
     async def run(backend: Backend) -> JobPage:
         return await backend.search_jobs(query)
 
-    page = with_backend(ctx, dsn, schema, run)
+    page = with_backend(ctx, dsn, schema, run, read=True)
     next_cursor = None if page.next_after is None else job_cursor.encode(page.next_after)
     document = {
         "jobs": [job_summary(job) for job in page.jobs],
@@ -177,7 +177,7 @@ def show(
     --full prints it all, and --json always carries the whole values.
     """
     job_ref = check_job_ref(job_id)
-    history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, job_ref))
+    history = with_backend(ctx, dsn, schema, lambda backend: _history(backend, job_ref), read=True)
     if json:
         output.print_json(job_detail_document(history))
         return
@@ -359,9 +359,12 @@ def explain(
     explain_settings = ExplainSettings.from_settings(settings)
 
     async def run() -> Explanation:
-        async with open_backend(settings) as backend:
+        async with open_backend(settings, read=True) as backend:
             ident = await resolve_job_id(backend, job_ref)
-            return await explain_job(backend, ident, explain_settings)
+            explanation = await explain_job(backend, ident, explain_settings)
+            if settings.pg_dsn_replica is not None:
+                await note_staleness(backend, settings.pg_dsn_replica)
+            return explanation
 
     explanation = run_async(run())
     if json:

@@ -76,8 +76,9 @@ def serve(
 ) -> None:
     """Serve /metrics for Prometheus until stopped.
 
-    The fleet's queue-level metrics on http://HOST:PORT/metrics, read from the database at
-    most once per --interval; SIGINT or SIGTERM ends it with exit 0.
+    The fleet's queue-level metrics on http://HOST:PORT/metrics, read from the database (a
+    replica's, with its lag, when TASKQ_PG_DSN_REPLICA is set) at most once per --interval;
+    SIGINT or SIGTERM ends it with exit 0.
     """
     span = inputs.parse_duration_option(window, "--window")
     if span.total_seconds() <= 0:
@@ -96,7 +97,7 @@ def serve(
     )
 
     async def run() -> None:
-        async with open_backend(settings) as backend:
+        async with open_backend(settings, read=True) as backend:
             await backend.get_fleet_stats(span)  # fail here, as one line, if it cannot read
             server = FleetServer(FleetMetrics(backend, fleet), host, port)
             await server.start()

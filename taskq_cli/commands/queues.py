@@ -95,7 +95,7 @@ def list_queues(
     async def run(backend: Backend) -> list[QueueRow]:
         return await backend.list_queues()
 
-    rows = with_backend(ctx, dsn, schema, run)
+    rows = with_backend(ctx, dsn, schema, run, read=True)
     output.print_listing(
         shape,
         {"queues": [queue_document(row) for row in rows]},

@@ -105,7 +105,7 @@ def list_schedules(
     async def run(backend: Backend) -> list[ScheduleRecord]:
         return await (await _client(backend)).list_schedules(actor=actor, enabled=enabled)
 
-    records = with_backend(ctx, dsn, schema, run)
+    records = with_backend(ctx, dsn, schema, run, read=True)
     output.print_listing(
         shape,
         {"schedules": [schedule_document(r) for r in records]},
@@ -173,7 +173,7 @@ def show(
 ) -> None:
     """One schedule and its next five fire times (in its time zone and in UTC)."""
     inputs.check_text(name, "NAME")
-    record = with_backend(ctx, dsn, schema, lambda backend: _fetch(backend, name))
+    record = with_backend(ctx, dsn, schema, lambda backend: _fetch(backend, name), read=True)
     fires = _fire_times(record)
     if json:
         output.print_json({**schedule_document(record), "next_fires": fires})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -76,14 +76,19 @@ async def open_dashboard_source(
 ) -> AsyncIterator[BackendSource]:
     """The dashboard's read model for one run (``top``, ``ui serve``): a backend of
     ``max_size`` connections and the Redis limit store when one is set, both closed on exit.
-    Its first snapshot is read here, so a database that cannot answer fails as one line."""
+    With TASKQ_PG_DSN_REPLICA, the reads go to the replica (a backend of its own) and the
+    operator's writes to the primary. Its first snapshot is read here, so a database that
+    cannot answer fails as one line."""
     from taskq_cli.dashboard.filters import JobsFilter
     from taskq_cli.dashboard.source import BackendSource
+    from taskq_cli.replica import StalenessWatch
     from taskq_core.backend.factory import describe_dsn
 
     limit_store = redis_limit_store(settings)
+    replica = settings.pg_dsn_replica
     try:
-        async with open_backend(settings, max_size=max_size) as backend:
+        async with AsyncExitStack() as stack:
+            backend = await stack.enter_async_context(open_backend(settings, max_size=max_size))
             source = BackendSource(
                 backend,
                 database=describe_dsn(settings.pooled_dsn),
@@ -91,6 +96,12 @@ async def open_dashboard_source(
                 settings=dashboard,
                 limit_store=limit_store,
             )
+            if replica is not None:
+                reader = open_backend(settings, max_size=max_size, read=True)
+                source.backend = await stack.enter_async_context(reader)
+                source.writer = backend
+                source.database = describe_dsn(replica)
+                source.replica = StalenessWatch(source.backend, source.database)
             await source.snapshot(JobsFilter())
             yield source
     finally:

@@ -102,7 +102,7 @@ def list_workers(
     async def run(backend: Backend) -> list[WorkerRow]:
         return await backend.list_workers()
 
-    registered = with_backend(ctx, dsn, schema, run)
+    registered = with_backend(ctx, dsn, schema, run, read=True)
     reference = output.now()
     listed = [(w, worker_state(w, reference, stale_after)) for w in registered]
     if alive:

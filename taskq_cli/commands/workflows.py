@@ -136,7 +136,7 @@ def list_workflows(
     async def run(backend: Backend) -> list[WorkflowRow]:
         return await backend.list_workflows(workflow_filter)
 
-    rows = with_backend(ctx, dsn, schema, run)
+    rows = with_backend(ctx, dsn, schema, run, read=True)
     reference = output.now()
     listed = output.print_listing(
         shape,
@@ -202,7 +202,7 @@ def show(
     is cancelled when one fails for good); "finished", once every one ended.
     """
     ref = check_workflow_ref(workflow_id)
-    shown = with_backend(ctx, dsn, schema, lambda backend: _show(backend, ref))
+    shown = with_backend(ctx, dsn, schema, lambda backend: _show(backend, ref), read=True)
     by_name = {step.name: step for step in shown.steps}
     if json:
         output.print_json(

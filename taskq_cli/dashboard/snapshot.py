@@ -66,6 +66,8 @@ class Snapshot:
     # whether more are running than these.
     workflows: list[WorkflowRow] = field(default_factory=list)
     more_workflows: bool = False
+    # Read from a replica (TASKQ_PG_DSN_REPLICA): how far behind its primary it was, briefly.
+    staleness: str | None = None
 
     @property
     def leader(self) -> WorkerView | None:

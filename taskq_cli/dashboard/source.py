@@ -28,6 +28,7 @@ from taskq_cli.dashboard.filters import JobsFilter
 from taskq_cli.dashboard.snapshot import BatchDetail, JobDetail, Snapshot, WorkerView
 from taskq_cli.job_ids import resolve_job_id
 from taskq_cli.operator import operator_id
+from taskq_cli.replica import StalenessWatch
 from taskq_cli.workflow_progress import dashboard_workflows, read_job_workflow
 from taskq_core.backend.protocol import (
     Backend,
@@ -100,6 +101,10 @@ class DashboardSource(Protocol):
         """Acknowledge a stale worker's silence as judged at ``now`` (a snapshot's), recorded
         with who (the operator) in the operator log (``taskq workers ack``)."""
 
+    async def staleness(self) -> str | None:
+        """How far behind its primary the replica the reads go to is, briefly (``12ms
+        behind the primary``; None: they go to the primary)."""
+
 
 @dataclass(frozen=True)
 class DashboardSettings:
@@ -143,6 +148,8 @@ class BackendSource:
 
     ``limit_store`` reads the rate limits whose state the workers keep in Redis (without it
     their use shows as unknown); a failing read leaves it unknown for that refresh.
+    ``replica``: ``backend`` reads a replica (its staleness goes with every snapshot) and
+    the operator's writes go to ``writer``, the primary (None: ``backend`` is the primary).
     """
 
     backend: Backend
@@ -150,6 +157,8 @@ class BackendSource:
     schema: str
     settings: DashboardSettings = field(default_factory=DashboardSettings)
     limit_store: LimitUsageReader | None = None
+    writer: Backend | None = None
+    replica: StalenessWatch | None = None
     # Paused queue -> (its pause note, when it was read on the backend's clock).
     _pause_notes: dict[str, tuple[QueuePause | None, datetime]] = field(
         default_factory=dict, init=False, repr=False
@@ -163,7 +172,7 @@ class BackendSource:
         batch_filter = BatchFilter(active=True, limit=settings.batches_limit + 1)
         # Every read ends before one's error goes up: the backend is closed after it, and a
         # read still running then would fail with nobody to hear it.
-        read = await asyncio.gather(
+        reads = asyncio.gather(
             self.backend.get_dashboard_stats(settings.window, settings.minutes),
             self.backend.list_workers(),
             self.backend.list_recent_jobs(jobs.job_filter(settings.jobs_limit)),
@@ -172,6 +181,8 @@ class BackendSource:
             self._workflows(),
             return_exceptions=True,
         )
+        read, staleness = await asyncio.gather(reads, self.staleness(), return_exceptions=True)
+        read, staleness = _value(read), _value(staleness)
         stats, workers, rows, limits, batches, (running_rows, newest) = (
             _value(read[0]),
             _value(read[1]),
@@ -200,7 +211,18 @@ class BackendSource:
             more_batches=len(batches) > settings.batches_limit,
             workflows=workflows,
             more_workflows=more_workflows,
+            staleness=staleness,
         )
+
+    @property
+    def primary(self) -> Backend:
+        """Where the operator's writes go."""
+        return self.writer or self.backend
+
+    async def staleness(self) -> str | None:
+        """How far behind its primary the replica read is (None: reads go to the primary);
+        read on the replica at most once a second."""
+        return None if self.replica is None else await self.replica.refresh()
 
     async def _workflows(self) -> tuple[list[WorkflowRow], list[WorkflowRow]]:
         """The running workflows (one more than shown) and the newest of any status."""
@@ -319,11 +341,11 @@ class BackendSource:
 
     async def cancel_job(self, job_id: UUID) -> CancelOutcome:
         """``write_cancel_request`` with a reason naming the dashboard."""
-        return await self.backend.write_cancel_request(job_id, self.settings.cancel_reason)
+        return await self.primary.write_cancel_request(job_id, self.settings.cancel_reason)
 
     async def retry_job(self, job_id: UUID) -> bool:
         """Operator retry (a fresh attempt budget)."""
-        return await self.backend.retry_job(job_id)
+        return await self.primary.retry_job(job_id)
 
     async def set_queue_paused(
         self, queue: str, paused: bool, reason: str | None = None
@@ -332,8 +354,8 @@ class BackendSource:
         reason, as ``taskq queues pause`` does."""
         self._pause_notes.pop(queue, None)  # read the new note at the next refresh
         if not paused:
-            return await self.backend.update_queue(queue, paused=False)
-        return await self.backend.update_queue(
+            return await self.primary.update_queue(queue, paused=False)
+        return await self.primary.update_queue(
             queue,
             paused=True,
             paused_by=self.settings.operator or operator_id(),
@@ -348,7 +370,7 @@ class BackendSource:
         """``acknowledge_stale_worker`` with the dashboards' liveness threshold."""
         by = Audit(by=self.settings.operator or operator_id())
         return await acknowledge_stale_worker(
-            self.backend, worker_id, now, self.settings.stale_after, by
+            self.primary, worker_id, now, self.settings.stale_after, by
         )
 
 

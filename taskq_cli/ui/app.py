@@ -91,11 +91,17 @@ def create_app(
                 "than BackendSource"
             )
         schedules = schedules or source.backend
-        actions = actions or BackendActions(source.backend)
+        actions = actions or BackendActions(source.primary)
         workflows = workflows or source.backend
+
+    def replica_note() -> str | None:
+        """The replica's last staleness line (None: the reads go to the primary)."""
+        replica = source.replica if isinstance(source, BackendSource) else None
+        return None if replica is None else replica.note
 
     def configure(engine: JinjaTemplateEngine) -> None:
         _template_globals(engine, config)
+        engine.engine.globals["replica_note"] = replica_note
 
     handlers: list[Any] = [
         create_static_files_router(path="/static", directories=[HERE / "static"]),

@@ -136,11 +136,15 @@ class Ui:
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every cron schedule (TimeoutError past ``read_timeout``)."""
-        return await asyncio.wait_for(self.schedules.list_schedules(), self.config.read_timeout)
+        return await self.read(self.schedules.list_schedules())
 
     async def read(self, read: Awaitable[T]) -> T:
-        """``read``'s value (TimeoutError past ``read_timeout``: an outage)."""
-        return await asyncio.wait_for(read, self.config.read_timeout)
+        """``read``'s value (TimeoutError past ``read_timeout``: an outage); the replica's
+        staleness, which every page shows when the reads go to one, is read beside it."""
+        value, _ = await asyncio.wait_for(
+            asyncio.gather(read, self.source.staleness()), self.config.read_timeout
+        )
+        return value
 
 
 # How a handler asks for the ``ui`` dependency (named explicitly, as Litestar 3 requires).

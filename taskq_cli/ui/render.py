@@ -13,9 +13,12 @@ LIVE = "live"
 
 
 def page(name: str, part: str | None, **context: Any) -> Template:
-    """``<name>.html`` (the page, which includes its live part) or ``<name>_live.html``."""
-    template = f"{name}_live.html" if part == LIVE else f"{name}.html"
-    return Template(template_name=template, context={"page": name, **context})
+    """``<name>.html`` (the page, which includes its live part) or ``<name>_live.html``
+    (with the replica's staleness note swapped into the header beside it)."""
+    if part == LIVE:
+        live = {"page": name, "live_template": f"{name}_live.html", **context}
+        return Template(template_name="live_part.html", context=live)
+    return Template(template_name=f"{name}.html", context={"page": name, **context})
 
 
 def is_htmx(request: Request[Any, Any, Any]) -> bool:

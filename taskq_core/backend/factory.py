@@ -47,6 +47,7 @@ class Role(Enum):
     CLIENT = "client"  # an application enqueuing: the driver's default pool, pooled DSN
     WORKER = "worker"  # a worker: dispatch and heartbeat pools of their own, sized by settings
     COMMAND = "command"  # one operator command: a small pool, closed when the command ends
+    READER = "reader"  # an operator's reads (dashboards, fleet metrics, lists): the replica
 
 
 async def open_backend(
@@ -55,8 +56,9 @@ async def open_backend(
     """A backend on the configured DSN and schema, sized for ``role``.
 
     ``direct`` (COMMAND only): on TASKQ_PG_DSN_DIRECT even when a pooled DSN is set, for a
-    command that holds a session advisory lock. ``max_size`` (COMMAND only): connections, for
-    a server that answers requests concurrently.
+    command that holds a session advisory lock. ``max_size`` (COMMAND and READER):
+    connections, for a server that answers requests concurrently. READER is COMMAND on
+    TASKQ_PG_DSN_REPLICA when one is set (``get_read_staleness`` then says how far behind).
     """
     from taskq_core.backend.postgres.backend import PostgresBackend
 
@@ -80,7 +82,18 @@ async def open_backend(
             max_payload_bytes=s.max_payload_bytes,
             notify_hooks=_notify_telemetry(),
         )
-    if role is Role.COMMAND:
+    if role is Role.READER and s.pg_dsn_replica is not None:
+        # A standby holds no session locks and takes no LISTEN: its DSN is its own direct
+        # one (a PgBouncer in front of it must run in session mode).
+        return await PostgresBackend.connect(
+            s.pg_dsn_replica,
+            s.schema_name,
+            min_size=1,
+            max_size=COMMAND_POOL_SIZE if max_size is None else max_size,
+            max_payload_bytes=s.max_payload_bytes,
+            notify_hooks=_notify_telemetry(),
+        )
+    if role is Role.COMMAND or role is Role.READER:
         return await PostgresBackend.connect(
             s.direct_dsn if direct else s.pooled_dsn,
             s.schema_name,

@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from taskq_core.backend.protocol import WorkerRow
+from taskq_core.backend.protocol import ReadStaleness, WorkerRow
 from taskq_core.backend.protocol.fleet import LATENCY_PERCENTILES, FleetStats, StartLatency
 from taskq_core.clock import Clock, SystemClock
 from taskq_core.liveness import DEFAULT_STALE_AFTER, worker_is_alive
@@ -45,6 +45,8 @@ class FleetSource(Protocol):
     async def get_fleet_stats(self, window: timedelta) -> FleetStats: ...
 
     async def list_workers(self) -> list[WorkerRow]: ...
+
+    async def get_read_staleness(self) -> ReadStaleness | None: ...
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,15 @@ class FleetSettings:
 @dataclass(frozen=True)
 class FleetSnapshot:
     """One read: ``stats`` and ``workers``, or ``error`` when the read failed (``stats``
-    None). ``taken_at`` is the monotonic time the read ended, ``read_seconds`` its length."""
+    None). ``taken_at`` is the monotonic time the read ended, ``read_seconds`` its length;
+    ``staleness``: how far behind its primary the replica read was (None: a primary)."""
 
     stats: FleetStats | None
     workers: Sequence[WorkerRow] = ()
     taken_at: float = 0.0
     read_seconds: float = 0.0
     error: str | None = None
+    staleness: ReadStaleness | None = None
 
     @property
     def up(self) -> bool:
@@ -126,6 +130,7 @@ class FleetReader:
             async with asyncio.timeout(self.settings.read_timeout):
                 stats = await self.source.get_fleet_stats(self.settings.window)
                 workers = await self.source.list_workers()
+                staleness = await self.source.get_read_staleness()
         except Exception as exc:
             error = (
                 f"no answer within {self.settings.read_timeout:g}s"
@@ -136,7 +141,7 @@ class FleetReader:
             snapshot = FleetSnapshot(None, (), ended, ended - started, error)
         else:
             ended = self.clock.monotonic()
-            snapshot = FleetSnapshot(stats, workers, ended, ended - started)
+            snapshot = FleetSnapshot(stats, workers, ended, ended - started, None, staleness)
         finally:
             self._inflight = None
         self._report(snapshot)
@@ -323,6 +328,8 @@ class FleetCollector(Collector):
         yield age
         if snapshot.stats is None:
             return  # the database is away: no numbers rather than stale ones
+        if snapshot.staleness is not None:
+            yield from _replica(snapshot.staleness)
         yield from self._fleet(snapshot.stats, snapshot.workers)
 
     def _fleet(self, stats: FleetStats, workers: Sequence[WorkerRow]) -> Iterator[Metric]:
@@ -398,6 +405,26 @@ class FleetCollector(Collector):
         for name, count in sorted(consumers.items()):
             families.queue_workers.add_metric([name], float(count))
         yield from families.all()
+
+
+def _replica(staleness: ReadStaleness) -> Iterator[Metric]:
+    """How far behind its primary the replica read is (TASKQ_PG_DSN_REPLICA)."""
+    streaming = _gauge(
+        "replica_streaming",
+        "1 while the replica these metrics read streams from its primary, 0 when it lost it "
+        "(its numbers then age without bound).",
+    )
+    streaming.add_metric([], 1.0 if staleness.streaming else 0.0)
+    yield streaming
+    if staleness.behind is not None:
+        lag = _gauge(
+            "replica_lag",
+            "Seconds the replica these metrics read was behind its primary (0: it had "
+            "replayed all it received).",
+            unit="seconds",
+        )
+        lag.add_metric([], staleness.behind)
+        yield lag
 
 
 class FleetMetrics:

@@ -297,3 +297,9 @@ async def test_recent_jobs_reject_an_unbounded_or_id_filter(
 ) -> None:
     with pytest.raises(ValueError):
         await harness.backend.list_recent_jobs(job_filter)
+
+
+async def test_a_backend_on_a_primary_reads_nothing_stale(harness: Harness) -> None:
+    # A standby's answer is tested against a real streaming replica
+    # (tests/e2e/test_replica_reads.py); the shared server and memory are no standby.
+    assert await harness.backend.get_read_staleness() is None

@@ -21,6 +21,7 @@ from taskq_core.backend.protocol import (
     EnqueueArgs,
     ErrorInfo,
     FleetStats,
+    ReadStaleness,
     Start,
     WorkerInfo,
     WorkerRow,
@@ -194,6 +195,9 @@ class CountingSource:
 
     async def list_workers(self) -> list[WorkerRow]:
         return await self.backend.list_workers()
+
+    async def get_read_staleness(self) -> ReadStaleness | None:
+        return await self.backend.get_read_staleness()
 
 
 async def test_scrapes_within_the_interval_share_one_read() -> None:

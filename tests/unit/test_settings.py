@@ -75,6 +75,22 @@ def test_a_dsn_flag_for_another_database_wins_over_the_split_dsns(
     assert both.direct_dsn == "postgresql://u@elsewhere/other"
 
 
+def test_the_replica_dsn_is_optional_checked_and_belongs_to_its_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TASKQ_PG_DSN", "postgresql://u@h/db")
+    assert TaskqSettings.load().pg_dsn_replica is None
+    monkeypatch.setenv("TASKQ_PG_DSN_REPLICA", "")
+    assert TaskqSettings.load().pg_dsn_replica is None  # empty: unset
+    monkeypatch.setenv("TASKQ_PG_DSN_REPLICA", "mysql://u@standby/db")
+    with pytest.raises(ConfigError, match="TASKQ_PG_DSN_REPLICA"):
+        TaskqSettings.load()
+    monkeypatch.setenv("TASKQ_PG_DSN_REPLICA", "postgresql://u@standby/db")
+    assert TaskqSettings.load().pg_dsn_replica == "postgresql://u@standby/db"
+    # A --dsn naming another database reads that database, not this one's replica.
+    assert TaskqSettings.load(pg_dsn="postgresql://u@elsewhere/other").pg_dsn_replica is None
+
+
 def test_durations_accept_human_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TASKQ_HEARTBEAT_INTERVAL", "2s")
     monkeypatch.setenv("TASKQ_LOCK_LEASE", "PT1M")

@@ -46,12 +46,17 @@ class SummaryHeader(LiteralStatic):
         line.append("loading…", style="dim")
         self.update(line)
 
-    def _location(self) -> Text:
+    def _location(self, palette: Palette | None = None, staleness: str | None = None) -> Text:
         # Lines never wrap (a wrapped line would push the next out of the three): on a
         # narrow screen their ends are cut instead, so the most needed facts come first.
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append("database ", style="dim")
         line.append(self.database)
+        if palette is not None and staleness is not None:  # read from a replica
+            lost = staleness.startswith("not streaming")
+            line.append(" (replica, ", style="dim")
+            line.append_text(palette.text(staleness, "bad" if lost else ""))
+            line.append(")", style="dim")
         line.append(_SEPARATOR)
         line.append("schema ", style="dim")
         line.append(self.schema)
@@ -59,7 +64,7 @@ class SummaryHeader(LiteralStatic):
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Render one snapshot."""
-        first = self._location()
+        first = self._location(palette, snapshot.staleness)
         first.append(_SEPARATOR)
         first.append("leader ", style="dim")
         leader = snapshot.leader

@@ -24,6 +24,7 @@ from taskq_core.backend.protocol import (
     JobFilter,
     QueueMode,
     QueueRow,
+    ReadStaleness,
     WorkerInfo,
     WorkerRow,
     check_capacity,
@@ -286,6 +287,9 @@ class AdminPart(MemoryStore):
             "worker_ack", str(worker_id), audit, acknowledgement_detail(last_seen_at)
         )
         return True
+
+    async def get_read_staleness(self) -> ReadStaleness | None:
+        return None  # nothing replicates a process's memory
 
     async def list_workers(self) -> list[WorkerRow]:
         running: Counter[UUID | None] = Counter()

@@ -18,6 +18,7 @@ from taskq_core.backend.protocol import (
     ActorDeclaration,
     QueueMode,
     QueueRow,
+    ReadStaleness,
     WorkerInfo,
     WorkerRow,
     check_capacity,
@@ -64,6 +65,13 @@ class RegistryPart(BackendCore):
 
     async def list_workers(self) -> list[WorkerRow]:
         return [rows.worker(r) for r in await self._pool.fetch(self._queries["list_workers"])]
+
+    async def get_read_staleness(self) -> ReadStaleness | None:
+        row = await self._pool.fetchrow(self._queries["read_staleness"])
+        assert row is not None  # one row, always
+        if not row["standby"]:
+            return None
+        return ReadStaleness(row["behind"], row["streaming"], row["last_replayed_at"])
 
     async def mark_worker_exited(
         self, worker_id: UUID, exit_code: int | None, exit_signal: str | None

@@ -44,6 +44,7 @@ from taskq_core.backend.protocol.admin import (
     QueueActivity,
     QueueRow,
     QueueStatusCount,
+    ReadStaleness,
     WorkerRow,
 )
 from taskq_core.backend.protocol.admin_rules import (
@@ -231,6 +232,7 @@ __all__ = [
     "QueueRow",
     "QueueStatusCount",
     "RateLimitBackend",
+    "ReadStaleness",
     "RetentionBackend",
     "RetryAfterOutcome",
     "RetryKind",

@@ -176,6 +176,22 @@ class QueueStatusCount:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadStaleness:
+    """How far behind its primary the standby a backend reads is, read on the standby.
+
+    ``behind``: seconds between the last change replayed and now while changes received
+    wait to be replayed, 0 when everything received is replayed (None: the standby has
+    replayed nothing yet). ``streaming``: a WAL receiver runs; when it does not, the
+    standby has lost its primary and nothing bounds how stale it is but
+    ``last_replayed_at`` (the commit time of the last change replayed).
+    """
+
+    behind: float | None
+    streaming: bool
+    last_replayed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerRow:
     """A ``workers`` row, with leadership resolved."""
 
@@ -407,6 +423,10 @@ class AdminBackend(Protocol):
 
     async def list_workers(self) -> list[WorkerRow]:
         """Every worker row, most recently seen first."""
+
+    async def get_read_staleness(self) -> ReadStaleness | None:
+        """How stale this backend's reads may be: None when it reads a primary (nothing
+        replicated; the in-memory backend always), else its standby's ReadStaleness."""
 
     async def mark_worker_exited(
         self, worker_id: UUID, exit_code: int | None, exit_signal: str | None

@@ -226,6 +226,19 @@ logged AS (
 )
 SELECT count(*) AS acknowledged FROM acked;
 
+-- name: read_staleness
+-- How far behind its primary the server answering is (no row's worth of cost): on a primary
+-- standby is false; on a standby, behind is 0 while everything received is replayed, else
+-- the age of the last change replayed. pg_stat_wal_receiver shows its status to roles with
+-- pg_read_all_stats and only its pid to others (a receiver then counts as streaming).
+SELECT pg_is_in_recovery() AS standby,
+       EXISTS (SELECT 1 FROM pg_stat_wal_receiver
+               WHERE COALESCE(status, 'streaming') = 'streaming') AS streaming,
+       pg_last_xact_replay_timestamp() AS last_replayed_at,
+       CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())
+       END::float8 AS behind;
+
 -- name: list_workers
 -- Every worker, most recently seen first, with leadership (from the leader row) and its
 -- running jobs counted (bodies running, and claimed ahead of a consumer).
