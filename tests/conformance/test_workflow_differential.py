@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import pytest
 from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
+from taskq_core.backend.postgres.backend import PostgresBackend
 from tests.conformance.conftest import Harness
 from tests.conformance.differential_operations import Op, Step
 from tests.conformance.side_by_side import SideBySide, answer_of, open_pair, run_settings
@@ -54,8 +55,12 @@ class WorkflowDifferential(SideBySide):
         self.walk = WorkflowWalk(())
 
     async def open(self, pg: PgTarget) -> tuple[Harness, Harness]:
-        """Dispatch windows wider than a workflow (``side_by_side.open_pair``)."""
-        return await open_pair(pg, MAX_STEPS)
+        """Dispatch windows wider than a workflow (``side_by_side.open_pair``); Postgres
+        releases in parts of two steps (a fan-out's parts must decide what one would)."""
+        memory, postgres = await open_pair(pg, MAX_STEPS)
+        assert isinstance(postgres.backend, PostgresBackend)
+        postgres.backend.release_chunk = 2
+        return memory, postgres
 
     @initialize(dag=DAG)
     def create(self, dag: Sequence[StepSpec]) -> None:

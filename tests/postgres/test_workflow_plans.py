@@ -272,13 +272,21 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
         plans = {
             "release (hook)": await generic_plan(
                 conn, render("release_steps", schema), RELEASE_TYPES,
-                f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[]",
+                f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], {ONE_PART}",
+                analyze=True,
+            ),
+            # A part after the first: the root's children after a step's id.
+            "release (next part)": await generic_plan(
+                conn, render("release_steps", schema), RELEASE_TYPES,
+                f"'{{}}'::uuid[], '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], 1000, "
+                f"{_uuids([root])}, '{sorted(steps)[len(steps) // 2]}'::uuid",
                 analyze=True,
             ),
             # The sweep's release: waiting steps named directly.
             "release (sweep)": await generic_plan(
                 conn, render("release_steps", schema), RELEASE_TYPES,
-                f"'{{}}'::uuid[], {_uuids(steps[:100])}, 'wake', 'events', '{{}}'::uuid[]",
+                f"'{{}}'::uuid[], {_uuids(steps[:100])}, 'wake', 'events', '{{}}'::uuid[], "
+                f"{ONE_PART}",
                 analyze=True,
             ),
 
@@ -294,7 +302,8 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
         )
         plans["release (steps)"] = await generic_plan(
             conn, render("release_steps", schema), RELEASE_TYPES,
-            f"{_uuids(steps[:100])}, '{{}}'::uuid[], 'wake', 'events', {_uuids([workflow_id])}",
+            f"{_uuids(steps[:100])}, '{{}}'::uuid[], 'wake', 'events', {_uuids([workflow_id])}, "
+            f"{ONE_PART}",
             analyze=True,
         )  # fmt: skip
         for name, plan in plans.items():
@@ -317,7 +326,9 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
         await backend.close()
 
 
-RELEASE_TYPES = "uuid[], uuid[], text, text, uuid[]"
+RELEASE_TYPES = "uuid[], uuid[], text, text, uuid[], integer, uuid[], uuid"
+# A whole release in one part (no earlier part to go on from).
+ONE_PART = "1000, '{}'::uuid[], NULL"
 
 
 def _jobs_rows_read(plan: dict[str, Any]) -> int:
@@ -351,14 +362,16 @@ async def test_a_release_decides_each_step_once_on_a_table_never_analyzed(pg: Pg
         await rolled_back.start()
         try:
             raw = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [root], [], "wake", "events", []
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [root], [], "wake", "events", [],
+                2 * FAN_OUT, [], None,
             )
         finally:
             await rolled_back.rollback()
         custom = json.loads(raw)[0]["Plan"]
         generic = await generic_plan(
             conn, sql, RELEASE_TYPES,
-            f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[]", analyze=True,
+            f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], "
+            f"{2 * FAN_OUT}, '{{}}'::uuid[], NULL", analyze=True,
         )  # fmt: skip
         for plan in (custom, generic):
             handled = max(node["Actual Rows"] * node["Actual Loops"] for node in _nodes(plan))

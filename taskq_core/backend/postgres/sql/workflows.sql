@@ -58,7 +58,8 @@ WHERE id = $1::uuid;
 -- is 'pending' (its scheduled_at now) or 'scheduled' while the start its options asked for is
 -- ahead; a cancelled one names the first dependency that ended without success. $3 is the
 -- wake channel (one NOTIFY when a step became pending), $4 the events channel (the earliest
--- scheduled one is announced, as an enqueue does). One row per step moved.
+-- scheduled one is announced, as an enqueue does). One row per step moved; $6, $7, $8: see
+-- `more` below.
 -- The same statement ends the running workflows among those of the jobs $1 and the
 -- workflows $5 whose steps all ended: 'cancelled' after a cancel_workflow, 'succeeded' when
 -- every step did, else 'failed' (one row each, decision 'ended'). It reads the statuses as
@@ -113,10 +114,21 @@ candidates AS (
               WHERE NOT EXISTS (SELECT 1 FROM {schema}.workflow_waits w
                                 WHERE w.child_id = d.child_id)
               UNION
-              SELECT unnest($2::uuid[])))
+              SELECT unnest($2::uuid[])
+              UNION
+              SELECT e.child_id FROM {schema}.workflow_edges e
+              WHERE e.parent_id = ANY ($7::uuid[]) AND e.child_id > $8::uuid))
       AND j.status::text = 'waiting'  -- as text: by id, never a walk of every waiting row
     ORDER BY j.id
+    LIMIT $6::integer
     FOR UPDATE OF j
+),
+-- At most $6 candidates a pass, so a fan-out's first steps are pending (and claimed) while
+-- the rest are decided: a pass that took $6 says where it stopped ('more', the last id) and
+-- the next goes on with the children of the jobs $7 (this one's $1) after the id $8.
+more AS (  -- (no max(uuid) before PostgreSQL 16)
+    SELECT (SELECT c.id FROM candidates c ORDER BY c.id DESC LIMIT 1) AS last
+    WHERE (SELECT count(*) FROM candidates) >= $6::integer
 ),
 -- Each candidate's dependencies in one aggregate, grouped by the candidate (a candidate
 -- without edges has one row of NULLs, which counts as nothing). Not a second CTE joined
@@ -234,6 +246,8 @@ UNION ALL
 SELECT 'cancelled', c.id, c.workflow_id::uuid, NULL FROM cancelled c
 UNION ALL
 SELECT 'ended', NULL, e.id, e.status::text FROM ended_workflows e
+UNION ALL
+SELECT 'more', m.last, NULL, NULL FROM more m
 UNION ALL
 -- Never a row: it makes the two NOTIFY CTEs run (a CTE nobody reads is not evaluated).
 SELECT 'notified', NULL, NULL, NULL
