@@ -217,10 +217,18 @@ class Probe:
         ]
 
     async def attempts(self, ids: list[UUID] | None = None) -> list[AttemptInfo] | None:
-        """The attempt history (``job_attempts``) of ``ids``, or of every job, in order."""
+        """The attempt history of ``ids``, or of every job, in order: the ``job_attempts``
+        rows, then a success's attempt, which is kept on the job row (``get_attempts``)."""
         rows = await self.fetch(
-            "SELECT job_id, attempt, outcome FROM {s}.job_attempts "
-            "WHERE $1::uuid[] IS NULL OR job_id = ANY($1::uuid[]) ORDER BY job_id, id",
+            "SELECT job_id, attempt, outcome FROM ("
+            " SELECT job_id, attempt, outcome, id, false AS from_row FROM {s}.job_attempts"
+            " WHERE $1::uuid[] IS NULL OR job_id = ANY($1::uuid[])"
+            " UNION ALL"
+            " SELECT j.id, j.attempt, 'succeeded', 0, true FROM {s}.jobs j"
+            " WHERE j.status = 'succeeded' AND ($1::uuid[] IS NULL OR j.id = ANY($1::uuid[]))"
+            "   AND NOT EXISTS (SELECT 1 FROM {s}.job_attempts a"
+            "                   WHERE a.job_id = j.id AND a.outcome = 'succeeded')"
+            ") x ORDER BY job_id, from_row, id",
             ids,
         )
         if rows is None:

@@ -362,8 +362,15 @@ async def test_a_release_decides_each_step_once_on_a_table_never_analyzed(pg: Pg
         await rolled_back.start()
         try:
             raw = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [root], [], "wake", "events", [],
-                2 * FAN_OUT, [], None,
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}",
+                [root],
+                [],
+                "wake",
+                "events",
+                [],
+                2 * FAN_OUT,
+                [],
+                None,
             )
         finally:
             await rolled_back.rollback()

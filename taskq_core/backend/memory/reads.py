@@ -30,6 +30,7 @@ from taskq_core.backend.protocol.admin import (
     normalize_id_fragment,
 )
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
+from taskq_core.backend.protocol.history import with_success_attempt, with_success_event
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 from .lookups import matching
@@ -116,10 +117,11 @@ class ReadsPart(MemoryStore):
         return dict(counts)
 
     async def get_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        return list(self._attempts.get(job_id, []))
+        return with_success_attempt(self._jobs.get(job_id), list(self._attempts.get(job_id, [])))
 
     async def get_events(self, job_id: UUID) -> list[EventRow]:
-        return [freeze(e, EventRow) for e in self._events if e.job_id == job_id]
+        stored = [freeze(e, EventRow) for e in self._events if e.job_id == job_id]
+        return with_success_event(self._jobs.get(job_id), stored)
 
     async def get_dashboard_stats(self, window: timedelta, minutes: int) -> DashboardStats:
         check_dashboard_window(window, minutes)

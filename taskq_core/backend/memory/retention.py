@@ -30,6 +30,7 @@ from taskq_core.backend.protocol import (
     PrunePolicy,
     PruneResult,
 )
+from taskq_core.backend.protocol.history import with_success_attempt
 from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY, WorkflowStatus, workflow_id_of
 from taskq_core.statemachine import JobStatus
 
@@ -138,7 +139,9 @@ class RetentionPart(MemoryStore):
         return ArchivedJob(archived.job.snapshot(), archived.archived_at, archived.expire_at)
 
     async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        return list(self._archived_attempts.get(job_id, []))
+        archived = self._archived_jobs.get(job_id)
+        stored = list(self._archived_attempts.get(job_id, []))
+        return with_success_attempt(None if archived is None else archived.job, stored)
 
     # --- one batch ---------------------------------------------------------------------------
     def _workflow_steps(self) -> dict[UUID, list[JobRecord]]:

@@ -356,7 +356,10 @@ class MemoryStore:
         worker_id: UUID | None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        """Append one ``job_events`` row at the clock's now."""
+        """Append one ``job_events`` row at the clock's now (a success's is read from the job
+        row instead: protocol.history)."""
+        if to_status is JobStatus.SUCCEEDED:
+            return
         event = EventRow(
             id=next(self._event_ids),
             job_id=job.id,
@@ -395,7 +398,10 @@ class MemoryStore:
     def _record_attempt(
         self, job: JobRecord, outcome: str, worker_id: UUID | None, error: ErrorInfo | None
     ) -> None:
-        """Append one ``job_attempts`` row for the job's current attempt, ending now."""
+        """Append one ``job_attempts`` row for the job's current attempt, ending now (a
+        success's is read from the job row instead: protocol.history)."""
+        if outcome == "succeeded":
+            return
         self._add_attempt_row(
             job.id,
             job.attempt,

@@ -246,7 +246,8 @@ class ErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class AttemptRow:
-    """One execution attempt (``job_attempts``)."""
+    """One execution attempt (``job_attempts``). A success's is not written: the reads give
+    it back from the job row, with id ``history.SUCCESS_ROW_ID`` (0)."""
 
     id: int
     job_id: UUID
@@ -266,7 +267,9 @@ class AttemptRow:
 class EventRow:
     """One audit event (``job_events``): a state change, a cancel request or a reclaim.
 
-    Every status change writes exactly one event; creation (enqueue) writes none. Kinds:
+    Every status change has exactly one event; creation (enqueue) has none. A success's
+    (``running -> succeeded``) is not written: ``get_events`` reads it from the job row, with
+    id ``history.SUCCESS_ROW_ID`` (0) and the job's finish as its time. Kinds:
     ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
     operator retry; also the cancel escalation 1 -> 2, as running -> running),
     ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with

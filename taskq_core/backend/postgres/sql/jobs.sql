@@ -308,10 +308,43 @@ ORDER BY j.created_at DESC, j.id DESC
 LIMIT $5::bigint;
 
 -- name: get_attempts
-SELECT * FROM {schema}.job_attempts WHERE job_id = $1::uuid ORDER BY id;
+-- The job's attempt rows, then its success's attempt read from the job row (id 0), as
+-- protocol.derived.success_attempt derives it: a success writes no row (settle.sql). A job
+-- that succeeded before that has its stored row instead.
+SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
+       error_class, error_message, error_traceback
+FROM (
+    SELECT a.*, false AS from_row FROM {schema}.job_attempts a WHERE a.job_id = $1::uuid
+    UNION ALL
+    SELECT {fragment:success_attempt}, true
+    FROM {schema}.jobs j
+    WHERE j.id = $1::uuid AND j.status = 'succeeded'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_attempts a
+                      WHERE a.job_id = j.id AND a.outcome = 'succeeded')
+) x
+ORDER BY from_row, id;
 
 -- name: get_events
-SELECT * FROM {schema}.job_events WHERE job_id = $1::uuid ORDER BY id;
+-- The job's events, then its success's event read from the job row (id 0), as
+-- protocol.derived.success_event derives it (see get_attempts).
+SELECT id, job_id, occurred_at, kind, from_status, to_status, worker_id, detail
+FROM (
+    SELECT e.*, false AS from_row FROM {schema}.job_events e WHERE e.job_id = $1::uuid
+    UNION ALL
+    SELECT 0, j.id, j.finished_at, 'state_change', 'running', 'succeeded', j.locked_by_worker,
+           '{}'::jsonb, true
+    FROM {schema}.jobs j
+    WHERE j.id = $1::uuid AND j.status = 'succeeded'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_events e
+                      WHERE e.job_id = j.id AND e.to_status = 'succeeded')
+) x
+ORDER BY from_row, id;
+
+-- fragment: success_attempt
+-- The attempt row of the success of the job `j` (a jobs or jobs_archive row), id 0.
+0::bigint, j.id, j.attempt, j.locked_by_worker, 'succeeded', j.started_at, j.finished_at,
+EXTRACT(EPOCH FROM j.finished_at - j.started_at)::float8 * 1000, NULL::text, NULL::text,
+NULL::text
 
 -- name: count_by_queue_status
 SELECT queue, status, count(*) AS count

@@ -306,8 +306,19 @@ FROM {schema}.jobs_archive
 WHERE id = $1::uuid;
 
 -- name: get_archived_attempts
+-- The archived attempt rows, then the success's read from the archived job row (id 0), as
+-- get_attempts does.
 SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
     error_class, error_message, error_traceback
-FROM {schema}.job_attempts_archive
-WHERE job_id = $1::uuid
-ORDER BY id;
+FROM (
+    SELECT a.*, false AS from_row
+    FROM {schema}.job_attempts_archive a
+    WHERE a.job_id = $1::uuid
+    UNION ALL
+    SELECT {fragment:success_attempt}, true
+    FROM {schema}.jobs_archive j
+    WHERE j.id = $1::uuid AND j.status = 'succeeded'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_attempts_archive a
+                      WHERE a.job_id = j.id AND a.outcome = 'succeeded')
+) x
+ORDER BY from_row, id;

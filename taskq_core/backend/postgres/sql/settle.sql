@@ -33,7 +33,10 @@
 --     never). In a row: since the job's last operator retry and since its last started
 --     reclaim that was not blamed on it (a poison job takes down every worker it runs on; a
 --     job that a random death hit now and then does not); the rule is poison.py's;
---   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row.
+--   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row,
+--     except a success: the job row tells it whole (its worker, attempt, start and finish),
+--     and the reads give its event and attempt back from the row (`get_events`,
+--     `get_attempts`), as the in-memory backend does (protocol.derived).
 -- Time is one clock_timestamp() reading per statement, never the application's.
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
 -- (a batch of successes); a test holds the two copies together.
@@ -270,7 +273,7 @@ attempts AS (
                 ELSE COALESCE(m.rule_message, m.error_message) END,
            m.error_traceback
     FROM moved m
-    WHERE m.ran
+    WHERE m.ran AND m.status <> 'succeeded'  -- a success is read from the job row
       -- A give-back of a body its worker already recorded as lost (record_lost_attempts)
       -- adds no second row for the same attempt.
       AND (m.outcome NOT IN ('released', 'reclaimed')
@@ -307,6 +310,7 @@ events AS (
                ELSE '{}'::jsonb  -- the column default: no detail
            END
     FROM moved m
+    WHERE m.status <> 'succeeded'  -- a success is read from the job row
     ORDER BY m.id
 ),
 wake AS (
@@ -345,7 +349,7 @@ FOR UPDATE OF j
 -- The hot path: `settle` for a batch whose every outcome is succeeded, kept as its own
 -- statement because the general one measured slower on it (docs/performance.md, "What
 -- each lever gained"). It is settle's success branch written out: the
--- same fence, lock order, row writes, attempt row, event row and wake, and
+-- same fence, lock order, row write (no attempt or event row) and wake, and
 -- tests/postgres/test_settle.py holds the two copies together (same rows, attempts and
 -- events from one snapshot). Change one, change both.
 -- $1 worker, $2 ids, $3 attempts, $4 results (JSON text, encoded once by the worker),
@@ -373,19 +377,7 @@ done AS (
             j.result_ttl, o.fallback_ttl)
     FROM owned o, clock k
     WHERE j.id = o.id
-    RETURNING j.id, j.actor, j.queue, j.attempt, j.started_at, j.finished_at
-),
-attempt AS (
-    INSERT INTO {schema}.job_attempts (
-        job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms
-    )
-    SELECT d.id, d.attempt, $1::uuid, 'succeeded', d.started_at, d.finished_at,
-           EXTRACT(EPOCH FROM d.finished_at - d.started_at) * 1000
-    FROM done d
-),
-event AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT d.id, 'state_change', 'running', 'succeeded', $1::uuid FROM done d
+    RETURNING j.id, j.actor, j.queue
 ),
 wake AS (
     SELECT pg_notify($7::text, '')
