@@ -58,6 +58,10 @@ ENV = {
     "TASKQ_POLL_INTERVAL": "0.2",
     "TASKQ_HEALTH_ENABLED": "false",
     "TASKQ_LOG_LEVEL": "INFO",
+    # Late in the storm a chain's step often runs alone, so a kill of its worker is blamed on
+    # it; three in a row made it a poison job (failed) on a loaded machine. Poison detection
+    # has tests of its own: here every step must end succeeded.
+    "TASKQ_POISON_RECLAIMS": "0",
 }
 
 
@@ -202,7 +206,11 @@ async def test_workflows_release_exactly_under_a_kill_9_storm(pg: PgTarget, flee
         assert len(fleet.killed) >= 3, f"only {len(fleet.killed)} kills landed"
         statuses = [(row.name, row.status) for row in ended if row is not None]
         expected = [(wf.name, WorkflowStatus.SUCCEEDED) for wf in workflows()]
-        assert statuses == expected, fleet.logs()
+        failed = await conn.fetch(
+            f"SELECT metadata->>'workflow_step' AS step, status::text, error_class, "
+            f"error_message FROM {pg.schema}.jobs WHERE status <> 'succeeded'"
+        )
+        assert statuses == expected, [dict(r) for r in failed]
         await _check_ledger(conn, pg.schema, fleet)
     finally:
         await conn.close()

@@ -2,11 +2,11 @@
 
 A job that succeeds says nothing its row does not (the worker, the attempt, when it started
 and finished), and most jobs succeed: the ``running -> succeeded`` event and the attempt row
-were a third of the WAL a job wrote. Both backends leave them out and read them back from
-the row: ``get_events`` ends with ``success_event``, ``get_attempts`` and
-``get_archived_attempts`` with ``success_attempt``, each with id ``SUCCESS_ROW_ID`` (the
-PostgreSQL backend derives the same in SQL: ``get_events`` in sql/jobs.sql). A success
-stored as rows before this rule is read as stored.
+were a third of the WAL a job's processing wrote. Both backends leave them out and read them
+back from the row: ``get_events`` through ``with_success_event``, ``get_attempts`` and
+``get_archived_attempts`` through ``with_success_attempt``, each row with id
+``SUCCESS_ROW_ID`` (the PostgreSQL backend derives the same in SQL: ``get_events`` in
+sql/jobs.sql). A success stored as rows before this rule is read as stored.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@
 --   * each settled row gets its job_attempts row (when an attempt ran) and its job_events row,
 --     except a success: the job row tells it whole (its worker, attempt, start and finish),
 --     and the reads give its event and attempt back from the row (`get_events`,
---     `get_attempts`), as the in-memory backend does (protocol.derived).
+--     `get_attempts`), as the in-memory backend does (protocol.history).
 -- Time is one clock_timestamp() reading per statement, never the application's.
 -- `settle_succeeded` below is this statement's success branch written out for the hot path
 -- (a batch of successes); a test holds the two copies together.
