@@ -171,8 +171,9 @@ class Probe:
         return None if rows is None else {r["id"]: r["t"] for r in rows}
 
     async def ended_at(self) -> dict[UUID, float] | None:
-        """When each job ended, epoch seconds: its finish, or its first succeeded attempt's
-        if earlier (a job that succeeded has ended, whatever its row says later)."""
+        """When each job ended, epoch seconds: its finish, or its first stored succeeded
+        attempt's if earlier (a job that succeeded has ended, whatever its row says later;
+        a success since stores no attempt row, and its row's finish is its end)."""
         rows = await self.fetch(
             "SELECT j.id, extract(epoch FROM least(j.finished_at, s.first))::float8 AS t "
             "FROM {s}.jobs j LEFT JOIN LATERAL (SELECT min(a.finished_at) AS first "

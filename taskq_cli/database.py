@@ -89,9 +89,15 @@ def with_backend(
 
 
 async def note_staleness(backend: Backend, replica_dsn: str) -> None:
-    """One line on stderr: how far behind its primary the replica just read was."""
-    from taskq_cli.replica import describe_staleness
+    """One line on stderr: how far behind its primary the replica just read was (unknown
+    when the standby does not say: the command's own read stands)."""
+    from taskq_cli.replica import UNKNOWN, describe_staleness, read_staleness
     from taskq_core.backend.factory import describe_dsn
 
-    line = describe_staleness(await backend.get_read_staleness(), describe_dsn(replica_dsn))
+    where = describe_dsn(replica_dsn)
+    staleness, failed = await read_staleness(backend)
+    if failed:
+        line = f"read from the replica at {where}, {UNKNOWN}"
+    else:
+        line = describe_staleness(staleness, where)
     sys.stderr.write(f"note: {line}\n")

@@ -7,6 +7,7 @@ at most once a ``max_age`` so a dashboard's refresh pays one tiny statement at m
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -44,24 +45,44 @@ def _ago(moment: datetime) -> str:
 
 @dataclass
 class StalenessWatch:
-    """The replica ``backend`` reads, at ``where``: its staleness as last read."""
+    """The replica ``backend`` reads, at ``where``: its staleness as last read. Concurrent
+    callers share one read; a read that fails leaves the staleness unknown, never the
+    caller's own read failed (the page, the snapshot, the scrape)."""
 
     backend: Backend
     where: str
     max_age: float = 1.0
     last: ReadStaleness | None = None
+    failed: bool = False
     _read_at: float = field(default=float("-inf"), init=False, repr=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def refresh(self) -> str:
         """``brief_staleness``, read on the standby when the last read is ``max_age`` old."""
-        if time.monotonic() - self._read_at >= self.max_age:
-            self.last = await self.backend.get_read_staleness()
-            self._read_at = time.monotonic()
-        return brief_staleness(self.last)
+        async with self._lock:
+            if time.monotonic() - self._read_at >= self.max_age:
+                self.last, self.failed = await read_staleness(self.backend)
+                self._read_at = time.monotonic()
+        return UNKNOWN if self.failed else brief_staleness(self.last)
 
     @property
     def note(self) -> str | None:
         """``describe_staleness`` of the last read (None before the first)."""
         if self._read_at == float("-inf"):
             return None
+        if self.failed:
+            return f"read from the replica at {self.where}, {UNKNOWN}"
         return describe_staleness(self.last, self.where)
+
+
+# What a reader says when the standby did not answer how far behind it is.
+UNKNOWN = "how far behind the primary unknown"
+
+
+async def read_staleness(backend: Backend) -> tuple[ReadStaleness | None, bool]:
+    """The standby's staleness and whether the read failed (it never raises: a reader says
+    it does not know rather than fail what it read)."""
+    try:
+        return await backend.get_read_staleness(), False
+    except Exception:
+        return None, True

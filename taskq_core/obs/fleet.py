@@ -130,7 +130,7 @@ class FleetReader:
             async with asyncio.timeout(self.settings.read_timeout):
                 stats = await self.source.get_fleet_stats(self.settings.window)
                 workers = await self.source.list_workers()
-                staleness = await self.source.get_read_staleness()
+                staleness = await self._staleness()
         except Exception as exc:
             error = (
                 f"no answer within {self.settings.read_timeout:g}s"
@@ -147,6 +147,14 @@ class FleetReader:
         self._report(snapshot)
         self.latest = snapshot
         return snapshot
+
+    async def _staleness(self) -> ReadStaleness | None:
+        """The replica's staleness; None when it does not say (its gauges are then left out
+        of the scrape rather than the fleet's numbers)."""
+        try:
+            return await self.source.get_read_staleness()
+        except Exception:
+            return None
 
     def _report(self, snapshot: FleetSnapshot) -> None:
         """Log when the database goes away and when it is back, not at every read."""

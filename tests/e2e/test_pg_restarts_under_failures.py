@@ -98,9 +98,17 @@ async def fetch(dsn: str, query: str) -> list[asyncpg.Record] | None:
 
 
 async def bodies_by_worker(dsn: str) -> dict[UUID, int]:
-    """How many attempts each worker has recorded."""
-    rows = await fetch(dsn, "SELECT worker_id, count(*) FROM {s}.job_attempts GROUP BY 1")
-    return {row[0]: row[1] for row in rows or ()}
+    """How many attempts each worker has ended: its attempt rows, and its successes (a
+    success's attempt is read from the job row, not stored)."""
+    rows = await fetch(
+        dsn,
+        "SELECT worker_id, count(*) FROM {s}.job_attempts GROUP BY 1 UNION ALL "
+        "SELECT locked_by_worker, count(*) FROM {s}.jobs WHERE status = 'succeeded' GROUP BY 1",
+    )
+    counts: dict[UUID, int] = {}
+    for row in rows or ():
+        counts[row[0]] = counts.get(row[0], 0) + row[1]
+    return counts
 
 
 async def until(

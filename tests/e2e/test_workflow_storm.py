@@ -210,7 +210,7 @@ async def test_workflows_release_exactly_under_a_kill_9_storm(pg: PgTarget, flee
             f"SELECT metadata->>'workflow_step' AS step, status::text, error_class, "
             f"error_message FROM {pg.schema}.jobs WHERE status <> 'succeeded'"
         )
-        assert statuses == expected, [dict(r) for r in failed]
+        assert statuses == expected, f"{[dict(r) for r in failed]}\n{fleet.logs()}"
         await _check_ledger(conn, pg.schema, fleet)
     finally:
         await conn.close()

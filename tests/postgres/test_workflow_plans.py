@@ -275,11 +275,11 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
                 f"{_uuids([root])}, '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], {ONE_PART}",
                 analyze=True,
             ),
-            # A part after the first: the root's children after a step's id.
+            # A part after the first: the next 100 of the root's children after a step's id.
             "release (next part)": await generic_plan(
                 conn, render("release_steps", schema), RELEASE_TYPES,
-                f"'{{}}'::uuid[], '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], 1000, "
-                f"{_uuids([root])}, '{sorted(steps)[len(steps) // 2]}'::uuid",
+                f"'{{}}'::uuid[], '{{}}'::uuid[], 'wake', 'events', '{{}}'::uuid[], 100, "
+                f"{_uuids([root])}, '{sorted(steps)[len(steps) // 10]}'::uuid",
                 analyze=True,
             ),
             # The sweep's release: waiting steps named directly.
@@ -315,6 +315,7 @@ async def test_the_release_and_the_workflow_end_walk_indexes_on_a_big_table(
             ("release (hook)", 6 * FAN_OUT),
             ("release (sweep)", 6 * 100),
             ("release (steps)", 6 * 101),
+            ("release (next part)", 6 * 100),  # its part, not every child after it
         ):
             assert _jobs_rows_read(plans[name]) <= bound, (name, scan_names(plans[name]))
         released = [

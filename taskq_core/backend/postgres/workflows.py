@@ -85,7 +85,7 @@ def _upstream(record: Any) -> Upstream:
 
 
 # The most steps one release statement decides: a 10,000-step fan-out's first thousand are
-# pending after about 50 ms instead of all of them after 0.5 s (docs/workflows.md).
+# pending after a tenth of the whole release (docs/workflows.md, "A big release in parts").
 RELEASE_CHUNK = 1000
 
 
@@ -183,9 +183,11 @@ class WorkflowPart(BackendCore):
         """Decide the waiting children of ``ended`` and the waiting ``steps``, then the
         children of every step this cancels; each pass also ends the workflows it touched
         whose steps all ended (``release_steps``: one statement per pass). A pass decides
-        at most ``release_chunk`` steps: a bigger one goes on after the last it took, each
-        part committed on its own outside a transaction (a fan-out's first steps run while
-        the rest are released; a crash between parts leaves those to the leader's sweep)."""
+        at most ``release_chunk`` steps: a bigger one goes on after the last it took. On a
+        connection outside a transaction (the worker's hook) each part commits on its own,
+        so a fan-out's first steps run while the rest are released, and a crash between
+        parts leaves those to the leader's sweep; inside one (a graft, a cancel, a retry,
+        the sweep) the parts commit together."""
         released = cancelled = 0
         touched = set(workflows or ())
         ends: list[tuple[UUID, WorkflowStatus]] = []

@@ -309,12 +309,13 @@ LIMIT $5::bigint;
 
 -- name: get_attempts
 -- The job's attempt rows, then its success's attempt read from the job row (id 0), as
--- protocol.derived.success_attempt derives it: a success writes no row (settle.sql). A job
--- that succeeded before that has its stored row instead.
+-- protocol.history.with_success_attempt derives it: a success writes no row (settle.sql). A
+-- job that succeeded before that has its stored row instead.
 SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
        error_class, error_message, error_traceback
 FROM (
-    SELECT a.*, false AS from_row FROM {schema}.job_attempts a WHERE a.job_id = $1::uuid
+    SELECT {fragment:attempt_columns}, false AS from_row
+    FROM {schema}.job_attempts a WHERE a.job_id = $1::uuid
     UNION ALL
     SELECT {fragment:success_attempt}, true
     FROM {schema}.jobs j
@@ -326,10 +327,12 @@ ORDER BY from_row, id;
 
 -- name: get_events
 -- The job's events, then its success's event read from the job row (id 0), as
--- protocol.derived.success_event derives it (see get_attempts).
+-- protocol.history.with_success_event derives it (see get_attempts).
 SELECT id, job_id, occurred_at, kind, from_status, to_status, worker_id, detail
 FROM (
-    SELECT e.*, false AS from_row FROM {schema}.job_events e WHERE e.job_id = $1::uuid
+    SELECT e.id, e.job_id, e.occurred_at, e.kind, e.from_status, e.to_status, e.worker_id,
+           e.detail, false AS from_row
+    FROM {schema}.job_events e WHERE e.job_id = $1::uuid
     UNION ALL
     SELECT 0, j.id, j.finished_at, 'state_change', 'running', 'succeeded', j.locked_by_worker,
            '{}'::jsonb, true
@@ -339,6 +342,11 @@ FROM (
                       WHERE e.job_id = j.id AND e.to_status = 'succeeded')
 ) x
 ORDER BY from_row, id;
+
+-- fragment: attempt_columns
+-- An attempt row `a` (job_attempts or job_attempts_archive), column by column.
+a.id, a.job_id, a.attempt, a.worker_id, a.outcome, a.started_at, a.finished_at, a.duration_ms,
+a.error_class, a.error_message, a.error_traceback
 
 -- fragment: success_attempt
 -- The attempt row of the success of the job `j` (a jobs or jobs_archive row), id 0.

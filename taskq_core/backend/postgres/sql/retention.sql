@@ -311,7 +311,7 @@ WHERE id = $1::uuid;
 SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
     error_class, error_message, error_traceback
 FROM (
-    SELECT a.*, false AS from_row
+    SELECT {fragment:attempt_columns}, false AS from_row
     FROM {schema}.job_attempts_archive a
     WHERE a.job_id = $1::uuid
     UNION ALL

@@ -104,6 +104,18 @@ counted AS (
     WHERE w.child_id = d.child_id AND (SELECT count(*) FROM gates) >= 0
     RETURNING w.child_id, w.parents_left, d.unhappy
 ),
+-- At most $6 candidates a pass, so a fan-out's first steps are pending (and claimed) while
+-- the rest are decided: a pass that took $6 says where it stopped ('more', the last id) and
+-- the next goes on with the next $6 children of the jobs $7 (the first pass's $1) after the
+-- id $8, read along the edges' primary key. Everything up to `last` was decided: the
+-- candidates up to their last when they filled the pass, the children read up to theirs.
+resumed AS (
+    SELECT e.child_id
+    FROM {schema}.workflow_edges e
+    WHERE e.parent_id = ANY ($7::uuid[]) AND e.child_id > $8::uuid
+    ORDER BY e.child_id
+    LIMIT $6::integer
+),
 candidates AS (
     SELECT j.id, j.scheduled_at, j.metadata->>'workflow_requires' AS requires
     FROM {schema}.jobs j
@@ -116,19 +128,20 @@ candidates AS (
               UNION
               SELECT unnest($2::uuid[])
               UNION
-              SELECT e.child_id FROM {schema}.workflow_edges e
-              WHERE e.parent_id = ANY ($7::uuid[]) AND e.child_id > $8::uuid))
+              SELECT r.child_id FROM resumed r))
       AND j.status::text = 'waiting'  -- as text: by id, never a walk of every waiting row
     ORDER BY j.id
     LIMIT $6::integer
     FOR UPDATE OF j
 ),
--- At most $6 candidates a pass, so a fan-out's first steps are pending (and claimed) while
--- the rest are decided: a pass that took $6 says where it stopped ('more', the last id) and
--- the next goes on with the children of the jobs $7 (this one's $1) after the id $8.
 more AS (  -- (no max(uuid) before PostgreSQL 16)
-    SELECT (SELECT c.id FROM candidates c ORDER BY c.id DESC LIMIT 1) AS last
-    WHERE (SELECT count(*) FROM candidates) >= $6::integer
+    SELECT least(
+               CASE WHEN (SELECT count(*) FROM resumed) >= $6::integer
+                    THEN (SELECT r.child_id FROM resumed r ORDER BY r.child_id DESC LIMIT 1)
+               END,
+               CASE WHEN (SELECT count(*) FROM candidates) >= $6::integer
+                    THEN (SELECT c.id FROM candidates c ORDER BY c.id DESC LIMIT 1)
+               END) AS last
 ),
 -- Each candidate's dependencies in one aggregate, grouped by the candidate (a candidate
 -- without edges has one row of NULLs, which counts as nothing). Not a second CTE joined
@@ -247,7 +260,7 @@ SELECT 'cancelled', c.id, c.workflow_id::uuid, NULL FROM cancelled c
 UNION ALL
 SELECT 'ended', NULL, e.id, e.status::text FROM ended_workflows e
 UNION ALL
-SELECT 'more', m.last, NULL, NULL FROM more m
+SELECT 'more', m.last, NULL, NULL FROM more m WHERE m.last IS NOT NULL
 UNION ALL
 -- Never a row: it makes the two NOTIFY CTEs run (a CTE nobody reads is not evaluated).
 SELECT 'notified', NULL, NULL, NULL
