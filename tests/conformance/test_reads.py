@@ -190,4 +190,4 @@ async def test_attempts_and_events_come_back_oldest_first(harness: Harness) -> N
         (JobStatus.RUNNING, JobStatus.SCHEDULED),
         (JobStatus.SCHEDULED, JobStatus.PENDING),
     ] * 2
-    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert [e.occurred_at for e in events] == sorted(e.occurred_at for e in events)

@@ -80,7 +80,8 @@ class ClientBackend(Protocol):
         """Every attempt of a job, oldest first."""
 
     async def get_events(self, job_id: UUID) -> list[EventRow]:
-        """Every event of a job, oldest first."""
+        """Every event of a job, oldest first (by ``occurred_at``: an attempt's claim may be
+        written when the attempt ends, with a later id than the events of its run)."""
 
     async def poll_reclaim_events(
         self, after_id: int, limit: int = 100, *, visibility_delay: timedelta | None = None

@@ -269,7 +269,9 @@ class EventRow:
 
     Every status change has exactly one event; creation (enqueue) has none. A success's
     (``running -> succeeded``) is not written: ``get_events`` reads it from the job row, with
-    id ``history.SUCCESS_ROW_ID`` (0) and the job's finish as its time. Kinds:
+    id ``history.SUCCESS_ROW_ID`` (0) and the job's finish as its time. On PostgreSQL a claim
+    (``pending -> running``) is read from the row too while its attempt runs and once it
+    succeeded; an attempt that ends otherwise writes it then, dated at the claim. Kinds:
     ``state_change`` (dispatch, terminal and rescheduling writes, sweeps, release, isolation,
     operator retry; also the cancel escalation 1 -> 2, as running -> running),
     ``cancel_request`` (pending/scheduled -> cancelled at once, or running -> running with

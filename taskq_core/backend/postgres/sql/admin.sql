@@ -686,11 +686,13 @@ SELECT COALESCE(max(e.id), 0) AS id FROM {schema}.job_events e;
 -- name: stamp_operator_events
 -- Who and why ($2, JSON object text) merged into the detail of every job event this
 -- transaction wrote after event $1 (last_event_id). The id range walks the primary key from
--- $1; xmin keeps a concurrent writer's events out. The statements that write the events
--- (cancel, retry, settle) stay the one home of their rules, and the stamp commits with them.
+-- $1; xmin keeps a concurrent writer's events out; an event dated before this transaction
+-- began is a worker's claim the settle wrote late (settle.sql), not the operator's act. The
+-- statements that write the events (cancel, retry, settle) stay the one home of their
+-- rules, and the stamp commits with them.
 UPDATE {schema}.job_events e
 SET detail = e.detail || $2::text::jsonb
-WHERE e.id > $1::bigint AND e.xmin = pg_current_xact_id()::xid;
+WHERE e.id > $1::bigint AND e.xmin = pg_current_xact_id()::xid AND e.occurred_at >= now();
 
 -- name: move_jobs
 -- Move the newest $5 waiting jobs matching the filter ($1 statuses or NULL, $2 queue,

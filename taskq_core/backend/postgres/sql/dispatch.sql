@@ -46,7 +46,9 @@
 --                    a SELECT with window functions, hence its own CTE.
 --   eligible         capped actors again over what was really locked: the boolean gate
 --                    in_flight < max_concurrent and the rank cap actor_rank <= max - in_flight
---   claimed          UPDATE ... WHERE status = 'pending' (the final race guard), + events.
+--   claimed          UPDATE ... WHERE status = 'pending' (the final race guard). No event:
+--                    the claim is on the row (claimed_at, the worker) until the attempt ends
+--                    other than by success, when the settle writes it (settle.sql).
 --                    A claim sets claimed_at and clears started_at: the worker writes
 --                    started_at when the body starts (a prefetched job waits claimed).
 --
@@ -78,13 +80,6 @@ clock AS (
 status = 'running', attempt = j.attempt + 1, locked_by_worker = $3::uuid,
         lock_expires_at = k.now + $4::interval, claimed_at = k.now, started_at = NULL,
         updated_at = k.now
-
--- fragment: claim_events
--- One state_change event per job of the `claimed` CTE.
-events AS (
-    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id)
-    SELECT c.id, 'state_change', 'pending', 'running', $3::uuid FROM claimed c
-)
 
 -- name: dispatch_batch
 -- dispatch_plain below repeats this statement's window and identity CTEs for the common
@@ -338,8 +333,7 @@ claimed AS (
     WHERE j.id = e.id AND j.status::text = 'pending'
     RETURNING j.*, e.mode_order AS dispatch_mode_order,
               e.fairness_rank AS dispatch_fairness_rank, e.last_served AS dispatch_last_served
-),
-{fragment:claim_events}
+)
 SELECT c.*
 FROM claimed c
 ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
@@ -349,7 +343,7 @@ ORDER BY c.dispatch_mode_order, c.dispatch_fairness_rank, c.priority DESC,
 -- `dispatch_batch` for the common case in about two thirds of its time: every requested
 -- queue is strict_fifo without a queue cap, and no actor has a cap. Same parameters, same
 -- claims, same order (priority DESC, scheduled_at, id across the requested, unpaused
--- queues), same identity serialization, same events, same asynchronous commit. It checks
+-- queues), same identity serialization, same asynchronous commit. It checks
 -- that case in its own snapshot, on every call, and claims nothing outside it; the caller
 -- then runs `dispatch_batch`, which handles everything (PostgresBackend.dispatch_batch).
 -- Its window and identity CTEs repeat dispatch_batch's: change both together;
@@ -430,8 +424,7 @@ claimed AS (
     FROM locked l CROSS JOIN clock k
     WHERE j.id = l.id AND j.status::text = 'pending'
     RETURNING j.*
-),
-{fragment:claim_events}
+)
 -- One row per claim, or one row of NULLs when nothing was claimed: `plain` is false when
 -- this statement did not apply and the caller must run dispatch_batch.
 SELECT c.*, p.ok AS plain

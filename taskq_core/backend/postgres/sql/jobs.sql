@@ -326,22 +326,38 @@ FROM (
 ORDER BY from_row, id;
 
 -- name: get_events
--- The job's events, then its success's event read from the job row (id 0), as
--- protocol.history.with_success_event derives it (see get_attempts).
+-- The job's events in time order: the stored ones; the claim of its current attempt while
+-- it runs or once it succeeded (a claim is written only when its attempt ends otherwise:
+-- settle.sql), read from the row; its success's event, read from the row. Both read rows
+-- have id 0, as protocol.history derives them; a job claimed or succeeded before these
+-- rules has its stored rows instead.
 SELECT id, job_id, occurred_at, kind, from_status, to_status, worker_id, detail
 FROM (
     SELECT e.id, e.job_id, e.occurred_at, e.kind, e.from_status, e.to_status, e.worker_id,
-           e.detail, false AS from_row
+           e.detail
     FROM {schema}.job_events e WHERE e.job_id = $1::uuid
     UNION ALL
+    SELECT 0, m.id, m.claimed_at, 'state_change', 'pending', 'running', m.locked_by_worker,
+           '{}'::jsonb
+    FROM {schema}.jobs m
+    WHERE m.id = $1::uuid AND m.status IN ('running', 'succeeded') AND m.claimed_at IS NOT NULL
+      AND NOT EXISTS ({fragment:stored_claim_of_m})
+    UNION ALL
     SELECT 0, j.id, j.finished_at, 'state_change', 'running', 'succeeded', j.locked_by_worker,
-           '{}'::jsonb, true
+           '{}'::jsonb
     FROM {schema}.jobs j
     WHERE j.id = $1::uuid AND j.status = 'succeeded'
       AND NOT EXISTS (SELECT 1 FROM {schema}.job_events e
                       WHERE e.job_id = j.id AND e.to_status = 'succeeded')
 ) x
-ORDER BY from_row, id;
+ORDER BY occurred_at, id;
+
+-- fragment: stored_claim_of_m
+-- The stored event of the current claim of the job `m` (its claimed_at): written by the
+-- settle at the claim's time, or at the claim itself (at or after it) before that rule.
+SELECT 1 FROM {schema}.job_events e
+WHERE e.job_id = m.id AND e.from_status = 'pending' AND e.to_status = 'running'
+  AND e.occurred_at >= m.claimed_at
 
 -- fragment: attempt_columns
 -- An attempt row `a` (job_attempts or job_attempts_archive), column by column.

@@ -248,7 +248,7 @@ moved AS (
     RETURNING j.id, j.status, j.started_at, s.now, s.attempt, s.worker_id, s.outcome,
               s.started, s.ran, s.rule_error, s.rule_message, s.error_class, s.error_message,
               s.error_traceback, s.reason, j.actor, j.queue, s.crashes_before,
-              s.started_before, s.blamed, s.start_before_body, j.scheduled_at
+              s.started_before, s.blamed, s.start_before_body, j.scheduled_at, j.claimed_at
 ),
 attempts AS (
     INSERT INTO {schema}.job_attempts (
@@ -279,6 +279,20 @@ attempts AS (
       AND (m.outcome NOT IN ('released', 'reclaimed')
            OR NOT EXISTS (SELECT 1 FROM {schema}.job_attempts a
                           WHERE a.job_id = m.id AND a.attempt = m.attempt))
+),
+claims AS (
+    -- The claim's event, dated at the claim: a claim writes none (the row holds it while
+    -- the attempt runs, and for good when it succeeds); an attempt that ends otherwise
+    -- leaves it here, before the row's claimed_at is the next claim's.
+    INSERT INTO {schema}.job_events (job_id, occurred_at, kind, from_status, to_status,
+                                     worker_id)
+    SELECT m.id, COALESCE(m.claimed_at, m.now), 'state_change', 'pending', 'running',
+           m.worker_id
+    FROM moved m
+    WHERE m.status <> 'succeeded'
+      -- A claim written when it happened (before this rule) is not written again.
+      AND NOT EXISTS ({fragment:stored_claim_of_m})
+    ORDER BY m.id
 ),
 events AS (
     -- A reclaim's event is the outbox row `poll_reclaim_events` reads: its occurred_at comes
