@@ -81,23 +81,21 @@ def with_backend(
     async def run() -> T:
         async with open_backend(settings, read=read) as backend:
             result = await action(backend)
-            if read and settings.pg_dsn_replica is not None:
-                await note_staleness(backend, settings.pg_dsn_replica)
+            if read:
+                await note_staleness(backend, settings)
             return result
 
     return run_async(run())
 
 
-async def note_staleness(backend: Backend, replica_dsn: str) -> None:
-    """One line on stderr: how far behind its primary the replica just read was (unknown
-    when the standby does not say: the command's own read stands)."""
-    from taskq_cli.replica import UNKNOWN, describe_staleness, read_staleness
+async def note_staleness(backend: Backend, settings: TaskqSettings) -> None:
+    """When ``backend`` reads the replica: one line on stderr, how far behind its primary it
+    was (unknown when the standby does not say: the command's own read stands)."""
+    if settings.pg_dsn_replica is None:
+        return
+    from taskq_cli.replica import StalenessWatch
     from taskq_core.backend.factory import describe_dsn
 
-    where = describe_dsn(replica_dsn)
-    staleness, failed = await read_staleness(backend)
-    if failed:
-        line = f"read from the replica at {where}, {UNKNOWN}"
-    else:
-        line = describe_staleness(staleness, where)
-    sys.stderr.write(f"note: {line}\n")
+    watch = StalenessWatch(backend, describe_dsn(settings.pg_dsn_replica))
+    await watch.refresh()
+    sys.stderr.write(f"note: {watch.note}\n")

@@ -362,8 +362,7 @@ def explain(
         async with open_backend(settings, read=True) as backend:
             ident = await resolve_job_id(backend, job_ref)
             explanation = await explain_job(backend, ident, explain_settings)
-            if settings.pg_dsn_replica is not None:
-                await note_staleness(backend, settings.pg_dsn_replica)
+            await note_staleness(backend, settings)
             return explanation
 
     explanation = run_async(run())

@@ -82,22 +82,14 @@ async def open_backend(
             max_payload_bytes=s.max_payload_bytes,
             notify_hooks=_notify_telemetry(),
         )
-    if role is Role.READER and s.pg_dsn_replica is not None:
+    if role is Role.COMMAND or role is Role.READER:
         # A standby holds no session locks and takes no LISTEN: its DSN is its own direct
         # one (a PgBouncer in front of it must run in session mode).
+        replica = s.pg_dsn_replica if role is Role.READER else None
         return await PostgresBackend.connect(
-            s.pg_dsn_replica,
+            replica or (s.direct_dsn if direct else s.pooled_dsn),
             s.schema_name,
-            min_size=1,
-            max_size=COMMAND_POOL_SIZE if max_size is None else max_size,
-            max_payload_bytes=s.max_payload_bytes,
-            notify_hooks=_notify_telemetry(),
-        )
-    if role is Role.COMMAND or role is Role.READER:
-        return await PostgresBackend.connect(
-            s.direct_dsn if direct else s.pooled_dsn,
-            s.schema_name,
-            direct_dsn=s.direct_dsn,
+            direct_dsn=replica or s.direct_dsn,
             min_size=1,
             max_size=COMMAND_POOL_SIZE if max_size is None else max_size,
             max_payload_bytes=s.max_payload_bytes,
