@@ -41,7 +41,7 @@ _TIME_COLUMNS = {
     "job_events": ["occurred_at"],
     "job_attempts": ["started_at", "finished_at"],
     "jobs_archive": [*_JOB_TIMES, "archived_at", "expire_at"],
-    "job_attempts_archive": ["started_at", "finished_at"],
+    "job_attempts_archive": ["started_at", "finished_at", "expire_at"],
     "workers": ["started_at", "last_seen_at", "stopped_at", "acknowledged_at"],
     "maintenance_leader": ["elected_at", "last_seen_at"],
     "reservation_slots": ["lease_expires_at"],

@@ -194,35 +194,55 @@ async def test_unknown_jobs_are_not_in_the_archive(harness: Harness) -> None:
         assert await harness.backend.get_archived_attempts(job_id) == []
 
 
-async def test_archive_expiry_deletes_only_expired_jobs_and_their_attempts(
-    harness: Harness,
-) -> None:
+async def test_an_archived_job_is_read_back_until_its_expire_at_only(harness: Harness) -> None:
     backend = harness.backend
-    first, _ = await job_in(harness, JobStatus.SUCCEEDED)
-    second, _ = await job_in(harness, JobStatus.SUCCEEDED)
+    first, _ = await job_in(harness, JobStatus.FAILED)
+    second, _ = await job_in(harness, JobStatus.FAILED)
     await harness.travel(KEEP.total_seconds() + MARGIN)
     assert (await backend.prune_jobs(every_terminal(KEEP, queue=first.queue))).total == 1
     half = ARCHIVE_FOR.total_seconds() / 2
     await harness.travel(half)
     assert (await backend.prune_jobs(every_terminal(KEEP, queue=second.queue))).total == 1
-    assert await backend.expire_archive(10) == 0
     await harness.travel(half + MARGIN)
-    # first is past its expire_at, second half way there.
-    assert await backend.expire_archive(10) == 1
+    # first is past its expire_at, second half way there; neither's day need have ended.
     assert await backend.get_archived_job(first.id) is None
     assert await backend.get_archived_attempts(first.id) == []
+    assert await backend.list_job_ids_matching(first.id.hex, 10) == []
     assert await backend.get_archived_job(second.id) is not None
     assert await backend.get_archived_attempts(second.id)
-    await harness.travel(half)
+    assert await backend.list_job_ids_matching(second.id.hex, 10) == [second.id]
+
+
+async def test_archive_expiry_removes_jobs_once_the_day_of_their_expiry_has_ended(
+    harness: Harness,
+) -> None:
+    backend = harness.backend
+    soon, _ = await job_in(harness, JobStatus.FAILED)
+    later, _ = await job_in(harness, JobStatus.FAILED)
+    await harness.travel(KEEP.total_seconds() + MARGIN)
+    assert (await backend.prune_jobs(every_terminal(KEEP, queue=soon.queue))).total == 1
+    month = timedelta(days=30)
+    keep_long = PrunePolicy(
+        retention={JobStatus.FAILED: KEEP}, archive_for=month, queue=later.queue
+    )
+    assert (await backend.prune_jobs(keep_long)).total == 1
+    assert await backend.expire_archive(10) == 0  # no expire_at has passed yet
+    await harness.travel((ARCHIVE_FOR + timedelta(days=1)).total_seconds() + MARGIN)
+    # soon's day of expiry has ended; later expires in a month.
     assert await backend.expire_archive(10) == 1
-    assert await backend.get_archived_job(second.id) is None
+    assert await backend.get_archived_job(soon.id) is None
+    assert await backend.get_archived_job(later.id) is not None
+    assert await backend.get_archived_attempts(later.id)
+    await harness.travel(month.total_seconds())
+    assert await backend.expire_archive(10) == 1
+    assert await backend.get_archived_job(later.id) is None
 
 
 async def test_archive_expiry_works_through_every_batch(harness: Harness) -> None:
     backend = harness.backend
     _, ids = await _five_due_jobs(harness)
     assert (await backend.prune_jobs(every_terminal(KEEP))).total == 5
-    await harness.travel(ARCHIVE_FOR.total_seconds() + MARGIN)
+    await harness.travel((ARCHIVE_FOR + timedelta(days=1)).total_seconds() + MARGIN)
     batches: list[int] = []
     assert await backend.expire_archive(2, on_batch=batches.append) == 5
     assert batches == [2, 2, 1]  # reported batch by batch, as each commits

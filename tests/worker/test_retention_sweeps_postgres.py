@@ -100,9 +100,15 @@ async def test_prune_then_archive_expiry_follow_the_settings(
 
     expiry = ArchiveExpirySweep(deps)
     assert await expiry.run_once() == 0  # nothing expired yet
+    # Two jobs (and their attempts, which carry their expire_at) expired yesterday: their
+    # day has ended, so the expiry removes them.
     await conn.execute(
-        f"""UPDATE {pg.schema}.jobs_archive SET expire_at = clock_timestamp() - interval '1s'
-            WHERE id IN (SELECT id FROM {pg.schema}.jobs_archive LIMIT 2)"""
+        f"""WITH two AS (
+                UPDATE {pg.schema}.jobs_archive SET expire_at = clock_timestamp() - interval '1d'
+                WHERE id IN (SELECT id FROM {pg.schema}.jobs_archive LIMIT 2)
+                RETURNING id, expire_at)
+            UPDATE {pg.schema}.job_attempts_archive a SET expire_at = two.expire_at
+            FROM two WHERE a.job_id = two.id"""
     )
     assert await expiry.run_once() == 2
     assert await live_and_archived(conn, pg.schema) == (2, 1, 1)

@@ -31,6 +31,7 @@ from taskq_core.backend.protocol.admin import (
 )
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY
 from taskq_core.backend.protocol.history import with_success_attempt, with_success_event
+from taskq_core.backend.protocol.retention import archive_readable
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
 from .lookups import matching
@@ -61,9 +62,11 @@ class ReadsPart(MemoryStore):
 
     async def list_job_ids_matching(self, fragment: str, limit: int) -> list[UUID]:
         digits = normalize_id_fragment(fragment)
+        now = self._now()
+        archived = [i for i, a in self._archived_jobs.items() if archive_readable(a.expire_at, now)]
         found = [
             ident
-            for ident in {*self._jobs, *self._archived_jobs}
+            for ident in {*self._jobs, *archived}
             if ident.hex.startswith(digits) or ident.hex.endswith(digits)
         ]
         return sorted(found)[: max(limit, 0)]

@@ -31,6 +31,7 @@ from taskq_core.backend.protocol import (
     PruneResult,
 )
 from taskq_core.backend.protocol.history import with_success_attempt
+from taskq_core.backend.protocol.retention import archive_readable, archive_storage_ends
 from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY, WorkflowStatus, workflow_id_of
 from taskq_core.statemachine import JobStatus
 
@@ -104,11 +105,12 @@ class RetentionPart(MemoryStore):
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
         def delete_batch() -> int:
+            # Rows whose UTC day of expiry has ended (PG drops that day's partition whole).
             now = self._now()
             expired = [
                 job_id
                 for job_id, archived in self._archived_jobs.items()
-                if archived.expire_at < now
+                if archive_storage_ends(archived.expire_at) <= now
             ][:batch_size]
             for job_id in expired:
                 del self._archived_jobs[job_id]
@@ -133,15 +135,24 @@ class RetentionPart(MemoryStore):
             self._sweep_locks.discard(name)
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
-        archived = self._archived_jobs.get(job_id)
+        archived = self._readable(job_id)
         if archived is None:
             return None
         return ArchivedJob(archived.job.snapshot(), archived.archived_at, archived.expire_at)
 
     async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        archived = self._archived_jobs.get(job_id)
+        archived = self._readable(job_id)
+        if archived is None:
+            return []
         stored = list(self._archived_attempts.get(job_id, []))
-        return with_success_attempt(None if archived is None else archived.job, stored)
+        return with_success_attempt(archived.job, stored)
+
+    def _readable(self, job_id: UUID) -> ArchivedRecord | None:
+        """The archived row of ``job_id`` while it is read back (until its expire_at)."""
+        archived = self._archived_jobs.get(job_id)
+        if archived is None or not archive_readable(archived.expire_at, self._now()):
+            return None
+        return archived
 
     # --- one batch ---------------------------------------------------------------------------
     def _workflow_steps(self) -> dict[UUID, list[JobRecord]]:

@@ -6,6 +6,11 @@ A pruned job leaves ``jobs`` with its attempts (they move to ``jobs_archive`` an
 batches that commit one by one, so a prune of millions of rows never holds one long
 transaction, and two prunes running at once (a rolling deploy's two leaders) move each row
 once. Time predicates run on the backend's clock.
+
+The archive is kept by day: an archived job is readable until its ``expire_at`` and its row is
+removed once the UTC day of that ``expire_at`` has ended (``archive_storage_ends``), a whole
+day at a time (PostgreSQL keeps one partition per day and drops it), so it stays stored up to
+a day past ``expire_at`` but is never read after it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -71,6 +76,18 @@ class ArchivedJob:
     expire_at: datetime
 
 
+def archive_storage_ends(expire_at: datetime) -> datetime:
+    """When the archive expiry removes a job archived until ``expire_at``: the end of that
+    instant's UTC day (PostgreSQL's partition of the day, dropped whole)."""
+    day = expire_at.astimezone(UTC).date()
+    return datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
+
+
+def archive_readable(expire_at: datetime, now: datetime) -> bool:
+    """Whether an archived job is still read back at ``now``: up to its ``expire_at``."""
+    return now <= expire_at
+
+
 @runtime_checkable
 class RetentionBackend(Protocol):
     """The prune, the archive expiry and reads of archived jobs."""
@@ -96,9 +113,11 @@ class RetentionBackend(Protocol):
     async def expire_archive(
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        """Delete archived jobs (and their archived attempts) whose ``expire_at`` has passed,
-        ``batch_size`` per committed batch; returns how many jobs were deleted. ``on_batch``
-        is called after each committed batch with the jobs it deleted."""
+        """Delete archived jobs (and their archived attempts) whose storage has ended
+        (``archive_storage_ends``: the UTC day of their ``expire_at`` is over); returns how
+        many jobs were deleted. PG: each ended day's partitions are dropped whole (one step
+        whatever their size), then rows outside day partitions are deleted ``batch_size`` per
+        committed batch. ``on_batch`` is called after each step with the jobs it removed."""
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
         """Hold the cluster-wide lock ``name`` (``taskq:prune``, ``taskq:archive_expiry``)
@@ -108,7 +127,9 @@ class RetentionBackend(Protocol):
         per schema on one pooled connection, released at exit or when that session ends."""
 
     async def get_archived_job(self, job_id: UUID) -> ArchivedJob | None:
-        """One archived job, or None when the archive does not hold it."""
+        """One archived job, or None when the archive does not hold it (or holds it past its
+        ``expire_at``, until the expiry removes it)."""
 
     async def get_archived_attempts(self, job_id: UUID) -> list[AttemptRow]:
-        """The attempts of an archived job, oldest first (empty when not archived)."""
+        """The attempts of an archived job, oldest first (empty when ``get_archived_job``
+        answers None)."""

@@ -604,6 +604,7 @@ LIMIT $4::bigint;
  ORDER BY j.id LIMIT $3::bigint)
 UNION ALL
 (SELECT a.id FROM {schema}.jobs_archive a WHERE a.id BETWEEN $1::uuid AND $2::uuid
+   AND a.expire_at >= clock_timestamp()
  ORDER BY a.id LIMIT $3::bigint);
 
 -- name: find_job_ids_by_suffix
@@ -614,6 +615,7 @@ SELECT j.id FROM {schema}.jobs j WHERE right(replace(j.id::text, '-', ''), $2::i
 UNION ALL
 SELECT a.id FROM {schema}.jobs_archive a
 WHERE right(replace(a.id::text, '-', ''), $2::integer) = $1::text
+  AND a.expire_at >= clock_timestamp()
 LIMIT $3::bigint;
 
 -- name: set_local_statement_timeout

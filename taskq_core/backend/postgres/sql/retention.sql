@@ -210,14 +210,15 @@ archived AS (
     FROM moved m CROSS JOIN k
 ),
 archived_attempts AS (
-    -- The archive's foreign key is checked at the end of the statement, after `archived`.
+    -- With their job's expire_at: the same day's partition, dropped with it.
     INSERT INTO {schema}.job_attempts_archive (
         id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
-        error_class, error_message, error_traceback
+        error_class, error_message, error_traceback, expire_at
     )
     SELECT a.id, a.job_id, a.attempt, a.worker_id, a.outcome, a.started_at, a.finished_at,
-        a.duration_ms, a.error_class, a.error_message, a.error_traceback
-    FROM attempts a
+        a.duration_ms, a.error_class, a.error_message, a.error_traceback,
+        k.now + $5::interval
+    FROM attempts a CROSS JOIN k
 )
 SELECT m.status::text AS status, m.queue, count(*) AS count
 FROM moved m
@@ -262,26 +263,82 @@ SELECT c.status::text AS status, c.queue, sum(c.count)::bigint AS count
 FROM counted c
 GROUP BY c.status, c.queue;
 
+-- The archive by day. jobs_archive and job_attempts_archive are partitioned by range of
+-- expire_at, one partition per UTC day (`jobs_archive_YYYYMMDD`, `job_attempts_archive_YYYYMMDD`,
+-- created together by the prune ahead of the days its jobs expire on: archive_days.py), plus
+-- a default partition each for rows no day holds (those archived before 0022, or on a day
+-- whose partitions could not be created). The expiry drops a day's two partitions once the
+-- day has ended, and deletes the default's rows of ended days in batches. Reads stop at
+-- expire_at, so a row kept until its day ends is never read after it.
+
+-- name: archive_days_missing
+-- Of the UTC days the jobs a prune archives now expire on ($1 archive_for: today's day plus
+-- that, and the next, for a prune that runs past midnight), those without both partitions.
+WITH first AS (
+    SELECT ((clock_timestamp() + $1::interval) AT TIME ZONE 'UTC')::date AS day
+)
+SELECT d.day::date AS day
+FROM first f
+CROSS JOIN generate_series(f.day, f.day + 1, interval '1 day') AS d (day)
+WHERE to_regclass('{schema}.jobs_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL
+   OR to_regclass('{schema}.job_attempts_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL
+ORDER BY 1;
+
+-- name: archive_days_ended
+-- The days whose partitions the expiry drops: every day partition of either table (a lone
+-- one too) of a UTC day before today's, oldest first.
+SELECT DISTINCT to_date(right(c.relname, 8), 'YYYYMMDD') AS day
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent IN ('{schema}.jobs_archive'::regclass, '{schema}.job_attempts_archive'::regclass)
+  AND c.relname ~ '^(jobs_archive|job_attempts_archive)_[0-9]{8}$'
+  AND to_date(right(c.relname, 8), 'YYYYMMDD')
+      < (clock_timestamp() AT TIME ZONE 'UTC')::date
+ORDER BY 1;
+
+-- name: set_local_lock_timeout
+-- Bound the waits for locks of the rest of this transaction ($1: a duration, '5s'): the
+-- partition changes queue behind a long read of the archive, and the archive's readers
+-- behind them, so they give up instead and run again at the next pass.
+SELECT set_config('lock_timeout', $1::text, true);
+
+-- name: archive_day_exists
+-- Whether this schema has the table $1. Read from pg_class with this statement's snapshot:
+-- to_regclass may answer from a cache that has not yet seen a table another session just
+-- created.
+SELECT EXISTS (
+    SELECT 1 FROM pg_class c
+    WHERE c.relnamespace = '{schema}'::regnamespace AND c.relname = $1::text
+);
+
+-- name: archive_days_lock
+-- One creator of day partitions at a time per schema (a transaction lock).
+SELECT pg_advisory_xact_lock(hashtextextended('taskq:archive_days:{schema}', 0));
+
 -- name: expire_archive_batch
--- Up to $1 archived jobs past expire_at, oldest first (the order keeps the pick on
--- jobs_archive_expire_idx), deleted; their archived attempts go by the foreign key's
--- ON DELETE CASCADE (on job_attempts_archive_job_idx).
+-- Up to $1 rows of the default partition whose UTC day of expire_at has ended, oldest first
+-- (the order keeps the pick on jobs_archive_expire_idx), deleted with their attempts (the
+-- default's too: an attempt carries its job's expire_at, or NULL when archived before 0022).
 -- The clock is read once, in `k`, so it bounds the index scan instead of filtering each row.
--- The delete takes the picked ids as one array, so it finds them on the primary key: joined
--- to the CTE instead, the generic plan hashed the whole archive to delete a batch.
+-- The deletes take the picked ids as one array, so they find them on an index: joined to
+-- the CTE instead, the generic plan hashed the whole archive to delete a batch.
 WITH k AS (
-    SELECT clock_timestamp() AS now
+    SELECT date_trunc('day', clock_timestamp() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS today
 ),
 doomed AS (
     SELECT a.id
-    FROM {schema}.jobs_archive a
-    WHERE a.expire_at < (SELECT k.now FROM k)
+    FROM {schema}.jobs_archive_default a
+    WHERE a.expire_at < (SELECT k.today FROM k)
     ORDER BY a.expire_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ),
+attempts AS (
+    DELETE FROM {schema}.job_attempts_archive_default a
+    WHERE a.job_id = ANY (ARRAY(SELECT d.id FROM doomed d))
+),
 gone AS (
-    DELETE FROM {schema}.jobs_archive a
+    DELETE FROM {schema}.jobs_archive_default a
     WHERE a.id = ANY (ARRAY(SELECT d.id FROM doomed d))
     RETURNING a.id
 )
@@ -303,21 +360,25 @@ SELECT id, actor, queue, payload, status, priority, scheduled_at, created_at, re
     error_traceback, metadata, trace_id, span_id, progress_seq, progress_state, updated_at,
     unique_key, unique_until, unstarted_reclaims, uncounted_attempts, archived_at, expire_at
 FROM {schema}.jobs_archive
-WHERE id = $1::uuid;
+WHERE id = $1::uuid AND expire_at >= clock_timestamp();
 
 -- name: get_archived_attempts
 -- The archived attempt rows, then the success's read from the archived job row (id 0), as
--- get_attempts does.
+-- get_attempts does; none once the job is past its expire_at.
+WITH job AS (
+    SELECT j.* FROM {schema}.jobs_archive j
+    WHERE j.id = $1::uuid AND j.expire_at >= clock_timestamp()
+)
 SELECT id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
     error_class, error_message, error_traceback
 FROM (
     SELECT {fragment:attempt_columns}, false AS from_row
     FROM {schema}.job_attempts_archive a
-    WHERE a.job_id = $1::uuid
+    WHERE a.job_id = $1::uuid AND EXISTS (SELECT 1 FROM job)
     UNION ALL
     SELECT {fragment:success_attempt}, true
-    FROM {schema}.jobs_archive j
-    WHERE j.id = $1::uuid AND j.status = 'succeeded'
+    FROM job j
+    WHERE j.status = 'succeeded'
       AND NOT EXISTS (SELECT 1 FROM {schema}.job_attempts_archive a
                       WHERE a.job_id = j.id AND a.outcome = 'succeeded')
 ) x

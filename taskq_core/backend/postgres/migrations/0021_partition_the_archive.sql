@@ -1,0 +1,35 @@
+-- The archive partitioned by day of expire_at (UTC): the archive expiry drops a day's
+-- partitions once the day has ended instead of deleting its rows one by one. The tables
+-- built in 0001 become the default partitions and keep what they hold; nothing is copied
+-- and the one lock held long is on the archive (never read or written by the hot path):
+-- the index on id the partitioned table needs, built on the old table first, about half a
+-- second per million archived jobs, while prunes of finished jobs wait.
+-- Day partitions are created ahead by the prune, for the days its jobs will expire on; a row
+-- with no day partition lands in the default, whose rows the expiry deletes in batches.
+--
+-- Archived attempts carry their job's expire_at, so they go to the same day and leave with
+-- it; rows archived before this migration keep NULL there (they are in the default). The
+-- foreign key to the archive goes: a partition of a referenced table cannot be dropped, and
+-- the expiry deletes a job's attempts with it.
+
+-- Not UNIQUE (a unique index on a partitioned table must hold the partition key), so the
+-- primary key's index cannot stand for it.
+CREATE INDEX jobs_archive_default_id_idx ON {schema}.jobs_archive (id);
+
+ALTER TABLE {schema}.job_attempts_archive DROP CONSTRAINT job_attempts_archive_job_id_fkey;
+ALTER TABLE {schema}.job_attempts_archive ADD COLUMN expire_at timestamptz;
+
+ALTER TABLE {schema}.jobs_archive RENAME TO jobs_archive_default;
+CREATE TABLE {schema}.jobs_archive (
+    LIKE {schema}.jobs_archive_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+) PARTITION BY RANGE (expire_at);
+CREATE INDEX jobs_archive_id_idx ON {schema}.jobs_archive (id);
+ALTER TABLE {schema}.jobs_archive ATTACH PARTITION {schema}.jobs_archive_default DEFAULT;
+
+ALTER TABLE {schema}.job_attempts_archive RENAME TO job_attempts_archive_default;
+CREATE TABLE {schema}.job_attempts_archive (
+    LIKE {schema}.job_attempts_archive_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+) PARTITION BY RANGE (expire_at);
+CREATE INDEX job_attempts_archive_job_id_idx ON {schema}.job_attempts_archive (job_id);
+ALTER TABLE {schema}.job_attempts_archive
+    ATTACH PARTITION {schema}.job_attempts_archive_default DEFAULT;
