@@ -35,6 +35,7 @@ from taskq_core.obs.logs import configure_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from benchmarks import (
+    archive_sections,
     batch_sections,
     cost_report,
     pgbouncer_sections,
@@ -425,6 +426,17 @@ async def workflows_section(bench: Bench) -> list[Measurement]:
     ]
 
 
+ARCHIVE: list[list[archive_sections.ExpiryFigure]] = []
+
+
+async def archive_section(bench: Bench) -> list[Measurement]:
+    """The archive expiry of 1,000,000 archived jobs of an ended day: its partitions dropped
+    against its rows deleted in batches from the default partition (its own lines)."""
+    figures = await archive_sections.measure(bench.fresh_backend, bench.dsn, bench.size(1_000_000))
+    ARCHIVE.append(figures)
+    return [Measurement("archive", f"expiry, {f.way}", f.jobs, f.seconds) for f in figures]
+
+
 Section = Callable[[Bench], Awaitable[list[Measurement]]]
 SECTIONS: list[tuple[str, Section]] = [
     ("enqueue", enqueue_section),
@@ -439,6 +451,7 @@ SECTIONS: list[tuple[str, Section]] = [
     ("telemetry", telemetry_section),
     ("ui", ui_section),
     ("workflows", workflows_section),
+    ("archive", archive_section),
 ]
 
 
@@ -569,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{page.worst:7.1f}"
                 )
             console.print(f"  load average: {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
+        for figures in ARCHIVE:
+            for line in archive_sections.describe(figures):
+                console.print(line)
         for otel in TELEMETRY:
             off, meters, on, sampled = (otel.rate(v) for v in telemetry_sections.VARIANTS)
             console.print(

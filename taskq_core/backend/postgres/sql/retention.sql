@@ -1,5 +1,6 @@
--- Retention: the prune moves old terminal jobs to the archive, the archive expiry deletes
--- archived jobs at expire_at, and the archived reads.
+-- Retention: the prune moves old terminal jobs to the archive, the archive expiry removes
+-- archived jobs once the day of their expire_at has ended ("The archive by day" below), and
+-- the archived reads, which stop at expire_at.
 --
 -- Each batch is one statement in its own transaction: the caller loops, so a prune of
 -- millions of rows never holds a long transaction. Rows are picked FOR UPDATE SKIP LOCKED:
@@ -209,6 +210,14 @@ archived AS (
     SELECT m.*, k.now, k.now + $5::interval
     FROM moved m CROSS JOIN k
 ),
+counted AS (
+    -- The day's count, for the expiry's report when it drops the day.
+    INSERT INTO {schema}.archive_days AS d (day, jobs)
+    SELECT ((k.now + $5::interval) AT TIME ZONE 'UTC')::date, count(*)
+    FROM moved m CROSS JOIN k
+    GROUP BY 1
+    ON CONFLICT (day) DO UPDATE SET jobs = d.jobs + excluded.jobs
+),
 archived_attempts AS (
     -- With their job's expire_at: the same day's partition, dropped with it.
     INSERT INTO {schema}.job_attempts_archive (
@@ -295,6 +304,20 @@ WHERE i.inhparent IN ('{schema}.jobs_archive'::regclass, '{schema}.job_attempts_
   AND to_date(right(c.relname, 8), 'YYYYMMDD')
       < (clock_timestamp() AT TIME ZONE 'UTC')::date
 ORDER BY 1;
+
+-- name: archive_day_forget
+-- Delete day $1's count and return it (0 when none): in the transaction that drops the day.
+WITH gone AS (
+    DELETE FROM {schema}.archive_days d WHERE d.day = $1::date RETURNING d.jobs
+)
+SELECT coalesce(sum(g.jobs), 0)::bigint FROM gone g;
+
+-- name: archive_days_forget_ended
+-- Delete the counts of ended days without partitions (their jobs are in the default
+-- partition, whose batches count what they delete).
+DELETE FROM {schema}.archive_days d
+WHERE d.day < (clock_timestamp() AT TIME ZONE 'UTC')::date
+  AND to_regclass('{schema}.jobs_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL;
 
 -- name: set_local_lock_timeout
 -- Bound the waits for locks of the rest of this transaction ($1: a duration, '5s'): the
