@@ -1,6 +1,7 @@
 """Retention: the prune (old terminal jobs to the archive, with their attempts, deleting
-their events) and the archive expiry (archived jobs past ``expire_at``), the sweep locks that keep
-either from running twice at once, and reads of the archive.
+their events) and the archive expiry (archived jobs once their ``expire_at``'s UTC day has
+ended, as PostgreSQL drops that day's partition), the sweep locks that keep either from
+running twice at once, and reads of the archive (until ``expire_at``).
 
 A workflow's steps move with their workflow, never alone: nothing of a running workflow
 moves, and an ended one moves whole once due, by the rule sql/retention.sql states (the

@@ -72,15 +72,19 @@ async def ensure_ahead(pool: Pool, queries: SchemaQueries, archive_for: timedelt
 async def create_day(pool: Pool, queries: SchemaQueries, day: date) -> None:
     """Give both archive tables their partition of ``day`` where missing, in one transaction
     (one creator at a time per schema)."""
+    made = []
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(queries["set_local_lock_timeout"], LOCK_TIMEOUT)
         await conn.execute(queries["archive_days_lock"])
         for table in ARCHIVE_TABLES:
-            if await conn.fetchval(queries["archive_day_exists"], partition_name(table, day)):
+            name = partition_name(table, day)
+            if await conn.fetchval(queries["archive_day_exists"], name):
                 continue  # made by a concurrent prune before this one took the lock
             for statement in create_statements(queries.schema, table, day):
                 await conn.execute(statement)
-    _log.info("archive_partition_created", schema=queries.schema, day=str(day))
+            made.append(name)
+    if made:
+        _log.info("archive_partition_created", schema=queries.schema, day=str(day), tables=made)
 
 
 async def drop_ended(
