@@ -1,5 +1,5 @@
-"""The archive expiry, by day against row by row: N archived jobs (one attempt each) of an
-ended day removed by ``expire_archive``, once from a day partition (dropped whole) and once
+"""The archive expiry, by partition against row by row: N archived jobs (one attempt each)
+of an ended day removed by ``expire_archive``, once from a partition (dropped whole) and once
 from the default partition (deleted in batches, as every archived job was before the
 archive was partitioned), with the time and the WAL each takes.
 
@@ -19,7 +19,7 @@ from datetime import date
 
 import asyncpg
 
-from taskq_core.backend.postgres import archive_days
+from taskq_core.backend.postgres import archive_partitions
 from taskq_core.backend.postgres.backend import PostgresBackend
 
 BATCH = 10_000  # TASKQ_PRUNE_BATCH_SIZE's default
@@ -51,7 +51,10 @@ async def _fill(conn: asyncpg.Connection, schema: str, day: date, jobs: int) -> 
         day,
         jobs,
     )
-    await conn.execute(f"INSERT INTO {schema}.archive_days (day, jobs) VALUES ($1, $2)", day, jobs)
+    # The count the prune would have kept (no row when the jobs went to the default).
+    await conn.execute(
+        f"UPDATE {schema}.archive_partitions SET jobs = $2 WHERE starts = $1", day, jobs
+    )
     await conn.execute(f"VACUUM ANALYZE {schema}.jobs_archive")
     await conn.execute(f"VACUUM ANALYZE {schema}.job_attempts_archive")
     await conn.execute("CHECKPOINT")
@@ -82,7 +85,8 @@ async def measure(
                     "SELECT ((clock_timestamp() AT TIME ZONE 'UTC') - interval '1 day')::date"
                 )
                 if dropped:
-                    await archive_days.create_day(backend._pool, backend._queries, yesterday)
+                    pool, queries = backend._pool, backend._queries
+                    await archive_partitions.make_range(pool, queries, yesterday, 1)
                 await _fill(conn, backend.schema, yesterday, jobs)
                 figures.append(await _expire(conn, backend, way))
             finally:

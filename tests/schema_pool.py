@@ -8,8 +8,8 @@ tests here each take a schema. A schema goes back to the pool only when it is as
   worker left running would take the next test's jobs);
 - its shape is the one it was made with (catalog and migration ledger fingerprint: a test
   may alter a table or tamper with a checksum);
-- its rows are deleted (the migration ledger aside; the archive's day partitions a prune
-  made are dropped), its sequences restarted, its tables' statistics counters reset. (No
+- its rows are deleted (the migration ledger aside; the archive's partitions a prune made
+  are dropped), its sequences restarted, its tables' statistics counters reset. (No
   test points a Redis limiter at such a schema's default prefix: the Redis tests use
   prefixes of their own.)
 
@@ -77,8 +77,9 @@ WHERE pid <> pg_backend_pid()
        OR (application_name = 'taskq_' || $1 AND state <> 'idle'))
 """
 
-# The archive's partitions of a day (the prune makes them ahead of the days it archives for).
-_ARCHIVE_DAYS = """
+# The archive's partitions of a time range (the prune makes them ahead of the days it
+# archives for).
+_ARCHIVE_PARTITIONS = """
 SELECT c.relname FROM pg_class c
 WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r'
   AND c.relname ~ '^(jobs_archive|job_attempts_archive)_[0-9]{8}$'
@@ -142,7 +143,7 @@ async def _emptied(dsn: str, schema: str, fingerprint: str) -> bool:
     try:
         if await conn.fetchval(_SESSIONS, schema):
             return False
-        await _drop_archive_days(conn, schema)
+        await _drop_archive_partitions(conn, schema)
         if await _fingerprint(conn, schema) != fingerprint:
             return False
         await conn.execute(_empty_statement(schema, await conn.fetch(_TABLES, schema)))
@@ -172,10 +173,10 @@ async def delete_every_row(dsn: str, schema: str) -> None:
         await conn.close()
 
 
-async def _drop_archive_days(conn: asyncpg.Connection, schema: str) -> None:
-    """Drop the archive's day partitions a prune made: the schema goes back as migrated."""
+async def _drop_archive_partitions(conn: asyncpg.Connection, schema: str) -> None:
+    """Drop the archive's partitions a prune made: the schema goes back as migrated."""
     validate_identifier(schema)
-    days = await conn.fetch(_ARCHIVE_DAYS, schema)
+    days = await conn.fetch(_ARCHIVE_PARTITIONS, schema)
     if days:
         await conn.execute(f"DROP TABLE {', '.join(f'{schema}.{d[0]}' for d in days)}")
 

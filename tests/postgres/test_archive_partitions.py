@@ -1,6 +1,6 @@
-"""The archive by day, on a real server: the prune archives into the partitions of the day
-its jobs expire on (made ahead by the prune), the expiry drops an ended day's two
-partitions whole, rows the default partition took move into their day when it is made, a
+"""The archive in time partitions, on a real server: the prune archives into the partitions
+of the day its jobs expire on (made ahead by the prune), the expiry drops an ended range's
+two partitions whole, rows the default partition took move into their day when it is made, a
 partition change behind a long reader gives up and runs at the next pass, and an
 installation upgraded with archived jobs keeps reading them while a worker drains."""
 
@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from datetime import date, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import asyncpg
 import pytest
 
 from taskq_core.actors import actor
-from taskq_core.backend.postgres import archive_days
+from taskq_core.backend.postgres import archive_partitions
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.migrate import default_directory, migrate_up
 from taskq_core.backend.protocol import EnqueueArgs
@@ -98,21 +99,22 @@ async def _day_partitions(conn: asyncpg.Connection, schema: str) -> set[str]:
 
 
 def _both(day: date) -> set[str]:
-    return {archive_days.partition_name(t, day) for t in archive_days.ARCHIVE_TABLES}
+    return {archive_partitions.partition_name(t, day) for t in archive_partitions.ARCHIVE_TABLES}
 
 
 async def _move_to(conn: asyncpg.Connection, schema: str, day: date) -> None:
     """Make every archived job (and its attempts) expire at noon UTC of ``day``, as if
-    archived for that day: its count goes there too."""
+    archived for that day: the counts follow (to the range of ``day``, if one is made)."""
     await conn.execute(
         f"""WITH moved AS (
                 UPDATE {schema}.jobs_archive SET expire_at = $1::date + interval '12 hours'
                 RETURNING id, expire_at),
             attempts AS (
                 UPDATE {schema}.job_attempts_archive a SET expire_at = m.expire_at
-                FROM moved m WHERE a.job_id = m.id),
-            counts AS (DELETE FROM {schema}.archive_days)
-            INSERT INTO {schema}.archive_days (day, jobs) SELECT $1::date, count(*) FROM moved""",
+                FROM moved m WHERE a.job_id = m.id)
+            UPDATE {schema}.archive_partitions p
+            SET jobs = CASE WHEN p.starts <= $1::date AND $1::date < p.ends
+                            THEN (SELECT count(*) FROM moved) ELSE 0 END""",
         day,
     )
 
@@ -128,14 +130,16 @@ async def test_a_prune_archives_into_the_partitions_of_the_day_its_jobs_expire_o
     homes = await _homes(conn, pg.schema, "jobs_archive")
     attempt_homes = await _homes(conn, pg.schema, "job_attempts_archive")
     if len(homes) == 1:  # the usual case: the prune did not run across midnight UTC
-        assert homes == {archive_days.partition_name("jobs_archive", first): 50}
-        assert attempt_homes == {archive_days.partition_name("job_attempts_archive", first): 50}
+        name = archive_partitions.partition_name
+        assert homes == {name("jobs_archive", first): 50}
+        assert attempt_homes == {name("job_attempts_archive", first): 50}
     assert "jobs_archive_default" not in homes
     assert "job_attempts_archive_default" not in attempt_homes
-    counted = await conn.fetch(f"SELECT day, jobs FROM {pg.schema}.archive_days")
-    assert sum(r["jobs"] for r in counted) == 50 and {r["day"] for r in counted} <= {
-        first,
-        first + timedelta(days=1),
+    counted = await conn.fetch(f"SELECT starts, ends, jobs FROM {pg.schema}.archive_partitions")
+    assert sum(r["jobs"] for r in counted) == 50
+    assert {(r["starts"], r["ends"]) for r in counted} == {
+        (first, first + timedelta(days=1)),
+        (first + timedelta(days=1), first + timedelta(days=2)),
     }
 
 
@@ -147,10 +151,10 @@ async def test_the_expiry_drops_an_ended_day_whole_and_counts_its_jobs(
     assert await backend.expire_archive(10) == 0  # no day of expiry has ended
     made_ahead = await _day_partitions(conn, pg.schema)
     yesterday = await _utc_day(conn, -timedelta(days=1))
-    await archive_days.create_day(backend._pool, backend._queries, yesterday)
+    await archive_partitions.make_range(backend._pool, backend._queries, yesterday, 1)
     await _move_to(conn, pg.schema, yesterday)
     assert await _homes(conn, pg.schema, "jobs_archive") == {
-        archive_days.partition_name("jobs_archive", yesterday): 30
+        archive_partitions.partition_name("jobs_archive", yesterday): 30
     }
     steps: list[int] = []
     # One step for the whole day, whatever the batch size: the partitions are dropped.
@@ -172,13 +176,37 @@ async def test_rows_the_default_took_move_into_their_day_when_its_partitions_are
     assert await _homes(conn, pg.schema, "job_attempts_archive") == {
         "job_attempts_archive_default": 20
     }
-    await archive_days.create_day(backend._pool, backend._queries, later)
+    await archive_partitions.make_range(backend._pool, backend._queries, later, 1)
     assert await _homes(conn, pg.schema, "jobs_archive") == {
-        archive_days.partition_name("jobs_archive", later): 20
+        archive_partitions.partition_name("jobs_archive", later): 20
     }
     assert await _homes(conn, pg.schema, "job_attempts_archive") == {
-        archive_days.partition_name("job_attempts_archive", later): 20
+        archive_partitions.partition_name("job_attempts_archive", later): 20
     }
+    # Counted by the range they moved into, for the expiry's report.
+    assert await conn.fetchval(
+        f"SELECT jobs FROM {pg.schema}.archive_partitions WHERE starts = $1", later
+    ) == 20  # fmt: skip
+
+
+async def test_a_range_of_another_width_is_clipped_to_fit_beside_the_made_ones(
+    backend: PostgresBackend, conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    # The retention grew from days to a year: 13-day ranges are made beside 1-day ones.
+    day = await _utc_day(conn, timedelta(days=60))
+    pool, queries = backend._pool, backend._queries
+    await archive_partitions.make_range(pool, queries, day, 1)
+    for later in range(1, 30):
+        await archive_partitions.make_range(pool, queries, day + timedelta(days=later), 13)
+    ranges = await conn.fetch(
+        f"SELECT starts, ends FROM {pg.schema}.archive_partitions ORDER BY starts"
+    )
+    spans = [(r["starts"], r["ends"]) for r in ranges]
+    assert spans[0] == (day, day + timedelta(days=1))
+    assert all(a[1] <= b[0] for a, b in pairwise(spans))  # no overlap
+    assert all((e - s).days <= 13 for s, e in spans)
+    assert archive_partitions.covering(day + timedelta(days=29), spans) is not None
+    assert len(await _day_partitions(conn, pg.schema)) == 2 * len(spans)
 
 
 async def test_a_drop_behind_a_long_reader_gives_up_and_runs_at_the_next_pass(
@@ -187,11 +215,11 @@ async def test_a_drop_behind_a_long_reader_gives_up_and_runs_at_the_next_pass(
     pg: PgTarget,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(archive_days, "LOCK_TIMEOUT", "100ms")
+    monkeypatch.setattr(archive_partitions, "LOCK_TIMEOUT", "100ms")
     await _add_due_jobs(conn, pg.schema, 10)
     assert (await backend.prune_jobs(_prune())).total == 10
     yesterday = await _utc_day(conn, -timedelta(days=1))
-    await archive_days.create_day(backend._pool, backend._queries, yesterday)
+    await archive_partitions.make_range(backend._pool, backend._queries, yesterday, 1)
     await _move_to(conn, pg.schema, yesterday)
     reader = await asyncpg.connect(pg.dsn)
     try:
@@ -293,9 +321,6 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
         finally:
             await migrator.close()
         assert result.applied == ["0021_partition_the_archive"]
-        # The jobs archived so far are counted by the day they expire on.
-        counted = await conn.fetch(f"SELECT jobs FROM {old_schema}.archive_days")
-        assert sorted(r["jobs"] for r in counted) == [ARCHIVED // 2, ARCHIVED // 2]
         await backend.enqueue_batch(
             [EnqueueArgs(partition_tick.name, {"n": n}, queue=LIVE_QUEUE) for n in range(300)]
         )
@@ -319,10 +344,6 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
                        (SELECT count(*) FROM {old_schema}.job_attempts_archive) AS attempts"""
         )
         assert dict(remaining or {}) == {"jobs": ARCHIVED // 2, "attempts": ARCHIVED // 2}
-        # The ended day's count went with it.
-        assert await conn.fetchval(f"SELECT sum(jobs) FROM {old_schema}.archive_days") == (
-            ARCHIVED // 2
-        )
         # New archives go to day partitions.
         await backend.prune_jobs(
             PrunePolicy(
@@ -334,6 +355,7 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
         homes = await _homes(conn, old_schema, "jobs_archive")
         assert homes.pop("jobs_archive_default") == ARCHIVED // 2
         assert sum(homes.values()) == 600 and all(h.startswith("jobs_archive_2") for h in homes)
+        assert await conn.fetchval(f"SELECT sum(jobs) FROM {old_schema}.archive_partitions") == 600
     finally:
         await backend.close()
         await conn.close()

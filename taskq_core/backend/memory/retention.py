@@ -1,7 +1,7 @@
 """Retention: the prune (old terminal jobs to the archive, with their attempts, deleting
-their events) and the archive expiry (archived jobs once their ``expire_at``'s UTC day has
-ended, as PostgreSQL drops that day's partition), the sweep locks that keep either from
-running twice at once, and reads of the archive (until ``expire_at``).
+their events) and the archive expiry (archived jobs once the partition range of their
+``expire_at`` has ended, as PostgreSQL drops that partition), the sweep locks that keep
+either from running twice at once, and reads of the archive (until ``expire_at``).
 
 A workflow's steps move with their workflow, never alone: nothing of a running workflow
 moves, and an ended one moves whole once due, by the rule sql/retention.sql states (the
@@ -106,12 +106,12 @@ class RetentionPart(MemoryStore):
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
         def delete_batch() -> int:
-            # Rows whose UTC day of expiry has ended (PG drops that day's partition whole).
+            # Rows whose partition range has ended (PG drops that partition whole).
             now = self._now()
             expired = [
                 job_id
                 for job_id, archived in self._archived_jobs.items()
-                if archive_storage_ends(archived.expire_at) <= now
+                if archive_storage_ends(archived.expire_at, archived.archived_at) <= now
             ][:batch_size]
             for job_id in expired:
                 del self._archived_jobs[job_id]

@@ -1,7 +1,7 @@
 """Retention on PostgreSQL: the prune to the archive, the archive expiry,
 their cluster-wide locks and reads of archived jobs. Every batch is one statement committed
-on its own (sql/retention.sql); the archive's day partitions are made and dropped by
-archive_days.py.
+on its own (sql/retention.sql); the archive's time partitions are made and dropped by
+archive_partitions.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from taskq_core.backend.protocol.retention import ArchivedJob, PrunePolicy, Prun
 from taskq_core.constants import validate_identifier
 from taskq_core.statemachine import JobStatus
 
-from . import archive_days, rows
+from . import archive_partitions, rows
 from .core import BackendCore
 from .errors import translate
 
@@ -84,7 +84,7 @@ class RetentionPart(BackendCore):
             )
             _add_counts(moved, records)
             return PruneResult(moved, 0)
-        await archive_days.ensure_ahead(self._pool, self._queries, policy.archive_for)
+        await archive_partitions.ensure_ahead(self._pool, self._queries, policy.archive_for)
         batches = 0
         while True:
             # Each fetch outside a transaction block commits on its own: one batch, one commit.
@@ -106,11 +106,11 @@ class RetentionPart(BackendCore):
     async def expire_archive(
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
-        # Ended days dropped whole, then the default partition's rows of ended days,
+        # Ended ranges dropped whole, then the default partition's rows of ended days,
         # ``batch_size`` per committed batch.
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        dropped = await archive_days.drop_ended(self._pool, self._queries, on_batch)
+        dropped = await archive_partitions.drop_ended(self._pool, self._queries, on_batch)
         deleted = await self._in_batches("expire_archive_batch", batch_size, on_batch=on_batch)
         return dropped + deleted
 

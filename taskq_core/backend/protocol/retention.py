@@ -7,10 +7,11 @@ batches that commit one by one, so a prune of millions of rows never holds one l
 transaction, and two prunes running at once (a rolling deploy's two leaders) move each row
 once. Time predicates run on the backend's clock.
 
-The archive is kept by day: an archived job is readable until its ``expire_at`` and its row is
-removed once the UTC day of that ``expire_at`` has ended (``archive_storage_ends``), a whole
-day at a time (PostgreSQL keeps one partition per day and drops it), so it stays stored up to
-a day past ``expire_at`` but is never read after it.
+The archive is kept in time partitions: an archived job is readable until its ``expire_at``
+and its row is removed once the partition holding that ``expire_at`` has ended
+(``archive_storage_ends``), a whole partition at a time (PostgreSQL drops it). A partition
+spans ``archive_partition_days(archive_for)`` UTC days, so a job stays stored at most that
+long past its ``expire_at`` but is never read after it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -76,11 +77,35 @@ class ArchivedJob:
     expire_at: datetime
 
 
-def archive_storage_ends(expire_at: datetime) -> datetime:
-    """When the archive expiry removes a job archived until ``expire_at``: the end of that
-    instant's UTC day (PostgreSQL's partition of the day, dropped whole)."""
-    day = expire_at.astimezone(UTC).date()
-    return datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
+# About this many partitions hold an archive at a time, whatever its retention: each read
+# of the archive by id visits (and locks) every one of them.
+ARCHIVE_PARTITIONS = 30
+ARCHIVE_PARTITION_MAX_DAYS = 28
+_EPOCH = date(1970, 1, 1)
+
+
+def archive_partition_days(archive_for: timedelta) -> int:
+    """How many UTC days one archive partition spans for jobs archived for ``archive_for``:
+    a day up to 30 days of retention, then a thirtieth of it (13 days for a year), at most
+    28."""
+    days = -(-archive_for // timedelta(days=ARCHIVE_PARTITIONS))  # ceiling
+    return max(1, min(ARCHIVE_PARTITION_MAX_DAYS, days))
+
+
+def archive_range(day: date, width: int) -> tuple[date, date]:
+    """The aligned range ``[starts, ends)`` of ``width`` days holding ``day``: ranges of one
+    width tile the calendar from 1970-01-01, so every prune of that width finds the same."""
+    starts = day - timedelta(days=(day - _EPOCH).days % width)
+    return starts, starts + timedelta(days=width)
+
+
+def archive_storage_ends(expire_at: datetime, archived_at: datetime) -> datetime:
+    """When the archive expiry removes a job archived at ``archived_at`` until ``expire_at``:
+    the end of the partition range holding ``expire_at``'s UTC day (PostgreSQL drops it
+    whole; a range clipped by a neighbour of another width ends sooner there)."""
+    width = archive_partition_days(expire_at - archived_at)
+    _, ends = archive_range(expire_at.astimezone(UTC).date(), width)
+    return datetime.combine(ends, time(), tzinfo=UTC)
 
 
 def archive_readable(expire_at: datetime, now: datetime) -> bool:
@@ -114,10 +139,11 @@ class RetentionBackend(Protocol):
         self, batch_size: int, *, on_batch: Callable[[int], None] | None = None
     ) -> int:
         """Delete archived jobs (and their archived attempts) whose storage has ended
-        (``archive_storage_ends``: the UTC day of their ``expire_at`` is over); returns how
-        many jobs were deleted. PG: each ended day's partitions are dropped whole (one step
-        whatever their size), then rows outside day partitions are deleted ``batch_size`` per
-        committed batch. ``on_batch`` is called after each step with the jobs it removed."""
+        (``archive_storage_ends``: the partition range of their ``expire_at`` is over);
+        returns how many jobs were deleted. PG: each ended range's partitions are dropped
+        whole (one step whatever their size), then the default partition's rows of ended
+        days are deleted ``batch_size`` per committed batch. ``on_batch`` is called after
+        each step with the jobs it removed."""
 
     def sweep_lock(self, name: str) -> AbstractAsyncContextManager[bool]:
         """Hold the cluster-wide lock ``name`` (``taskq:prune``, ``taskq:archive_expiry``)

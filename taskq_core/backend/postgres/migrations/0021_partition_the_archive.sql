@@ -1,31 +1,30 @@
--- The archive partitioned by day of expire_at (UTC): the archive expiry drops a day's
--- partitions once the day has ended instead of deleting its rows one by one. The tables
+-- The archive partitioned by ranges of UTC days of expire_at: the archive expiry drops a
+-- range's partitions once it has ended instead of deleting its rows one by one. The tables
 -- built in 0001 become the default partitions and keep what they hold; nothing is copied
 -- and the one lock held long is on the archive (never read or written by the hot path):
 -- the index on id the partitioned table needs, built on the old table first, about half a
 -- second per million archived jobs, while prunes of finished jobs wait.
--- Day partitions are created ahead by the prune, for the days its jobs will expire on; a row
--- with no day partition lands in the default, whose rows the expiry deletes in batches.
+-- Partitions are created ahead by the prune, for the days its jobs will expire on; a row
+-- with no partition of its range lands in the default, whose rows the expiry deletes in
+-- batches.
 --
--- Archived attempts carry their job's expire_at, so they go to the same day and leave with
+-- Archived attempts carry their job's expire_at, so they go to its partition and leave with
 -- it; rows archived before this migration keep NULL there (they are in the default). The
 -- foreign key to the archive goes: a partition of a referenced table cannot be dropped, and
 -- the expiry deletes a job's attempts with it.
 
--- How many jobs are archived to expire on each UTC day, wherever they are stored: the
--- expiry reports a dropped day's count from here instead of counting its rows (seconds for
--- a day of ten million). The prune adds each batch's count in the batch's transaction; the
--- expiry deletes a day's row with its partitions (or, for a day without partitions, whose
--- jobs the default's batches delete and count, once the day has ended). The jobs archived
--- so far are counted now: a read, taking no lock that stops a prune.
-CREATE TABLE {schema}.archive_days (
-    day  date PRIMARY KEY,
-    jobs bigint NOT NULL DEFAULT 0
+-- The archive's partitions of a time range, one row each: the range [starts, ends) of UTC
+-- days whose expire_at it holds (its tables are jobs_archive_<starts> and
+-- job_attempts_archive_<starts>, as YYYYMMDD), and how many jobs it holds, so the expiry
+-- reports a dropped range without counting its rows (seconds for ten million). A row is
+-- written in the transaction that makes the partitions and deleted in the one that drops
+-- them; the prune adds each batch's count in the batch's transaction.
+CREATE TABLE {schema}.archive_partitions (
+    starts date PRIMARY KEY,
+    ends   date NOT NULL,
+    jobs   bigint NOT NULL DEFAULT 0,
+    CHECK (starts < ends)
 );
-INSERT INTO {schema}.archive_days (day, jobs)
-SELECT (a.expire_at AT TIME ZONE 'UTC')::date, count(*)
-FROM {schema}.jobs_archive a
-GROUP BY 1;
 
 -- Not UNIQUE (a unique index on a partitioned table must hold the partition key), so the
 -- primary key's index cannot stand for it.

@@ -211,12 +211,17 @@ archived AS (
     FROM moved m CROSS JOIN k
 ),
 counted AS (
-    -- The day's count, for the expiry's report when it drops the day.
-    INSERT INTO {schema}.archive_days AS d (day, jobs)
-    SELECT ((k.now + $5::interval) AT TIME ZONE 'UTC')::date, count(*)
-    FROM moved m CROSS JOIN k
-    GROUP BY 1
-    ON CONFLICT (day) DO UPDATE SET jobs = d.jobs + excluded.jobs
+    -- The batch's count added to its partition's, for the expiry's report when it drops it
+    -- (no row when the jobs went to the default partition: its batches count what they
+    -- delete).
+    UPDATE {schema}.archive_partitions p
+    SET jobs = p.jobs + c.jobs
+    FROM (
+        SELECT ((k.now + $5::interval) AT TIME ZONE 'UTC')::date AS day, count(*) AS jobs
+        FROM moved m CROSS JOIN k
+        GROUP BY 1
+    ) c
+    WHERE p.starts <= c.day AND c.day < p.ends
 ),
 archived_attempts AS (
     -- With their job's expire_at: the same day's partition, dropped with it.
@@ -272,52 +277,42 @@ SELECT c.status::text AS status, c.queue, sum(c.count)::bigint AS count
 FROM counted c
 GROUP BY c.status, c.queue;
 
--- The archive by day. jobs_archive and job_attempts_archive are partitioned by range of
--- expire_at, one partition per UTC day (`jobs_archive_YYYYMMDD`, `job_attempts_archive_YYYYMMDD`,
--- created together by the prune ahead of the days its jobs expire on: archive_days.py), plus
--- a default partition each for rows no day holds (those archived before 0022, or on a day
--- whose partitions could not be created). The expiry drops a day's two partitions once the
--- day has ended, and deletes the default's rows of ended days in batches. Reads stop at
--- expire_at, so a row kept until its day ends is never read after it.
+-- The archive in time partitions. jobs_archive and job_attempts_archive are partitioned by
+-- range of expire_at, each range a few UTC days (`jobs_archive_YYYYMMDD` and
+-- `job_attempts_archive_YYYYMMDD`, named by their first day; the registry
+-- archive_partitions holds each range and its count of jobs), made together by the prune
+-- ahead of the days its jobs expire on (archive_partitions.py), plus a default partition each for
+-- rows no range holds (those archived before 0021, or while their range could not be made).
+-- The expiry drops a range's two partitions once it has ended, and deletes the default's
+-- rows of ended days in batches. Reads stop at expire_at, so a row kept until its range
+-- ends is never read after it.
 
--- name: archive_days_missing
--- Of the UTC days the jobs a prune archives now expire on ($1 archive_for: today's day plus
--- that, and the next, for a prune that runs past midnight), those without both partitions.
-WITH first AS (
-    SELECT ((clock_timestamp() + $1::interval) AT TIME ZONE 'UTC')::date AS day
-)
-SELECT d.day::date AS day
-FROM first f
-CROSS JOIN generate_series(f.day, f.day + 1, interval '1 day') AS d (day)
-WHERE to_regclass('{schema}.jobs_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL
-   OR to_regclass('{schema}.job_attempts_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL
-ORDER BY 1;
+-- name: archive_target_day
+-- The UTC day the jobs a prune archives now, for $1, expire on.
+SELECT ((clock_timestamp() + $1::interval) AT TIME ZONE 'UTC')::date;
 
--- name: archive_days_ended
--- The days whose partitions the expiry drops: every day partition of either table (a lone
--- one too) of a UTC day before today's, oldest first.
-SELECT DISTINCT to_date(right(c.relname, 8), 'YYYYMMDD') AS day
-FROM pg_inherits i
-JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent IN ('{schema}.jobs_archive'::regclass, '{schema}.job_attempts_archive'::regclass)
-  AND c.relname ~ '^(jobs_archive|job_attempts_archive)_[0-9]{8}$'
-  AND to_date(right(c.relname, 8), 'YYYYMMDD')
-      < (clock_timestamp() AT TIME ZONE 'UTC')::date
-ORDER BY 1;
+-- name: archive_partitions_list
+-- Every partition range, oldest first. Read with the statement's snapshot (a plain table),
+-- so it sees the ranges another session has just made.
+SELECT p.starts, p.ends FROM {schema}.archive_partitions p ORDER BY p.starts;
 
--- name: archive_day_forget
--- Delete day $1's count and return it (0 when none): in the transaction that drops the day.
+-- name: archive_partition_add
+-- Register the range [$1, $2) holding $3 jobs (those its creation moved in).
+INSERT INTO {schema}.archive_partitions (starts, ends, jobs) VALUES ($1, $2, $3);
+
+-- name: archive_partitions_ended
+-- The ranges whose partitions the expiry drops: those ending by today (UTC), oldest first.
+SELECT p.starts FROM {schema}.archive_partitions p
+WHERE p.ends <= (clock_timestamp() AT TIME ZONE 'UTC')::date
+ORDER BY p.starts;
+
+-- name: archive_partition_forget
+-- Unregister the range starting $1 and return its count of jobs (0 when none): in the
+-- transaction that drops its partitions.
 WITH gone AS (
-    DELETE FROM {schema}.archive_days d WHERE d.day = $1::date RETURNING d.jobs
+    DELETE FROM {schema}.archive_partitions p WHERE p.starts = $1::date RETURNING p.jobs
 )
 SELECT coalesce(sum(g.jobs), 0)::bigint FROM gone g;
-
--- name: archive_days_forget_ended
--- Delete the counts of ended days without partitions (their jobs are in the default
--- partition, whose batches count what they delete).
-DELETE FROM {schema}.archive_days d
-WHERE d.day < (clock_timestamp() AT TIME ZONE 'UTC')::date
-  AND to_regclass('{schema}.jobs_archive_' || to_char(d.day, 'YYYYMMDD')) IS NULL;
 
 -- name: set_local_lock_timeout
 -- Bound the waits for locks of the rest of this transaction ($1: a duration, '5s'): the
@@ -325,18 +320,9 @@ WHERE d.day < (clock_timestamp() AT TIME ZONE 'UTC')::date
 -- behind them, so they give up instead and run again at the next pass.
 SELECT set_config('lock_timeout', $1::text, true);
 
--- name: archive_day_exists
--- Whether this schema has the table $1. Read from pg_class with this statement's snapshot:
--- to_regclass may answer from a cache that has not yet seen a table another session just
--- created.
-SELECT EXISTS (
-    SELECT 1 FROM pg_class c
-    WHERE c.relnamespace = '{schema}'::regnamespace AND c.relname = $1::text
-);
-
--- name: archive_days_lock
--- One creator of day partitions at a time per schema (a transaction lock).
-SELECT pg_advisory_xact_lock(hashtextextended('taskq:archive_days:{schema}', 0));
+-- name: archive_partitions_lock
+-- One maker of partitions at a time per schema (a transaction lock).
+SELECT pg_advisory_xact_lock(hashtextextended('taskq:archive_partitions:{schema}', 0));
 
 -- name: expire_archive_batch
 -- Up to $1 rows of the default partition whose UTC day of expire_at has ended, oldest first
