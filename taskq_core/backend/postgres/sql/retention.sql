@@ -1,6 +1,6 @@
 -- Retention: the prune moves old terminal jobs to the archive, the archive expiry removes
--- archived jobs once the day of their expire_at has ended ("The archive by day" below), and
--- the archived reads, which stop at expire_at.
+-- archived jobs once the range of days holding their expire_at has ended ("The archive in
+-- time partitions" below), and the archived reads, which stop at expire_at.
 --
 -- Each batch is one statement in its own transaction: the caller loops, so a prune of
 -- millions of rows never holds a long transaction. Rows are picked FOR UPDATE SKIP LOCKED:
