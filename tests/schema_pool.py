@@ -164,10 +164,12 @@ async def _fingerprint(conn: asyncpg.Connection, schema: str) -> str:
 
 
 async def delete_every_row(dsn: str, schema: str) -> None:
-    """Delete every row of the schema (the migration ledger aside): a fresh start, cheaper
-    than a new schema or TRUNCATE for a few dozen rows."""
+    """Delete every row of the schema (the migration ledger aside) and the archive's
+    partitions a prune made: a fresh start, cheaper than a new schema or TRUNCATE for a few
+    dozen rows."""
     conn = await asyncpg.connect(dsn)
     try:
+        await _drop_archive_partitions(conn, schema)
         await conn.execute(";".join(_deletes(schema, await conn.fetch(_TABLES, schema))))
     finally:
         await conn.close()

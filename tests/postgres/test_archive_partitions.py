@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog
 
 from taskq_core.actors import actor
 from taskq_core.backend.postgres import archive_partitions
@@ -207,6 +208,25 @@ async def test_a_range_of_another_width_is_clipped_to_fit_beside_the_made_ones(
     assert all((e - s).days <= 13 for s, e in spans)
     assert archive_partitions.covering(day + timedelta(days=29), spans) is not None
     assert len(await _day_partitions(conn, pg.schema)) == 2 * len(spans)
+
+
+async def test_a_table_in_the_way_of_a_range_leaves_the_prune_going_to_the_default(
+    backend: PostgresBackend, conn: asyncpg.Connection, pg: PgTarget
+) -> None:
+    first = await _utc_day(conn, ARCHIVE_FOR)
+    name = archive_partitions.partition_name("jobs_archive", first)
+    await conn.execute(f"CREATE TABLE {pg.schema}.{name} (note text)")  # made by hand
+    await _add_due_jobs(conn, pg.schema, 10)
+    with structlog.testing.capture_logs() as logs:
+        assert (await backend.prune_jobs(_prune())).total == 10
+    deferred = [e for e in logs if e["event"] == "archive_partition_deferred"]
+    assert deferred and "DuplicateTableError" in deferred[0]["error"]
+    homes = await _homes(conn, pg.schema, "jobs_archive")
+    assert sum(homes.values()) == 10
+    if await _utc_day(conn, ARCHIVE_FOR) == first:  # the prune did not run across midnight
+        assert homes == {"jobs_archive_default": 10}
+    archived_ids = await conn.fetch(f"SELECT id FROM {pg.schema}.jobs_archive")
+    assert all([await backend.get_archived_job(r["id"]) for r in archived_ids])
 
 
 async def test_a_drop_behind_a_long_reader_gives_up_and_runs_at_the_next_pass(

@@ -88,8 +88,8 @@ def create_statements(schema: str, table: str, span: Range) -> tuple[str, str, s
 async def ensure_ahead(pool: Pool, queries: SchemaQueries, archive_for: timedelta) -> None:
     """Make the partitions of the days the jobs archived now, for ``archive_for``, expire on
     (and of the day after: a prune that runs past midnight), where no range holds them. A
-    range that cannot be made now (a lock not granted in time) is logged: its rows go to the
-    default partition meanwhile."""
+    range that cannot be made now is logged, not raised: its rows go to the default
+    partition meanwhile."""
     day: date = await pool.fetchval(queries["archive_target_day"], archive_for)
     width = archive_partition_days(archive_for)
     ranges = await _ranges(pool, queries)
@@ -98,8 +98,16 @@ async def ensure_ahead(pool: Pool, queries: SchemaQueries, archive_for: timedelt
             continue
         try:
             await make_range(pool, queries, wanted, width)
-        except asyncpg.LockNotAvailableError:
-            _log.warning("archive_partition_deferred", schema=queries.schema, day=str(wanted))
+        except asyncpg.PostgresError as exc:
+            # A lock not granted in time, or a table in the way (made by hand, or left
+            # behind with its registry row deleted): the prune goes on, its jobs to the
+            # default partition.
+            _log.warning(
+                "archive_partition_deferred",
+                schema=queries.schema,
+                day=str(wanted),
+                error=f"{type(exc).__name__}: {exc}",
+            )
         ranges = await _ranges(pool, queries)
 
 

@@ -224,7 +224,7 @@ counted AS (
     WHERE p.starts <= c.day AND c.day < p.ends
 ),
 archived_attempts AS (
-    -- With their job's expire_at: the same day's partition, dropped with it.
+    -- With their job's expire_at: in their job's partition, dropped with it.
     INSERT INTO {schema}.job_attempts_archive (
         id, job_id, attempt, worker_id, outcome, started_at, finished_at, duration_ms,
         error_class, error_message, error_traceback, expire_at
@@ -281,8 +281,9 @@ GROUP BY c.status, c.queue;
 -- range of expire_at, each range a few UTC days (`jobs_archive_YYYYMMDD` and
 -- `job_attempts_archive_YYYYMMDD`, named by their first day; the registry
 -- archive_partitions holds each range and its count of jobs), made together by the prune
--- ahead of the days its jobs expire on (archive_partitions.py), plus a default partition each for
--- rows no range holds (those archived before 0021, or while their range could not be made).
+-- ahead of the days its jobs expire on (archive_partitions.py), plus a default partition
+-- each for rows no range holds (those archived before 0021, or while their range could not
+-- be made).
 -- The expiry drops a range's two partitions once it has ended, and deletes the default's
 -- rows of ended days in batches. Reads stop at expire_at, so a row kept until its range
 -- ends is never read after it.
@@ -327,7 +328,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('taskq:archive_partitions:{schema}
 -- name: expire_archive_batch
 -- Up to $1 rows of the default partition whose UTC day of expire_at has ended, oldest first
 -- (the order keeps the pick on jobs_archive_expire_idx), deleted with their attempts (the
--- default's too: an attempt carries its job's expire_at, or NULL when archived before 0022).
+-- default's too: an attempt carries its job's expire_at, or NULL when archived before 0021).
 -- The clock is read once, in `k`, so it bounds the index scan instead of filtering each row.
 -- The deletes take the picked ids as one array, so they find them on an index: joined to
 -- the CTE instead, the generic plan hashed the whole archive to delete a batch.
