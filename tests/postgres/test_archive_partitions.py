@@ -25,11 +25,11 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.migrate import default_directory, migrate_up
 from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.backend.protocol.retention import PrunePolicy
-from taskq_core.settings import TaskqSettings
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.runtime import Worker
 from tests.conftest import PgTarget
 from tests.schema_pool import drop_schema, new_schema_name
+from tests.worker.conftest import fast_settings
 
 pytestmark = [pytest.mark.postgres]
 
@@ -37,13 +37,6 @@ KEEP = timedelta(days=1)
 ARCHIVE_FOR = timedelta(days=3)
 QUEUE = "old"
 LIVE_QUEUE = "partition_live"
-
-
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
 
 
 @pytest.fixture
@@ -261,21 +254,9 @@ async def partition_tick(payload: dict[str, Any]) -> None:
 
 
 def _worker(backend: PostgresBackend) -> Worker:
-    settings = TaskqSettings.load(
-        queues=[LIVE_QUEUE],
-        max_concurrency=4,
-        poll_interval=0.05,
-        notify_poll_interval=0.05,
-        idle_poll_interval=0.05,
-        idle_settle_window=0.0,
-        health_enabled=False,
-    )
-    return Worker(
-        settings,
-        {partition_tick.name: partition_tick},
-        backend=backend,
-        install_signal_handlers=False,
-    )
+    settings = fast_settings(queues=[LIVE_QUEUE], lock_lease=30.0)
+    actors = {partition_tick.name: partition_tick}
+    return Worker(settings, actors, backend=backend, install_signal_handlers=False)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import asyncio
 import json
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -39,13 +38,6 @@ ENQUEUER = textwrap.dedent(
     asyncio.run(main(int(sys.argv[1])))
     """
 )
-
-
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
 
 
 async def _enqueuer(pg: PgTarget, n: int) -> asyncio.subprocess.Process:

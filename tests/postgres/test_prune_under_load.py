@@ -4,7 +4,6 @@ prune's batches, no session waits long on a lock, and every due row moves exactl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -61,13 +60,6 @@ def _worker(backend: PostgresBackend) -> Worker:
         health_enabled=False,
     )
     return Worker(settings, {tick.name: tick}, backend=backend, install_signal_handlers=False)
-
-
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
 
 
 async def _add_due_jobs(conn: asyncpg.Connection, schema: str) -> None:

@@ -80,13 +80,6 @@ async def _counts(conn: asyncpg.Connection, schema: str) -> dict[str, int]:
 
 
 @pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
-
-
-@pytest.fixture
 async def backends(pg: PgTarget) -> AsyncIterator[list[PostgresBackend]]:
     """Two backend instances on the same schema, each with its own pool."""
     opened = [await PostgresBackend.connect(pg.dsn, pg.schema, max_size=2) for _ in range(2)]

@@ -35,13 +35,6 @@ BATCH_TYPES = "text[], interval[], text, bigint, interval"
 
 
 @pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
-
-
-@pytest.fixture
 async def backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
     opened = await PostgresBackend.connect(pg.dsn, pg.schema, max_size=2)
     yield opened

@@ -34,13 +34,6 @@ async def backends(pg: PgTarget) -> AsyncIterator[tuple[PostgresBackend, Postgre
     await second.close()
 
 
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
-
-
 async def make_due(conn: asyncpg.Connection, schema: str, name: str) -> datetime:
     """Plan ``name``'s next fire at its latest fire time (now due); returns that time."""
     now = await conn.fetchval("SELECT clock_timestamp()")

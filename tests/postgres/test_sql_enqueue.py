@@ -47,13 +47,6 @@ async def backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
     await opened.close()
 
 
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
-
-
 async def declare(backend: PostgresBackend, name: str, **fields: object) -> None:
     """What a worker's start-up stores for the actor."""
     declaration = ActorDeclaration(name, fields.pop("queue", "default"), {}, None, None, None)

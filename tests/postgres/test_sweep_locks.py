@@ -34,13 +34,6 @@ async def backends(pg: PgTarget) -> AsyncIterator[list[PostgresBackend]]:
         await backend.close()
 
 
-@pytest.fixture
-async def conn(pg: PgTarget) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(pg.dsn)
-    yield connection
-    await connection.close()
-
-
 async def _holders(conn: asyncpg.Connection, key: str) -> list[int]:
     return [record["pid"] for record in await conn.fetch(_HOLDERS, key)]
 
