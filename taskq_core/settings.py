@@ -293,7 +293,9 @@ class TaskqSettings(BaseSettings):
     """Retention of abandoned and crashed jobs (unset: TASKQ_PRUNE_RETENTION_PERIOD when
     that is set)."""
     archive_retention_period: Duration = timedelta(days=365)
-    """How long an archived job is kept (its ``expire_at``) before the archive expiry deletes it."""
+    """How long an archived job is read back (its ``expire_at``); the archive expiry drops it
+    with its partition's range of days, at most that range's width later (a day up to 30
+    days, a thirtieth of this beyond)."""
     archive_expiry_schedule_utc: str = "04:00"
     """Daily time (HH:MM, UTC) of the archive expiry; ignored when
     TASKQ_ARCHIVE_EXPIRY_CRON_EXPR is set."""
