@@ -26,14 +26,8 @@ import annotated_types
 from pydantic.fields import FieldInfo
 
 from taskq_core.durations import format_duration
-from taskq_core.settings import (
-    ENV_PREFIX,
-    NOT_YET_IN_EFFECT,
-    Duration,
-    OptionalSeconds,
-    Seconds,
-    TaskqSettings,
-)
+from taskq_core.setting_types import Duration, OptionalSeconds, Seconds
+from taskq_core.settings import ENV_PREFIX, NOT_YET_IN_EFFECT, TaskqSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "settings.md"

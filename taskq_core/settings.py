@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from taskq_core.constants import (
@@ -28,33 +28,10 @@ from taskq_core.constants import (
 from taskq_core.credentials import shown_rejected, without_value
 from taskq_core.cron_timing import check_cron_expression, parse_daily_time
 from taskq_core.dsn import check_dsn, check_redis_url
-from taskq_core.durations import parse_duration
 from taskq_core.errors import ConfigError, InvalidIdentifierError
+from taskq_core.setting_types import Duration, OptionalSeconds, Seconds
 
 ENV_PREFIX = "TASKQ_"
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, str | int | float | timedelta) and not isinstance(value, bool):
-        return parse_duration(value).total_seconds()
-    raise ValueError(f"invalid duration {value!r}")
-
-
-def _duration(value: Any) -> timedelta:
-    if value is None:
-        raise ValueError("a duration is required")
-    return parse_duration(value)
-
-
-def _optional_seconds(value: Any) -> float | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return _seconds(value)
-
-
-Seconds = Annotated[float, BeforeValidator(_seconds)]
-OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_seconds)]
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
 
 
 def validate_dsn(value: str) -> str:

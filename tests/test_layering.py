@@ -321,3 +321,17 @@ def test_no_postgres_backend_part_inherits_from_another_part() -> None:
     assert {
         name: part.__bases__ for name, part in parts.items() if part.__bases__ != (BackendCore,)
     } == {}
+
+
+# A module a reviewer reads in one sitting: past this, split it along its jobs (issue 34).
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_longer_than_a_sitting() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for package in PACKAGES
+        for path in (REPO / package).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

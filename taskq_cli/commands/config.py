@@ -21,7 +21,8 @@ from taskq_cli import output
 from taskq_cli.options import DsnOption, JsonOption, SchemaOption, global_options, load_settings
 from taskq_core.credentials import shown_value
 from taskq_core.durations import format_duration
-from taskq_core.settings import ENV_PREFIX, Duration, OptionalSeconds, Seconds, TaskqSettings
+from taskq_core.setting_types import Duration, OptionalSeconds, Seconds
+from taskq_core.settings import ENV_PREFIX, TaskqSettings
 
 Source = Literal["flag", "environment", ".env", "default"]
 

@@ -56,6 +56,7 @@ from taskq_core.statemachine import (
     assert_valid_transition,
 )
 
+from .jsonb import as_json, freeze
 from .lookups import matching, unique_holder
 from .settle import Ending, counts_as_started, plan_ending, settle_ending, write_settlement
 from .store import (
@@ -66,8 +67,6 @@ from .store import (
     MemoryStore,
     QueueRecord,
     WorkerRecord,
-    as_json,
-    freeze,
 )
 
 

@@ -36,7 +36,8 @@ from taskq_core.errors import PayloadTooLargeError, SingletonCollisionError
 from taskq_core.statemachine import ACTIVE_STATUSES, JobStatus
 
 from .enqueue import add_job
-from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, MemoryStore, as_json
+from .jsonb import as_json
+from .store import PENDING, SCHEDULED, BatchRecord, JobRecord, MemoryStore
 
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="memory_backend")

@@ -17,16 +17,9 @@ from taskq_core.backend.protocol.sizes import check_enqueue_payload
 from taskq_core.backend.protocol.unique import check_unique, collision, holds_key, stored_unique
 from taskq_core.ids import uuid7
 
+from .jsonb import as_json
 from .lookups import held_keys
-from .store import (
-    PENDING,
-    SCHEDULED,
-    WAITING,
-    JobRecord,
-    MemoryStore,
-    MemoryTransaction,
-    as_json,
-)
+from .store import PENDING, SCHEDULED, WAITING, JobRecord, MemoryStore, MemoryTransaction
 
 _RETRY_KINDS: frozenset[RetryKind] = frozenset({"transient", "indefinite", "non_retryable"})
 

@@ -18,9 +18,10 @@ from taskq_core.constants import (
 )
 from taskq_core.statemachine import JobStatus
 
+from .jsonb import freeze
 from .retention import in_batches
 from .settle import is_blamed, reclaim
-from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore
 
 _ZERO = timedelta(0)
 _DEADLINE_PASSED = ErrorInfo("DeadlineExceeded", "schedule_to_close passed before the job ran")

@@ -6,7 +6,8 @@ from typing import Any
 
 from taskq_core.backend.protocol import Lease
 
-from .store import MemoryStore, as_json
+from .jsonb import as_json
+from .store import MemoryStore
 
 
 class ProgressPart(MemoryStore):

@@ -34,8 +34,9 @@ from taskq_core.backend.protocol.history import with_success_attempt, with_succe
 from taskq_core.backend.protocol.retention import archive_readable
 from taskq_core.statemachine import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 
+from .jsonb import freeze
 from .lookups import matching
-from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, freeze
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore
 
 _STATUS_ORDER = {status: index for index, status in enumerate(JobStatus)}  # PG enum order
 _ANY_STATUS = frozenset(JobStatus)

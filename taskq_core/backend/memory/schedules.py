@@ -35,8 +35,9 @@ from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.ids import uuid7
 from taskq_core.retry import DEFAULT_RETRY_POLICY
 
+from .jsonb import as_json
 from .lookups import unique_holder
-from .store import PENDING, JobRecord, MemoryStore, as_json
+from .store import PENDING, JobRecord, MemoryStore
 
 
 def _stored(row: ScheduleRecord) -> ScheduleRecord:

@@ -33,7 +33,8 @@ from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
 from taskq_core.retry import retries_left
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
-from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore, json_text
+from .jsonb import json_text
+from .store import PENDING, RUNNING, SCHEDULED, JobRecord, MemoryStore
 
 AttemptOutcome = Literal[
     "succeeded",

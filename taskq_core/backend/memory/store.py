@@ -3,21 +3,19 @@ archive, batches), the shared helpers every part writes through (events, attempt
 fence, the job filter), and the handle of a simulated transaction.
 
 Records are mutable dataclasses mirroring the schema's rows; callers only ever get frozen
-snapshots of them, whose JSON columns round-trip through ``json`` as jsonb would.
+snapshots of them (jsonb.py), whose JSON columns round-trip through ``json`` as jsonb would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from taskq_core import jsontext
 from taskq_core.backend.protocol import (
     ActorConfigRow,
     AttemptRow,
@@ -39,42 +37,16 @@ from taskq_core.clock import Clock, SystemClock
 from taskq_core.constants import DEFAULT_MAX_PAYLOAD_BYTES
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus, assert_valid_transition
 
+from .jsonb import as_json, freeze
+
 if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+    pass
 
 PENDING, SCHEDULED, RUNNING = JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.RUNNING
 WAITING = JobStatus.WAITING
 # The cohort of the jobs without a fairness_key (COALESCE(fairness_key, '__null__') in SQL):
 # a literal '__null__' key joins it, as it does on PostgreSQL.
 NULL_COHORT = "__null__"
-_JSON_COLUMNS = frozenset({"payload", "result", "metadata", "progress_state", "detail"})
-_RowT = TypeVar("_RowT", bound="DataclassInstance")
-
-
-def as_json(value: Any) -> Any:
-    """A deep copy with jsonb semantics: tuples become lists; NaN, NUL and non-JSON values
-    raise UnstorableValueError, as PostgreSQL refuses them."""
-    return json.loads(jsontext.encode(value))
-
-
-def json_text(text: str | None) -> Any:
-    """The value of JSON text a worker encoded (a result), as ``text::jsonb`` would read it:
-    text that is not JSON, or holds NaN, Infinity or a NUL, raises UnstorableValueError."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise jsontext.UnstorableValueError(f"not storable as JSON: {exc}") from None
-    return as_json(value)  # json.loads reads NaN, Infinity and \u0000; jsonb does not
-
-
-def freeze(record: object, row_type: type[_RowT], **extra: Any) -> _RowT:
-    """The frozen ``row_type`` for a mutable record, sharing nothing mutable with it."""
-    values = {f.name: getattr(record, f.name) for f in fields(row_type) if f.name not in extra}
-    for name in _JSON_COLUMNS.intersection(values):
-        values[name] = as_json(values[name])
-    return row_type(**values, **extra)
 
 
 # --- stored records --------------------------------------------------------------------------

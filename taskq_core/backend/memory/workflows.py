@@ -43,7 +43,8 @@ from taskq_core.statemachine import (
 
 from .admin import request_cancel, reset_for_retry
 from .enqueue import insert_jobs
-from .store import PENDING, SCHEDULED, WAITING, JobRecord, MemoryStore, WorkflowRecord, as_json
+from .jsonb import as_json
+from .store import PENDING, SCHEDULED, WAITING, JobRecord, MemoryStore, WorkflowRecord
 
 
 class WorkflowPart(MemoryStore):
