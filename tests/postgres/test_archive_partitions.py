@@ -306,12 +306,13 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
 ) -> None:
     conn = await asyncpg.connect(pg_server_dsn)
     backend = await PostgresBackend.connect(pg_server_dsn, old_schema, max_size=4)
+    worker = _worker(backend)
+    running: asyncio.Task[int] | None = None
     try:
         await _archive_the_old_way(conn, old_schema)
         kept = await conn.fetchval(
             f"SELECT id FROM {old_schema}.jobs_archive WHERE expire_at > now() LIMIT 1"
         )
-        worker = _worker(backend)
         running = asyncio.create_task(worker.run())
         await backend.enqueue_batch(
             [EnqueueArgs(partition_tick.name, {"n": n}, queue=LIVE_QUEUE) for n in range(300)]
@@ -321,7 +322,7 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
             result = await migrate_up(migrator, old_schema)
         finally:
             await migrator.close()
-        assert result.applied == ["0021_partition_the_archive"]
+        assert result.applied == ["0021_partition_the_archive", "0022_one_running_index"]
         await backend.enqueue_batch(
             [EnqueueArgs(partition_tick.name, {"n": n}, queue=LIVE_QUEUE) for n in range(300)]
         )
@@ -358,5 +359,8 @@ async def test_an_upgrade_keeps_the_archive_readable_while_a_worker_drains(
         assert sum(homes.values()) == 600 and all(h.startswith("jobs_archive_2") for h in homes)
         assert await conn.fetchval(f"SELECT sum(jobs) FROM {old_schema}.archive_partitions") == 600
     finally:
+        if running is not None and not running.done():  # a failed assertion: stop it first
+            worker.stop()
+            await asyncio.wait_for(running, 30)
         await backend.close()
         await conn.close()

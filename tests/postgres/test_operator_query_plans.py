@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -112,15 +113,34 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         assert "Index Scan jobs_result_expiry_idx" in expire, expire
         assert "Seq Scan jobs" not in expire, expire
 
-        # delete_stale_workers: workers oldest first on workers_last_seen_idx, the running
-        # job check on jobs_running_worker_idx.
+        # delete_stale_workers: workers oldest first on workers_last_seen_idx, the workers of
+        # the running jobs read once along the running rows' index.
         stale = scan_names(
             await generic_plan(
                 conn, render("delete_stale_workers", schema), "interval, bigint", "'1 hour', 100"
             )
         )
-        assert any("jobs_running_worker_idx" in scan for scan in stale), stale
+        assert any("jobs_running_actor_idx" in scan for scan in stale), stale
         assert any("workers_last_seen_idx" in scan for scan in stale), stale
         assert "Seq Scan jobs" not in stale, stale
+
+        # expired_leases (the reclaim): the running rows along their index, twice (the
+        # expired ones, then the bodies of their workers); never the whole table.
+        expired = scan_names(
+            await generic_plan(
+                conn,
+                render("expired_leases", schema),
+                "interval, interval, interval",
+                "'1 s', '1 s', '1 s'",
+            )
+        )
+        assert any("jobs_running_actor_idx" in scan for scan in expired), expired
+        assert "Seq Scan jobs" not in expired, expired
+
+        # poll_cancel_flags: only the running jobs with a cancel requested.
+        polled = scan_names(
+            await generic_plan(conn, render("poll_cancel_flags", schema), "uuid", f"'{uuid4()}'")
+        )
+        assert any("jobs_cancel_requested_idx" in scan for scan in polled), polled
     finally:
         await conn.close()

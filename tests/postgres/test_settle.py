@@ -166,7 +166,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                 await tx.rollback()
                 nodes = _index_names(json.loads(raw)[0]["Plan"])
             assert ("Seq Scan", "jobs") not in nodes, (name, nodes)
-            assert all(index != "jobs_running_worker_idx" for _, index in nodes), (name, nodes)
+            assert all(index != "jobs_running_actor_idx" for _, index in nodes), (name, nodes)
             assert any(index == "jobs_pkey" for _, index in nodes), (name, nodes)
     finally:
         await conn.close()

@@ -130,7 +130,8 @@ event AS (
 SELECT count(*) FROM escalated;
 
 -- name: poll_cancel_flags
--- Running jobs of worker $1 with a cancel requested, oldest request first.
+-- Running jobs of worker $1 with a cancel requested, oldest request first, along
+-- jobs_cancel_requested_idx (which holds only those).
 SELECT j.id AS job_id, j.cancel_phase, j.cancel_requested_at, j.cancel_reason
 FROM {schema}.jobs j
 WHERE j.status = 'running' AND j.locked_by_worker = $1::uuid

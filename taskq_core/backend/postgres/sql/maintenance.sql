@@ -69,20 +69,33 @@ SELECT count(*) FROM moved;
 -- (CANCEL_RECLAIM_HEADROOM) first, so a slow cancellation is not taken for a crash.
 -- `blamed`: the worker's death is blamed on this job (backend/protocol/poison.py): its body's
 -- start is recorded and no other running body of that worker started after it (ties by id).
--- Read here, for the expired rows only, along jobs_running_worker_idx for each dead worker.
-SELECT j.id, j.attempt, j.locked_by_worker,
-       j.started_at IS NOT NULL AND NOT EXISTS (
-           SELECT 1 FROM {schema}.jobs o
-           WHERE o.status = 'running' AND o.locked_by_worker = j.locked_by_worker
-             AND o.id <> j.id AND o.started_at IS NOT NULL
-             AND (o.started_at, o.id) > (j.started_at, j.id)) AS blamed
-FROM {schema}.jobs j
-WHERE j.status = 'running'
-  AND j.lock_expires_at < clock_timestamp()
-  AND (j.cancel_requested_at IS NULL
-       OR j.lock_expires_at + $1::interval + $2::interval + $3::interval < clock_timestamp())
-ORDER BY j.id
-FOR UPDATE OF j SKIP LOCKED;
+-- The running rows are read along jobs_running_actor_idx (lock_expires_at is compared with
+-- the volatile clock_timestamp(), never an index condition); the bodies of the expired rows'
+-- workers in one more pass of it (`theirs`), not once per expired row.
+WITH expired AS (
+    SELECT j.id, j.attempt, j.locked_by_worker, j.started_at
+    FROM {schema}.jobs j
+    WHERE j.status = 'running'
+      AND j.lock_expires_at < clock_timestamp()
+      AND (j.cancel_requested_at IS NULL
+           OR j.lock_expires_at + $1::interval + $2::interval + $3::interval
+              < clock_timestamp())
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+),
+theirs AS (
+    SELECT o.id, o.locked_by_worker, o.started_at
+    FROM {schema}.jobs o
+    WHERE o.status = 'running' AND o.started_at IS NOT NULL
+      AND o.locked_by_worker = ANY (ARRAY(SELECT DISTINCT e.locked_by_worker FROM expired e))
+)
+SELECT e.id, e.attempt, e.locked_by_worker,
+       e.started_at IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM theirs o
+           WHERE o.locked_by_worker = e.locked_by_worker AND o.id <> e.id
+             AND (o.started_at, o.id) > (e.started_at, e.id)) AS blamed
+FROM expired e
+ORDER BY e.id;
 
 -- name: expire_results
 -- One batch of the result TTL sweep: up to $1 jobs whose result_expires_at passed lose their
@@ -119,8 +132,9 @@ SELECT count(*) FROM cleared;
 -- name: delete_stale_workers
 -- One batch of the stale worker cleanup: up to $2 `workers` rows not heard from for $1
 -- (last_seen_at older than now - $1, stopped or vanished), oldest first along
--- workers_last_seen_idx, except a row that still holds a running job (looked up on
--- jobs_running_worker_idx): that row goes once the reclaim has taken the job back.
+-- workers_last_seen_idx, except a row that still holds a running job (the workers of the
+-- running rows, read once along jobs_running_actor_idx): that row goes once the reclaim has
+-- taken the job back.
 --
 -- Deleting is safe because nothing needs the row: no foreign key names workers (jobs,
 -- job_attempts and job_events keep the id as plain history; reservation_slots carry their
@@ -136,11 +150,10 @@ doomed AS (
     SELECT w.id
     FROM {schema}.workers w
     WHERE w.last_seen_at < (SELECT k.cutoff FROM k)
-      AND NOT EXISTS (
-          SELECT 1
+      AND w.id <> ALL (ARRAY(
+          SELECT DISTINCT j.locked_by_worker
           FROM {schema}.jobs j
-          WHERE j.status = 'running' AND j.locked_by_worker = w.id
-      )
+          WHERE j.status = 'running' AND j.locked_by_worker IS NOT NULL))
     ORDER BY w.last_seen_at
     LIMIT $2::bigint
     FOR UPDATE OF w SKIP LOCKED

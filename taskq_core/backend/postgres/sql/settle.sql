@@ -116,9 +116,9 @@ owned AS (
              ran_for, error_class, error_message, error_traceback, reason, blamed)
     JOIN {schema}.jobs j ON j.id = i.id
     -- IS NOT DISTINCT FROM: the same tests as =, but neither matches an index or a partial
-    -- index's predicate, so each row is found by its primary key, never by scanning
-    -- jobs_running_worker_idx, which keeps an entry for every job the worker ran since the
-    -- last vacuum (thousands under load). See docs/performance.md.
+    -- index's predicate, so each row is found by its primary key, never by scanning an
+    -- index of running jobs, which keeps an entry for every job claimed since the last
+    -- vacuum (thousands under load). See docs/performance.md.
     WHERE j.status IS NOT DISTINCT FROM 'running'
       AND j.locked_by_worker IS NOT DISTINCT FROM i.worker_id AND j.attempt = i.attempt
       AND (i.outcome <> 'abandoned' OR j.cancel_phase = 2)  -- abandon ends a forced cancel
@@ -352,8 +352,8 @@ FROM moved m LEFT JOIN wake ON true LEFT JOIN announce ON true;
 -- attempt): the row is still running under that worker's lease, locked in id order (a
 -- flush never deadlocks with another multi-row writer). IS NOT DISTINCT FROM: the same tests
 -- as =, but neither matches an index or a partial index's predicate, so each row is found
--- by its primary key, never by scanning jobs_running_worker_idx, which keeps an entry for
--- every job the worker ran since the last vacuum (thousands under load).
+-- by its primary key, never by scanning an index of running jobs, which keeps an entry for
+-- every job claimed since the last vacuum (thousands under load).
 WHERE j.status IS NOT DISTINCT FROM 'running'
   AND j.locked_by_worker IS NOT DISTINCT FROM $1::uuid AND j.attempt = i.attempt
 ORDER BY j.id
