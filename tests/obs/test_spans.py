@@ -18,7 +18,7 @@ from taskq_core.client import JobsClient
 from taskq_core.obs.spans import DispatchSpan, SpanLabels
 from taskq_core.worker.runtime import Worker
 from tests.backend_pair import KINDS, open_backend
-from tests.obs.otel_sdk import Sdk
+from tests.obs.otel_sdk import Sdk, install, uninstall
 
 
 @actor(name="traced", queue="media")
@@ -113,6 +113,18 @@ def test_a_failed_dispatch_makes_an_error_span(sdk: Sdk) -> None:
     [made] = sdk.spans()
     assert made.status.status_code is StatusCode.ERROR
     assert [event.name for event in made.events] == ["exception"]
+
+
+def test_spans_go_to_the_provider_installed_now(sdk: Sdk) -> None:
+    # The tracer is kept per provider: one installed later gets the next span, not the first.
+    DispatchSpan(SpanLabels("default"), ["default"], 8).finish(1)
+    later = install()
+    try:
+        DispatchSpan(SpanLabels("default"), ["default"], 8).finish(1)
+        assert len(later.spans()) == 1
+    finally:
+        uninstall()
+    assert len(sdk.spans()) == 1
 
 
 # --- what gates them -------------------------------------------------------------------
