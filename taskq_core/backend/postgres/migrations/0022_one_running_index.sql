@@ -1,6 +1,6 @@
 -- One index of running jobs instead of three: every claim put a new entry in each (the claim
 -- updates the row's status, so it is never a HOT update), about 2.8 index entries and 190
--- bytes of WAL a job, and a drain of no-op jobs ran about 10% faster without two of them.
+-- bytes of WAL a job; without two of them a job's processing writes 9% less WAL.
 --
 -- jobs_running_actor_idx stays: the dispatch counts a capped actor's running jobs and looks
 -- for a running job of an identity key on every claim. The two that go served sweeps only:
