@@ -29,7 +29,7 @@ from taskq_core.worker.actor_thread import ActorThread
 from taskq_core.worker.admission import LeaseGoneAtStart, check_lease_at_start, mark_start
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.progress import JobProgress, publisher_of
-from taskq_core.worker.upstream import read_upstream
+from taskq_core.worker.upstream import read_upstream, reads_upstream
 from taskq_core.workflows import WorkflowHandle
 
 T = TypeVar("T")
@@ -157,7 +157,7 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
         return await body
 
     body = call_with_dependencies() if ref.dependency_params else call({})
-    if ctx.workflow is not None:
+    if reads_upstream(ref, held.job):
         body = with_upstream(body)
     if ref.timeout is not None:
         body = _with_timeout(body, ref.timeout.total_seconds())

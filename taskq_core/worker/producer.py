@@ -79,7 +79,7 @@ class ProducerLoop:
                 # reclaimed meanwhile): that one must never write for the new attempt.
                 self._supersede(stale)
             claimed.append(held)
-        prefetch_upstreams(deps.backend, claimed)  # workflow steps: one read for the batch
+        prefetch_upstreams(deps.backend, claimed, deps.registry)  # one read for the steps
         for held in claimed:
             deps.local_queue.put_nowait(held)
         return ProducerTick(free, len(jobs))
