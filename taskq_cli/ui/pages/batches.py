@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from taskq_cli.dashboard.snapshot import BatchDetail
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import BatchSummary, JobLine
-from taskq_cli.ui.render import LIVE, page
+from taskq_cli.ui.render import LIVE, missing, page
 from taskq_core.backend.protocol.batches import BatchFilter
 
 DEFAULT_LIMIT = 50
@@ -157,12 +157,7 @@ async def batch_page(
     try:
         view = await read_batch(ui, ref)
     except (ValidationException, NotFoundException) as exc:
-        status = exc.status_code
-        if part == LIVE:
-            return Response(exc.detail, status_code=status, media_type="text/plain")
-        template = page("batches_missing", None, page="batches", message=exc.detail, status=status)
-        template.status_code = status
-        return template
+        return missing("batches", "batch", exc.status_code, exc.detail, part)
     metadata = None
     if view.metadata:
         metadata = json.dumps(view.metadata, indent=2, sort_keys=True, ensure_ascii=False)

@@ -46,7 +46,7 @@ from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
 from taskq_cli.ui.pages.workflows import workflow_path
 from taskq_cli.ui.paths import path_segment
-from taskq_cli.ui.render import LIVE, is_htmx, page
+from taskq_cli.ui.render import LIVE, is_htmx, missing, page
 from taskq_core.backend.protocol.admin import JobIdSearchTooSlowError, normalize_id_fragment
 from taskq_core.errors import ConfigError, JobNotFoundError
 from taskq_core.explain import Explanation
@@ -162,15 +162,6 @@ async def read_job(ui: Ui, job_id: UUID) -> JobDetailView | None:
     return JobDetailView.of(detail, explanation)
 
 
-def _missing(status: int, message: str, part: str | None) -> Template | Response[str]:
-    """The 400/404 answer for a page: a page saying so, or one line for htmx."""
-    if part == LIVE:
-        return Response(message, status_code=status, media_type="text/plain")
-    template = page("job_missing", None, page="jobs", message=message, status=status)
-    template.status_code = status
-    return template
-
-
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -259,14 +250,14 @@ async def job_page(
     try:
         job_id = await find_job(ui, ref)
     except BadJobRef as exc:
-        return _missing(exc.status, str(exc), part)
+        return missing("jobs", "job", exc.status, str(exc), part)
     if str(job_id) != ref:
         query = f"?part={LIVE}" if part == LIVE else ""
         return Redirect(path=f"/jobs/{path_segment(job_id)}{query}", status_code=302)
     view = await read_job(ui, job_id)
     if view is None:
         other = None if part == LIVE else await _elsewhere(ui, ref)
-        return other or _missing(404, f"no job with id {job_id}", part)
+        return other or missing("jobs", "job", 404, f"no job with id {job_id}", part)
     return _detail_page(view, part, outcome)
 
 
@@ -278,12 +269,12 @@ async def _action_page(ui: Ui, ref: str, action: Action) -> Template | Redirect 
     try:
         job_id = await find_job(ui, ref)
     except BadJobRef as exc:
-        return _missing(exc.status, str(exc), None)
+        return missing("jobs", "job", exc.status, str(exc), None)
     if str(job_id) != ref:
         return Redirect(path=f"/jobs/{path_segment(job_id)}/{action}", status_code=302)
     view = await read_job(ui, job_id)
     if view is None:
-        return _missing(404, f"no job with id {job_id}", None)
+        return missing("jobs", "job", 404, f"no job with id {job_id}", None)
     verb, does, button = ACTION_PAGES[action]
     applies = view.can_retry if action == "retry" else view.can_cancel
     return Template(
@@ -336,7 +327,7 @@ async def _page_action(
         job_id = await find_job(ui, ref)
         outcome = await act(ui, job_id, action, reason)
     except BadJobRef as exc:
-        return _missing(exc.status, str(exc), LIVE if is_htmx(request) else None)
+        return missing("jobs", "job", exc.status, str(exc), LIVE if is_htmx(request) else None)
     done, said = OUTCOMES[outcome]
     if not is_htmx(request):
         return Redirect(path=f"/jobs/{path_segment(job_id)}?outcome={outcome}", status_code=303)

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.workflow_views import WorkflowDetailView, WorkflowSummary, WorkflowsView
 from taskq_cli.ui.paths import path_segment
-from taskq_cli.ui.render import LIVE, page
+from taskq_cli.ui.render import LIVE, missing, page
 from taskq_cli.ui.workflow_graph import MAX_DRAWN, layout
 from taskq_core.backend.protocol.workflows import WorkflowFilter, WorkflowStatus
 
@@ -137,11 +137,7 @@ async def workflow_page(
     try:
         view = await read_workflow(ui, ref)
     except NotFoundException as exc:
-        if part == LIVE:
-            return Response(exc.detail, status_code=404, media_type="text/plain")
-        template = page("workflows_missing", None, page="workflows", message=exc.detail)
-        template.status_code = 404
-        return template
+        return missing("workflows", "workflow", 404, exc.detail, part)
     steps = view.steps
     return page(
         "workflows_one",
