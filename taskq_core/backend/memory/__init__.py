@@ -48,6 +48,7 @@ _IMPLEMENTED_PROTOCOL_VERSION = 4
 check_protocol_version("InMemoryBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
+# The same parts, in the same order, as PostgresBackend's on purpose (see the docstring).
 class InMemoryBackend(
     WorkflowPart,
     BatchPart,

@@ -120,6 +120,8 @@ def reset_for_retry(store: MemoryStore, job: JobRecord, status: JobStatus, reaso
     job.set_error(None)
 
 
+# Mirrors postgres/admin.py and postgres/registry.py on purpose: both implement protocol.admin, so
+# each method restates its signature (mypy checks the match).
 class AdminPart(MemoryStore):
     """Cancel and retry requests, worker rows, actor configs and queues."""
 

@@ -16,6 +16,8 @@ from uuid import UUID
 
 import structlog
 
+# Mirrors postgres/batches.py on purpose: both implement protocol.batches, so they import the same
+# names and restate the same signatures.
 from taskq_core.backend.protocol.batches import (
     BATCH_ABORT_MESSAGE,
     BATCH_ID_KEY,

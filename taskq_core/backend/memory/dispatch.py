@@ -50,6 +50,8 @@ def _flags(jobs: Iterable[JobRecord]) -> list[CancelFlag]:
     ]
 
 
+# Mirrors postgres/dispatch.py on purpose: both implement protocol.worker, so each method restates
+# its signature (mypy checks the match).
 class DispatchPart(MemoryStore):
     """``dispatch_batch``, ``heartbeat``, ``mark_started_many``, ``poll_cancel_flags`` and
     ``get_dispatch_position``."""

@@ -32,6 +32,8 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
+# Mirrors postgres/leader.py on purpose: both implement protocol.leader, so each method restates its
+# signature (mypy checks the match).
 class LeaderPart(MemoryStore):
     """Election, ``promote_scheduled_jobs``, ``fail_overdue_jobs``, ``reclaim_expired_leases``,
     ``expire_results``, ``delete_stale_workers``, ``list_waiting_queues`` and the reclaim events

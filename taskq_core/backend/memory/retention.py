@@ -62,6 +62,8 @@ async def in_batches(
         await asyncio.sleep(0)  # a commit point: let other work run between batches
 
 
+# Mirrors postgres/retention.py on purpose: both implement protocol.retention, so each method
+# restates its signature (mypy checks the match).
 class RetentionPart(MemoryStore):
     """``prune_jobs``, ``expire_archive``, ``sweep_lock``, ``get_archived_job`` and
     ``get_archived_attempts``."""

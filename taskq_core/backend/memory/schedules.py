@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+# Mirrors postgres/schedules.py on purpose: both implement protocol.schedules, so they import the
+# same names and restate the same signatures.
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
     DueFire,

@@ -290,6 +290,8 @@ def reclaim(
     write_settlement(store, job, worker_id, plan, kind="reclaim", detail=detail)
 
 
+# Mirrors postgres/settle.py on purpose: both implement protocol.worker, so each method restates its
+# signature (mypy checks the match).
 class SettlePart(MemoryStore):
     """Every write that ends or reschedules a claimed attempt, plus the cancel escalation."""
 

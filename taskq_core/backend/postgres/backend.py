@@ -38,6 +38,8 @@ _IMPLEMENTED_PROTOCOL_VERSION = 4
 check_protocol_version("PostgresBackend", _IMPLEMENTED_PROTOCOL_VERSION)
 
 
+# The same parts, in the same order, as InMemoryBackend's on purpose: one per protocol area in
+# each backend, so the two read alike.
 @translate_errors
 class PostgresBackend(
     WorkflowPart,

@@ -23,6 +23,8 @@ from .core import BackendCore
 _PLAIN_RETRY_SECONDS = 5.0
 
 
+# Mirrors memory/dispatch.py on purpose: both implement protocol.worker, so each method restates its
+# signature (mypy checks the match).
 class DispatchPart(BackendCore):
     """Claim jobs, keep their leases, record their starts."""
 

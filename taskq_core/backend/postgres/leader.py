@@ -32,6 +32,8 @@ from .settle import Settlement, settle_rows
 _log = structlog.get_logger(component="postgres_backend")
 
 
+# Mirrors memory/leader.py on purpose: both implement protocol.leader, so each method restates its
+# signature (mypy checks the match).
 class LeaderPart(BackendCore):
     """The maintenance leader's lock and row, and the sweeps it runs."""
 

@@ -42,6 +42,8 @@ def _change(value: object) -> tuple[bool, object]:
     return (False, None) if value is UNSET else (True, value)
 
 
+# Mirrors memory/admin.py on purpose: both implement protocol.admin, so each method restates its
+# signature (mypy checks the match).
 class RegistryPart(BackendCore):
     """Workers, actor configs and queues."""
 

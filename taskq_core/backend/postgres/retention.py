@@ -65,6 +65,8 @@ async def _translating(pending: Awaitable[T]) -> T:
         raise mapped from exc
 
 
+# Mirrors memory/retention.py on purpose: both implement protocol.retention, so each method restates
+# its signature (mypy checks the match).
 class RetentionPart(BackendCore):
     """The prune, the archive expiry and the archived reads."""
 

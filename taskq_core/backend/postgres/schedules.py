@@ -15,6 +15,8 @@ from typing import Any
 import asyncpg
 import structlog
 
+# Mirrors memory/schedules.py on purpose: both implement protocol.schedules, so they import the same
+# names and restate the same signatures.
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.schedules import (
     DueFire,

@@ -123,6 +123,8 @@ async def _unstorable_as_taskq_error(
         raise jsontext.UnstorableValueError(f"not storable as JSON: {reason}") from exc
 
 
+# Mirrors memory/settle.py on purpose: both implement protocol.worker, so each method restates its
+# signature (mypy checks the match).
 class SettlePart(BackendCore):
     """Every write that ends or reschedules a claimed attempt, fenced by its lease."""
 

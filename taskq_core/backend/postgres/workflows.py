@@ -15,6 +15,8 @@ from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
+# Mirrors memory/workflows.py on purpose: both implement protocol.workflows, so they import the same
+# names and restate the same signatures.
 from taskq_core.backend.protocol.admin import Audit
 from taskq_core.backend.protocol.values import JobRow
 from taskq_core.backend.protocol.workflows import (

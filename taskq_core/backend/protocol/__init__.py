@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
 
+# Each part's names, re-exported for the callers above the seam; a backend part imports the
+# same names from the part's own module, which is why the lists repeat.
 from taskq_core.backend.protocol.admin import (
     RECENT_JOBS_MAX,
     AdminBackend,

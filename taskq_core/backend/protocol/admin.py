@@ -318,6 +318,8 @@ class DashboardStats:
     queues: list[QueueActivity]
 
 
+# Both backends restate these signatures on purpose (the package docstring says why); the
+# contracts are written here only.
 @runtime_checkable
 class AdminBackend(Protocol):
     """Operator reads and writes over many jobs, queues, workers and actor configs."""

@@ -22,6 +22,8 @@ class LeaderRow:
     last_seen_at: datetime
 
 
+# Both backends restate these signatures on purpose (the package docstring says why); the
+# contracts are written here only.
 @runtime_checkable
 class LeaderBackend(Protocol):
     """Leader election and the maintenance sweeps it runs."""

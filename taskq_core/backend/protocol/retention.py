@@ -113,6 +113,8 @@ def archive_readable(expire_at: datetime, now: datetime) -> bool:
     return now <= expire_at
 
 
+# Both backends restate these signatures on purpose (the package docstring says why); the
+# contracts are written here only.
 @runtime_checkable
 class RetentionBackend(Protocol):
     """The prune, the archive expiry and reads of archived jobs."""

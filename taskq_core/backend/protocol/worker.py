@@ -198,6 +198,8 @@ class ActorConfigSyncResult:
     overwritten: bool  # drift was written over (force=True)
 
 
+# Both backends restate these signatures on purpose (the package docstring says why); the
+# contracts are written here only.
 @runtime_checkable
 class WorkerBackend(Protocol):
     """Claiming, leasing and settling jobs; the worker's own row and wake-ups."""
