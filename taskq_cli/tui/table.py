@@ -12,14 +12,19 @@ the table go on top. With the cursor on the first row it shows the source's orde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+from uuid import UUID
 
 from rich.text import Text
 from textual import events
 from textual.widgets import DataTable
 
 from taskq_cli.terminal_rich import safe_text
+from taskq_cli.tui.formatting import short_id
+
+T = TypeVar("T")
 
 # Room kept for the vertical scrollbar, which appears once the rows overflow.
 _SCROLLBAR = 2
@@ -99,6 +104,7 @@ class FittedTable(DataTable[Text]):
         self._shown_columns: list[int] | None = None
         self._fit: Fit = []
         self._order: list[str] = []
+        self.full_ids = False  # whether fill_with_ids labelled the rows with whole ids
 
     @property
     def selected_key(self) -> str | None:
@@ -124,17 +130,20 @@ class FittedTable(DataTable[Text]):
         """The next ``fill`` shows the source's order (the rows now mean something else)."""
         self._order = []
 
-    def fill_with_ids(self, whole: Sequence[Row], short: Sequence[Row]) -> bool:
-        """Show the rows labelled with whole ids when they cost no column (the same columns
-        fit as with the short labels), else the short ones; whether the whole ids show."""
+    def fill_with_ids(
+        self, items: Sequence[T], ident: Callable[[T], UUID], row: Callable[[T, str], Row]
+    ) -> None:
+        """Show one row per item, labelled with its whole id when that costs no column (the
+        same columns fit as with short ids), else with its short id."""
+        whole = [row(item, str(ident(item))) for item in items]
+        short = [row(item, short_id(ident(item))) for item in items]
         width, columns = self.available_width(), self.all_columns
 
         def shown(rows: Sequence[Row]) -> list[int]:
             return [index for index, _ in fit_columns(columns, rows, width, self.cell_padding)]
 
-        full = shown(whole) == shown(short)
-        self.fill(whole if full else short)
-        return full
+        self.full_ids = shown(whole) == shown(short)
+        self.fill(whole if self.full_ids else short)
 
     def fill(self, rows: Sequence[Row]) -> None:
         """Show these rows (in the source's order unless the table holds its own)."""

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from taskq_cli.batch_progress import BatchProgress
 from taskq_cli.dashboard.snapshot import Snapshot
-from taskq_cli.tui.formatting import Palette, age, short_id
+from taskq_cli.tui.formatting import Palette, age
 from taskq_cli.tui.table import Column, Row
 from taskq_cli.tui.widgets.optional_pane import SnapshotTable
 
@@ -41,16 +41,15 @@ class BatchesTable(SnapshotTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(COLUMNS, id=id)
-        self.batches: dict[str, BatchProgress] = {}
-        self.full_ids = False
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Replace the rows with this snapshot's batches (whole ids when they cost no
         column)."""
-        self.batches = {str(b.batch_id): b for b in snapshot.batches}
-        full = [self._row(b, snapshot, palette, str(b.batch_id)) for b in snapshot.batches]
-        short = [self._row(b, snapshot, palette, short_id(b.batch_id)) for b in snapshot.batches]
-        self.full_ids = self.fill_with_ids(full, short)
+        self.fill_with_ids(
+            snapshot.batches,
+            lambda progress: progress.batch_id,
+            lambda progress, label: self._row(progress, snapshot, palette, label),
+        )
 
     @staticmethod
     def _row(progress: BatchProgress, snapshot: Snapshot, palette: Palette, label: str) -> Row:

@@ -23,7 +23,7 @@ from taskq_cli.dashboard.filters import JobsFilter
 from taskq_cli.dashboard.snapshot import Snapshot
 from taskq_cli.output import attempt_cell
 from taskq_cli.terminal_rich import safe_text
-from taskq_cli.tui.formatting import Palette, age, short_id
+from taskq_cli.tui.formatting import Palette, age
 from taskq_cli.tui.messages import JobChosen, JobsFilterChanged
 from taskq_cli.tui.table import Column, FittedTable, Row
 from taskq_core.backend.protocol import JobSummary
@@ -65,7 +65,6 @@ class JobsTable(FittedTable):
         super().__init__(COLUMNS, hold_order=True, id=id)
         self.jobs: dict[str, JobSummary] = {}
         self.jobs_filter: JobsFilter | None = None
-        self.full_ids = False
         self._last: tuple[Snapshot, Palette] | None = None
 
     @property
@@ -81,9 +80,11 @@ class JobsTable(FittedTable):
             self.forget_order()  # another filter: its own order, from the top
             self.jobs_filter = snapshot.jobs_filter
         self.jobs = {str(job.id): job for job in snapshot.jobs}
-        full = [self._row(job, snapshot, palette, str(job.id)) for job in snapshot.jobs]
-        short = [self._row(job, snapshot, palette, short_id(job.id)) for job in snapshot.jobs]
-        self.full_ids = self.fill_with_ids(full, short)  # the suffix when whole ids cost a column
+        self.fill_with_ids(  # the suffix when whole ids cost a column
+            snapshot.jobs,
+            lambda job: job.id,
+            lambda job, label: self._row(job, snapshot, palette, label),
+        )
 
     @staticmethod
     def _row(job: JobSummary, snapshot: Snapshot, palette: Palette, label: str) -> Row:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from taskq_cli.dashboard.snapshot import Snapshot
-from taskq_cli.tui.formatting import Palette, age, short_id
+from taskq_cli.tui.formatting import Palette, age
 from taskq_cli.tui.table import Column, Row
 from taskq_cli.tui.widgets.optional_pane import SnapshotTable
 from taskq_cli.workflow_progress import DUE_STATUSES, FAILED_STATUSES, count_of, ended
@@ -55,16 +55,15 @@ class WorkflowsTable(SnapshotTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(COLUMNS, id=id)
-        self.workflows: dict[str, WorkflowRow] = {}
-        self.full_ids = False
 
     def show(self, snapshot: Snapshot, palette: Palette) -> None:
         """Replace the rows with this snapshot's workflows (whole ids when they cost no
         column)."""
-        self.workflows = {str(row.id): row for row in snapshot.workflows}
-        full = [self._row(row, snapshot, palette, str(row.id)) for row in snapshot.workflows]
-        short = [self._row(row, snapshot, palette, short_id(row.id)) for row in snapshot.workflows]
-        self.full_ids = self.fill_with_ids(full, short)
+        self.fill_with_ids(
+            snapshot.workflows,
+            lambda row: row.id,
+            lambda row, label: self._row(row, snapshot, palette, label),
+        )
 
     @staticmethod
     def _row(row: WorkflowRow, snapshot: Snapshot, palette: Palette, label: str) -> Row:
