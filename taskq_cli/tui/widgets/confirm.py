@@ -17,6 +17,20 @@ from textual.widgets import Button, Input
 from taskq_cli.tui.literal import LiteralStatic
 
 
+def _question(question: str, detail: str) -> ComposeResult:
+    """The dialog's question and, when given, what confirming will do."""
+    yield LiteralStatic(question, id="confirm-question")
+    if detail:
+        yield LiteralStatic(detail, id="confirm-detail")
+
+
+def _buttons(confirm: str, back_out: str) -> ComposeResult:
+    """The confirm button and the back-out button, under these labels."""
+    with Horizontal(id="confirm-buttons"):
+        yield Button(confirm, variant="error", id="confirm-yes")
+        yield Button(back_out, variant="primary", id="confirm-no")
+
+
 class ConfirmScreen(ModalScreen[bool]):
     """Ask one question; dismiss with True (confirmed) or False."""
 
@@ -34,12 +48,8 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         """The question, what it will do, and the two buttons (No focused)."""
         with Vertical(id="confirm-dialog"):
-            yield LiteralStatic(self.question, id="confirm-question")
-            if self.detail:
-                yield LiteralStatic(self.detail, id="confirm-detail")
-            with Horizontal(id="confirm-buttons"):
-                yield Button("Yes (y)", variant="error", id="confirm-yes")
-                yield Button("No (n)", variant="primary", id="confirm-no")
+            yield from _question(self.question, self.detail)
+            yield from _buttons("Yes (y)", "No (n)")
 
     def on_mount(self) -> None:
         """Enter on the default button must not do anything irreversible."""
@@ -70,13 +80,9 @@ class ReasonScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         """The question, what it will do, the reason line (focused) and the two buttons."""
         with Vertical(id="confirm-dialog"):
-            yield LiteralStatic(self.question, id="confirm-question")
-            if self.detail:
-                yield LiteralStatic(self.detail, id="confirm-detail")
+            yield from _question(self.question, self.detail)
             yield Input(placeholder=self.placeholder, id="confirm-reason")
-            with Horizontal(id="confirm-buttons"):
-                yield Button("OK (Enter)", variant="error", id="confirm-yes")
-                yield Button("Cancel (Esc)", variant="primary", id="confirm-no")
+            yield from _buttons("OK (Enter)", "Cancel (Esc)")
 
     def on_mount(self) -> None:
         """Typing goes to the reason at once."""
