@@ -24,6 +24,7 @@ from taskq_core.backend.protocol.ratelimit import (
     LimitDefinition,
     LimitGrant,
     LimitUsage,
+    acquire_one_token,
     grants_of,
 )
 
@@ -150,9 +151,7 @@ class RedisLimiterStore:
         self._bucket = client.register_script(_TOKEN_BUCKET)
         self._window = client.register_script(_SLIDING_WINDOW)
 
-    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
-        """``cost`` tokens from bucket ``key`` (refilling ``rate``/s up to ``burst``)."""
-        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
+    acquire_token = acquire_one_token
 
     async def acquire_tokens(
         self, key: str, rate: float, burst: float, costs: Sequence[int]

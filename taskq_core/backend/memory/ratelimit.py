@@ -14,6 +14,7 @@ from taskq_core.backend.protocol.ratelimit import (
     LimitDefinition,
     LimitGrant,
     LimitUsage,
+    acquire_one_token,
 )
 from taskq_core.statemachine import ACTIVE_STATUSES
 
@@ -58,6 +59,8 @@ def _definition(
     return max(owners, key=lambda d: len(d.name), default=None)
 
 
+# Mirrors postgres/ratelimit.py on purpose: both implement protocol.ratelimit, so each method
+# restates its signature (mypy checks the match).
 class RateLimitPart(MemoryStore):
     """The limiter state store and reservation slots of InMemoryBackend."""
 
@@ -68,8 +71,7 @@ class RateLimitPart(MemoryStore):
             self._limit_tables = _LimitTables()
         return self._limit_tables
 
-    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
-        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
+    acquire_token = acquire_one_token
 
     async def acquire_tokens(
         self, key: str, rate: float, burst: float, costs: Sequence[int]

@@ -19,6 +19,7 @@ from taskq_core.backend.protocol.ratelimit import (
     LimitDefinition,
     LimitGrant,
     LimitUsage,
+    acquire_one_token,
     grants_of,
 )
 
@@ -35,6 +36,8 @@ def _seconds(value: float | None, fallback: float) -> timedelta:
     return timedelta(seconds=max(fallback if value is None else value, 0.0))
 
 
+# Mirrors memory/ratelimit.py on purpose: both implement protocol.ratelimit, so each method
+# restates its signature (mypy checks the match).
 class RateLimitPart(BackendCore):
     """The limiter state store and reservation slots of PostgresBackend."""
 
@@ -52,8 +55,7 @@ class RateLimitPart(BackendCore):
             self._sized_reservations = set()
         return self._sized_reservations
 
-    async def acquire_token(self, key: str, rate: float, burst: float, cost: int = 1) -> LimitGrant:
-        return (await self.acquire_tokens(key, rate, burst, (cost,)))[0]
+    acquire_token = acquire_one_token
 
     async def acquire_tokens(
         self, key: str, rate: float, burst: float, costs: Sequence[int]

@@ -59,6 +59,14 @@ def grants_of(
     return grants
 
 
+async def acquire_one_token(
+    store: LimiterStore, key: str, rate: float, burst: float, cost: int = 1
+) -> LimitGrant:
+    """``acquire_token`` as one call of ``acquire_tokens``: every store binds this as its own
+    method (``acquire_token = acquire_one_token``), so a call costs what a method would."""
+    return (await store.acquire_tokens(key, rate, burst, (cost,)))[0]
+
+
 @dataclass(frozen=True, slots=True)
 class LimitDefinition:
     """A limit as a worker enforces it, recorded for readers without the code (``top``).
