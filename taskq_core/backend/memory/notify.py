@@ -10,20 +10,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from taskq_core.backend.protocol import ScheduledAnnouncements
+from taskq_core.backend.protocol.worker import subscribed
 
 from .store import MemoryStore
-
-
-# The Postgres part's ``_subscribe`` holds a subscriber the same way, after starting its
-# listener: the two backends share no module below the protocol.
-@asynccontextmanager
-async def _subscription(subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
-    event = asyncio.Event()
-    subscribers.add(event)
-    try:
-        yield event
-    finally:
-        subscribers.discard(event)
 
 
 class NotifyPart(MemoryStore):
@@ -31,12 +20,12 @@ class NotifyPart(MemoryStore):
 
     @asynccontextmanager
     async def subscribe_wake(self) -> AsyncIterator[asyncio.Event]:
-        async with _subscription(self._wake_subscribers) as event:
+        with subscribed(self._wake_subscribers, asyncio.Event()) as event:
             yield event
 
     @asynccontextmanager
     async def subscribe_cancel_wake(self) -> AsyncIterator[asyncio.Event]:
-        async with _subscription(self._cancel_subscribers) as event:
+        with subscribed(self._cancel_subscribers, asyncio.Event()) as event:
             yield event
 
     @asynccontextmanager

@@ -36,7 +36,7 @@ import asyncpg
 import structlog
 
 from taskq_core.backend.hooks import NO_NOTIFY_HOOKS, NotifyHooks
-from taskq_core.backend.protocol.worker import ScheduledAnnouncements
+from taskq_core.backend.protocol.worker import ScheduledAnnouncements, subscribed
 from taskq_core.constants import events_channel, wake_channel
 from taskq_core.errors import TaskqError
 
@@ -117,12 +117,8 @@ class NotifyListener:
     @asynccontextmanager
     async def _subscribe(self, subscribers: set[asyncio.Event]) -> AsyncIterator[asyncio.Event]:
         await self._ensure_started()
-        event = asyncio.Event()
-        subscribers.add(event)
-        try:
+        with subscribed(subscribers, asyncio.Event()) as event:
             yield event
-        finally:
-            subscribers.discard(event)
 
     async def _ensure_started(self) -> None:
         if self._closed:

@@ -337,6 +337,8 @@ class ActorConfigRow:
     a worker that knows them has started.
     """
 
+    # Repeated on purpose by ActorDeclaration (the same less the timestamps: what the code
+    # declares) and by the memory backend's ActorConfigRecord (a mutable row).
     actor: str
     queue: str
     metadata: dict[str, Any]

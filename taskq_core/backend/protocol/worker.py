@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from taskq_core.backend.protocol.values import (
@@ -22,6 +22,8 @@ from taskq_core.backend.protocol.values import (
     SnoozeOutcome,
 )
 from taskq_core.statemachine import JobStatus
+
+_Subscriber = TypeVar("_Subscriber")
 
 
 class ScheduledAnnouncements:
@@ -48,16 +50,23 @@ class ScheduledAnnouncements:
         return earliest
 
     @classmethod
-    @contextmanager
-    def held_in(cls, subscribers: set[ScheduledAnnouncements]) -> Iterator[ScheduledAnnouncements]:
+    def held_in(
+        cls, subscribers: set[ScheduledAnnouncements]
+    ) -> AbstractContextManager[ScheduledAnnouncements]:
         """A new subscriber, among ``subscribers`` for the block (a backend's
         ``subscribe_scheduled``)."""
-        heard = cls()
-        subscribers.add(heard)
-        try:
-            yield heard
-        finally:
-            subscribers.discard(heard)
+        return subscribed(subscribers, cls())
+
+
+@contextmanager
+def subscribed(subscribers: set[_Subscriber], subscriber: _Subscriber) -> Iterator[_Subscriber]:
+    """``subscriber`` among ``subscribers`` for the block: how both backends hold whoever
+    listens for a wake-up (``subscribe_wake``, ``subscribe_cancel_wake``, the scheduled)."""
+    subscribers.add(subscriber)
+    try:
+        yield subscriber
+    finally:
+        subscribers.discard(subscriber)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +175,7 @@ class ActorDeclaration:
     needs; every sync writes them (the code owns them: never drift). None leaves them unset.
     """
 
+    # ActorConfigRow's fields less its timestamps, on purpose: the row holds what this declares.
     actor: str
     queue: str
     metadata: dict[str, Any]
