@@ -40,7 +40,7 @@ from taskq_core.enqueue_plan import NOT_OPEN, EnqueuePlanner, as_timedelta
 from taskq_core.enqueue_plan import EnqueueItem as EnqueueItem  # importable from here too
 from taskq_core.enqueue_retry import TransientRetry
 from taskq_core.errors import ConfigError, JobNotFoundError
-from taskq_core.ids import uuid7
+from taskq_core.ids import parse_uuid, uuid7
 from taskq_core.obs.metrics import count_sent, instruments
 from taskq_core.obs.spans import producer_span
 from taskq_core.polling import poll_until
@@ -332,9 +332,7 @@ class JobsClient(BatchMethods, WorkflowMethods, ScheduleMethods, ReclaimMethods,
 
 
 def _uuid(value: UUID | str) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise JobNotFoundError(f"{value!r} is not a job id (expected a UUID)") from None
+    ident = parse_uuid(value)
+    if ident is None:
+        raise JobNotFoundError(f"{value!r} is not a job id (expected a UUID)")
+    return ident

@@ -38,7 +38,7 @@ from taskq_core.batches import (
 )
 from taskq_core.constants import DEFAULT_QUEUE
 from taskq_core.errors import BatchAbortedError, ConfigError, EmptyBatchError
-from taskq_core.ids import uuid7
+from taskq_core.ids import parse_uuid, uuid7
 from taskq_core.obs.metrics import count_sent
 from taskq_core.obs.spans import producer_span
 from taskq_core.retry import Snooze
@@ -55,6 +55,8 @@ MAX_CHUNK = 1000
 DEFAULT_WAIT_POLL = 0.1
 
 
+# Each client_* mixin states what it needs of JobsClient, so none imports another; this one
+# repeats client_workflows.py's on purpose.
 class _Client(Protocol):
     """The parts of JobsClient these methods use."""
 
@@ -93,12 +95,10 @@ class _BatchPlan:
 
 
 def _batch_uuid(value: UUID | str) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise ConfigError(f"batch_id: {value!r} is not a UUID") from None
+    ident = parse_uuid(value)
+    if ident is None:
+        raise ConfigError(f"batch_id: {value!r} is not a UUID")
+    return ident
 
 
 async def _plan_batch(

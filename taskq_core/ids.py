@@ -69,3 +69,13 @@ def uuid7_batch_ints(count: int) -> list[int]:
             strict=True,
         )
     ]
+
+
+def parse_uuid(value: UUID | str) -> UUID | None:
+    """``value`` as a UUID: as given, or parsed from its text; None when the text is not one."""
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        return None
