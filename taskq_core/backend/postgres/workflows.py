@@ -11,7 +11,8 @@ pass that runs after the last parent's write committed sees every parent ended.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
 
@@ -96,26 +97,29 @@ class WorkflowPart(BackendCore):
 
     release_chunk: int = RELEASE_CHUNK
 
+    @asynccontextmanager
+    async def _transaction_on(self, connection: Any) -> AsyncIterator[Any]:
+        """The caller's connection (the transaction is the caller's), else a pooled one in a
+        transaction of its own: a workflow's writes commit together either way."""
+        if connection is not None:
+            yield connection
+            return
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield conn
+
     async def create_workflow(
         self, workflow: NewWorkflow, steps: Sequence[NewStep], *, connection: Any = None
     ) -> list[JobRow]:
-        if connection is not None:
-            return await self._create_workflow(connection, workflow, steps)
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await self._create_workflow(conn, workflow, steps)
-
-    async def _create_workflow(
-        self, conn: Any, workflow: NewWorkflow, steps: Sequence[NewStep]
-    ) -> list[JobRow]:
-        created = await conn.fetchval(
-            self._queries["create_workflow"],
-            workflow.id,
-            workflow.name,
-            bulk.dumps(workflow.metadata),
-        )
-        if created is None:
-            raise ValueError(f"a workflow with id {workflow.id} already exists")
-        return await self._insert_steps(conn, workflow.id, steps)
+        async with self._transaction_on(connection) as conn:
+            created = await conn.fetchval(
+                self._queries["create_workflow"],
+                workflow.id,
+                workflow.name,
+                bulk.dumps(workflow.metadata),
+            )
+            if created is None:
+                raise ValueError(f"a workflow with id {workflow.id} already exists")
+            return await self._insert_steps(conn, workflow.id, steps)
 
     async def _insert_steps(
         self, conn: Any, workflow_id: UUID, steps: Sequence[NewStep]
@@ -140,25 +144,20 @@ class WorkflowPart(BackendCore):
     async def create_workflow_steps(
         self, workflow_id: UUID, steps: Sequence[NewStep], *, connection: Any = None
     ) -> list[JobRow]:
-        if connection is not None:
-            return await self._graft(connection, workflow_id, steps)
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await self._graft(conn, workflow_id, steps)
-
-    async def _graft(self, conn: Any, workflow_id: UUID, steps: Sequence[NewStep]) -> list[JobRow]:
-        names = [step.name for step in steps]
-        record = await conn.fetchrow(self._queries["lock_workflow"], workflow_id, names)
-        if record is None:
-            raise ValueError(f"no workflow with id {workflow_id}")
-        if record["taken"]:
-            raise ValueError(f"workflow {workflow_id} has a step named {record['taken'][0]!r}")
-        jobs = await self._insert_steps(conn, workflow_id, steps)
-        if record["status"] != WorkflowStatus.RUNNING:
-            await conn.execute(self._queries["reopen_workflow"], workflow_id, False)
-        waiting = [job.id for job in jobs if job.status is JobStatus.WAITING]
-        if waiting:  # dependencies that ended already decide now
-            await self._release(conn, [], waiting)
-        return jobs
+        async with self._transaction_on(connection) as conn:
+            names = [step.name for step in steps]
+            record = await conn.fetchrow(self._queries["lock_workflow"], workflow_id, names)
+            if record is None:
+                raise ValueError(f"no workflow with id {workflow_id}")
+            if record["taken"]:
+                raise ValueError(f"workflow {workflow_id} has a step named {record['taken'][0]!r}")
+            jobs = await self._insert_steps(conn, workflow_id, steps)
+            if record["status"] != WorkflowStatus.RUNNING:
+                await conn.execute(self._queries["reopen_workflow"], workflow_id, False)
+            waiting = [job.id for job in jobs if job.status is JobStatus.WAITING]
+            if waiting:  # dependencies that ended already decide now
+                await self._release(conn, [], waiting)
+            return jobs
 
     # --- the release --------------------------------------------------------------------------
     async def release_workflow_steps(self, ended: Collection[UUID]) -> WorkflowRelease:
