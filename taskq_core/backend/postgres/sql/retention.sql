@@ -43,6 +43,23 @@ NOT EXISTS (
              ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
         THEN (j.metadata->>'workflow_id')::uuid END)
 
+-- fragment: prune_rules
+-- The prune's clock `k` (one reading) and its `rules`: $1 statuses with $2 their retentions,
+-- each status's cutoff on that clock. The batch and its dry run read the same rules.
+k AS (
+    SELECT clock_timestamp() AS now
+),
+rules AS (
+    SELECT r.status::{schema}.job_status AS status, r.keep, k.now - r.keep AS cutoff
+    FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
+)
+
+-- fragment: due_by_rule
+-- Whether job `j` is due by rule `r` (its status, finished before the cutoff) and in the
+-- pruned queue ($3; NULL: every queue). Every walk of jobs_finished_idx per rule tests it.
+j.status = r.status AND j.finished_at < r.cutoff
+    AND ($3::text IS NULL OR j.queue = $3::text)
+
 -- fragment: due_workflows
 -- The ended workflows due by the rule above (needs the CTEs `k`, the clock, and `rules`,
 -- $1/$2 as rows of status, keep and cutoff; $3 the queue), oldest end first: the walk of
@@ -80,21 +97,14 @@ ORDER BY w.finished_at, w.id
 -- moves only if every step is held; one that another session writes (a retry, a graft, a
 -- second prune) stays, whole, for the next pass. The room still left goes to strays, by the
 -- pick's walk. With no room left, neither is looked for.
-WITH k AS (
-    SELECT clock_timestamp() AS now
-),
-rules AS (
-    SELECT r.status::{schema}.job_status AS status, r.keep, k.now - r.keep AS cutoff
-    FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
-),
+WITH {fragment:prune_rules},
 plain AS (
     SELECT p.id
     FROM rules r
     CROSS JOIN LATERAL (
         SELECT j.id
         FROM {schema}.jobs j
-        WHERE j.status = r.status AND j.finished_at < r.cutoff
-            AND ($3::text IS NULL OR j.queue = $3::text)
+        WHERE {fragment:due_by_rule}
             AND NOT (j.metadata ? 'workflow_id')
         ORDER BY j.finished_at
         LIMIT $4
@@ -145,14 +155,15 @@ whole AS (
     ) c ON c.workflow_id = b.id::text
     WHERE coalesce(c.steps, 0) = b.steps
 ),
+-- The strays' walk is plain's on purpose (one walk per rule keeps the index order); the
+-- filter and the room differ.
 strays AS (
     SELECT p.id
     FROM rules r
     CROSS JOIN LATERAL (
         SELECT j.id
         FROM {schema}.jobs j
-        WHERE j.status = r.status AND j.finished_at < r.cutoff
-            AND ($3::text IS NULL OR j.queue = $3::text)
+        WHERE {fragment:due_by_rule}
             AND j.metadata ? 'workflow_id' AND {fragment:stray_step}
         ORDER BY j.finished_at
         LIMIT $4
@@ -245,13 +256,7 @@ GROUP BY m.status, m.queue;
 -- (status, finished_at) up to its cutoff, as the batch's pick is: the count reads the due
 -- rows only, never the whole table. The steps of every due workflow are added, by status
 -- and queue.
-WITH k AS (
-    SELECT clock_timestamp() AS now
-),
-rules AS (
-    SELECT r.status::{schema}.job_status AS status, r.keep, k.now - r.keep AS cutoff
-    FROM unnest($1::text[], $2::interval[]) AS r (status, keep) CROSS JOIN k
-),
+WITH {fragment:prune_rules},
 due AS (
     {fragment:due_workflows}
 ),
@@ -261,8 +266,7 @@ counted AS (
     CROSS JOIN LATERAL (
         SELECT j.queue, count(*) AS count
         FROM {schema}.jobs j
-        WHERE j.status = r.status AND j.finished_at < r.cutoff
-            AND ($3::text IS NULL OR j.queue = $3::text)
+        WHERE {fragment:due_by_rule}
             AND (NOT (j.metadata ? 'workflow_id') OR {fragment:stray_step})
         GROUP BY j.queue
     ) d
