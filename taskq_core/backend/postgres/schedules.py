@@ -64,20 +64,7 @@ class SchedulePart(BackendCore):
             now: datetime = await conn.fetchval(self._queries["schedule_clock"])
             row = new_schedule(spec, now, declared_in_code=False)
             check_payload(row.actor, row.payload, self.max_payload_bytes)
-            record = await conn.fetchrow(
-                self._queries["insert_schedule"],
-                row.id,
-                row.name,
-                row.actor,
-                row.queue,
-                row.cron,
-                row.timezone,
-                row.payload,
-                row.enabled,
-                row.next_fire_at,
-                row.declared_in_code,
-                now,
-            )
+            record = await conn.fetchrow(self._queries["insert_schedule"], *_inserted(row, now))
             if record is None:
                 raise ScheduleExistsError(spec.name)
             if audit is not None:
@@ -188,6 +175,25 @@ def _plan(picked: asyncpg.Record, now: datetime) -> DueFire | None:
         return None
 
 
+# The three statements' parameters, each spelled out in its own order on purpose: they differ
+# in a column or two, and a shared list would hide which statement takes which.
+def _inserted(row: ScheduleRecord, now: datetime) -> tuple[Any, ...]:
+    """insert_schedule's parameters for ``row``, created at ``now``."""
+    return (
+        row.id,
+        row.name,
+        row.actor,
+        row.queue,
+        row.cron,
+        row.timezone,
+        row.payload,
+        row.enabled,
+        row.next_fire_at,
+        row.declared_in_code,
+        now,
+    )
+
+
 def _written(row: ScheduleRecord) -> tuple[Any, ...]:
     """write_schedule's parameters for ``row``."""
     return (
@@ -204,8 +210,7 @@ def _written(row: ScheduleRecord) -> tuple[Any, ...]:
 
 
 def _upserted(row: ScheduleRecord) -> tuple[Any, ...]:
-    """One row of upsert_code_schedules' arrays (JSON as text, as arrays carry it). Like
-    ``_written`` and insert_schedule's, a statement's parameter order: each spelled out."""
+    """One row of upsert_code_schedules' arrays (JSON as text, as arrays carry it)."""
     return (
         row.id,
         row.name,
