@@ -143,6 +143,8 @@ class Workflow:
         run_at: datetime | None = None,
         **options: Any,
     ) -> Step:
+        # WorkflowHandle.add repeats this signature on purpose: a step added to a running
+        # workflow takes what a planned one does.
         options.update(delay=delay, run_at=run_at)
         spec = step_spec(
             self.steps, actor, payload, name=name, after=after, requires=requires, options=options

@@ -5,6 +5,8 @@ from __future__ import annotations
 from taskq_core.worker.deps import WorkerDeps
 
 
+# The shape of leaked_slots.py on purpose (one backend call, its count metered): each sweep keeps a
+# module of its own, as the package docstring says.
 class DeadlineSweep:
     """Fails the jobs whose deadline passed before they finished."""
 

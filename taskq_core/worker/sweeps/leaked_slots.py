@@ -6,6 +6,8 @@ from __future__ import annotations
 from taskq_core.worker.deps import WorkerDeps
 
 
+# The shape of deadlines.py on purpose (one backend call, its count metered): each sweep keeps a
+# module of its own, as the package docstring says.
 class LeakedSlotSweep:
     """Frees reservation slots nobody holds any more."""
 

@@ -404,6 +404,8 @@ pending_heads AS (
         LIMIT 1
     ) t
 ),
+-- fleet_actors' pending_pairs (fleet.sql) is the same loose index scan over another index and
+-- key: the idiom repeats, the columns do not.
 other_pairs AS (
     (SELECT j.status, j.queue
      FROM {schema}.jobs j

@@ -233,6 +233,7 @@ candidates AS (
     ) c
     WHERE qc.residual > 0
 ),
+-- get_dispatch_position (admin.sql) reads these turns for one queue: keep the two alike.
 cohort_turns AS (
     SELECT t.queue, t.cohort, s.last_started
     FROM (

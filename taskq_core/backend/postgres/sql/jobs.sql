@@ -328,9 +328,9 @@ ORDER BY from_row, id;
 -- name: get_events
 -- The job's events in time order: the stored ones; the claim of its current attempt while
 -- it runs or once it succeeded (a claim is written only when its attempt ends otherwise:
--- settle.sql), read from the row; its success's event, read from the row. Both read rows
--- have id 0, as protocol.history derives them; a job claimed or succeeded before these
--- rules has its stored rows instead.
+-- settle.sql), read from the row; its success's event, read from the row (as get_attempts
+-- reads its success's attempt). Both read rows have id 0, as protocol.history derives them;
+-- a job claimed or succeeded before these rules has its stored rows instead.
 SELECT id, job_id, occurred_at, kind, from_status, to_status, worker_id, detail
 FROM (
     SELECT e.id, e.job_id, e.occurred_at, e.kind, e.from_status, e.to_status, e.worker_id,
