@@ -14,6 +14,7 @@ from typing import Protocol
 from uuid import UUID
 
 from litestar.exceptions import ValidationException
+from pydantic import BaseModel
 
 from taskq_cli.job_cancel import cancel_one
 from taskq_cli.operator import operator_id
@@ -25,6 +26,12 @@ from taskq_core.client import JobsClient
 MAX_REASON = 500
 # What a cancel from the web UI stores as the job's cancel reason when none was given.
 DEFAULT_CANCEL_REASON = "cancelled from the web UI"
+
+
+class ReasonForm(BaseModel):
+    """The reason field of a page's action form (retry, cancel, pause, disable)."""
+
+    reason: str = ""
 
 
 def web_ui_operator() -> str:

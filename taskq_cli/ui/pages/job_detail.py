@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 
 from taskq_cli.job_ids import full_job_id
 from taskq_cli.json_preview import preview_json
-from taskq_cli.ui.actions import MAX_REASON, check_reason
+from taskq_cli.ui.actions import MAX_REASON, ReasonForm, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.pages.job_views import JobDetailView
 from taskq_cli.ui.pages.workflows import workflow_path
@@ -91,16 +91,12 @@ class ActionOutcome(BaseModel):
     status: str | None
 
 
+# ActionRequest, PauseRequest (queues) and ScheduleActionRequest (schedules) mirror each
+# other on purpose: each is its own API's body, and its docstring says there what it records.
 class ActionRequest(BaseModel):
     """Why (recorded in the job's event with who: the web UI's operator)."""
 
     reason: str | None = Field(default=None, max_length=MAX_REASON)
-
-
-class ReasonForm(BaseModel):
-    """The retry and cancel pages' form."""
-
-    reason: str = ""
 
 
 # What the action pages say: the heading's verb, what the action does, its button.

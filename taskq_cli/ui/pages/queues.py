@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from taskq_cli.dashboard.queue_blockers import PER_JOB, queue_blocker
 from taskq_cli.dashboard.snapshot import Snapshot
-from taskq_cli.ui.actions import MAX_REASON, check_reason
+from taskq_cli.ui.actions import MAX_REASON, ReasonForm, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.paths import segment_value
@@ -105,16 +105,11 @@ class QueuesView(BaseModel):
     queues: list[QueueView]
 
 
+# Mirrors job_detail.ActionRequest on purpose (see there).
 class PauseRequest(BaseModel):
     """Why the queue is paused (shown with who and when)."""
 
     reason: str | None = Field(default=None, max_length=MAX_REASON)
-
-
-class PauseForm(BaseModel):
-    """The pause page's form."""
-
-    reason: str = ""
 
 
 def _view(snapshot: Snapshot) -> QueuesView:
@@ -186,7 +181,7 @@ async def pause_action(
     ui: UiDependency,
     request: Request[Any, Any, Any],
     name: FromPath[str],
-    data: URLEncodedBody[PauseForm],
+    data: URLEncodedBody[ReasonForm],
 ) -> Template | Redirect:
     """Pause the queue: workers stop claiming its jobs (running ones finish)."""
     await _set_paused(ui, name, True, check_reason(data.reason))

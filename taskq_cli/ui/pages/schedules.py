@@ -24,7 +24,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, URLEncodedBody
 from litestar.response import Redirect, Template
 from pydantic import BaseModel, Field
 
-from taskq_cli.ui.actions import MAX_REASON, check_reason
+from taskq_cli.ui.actions import MAX_REASON, ReasonForm, check_reason
 from taskq_cli.ui.config import Ui, UiDependency
 from taskq_cli.ui.openapi import ErrorBody
 from taskq_cli.ui.paths import path_segment, segment_value
@@ -82,16 +82,11 @@ class SchedulesView(BaseModel):
     schedules: list[ScheduleView]
 
 
+# Mirrors job_detail.ActionRequest on purpose (see there).
 class ScheduleActionRequest(BaseModel):
     """Why (recorded in the operator log, or the job's metadata for a run, with who)."""
 
     reason: str | None = Field(default=None, max_length=MAX_REASON)
-
-
-class ScheduleForm(BaseModel):
-    """The disable page's form."""
-
-    reason: str = ""
 
 
 class ScheduleRun(BaseModel):
@@ -185,7 +180,7 @@ async def disable_action(
     ui: UiDependency,
     request: Request[Any, Any, Any],
     name: FromPath[str],
-    data: URLEncodedBody[ScheduleForm | None] = None,
+    data: URLEncodedBody[ReasonForm | None] = None,
 ) -> Template | Redirect:
     """Stop the schedule firing until it is enabled again."""
     reason = check_reason(None if data is None else data.reason)
