@@ -187,6 +187,8 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# Option declarations here mirror the commands' on purpose: typer reads the root options
+# from this signature alone.
 @app.callback()
 def root(
     ctx: typer.Context,

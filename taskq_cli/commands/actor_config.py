@@ -28,6 +28,8 @@ from taskq_core.backend.protocol.admin import OperatorLogEntry
 from taskq_core.durations import format_duration
 from taskq_core.errors import ActorConfigDriftError, ConfigError
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(
     help="Operator-owned actor capacity: max_concurrent, max_pending, result_ttl.",
     no_args_is_help=True,

@@ -25,6 +25,8 @@ from taskq_core.backend.protocol import Backend, JobSummary
 from taskq_core.backend.protocol.batches import BatchFilter
 from taskq_core.errors import TaskqError
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(
     help="Batches with a failure policy or a finalizer: list them, show one's progress.",
     no_args_is_help=True,

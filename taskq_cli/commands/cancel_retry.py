@@ -152,6 +152,8 @@ def bulk(
     return with_backend(ctx, dsn, schema, run)
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 def cancel(
     ctx: typer.Context,
     job_id: IdArgument = None,
@@ -239,6 +241,8 @@ def _cancel_fields(job: JobRow) -> dict[str, Any]:
     return {"status": job.status, "cancel_phase": job.cancel_phase}
 
 
+# retry mirrors cancel on purpose: one job by id or every job the filters match, each verb
+# its own command with its own help; the writes behind them differ.
 def retry(
     ctx: typer.Context,
     job_id: IdArgument = None,

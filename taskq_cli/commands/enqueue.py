@@ -99,6 +99,8 @@ async def _refusal(backend: Backend, error: SingletonCollisionError) -> TaskqErr
     return TaskqError(f"--unique-key {error.unique_key!r}: held by {held_by}; {hint}")
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 def enqueue(
     ctx: typer.Context,
     actor: ActorArgument,

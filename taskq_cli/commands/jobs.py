@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
     from taskq_core.settings import TaskqSettings
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(
     help="Inspect jobs: list, show one, explain why one is not running.", no_args_is_help=True
 )

@@ -149,6 +149,8 @@ def _settled_line(ident: UUID, end: ForcedEnd, before: JobRow, after: JobRow) ->
     )
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 # requeue and fail mirror each other on purpose: one forced end (_end) under two verbs,
 # each its own command with its own help.
 def requeue(

@@ -19,6 +19,8 @@ from taskq_core.errors import MigrationError
 if TYPE_CHECKING:
     from taskq_core.backend.factory import MigrateResult, MigrationState
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(help="Apply and inspect schema migrations.", no_args_is_help=True)
 
 

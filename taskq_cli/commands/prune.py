@@ -51,6 +51,8 @@ class _Run:
     dry_run: bool
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 def prune(
     ctx: typer.Context,
     dry_run: Annotated[

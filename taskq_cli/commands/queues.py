@@ -20,6 +20,8 @@ from taskq_core.backend.protocol import Backend, QueueMode, QueueRow
 from taskq_core.errors import ConfigError
 from taskq_core.statemachine import JobStatus
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(help="List queues and change how dispatch serves them.", no_args_is_help=True)
 
 QueueArgument = Annotated[str, typer.Argument(help="Queue name.", metavar="QUEUE")]

@@ -103,6 +103,8 @@ async def _jobs_of(backend: Backend, events: Sequence[EventRow]) -> dict[Any, Jo
     return {job.id: job for job in await backend.list_jobs(JobFilter(ids=ids, limit=None))}
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 def reclaims(
     ctx: typer.Context,
     after: Annotated[

@@ -32,6 +32,8 @@ from taskq_core.client import JobsClient
 from taskq_core.cron_schedules import check_schedule, upcoming_fires
 from taskq_core.errors import ConfigError, ScheduleNotFoundError
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(
     help="Cron schedules: list them, show their next fire times, add, enable, disable, "
     "delete, or run one now.",
@@ -338,7 +340,7 @@ def _set_enabled(
 
 
 # enable and disable mirror each other on purpose: one write (_set_enabled) under two
-# verbs, each its own command with its own help.
+# verbs, each its own command with its own help; delete takes the same options.
 @app.command("enable")
 def enable(
     ctx: typer.Context,

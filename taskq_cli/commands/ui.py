@@ -26,6 +26,8 @@ from taskq_cli.options import DsnOption, SchemaOption, load_settings, run_async
 from taskq_cli.ui.sign_ins import token_weakness
 from taskq_core.errors import ConfigError
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(help="The admin web UI.", no_args_is_help=True)
 
 # Requests are served concurrently; the pages' reads are short.

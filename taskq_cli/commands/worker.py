@@ -33,6 +33,8 @@ def _seconds(value: str | None, flag: str) -> float | None:
         raise ConfigError(f"{flag}: {exc}") from None
 
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 def worker(
     ctx: typer.Context,
     actors: Annotated[

@@ -24,6 +24,8 @@ from taskq_core.errors import ConfigError
 from taskq_core.liveness import silence_acknowledged, worker_stale_after, worker_state
 from taskq_core.worker_alerts import WorkerAck, acknowledge_stale_worker
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(help="Registered workers.", no_args_is_help=True)
 
 # Narrow terminals keep id, host, pid and state; the rest gives way, workgroup first.

@@ -46,6 +46,8 @@ from taskq_core.backend.protocol.workflows import (
 from taskq_core.errors import InvalidTransitionError
 from taskq_core.statemachine import JobStatus
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(
     help="Workflows (jobs that wait for other jobs): list them, show one's steps, cancel or "
     "retry one.",

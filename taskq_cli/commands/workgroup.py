@@ -46,6 +46,8 @@ from taskq_core.supervisor.plan import (
 from taskq_core.supervisor.runtime import open_workgroup
 from taskq_core.supervisor.schema import load_workgroup, starter_toml
 
+# Option declarations here mirror other commands' line for line on purpose: typer reads
+# each command's options from its own signature (options.py holds the shared ones).
 app = typer.Typer(help="Supervise worker processes described by a TOML file.", no_args_is_help=True)
 
 FileArgument = Annotated[
