@@ -109,6 +109,8 @@ def parse_filter(status: str | None, queue: str | None, limit: str | None) -> Ba
     )
 
 
+# The page's query parameters mirror the other listing's on purpose: litestar reads each
+# route's parameters from its own signature.
 @get("/batches", include_in_schema=False)
 async def batches_page(
     ui: UiDependency,

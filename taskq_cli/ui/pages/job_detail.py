@@ -333,6 +333,8 @@ async def _page_action(
     return _detail_page(view, None, outcome, name="job_detail_action")
 
 
+# The form posts (these two, and the schedules page's) mirror each other on purpose:
+# litestar needs one handler per route; the work is in one helper behind each.
 @post("/jobs/{ref:str}/retry", include_in_schema=False, status_code=200)
 async def retry_action(
     ui: UiDependency,

@@ -120,6 +120,8 @@ async def jobs_page(ui: UiDependency, request: Request[Any, Any, Any]) -> Templa
     return _page(part, form=_view_form(view), view=view, result=result, following=following)
 
 
+# Each filter is its own query parameter on purpose: the OpenAPI document describes each;
+# the time ones are alike but for their names.
 @get("/api/jobs", raises=[ValidationException])
 async def jobs_api(
     ui: UiDependency,

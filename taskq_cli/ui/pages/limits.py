@@ -70,6 +70,8 @@ async def read_limits(ui: Ui) -> LimitsView:
     return _view(await ui.snapshot())
 
 
+# The page and its /api twin mirror the other snapshot pages' on purpose: litestar reads
+# each route from its own handler, and the API's docstring is its description there.
 @get("/limits", include_in_schema=False)
 async def limits_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The limits page, or only its live part (``?part=live``)."""

@@ -98,6 +98,8 @@ async def read_overview(ui: Ui) -> Overview:
     return Overview.of(await ui.snapshot())
 
 
+# The page and its /api twin mirror the other snapshot pages' on purpose: litestar reads
+# each route from its own handler, and the API's docstring is its description there.
 @get("/", include_in_schema=False)
 async def overview_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The overview page, or only its live part (``?part=live``, what htmx polls)."""

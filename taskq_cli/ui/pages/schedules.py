@@ -175,6 +175,7 @@ async def disable_form(ui: UiDependency, name: FromPath[str]) -> Template:
     )
 
 
+# Mirrors the job page's form posts on purpose (see job_detail.retry_action).
 @post("/schedules/{name:str}/disable", include_in_schema=False, status_code=200)
 async def disable_action(
     ui: UiDependency,

@@ -113,6 +113,8 @@ async def read_workers(ui: Ui) -> WorkersView:
     return _view(await ui.snapshot())
 
 
+# The page and its /api twin mirror the other snapshot pages' on purpose: litestar reads
+# each route from its own handler, and the API's docstring is its description there.
 @get("/workers", include_in_schema=False)
 async def workers_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The workers page, or only its live part (``?part=live``)."""

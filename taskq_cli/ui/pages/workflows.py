@@ -78,6 +78,8 @@ async def read_workflows(ui: Ui, chosen: WorkflowsFilter) -> WorkflowsView:
     return WorkflowsView(workflows=shown, count=len(shown), more=len(listed) > chosen.limit)
 
 
+# The page's query parameters mirror the other listing's on purpose: litestar reads each
+# route's parameters from its own signature.
 @get("/workflows", include_in_schema=False)
 async def workflows_page(
     ui: UiDependency,
