@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from taskq_core.backend.postgres.migrate import (
     default_directory,
@@ -188,6 +190,63 @@ async def test_no_transaction_migrations_run_statement_by_statement(
         await conn.close()
     assert result.applied == ["0001_base", "0002_index"]
     assert index == "t_id_idx"
+
+
+async def test_a_migration_that_loses_a_deadlock_to_a_running_transaction_runs_again(
+    empty_schema: PgTarget, tmp_path: Path
+) -> None:
+    """0022's shape under a live fleet: the file takes a weak lock on a table (CREATE INDEX),
+    then a strong one (DROP INDEX), while a transaction that read the table waits to write it.
+    PostgreSQL ends the later request of the two at once: here the migration's (an advisory
+    lock the test holds keeps it between its two statements until the write waits). It runs
+    again, and applies, once the other transaction commits."""
+    dsn, schema = empty_schema.dsn, empty_schema.schema
+    gate = random.randrange(1, 2**62)
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    (folder / "0001_base.sql").write_text(
+        "CREATE TABLE {schema}.t (id int);\nCREATE INDEX t_old_idx ON {schema}.t (id);\n"
+    )
+    migrator, fleet, observer = [await asyncpg.connect(dsn) for _ in range(3)]
+
+    async def waits_on_a_lock(conn: asyncpg.Connection) -> None:
+        async with asyncio.timeout(30):
+            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+            while not await observer.fetchval(query, conn.get_server_pid()):
+                await asyncio.sleep(0.02)
+
+    try:
+        await migrate_up(migrator, schema, folder)
+        (folder / "0002_swap_index.sql").write_text(
+            "CREATE INDEX t_new_idx ON {schema}.t (id);\n"
+            f"SELECT pg_advisory_xact_lock({gate});\n"
+            "DROP INDEX {schema}.t_old_idx;\n"
+        )
+        reading = fleet.transaction()
+        await reading.start()
+        await fleet.fetch(f"SELECT * FROM {schema}.t")
+        await observer.execute("SELECT pg_advisory_lock($1)", gate)
+        with capture_logs() as logs:
+            migrating = asyncio.create_task(migrate_up(migrator, schema, folder))
+            await waits_on_a_lock(migrator)  # at the gate, holding CREATE INDEX's lock
+            writing = asyncio.create_task(fleet.execute(f"INSERT INTO {schema}.t VALUES (1)"))
+            await waits_on_a_lock(fleet)
+            await observer.execute("SELECT pg_advisory_unlock($1)", gate)
+            await asyncio.wait_for(writing, 30)  # the migration's transaction was ended
+            await reading.commit()
+            result = await asyncio.wait_for(migrating, 30)
+        indexes = await observer.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 't'", schema
+        )
+        rows = await observer.fetchval(f"SELECT count(*) FROM {schema}.t")
+    finally:
+        for conn in (migrator, fleet, observer):
+            await conn.close()
+    assert result.applied == ["0002_swap_index"]
+    assert [r["indexname"] for r in indexes] == ["t_new_idx"]
+    assert rows == 1  # the fleet's write went through
+    retried = [e for e in logs if e["event"] == "migration_retried"]
+    assert [(e["migration"], e["attempt"]) for e in retried] == [("0002_swap_index", 1)]
 
 
 async def test_unsafe_schema_is_rejected_before_any_sql(pg_server_dsn: str) -> None:

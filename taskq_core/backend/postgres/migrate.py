@@ -8,6 +8,7 @@ drift (warned, never re-run).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
@@ -24,6 +25,14 @@ from taskq_core.errors import MigrationError
 from .queries import SchemaQueries
 
 NO_TRANSACTION_DIRECTIVE = "-- taskq:no-transaction"
+# A file's transaction that lost a deadlock applied nothing, so it runs again, up to this many
+# times in all. A live fleet takes its locks in its own order: a file that takes a weak lock
+# on a table before a strong one (0022: CREATE INDEX, then DROP INDEX on jobs) deadlocks with
+# a worker's transaction that read the table and then writes it, and PostgreSQL ends one of
+# the two. The worker's ends first as often as not; when the migration's does, it waits
+# RETRY_PAUSE * attempt and tries again rather than failing the deploy.
+MIGRATION_ATTEMPTS = 5
+RETRY_PAUSE = 0.2
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # structlog directly (what obs.logs.get_logger returns): backends do not import obs.
 _log = structlog.get_logger(component="migrate")
@@ -141,18 +150,41 @@ async def _apply_one(
     label = f"{migration.version}_{migration.name}"
     sql = migration.render(schema)
     record = (queries["migrate_record"], migration.version, migration.name)
+    checksum = migration.checksum(schema)
     try:
         if migration.no_transaction:
             # CONCURRENTLY forms refuse multi-statement strings: run statement by statement.
+            # Never retried: a statement that failed may follow ones that took effect.
             for statement in _split_statements(sql):
                 await conn.execute(statement)
-            await conn.execute(*record, migration.checksum(schema))
-        else:
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(*record, migration.checksum(schema))
+            await conn.execute(*record, checksum)
+            return
+        for attempt in range(1, MIGRATION_ATTEMPTS + 1):
+            if await _applied_in_transaction(conn, sql, (*record, checksum), attempt):
+                return
+            _log.warning(
+                "migration_retried", schema=schema, migration=label, attempt=attempt,
+                note="it lost a deadlock with a running transaction and applied nothing",
+            )  # fmt: skip
+            await asyncio.sleep(RETRY_PAUSE * attempt)
     except asyncpg.PostgresError as exc:
         raise MigrationError(f"migration {label} failed: {exc}") from exc
+
+
+async def _applied_in_transaction(
+    conn: asyncpg.Connection, sql: str, record: tuple[str, ...], attempt: int
+) -> bool:
+    """Run the file and its ledger row in one transaction; False when it lost a deadlock
+    that another attempt may win (the last attempt raises it)."""
+    try:
+        async with conn.transaction():
+            await conn.execute(sql)
+            await conn.execute(*record)
+    except asyncpg.exceptions.DeadlockDetectedError:
+        if attempt == MIGRATION_ATTEMPTS:
+            raise
+        return False
+    return True
 
 
 def _split_statements(sql: str) -> list[str]:
