@@ -160,8 +160,11 @@ async def _apply_one(
             await conn.execute(*record, checksum)
             return
         for attempt in range(1, MIGRATION_ATTEMPTS + 1):
-            if await _applied_in_transaction(conn, sql, (*record, checksum), attempt):
-                return
+            try:
+                return await _run_in_transaction(conn, sql, (*record, checksum))
+            except asyncpg.exceptions.DeadlockDetectedError:
+                if attempt == MIGRATION_ATTEMPTS:
+                    raise
             _log.warning(
                 "migration_retried", schema=schema, migration=label, attempt=attempt,
                 note="it lost a deadlock with a running transaction and applied nothing",
@@ -171,20 +174,11 @@ async def _apply_one(
         raise MigrationError(f"migration {label} failed: {exc}") from exc
 
 
-async def _applied_in_transaction(
-    conn: asyncpg.Connection, sql: str, record: tuple[str, ...], attempt: int
-) -> bool:
-    """Run the file and its ledger row in one transaction; False when it lost a deadlock
-    that another attempt may win (the last attempt raises it)."""
-    try:
-        async with conn.transaction():
-            await conn.execute(sql)
-            await conn.execute(*record)
-    except asyncpg.exceptions.DeadlockDetectedError:
-        if attempt == MIGRATION_ATTEMPTS:
-            raise
-        return False
-    return True
+async def _run_in_transaction(conn: asyncpg.Connection, sql: str, record: tuple[str, ...]) -> None:
+    """The file and its ledger row, in one transaction."""
+    async with conn.transaction():
+        await conn.execute(sql)
+        await conn.execute(*record)
 
 
 def _split_statements(sql: str) -> list[str]:
