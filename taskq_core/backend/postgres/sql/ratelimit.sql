@@ -362,8 +362,13 @@ ORDER BY d.name, r.used DESC NULLS LAST, r.instance;
 -- is deleted: at most $2 buckets and $2 window keys. A bucket with no row is full and a window
 -- with no entries is sized again at its next use, so no decision changes; what goes is the
 -- one instance per key a keyed limit leaves behind for every key it ever saw. A bucket being
--- used is skipped (SKIP LOCKED). Reservation slots stay: their rows carry no time of use, and
--- an acquire never sizes a reservation twice.
+-- used is skipped (SKIP LOCKED). A window goes whole or not at all: its entries are locked
+-- first (SKIP LOCKED: an acquirer is taking some) and read again at their newest version, and
+-- the key goes only when it holds every entry it had and none was used since (an acquirer
+-- that took entries after this statement's snapshot would otherwise see them deleted, the
+-- window sized again with unused ones, and admit its limit a second time within one window).
+-- Reservation slots stay: their rows carry no time of use, and an acquire never sizes a
+-- reservation twice.
 WITH k AS (
     SELECT clock_timestamp() - $1::interval AS before
 ),
@@ -391,7 +396,8 @@ gone_buckets AS (
 -- The definition lookup repeats idle_buckets' (longest matching name) for the other kind
 -- of limit: the two differ in their kind, key column and the span they read.
 idle_windows AS (
-    SELECT e.key
+    SELECT e.key, count(*) AS entries,
+           (SELECT k.before FROM k) - COALESCE(d.span, interval '0') AS before
     FROM {schema}.rate_limit_window_entries e
     LEFT JOIN LATERAL (
         SELECT d.span
@@ -405,10 +411,24 @@ idle_windows AS (
     HAVING max(e.occurred_at) < (SELECT k.before FROM k) - COALESCE(d.span, interval '0')
     LIMIT $2::integer
 ),
+-- Locking reads each entry's newest version: one taken since the snapshot shows its new time.
+locked_entries AS (
+    SELECT e.id, e.key, e.occurred_at
+    FROM {schema}.rate_limit_window_entries e
+    WHERE e.key IN (SELECT i.key FROM idle_windows i)
+    FOR UPDATE OF e SKIP LOCKED
+),
+whole_windows AS (
+    SELECT i.key
+    FROM idle_windows i
+    JOIN locked_entries l ON l.key = i.key
+    GROUP BY i.key, i.entries, i.before
+    HAVING count(*) = i.entries AND max(l.occurred_at) < i.before
+),
 gone_windows AS (
     DELETE FROM {schema}.rate_limit_window_entries e
-    USING idle_windows i
-    WHERE e.key = i.key
+    USING locked_entries l
+    WHERE e.id = l.id AND l.key IN (SELECT w.key FROM whole_windows w)
     RETURNING e.key
 ),
 -- A line whose last place passed longer than $1 ago holds nobody.
