@@ -26,6 +26,7 @@ from chaos.pgserver import tune_for_tests
 from taskq_core import embedded
 from taskq_core.obs.logs import reset_logging
 from tests.schema_pool import (
+    close_kept_connections,
     create_migrated_schema,
     drop_schema,
     drop_spare_schemas,
@@ -104,6 +105,7 @@ def pg_server_dsn() -> Iterator[str]:
     if given:
         yield given
         asyncio.run(drop_spare_schemas())  # the server outlives the session
+        close_kept_connections()
         return
     root, dsn = _start_embedded_server()
     data_dir = root / "pgdata"
@@ -111,6 +113,7 @@ def pg_server_dsn() -> Iterator[str]:
     try:
         yield dsn
     finally:
+        close_kept_connections()
         embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
 

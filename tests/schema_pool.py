@@ -6,8 +6,8 @@ tests here each take a schema. A schema goes back to the pool only when it is as
 
 - no ``taskq`` process is still on it (its sessions' application names name the schema: a
   worker left running would take the next test's jobs);
-- its shape is the one it was made with (catalog and migration ledger fingerprint: a test
-  may alter a table or tamper with a checksum);
+- its shape is the one it was made with (the catalog rows of its objects and its migration
+  ledger: a test may alter a table or tamper with a checksum);
 - its rows are deleted (the migration ledger aside; the archive's partitions a prune made
   are dropped), its sequences restarted, its tables' statistics counters reset. (No
   test points a Redis limiter at such a schema's default prefix: the Redis tests use
@@ -16,55 +16,79 @@ tests here each take a schema. A schema goes back to the pool only when it is as
 Otherwise it is dropped, as every schema was before. Rows deleted leave dead tuples and
 grown files behind, which only tests of the tables' physical state see (plans, sizes,
 vacuum): they are marked ``fresh_schema`` and get a new one.
+
+The checks, emptying and drops go through one connection per server and test process, kept
+open by a thread of its own (``_Keeper``): a connection made for each test cost the server a
+new backend, its catalog caches and asyncpg's type introspection every time (a third of the
+server's work for the pool).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TypeVar
 
 import asyncpg
 
 from taskq_core.backend.postgres.migrate import migrate_up
 from taskq_core.constants import validate_identifier
 
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a schema was made as: its catalog rows' signature, its migration ledger, and
+    its tables (the ledger aside) to empty."""
+
+    catalog: str
+    ledger: str
+    tables: tuple[str, ...]
+
+
 _schema_ids = itertools.count(1)
 _lock = threading.Lock()  # the browser tests make their servers' schemas in threads
-_spare: dict[str, list[tuple[str, str]]] = {}  # dsn -> (schema, fingerprint) ready for reuse
-_taken: dict[str, str] = {}  # schema -> its fingerprint when made, while a test has it
+_spare: dict[str, list[tuple[str, _Shape]]] = {}  # dsn -> (schema, shape) ready for reuse
+_taken: dict[str, _Shape] = {}  # schema -> its shape when made, while a test has it
 
-# The catalog objects of a schema: tables and their columns, defaults and options, indexes,
-# constraints, functions, triggers and types. Schema-qualified names differ between schemas,
-# so a fingerprint is only ever compared with one of the same schema.
-_FINGERPRINT = """
-SELECT md5(string_agg(item, E'\\n' ORDER BY item)) FROM (
-    SELECT c.relname || ':' || c.relkind::text || ':' || coalesce(c.reloptions::text, '')
-           || ':' || coalesce(pg_get_indexdef(c.oid), '') AS item
-    FROM pg_class c WHERE c.relnamespace = $1::regnamespace
-    UNION ALL
-    SELECT a.attrelid::regclass::text || '.' || a.attname || ':'
-           || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull::text || ':'
-           || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
-    FROM pg_attribute a
-    JOIN pg_class c ON c.oid = a.attrelid
-    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-    WHERE c.relnamespace = $1::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
-    UNION ALL
-    SELECT p.proname || ':' || md5(p.prosrc) FROM pg_proc p
-    WHERE p.pronamespace = $1::regnamespace
-    UNION ALL
-    SELECT conname || ':' || pg_get_constraintdef(oid) FROM pg_constraint
-    WHERE connamespace = $1::regnamespace
-    UNION ALL
-    SELECT t.tgname || ':' || t.tgenabled::text FROM pg_trigger t
-    JOIN pg_class c ON c.oid = t.tgrelid
-    WHERE c.relnamespace = $1::regnamespace AND NOT t.tgisinternal
-    UNION ALL
-    SELECT t.typname || ':' || coalesce((SELECT string_agg(e.enumlabel, '|' ORDER BY
-           e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid), '')
-    FROM pg_type t WHERE t.typnamespace = $1::regnamespace
-) objects
+T = TypeVar("T")
+
+# The shape of a schema: how many catalog rows its objects have (tables and indexes, their
+# columns and defaults, constraints, triggers, functions, types and enum labels) and the
+# newest transaction that wrote one. DDL inserts, deletes or rewrites such rows, so any
+# change moves a count or the newest writer (a rolled-back change writes nothing anyone
+# sees; VACUUM and ANALYZE update pg_class in place, as no writer). A twentieth of the cost
+# of deparsing every definition, which this replaced.
+_SHAPE = """
+SELECT concat_ws(',',
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_class x WHERE x.relnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_attribute x JOIN pg_class c ON c.oid = x.attrelid
+     WHERE c.relnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_attrdef x JOIN pg_class c ON c.oid = x.adrelid
+     WHERE c.relnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid
+     WHERE c.relnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_constraint x WHERE x.connamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_trigger x JOIN pg_class c ON c.oid = x.tgrelid
+     WHERE c.relnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_proc x WHERE x.pronamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_type x WHERE x.typnamespace = $1::regnamespace),
+    (SELECT count(*) || ':' || coalesce(max(x.xmin::text::bigint), 0)
+     FROM pg_enum x JOIN pg_type t ON t.oid = x.enumtypid
+     WHERE t.typnamespace = $1::regnamespace)
+)
 """
 
 # Sessions of a taskq process still on the schema: a worker's LISTEN or leader connection
@@ -95,17 +119,64 @@ def new_schema_name() -> str:
     return f"t_{worker}_{os.getpid()}_{next(_schema_ids)}"
 
 
+class _Keeper:
+    """A thread with an event loop and one open connection per server: callers in any thread
+    and any event loop run their statements on it, one caller at a time per server."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._connections: dict[str, asyncpg.Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        threading.Thread(target=self._loop.run_forever, name="schema-pool", daemon=True).start()
+
+    async def run(self, dsn: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``work`` on the kept connection to ``dsn``, awaited from the caller's loop."""
+        done: Future[T] = asyncio.run_coroutine_threadsafe(self._run(dsn, work), self._loop)
+        return await asyncio.wrap_future(done)
+
+    async def _run(self, dsn: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with self._locks.setdefault(dsn, asyncio.Lock()):
+            conn = self._connections.get(dsn)
+            if conn is None or conn.is_closed():
+                conn = self._connections[dsn] = await asyncpg.connect(dsn)
+            try:
+                return await work(conn)
+            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
+                await conn.close(timeout=5)  # the next call connects again
+                raise
+
+    def close(self) -> None:
+        """Close every kept connection (the session's end)."""
+
+        async def close_all() -> None:
+            for conn in self._connections.values():
+                await conn.close(timeout=5)
+            self._connections.clear()
+
+        asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(30)
+
+
+_keeper = _Keeper()
+
+
+def close_kept_connections() -> None:
+    """Close the pool's connections before the session's server stops."""
+    _keeper.close()
+
+
 async def create_migrated_schema(dsn: str) -> str:
     """Create and migrate a schema no other test uses; return its name."""
     return (await _create(dsn))[0]
 
 
-async def _create(dsn: str) -> tuple[str, str]:
+async def _create(dsn: str) -> tuple[str, _Shape]:
+    # A connection of its own: migrations are rare (a new schema is made only when no
+    # emptied one waits) and would hold the kept one for half a second.
     schema = new_schema_name()
     conn = await asyncpg.connect(dsn)
     try:
         await migrate_up(conn, schema)
-        return schema, await _fingerprint(conn, schema)
+        return schema, await _shape(conn, schema)
     finally:
         await conn.close()
 
@@ -115,64 +186,62 @@ async def take_schema(dsn: str) -> str:
     with _lock:
         spare = _spare.get(dsn)
         if spare:
-            schema, fingerprint = spare.pop()
-            _taken[schema] = fingerprint
+            schema, shape = spare.pop()
+            _taken[schema] = shape
             return schema
-    schema, fingerprint = await _create(dsn)
+    schema, shape = await _create(dsn)
     with _lock:
-        _taken[schema] = fingerprint
+        _taken[schema] = shape
     return schema
 
 
 async def give_back(dsn: str, schema: str) -> None:
     """Empty ``schema`` for the next test, or drop it when it is not as good as new."""
     with _lock:
-        fingerprint = _taken.pop(schema, None)
-    if fingerprint is not None and await _emptied(dsn, schema, fingerprint):
+        shape = _taken.pop(schema, None)
+    if shape is not None and await _emptied(dsn, schema, shape):
         with _lock:
-            _spare.setdefault(dsn, []).append((schema, fingerprint))
+            _spare.setdefault(dsn, []).append((schema, shape))
         return
     await drop_schema(dsn, schema)
 
 
-async def _emptied(dsn: str, schema: str, fingerprint: str) -> bool:
-    try:
-        conn = await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError):
-        return False
-    try:
+async def _emptied(dsn: str, schema: str, shape: _Shape) -> bool:
+    async def empty(conn: asyncpg.Connection) -> bool:
         if await conn.fetchval(_SESSIONS, schema):
             return False
         await _drop_archive_partitions(conn, schema)
-        if await _fingerprint(conn, schema) != fingerprint:
+        if await _shape(conn, schema) != shape:
             return False
-        await conn.execute(_empty_statement(schema, await conn.fetch(_TABLES, schema)))
+        await conn.execute(_empty_statement(schema, shape.tables))
         return True
-    except asyncpg.PostgresError:  # a table locked, statistics not ours to reset, ...
-        return False
-    finally:
-        await conn.close()
+
+    try:
+        return await _keeper.run(dsn, empty)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return False  # a table locked, statistics not ours to reset, the server gone, ...
 
 
-async def _fingerprint(conn: asyncpg.Connection, schema: str) -> str:
-    """The schema's catalog objects and its migration ledger (a test may tamper with it)."""
+async def _shape(conn: asyncpg.Connection, schema: str) -> _Shape:
     validate_identifier(schema)
     ledger = (
         f"SELECT md5(string_agg(m::text, ',' ORDER BY m::text)) FROM {schema}.schema_migrations m"
     )
-    return f"{await conn.fetchval(_FINGERPRINT, schema)}:{await conn.fetchval(ledger)}"
+    tables = tuple(sorted(r["tablename"] for r in await conn.fetch(_TABLES, schema)))
+    return _Shape(await conn.fetchval(_SHAPE, schema), await conn.fetchval(ledger), tables)
 
 
 async def delete_every_row(dsn: str, schema: str) -> None:
     """Delete every row of the schema (the migration ledger aside) and the archive's
     partitions a prune made: a fresh start, cheaper than a new schema or TRUNCATE for a few
     dozen rows."""
-    conn = await asyncpg.connect(dsn)
-    try:
+
+    async def delete(conn: asyncpg.Connection) -> None:
         await _drop_archive_partitions(conn, schema)
-        await conn.execute(";".join(_deletes(schema, await conn.fetch(_TABLES, schema))))
-    finally:
-        await conn.close()
+        tables = [r["tablename"] for r in await conn.fetch(_TABLES, schema)]
+        await conn.execute(";".join(_deletes(schema, tables)))
+
+    await _keeper.run(dsn, delete)
 
 
 async def _drop_archive_partitions(conn: asyncpg.Connection, schema: str) -> None:
@@ -183,12 +252,12 @@ async def _drop_archive_partitions(conn: asyncpg.Connection, schema: str) -> Non
         await conn.execute(f"DROP TABLE {', '.join(f'{schema}.{d[0]}' for d in days)}")
 
 
-def _deletes(schema: str, tables: list[asyncpg.Record]) -> list[str]:
+def _deletes(schema: str, tables: Sequence[str]) -> list[str]:
     validate_identifier(schema)
-    return [f"DELETE FROM {schema}.{t['tablename']}" for t in tables]
+    return [f"DELETE FROM {schema}.{table}" for table in tables]
 
 
-def _empty_statement(schema: str, tables: list[asyncpg.Record]) -> str:
+def _empty_statement(schema: str, tables: Sequence[str]) -> str:
     return ";".join(
         [
             *_deletes(schema, tables),
@@ -202,11 +271,7 @@ def _empty_statement(schema: str, tables: list[asyncpg.Record]) -> str:
 
 async def drop_schema(dsn: str, schema: str) -> None:
     validate_identifier(schema)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    finally:
-        await conn.close()
+    await _keeper.run(dsn, lambda conn: conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
 
 
 async def drop_spare_schemas() -> None:
