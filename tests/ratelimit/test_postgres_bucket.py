@@ -69,6 +69,15 @@ async def travel(pg: PgTarget, seconds: float) -> None:
         await conn.close()
 
 
+async def rest_windows(conn: asyncpg.Connection, pg: PgTarget) -> None:
+    """Move every window entry two hours back: idle for a sweep that deletes what rested an
+    hour."""
+    await conn.execute(
+        f"UPDATE {pg.schema}.rate_limit_window_entries "
+        "SET occurred_at = occurred_at - interval '2 hours'"
+    )
+
+
 async def test_a_window_an_acquirer_takes_during_the_sweep_stays_whole(
     backend: PostgresBackend, pg: PgTarget
 ) -> None:
@@ -76,11 +85,7 @@ async def test_a_window_an_acquirer_takes_during_the_sweep_stays_whole(
     acquirer = await asyncpg.connect(pg.dsn)
     watcher = await asyncpg.connect(pg.dsn)
     try:
-        # Unused for two hours: idle for a sweep that deletes what rested an hour.
-        await acquirer.execute(
-            f"UPDATE {pg.schema}.rate_limit_window_entries "
-            "SET occurred_at = occurred_at - interval '2 hours'"
-        )
+        await rest_windows(acquirer, pg)
         # An acquirer takes three entries, as acquire_window_entry does; not committed yet.
         taking = acquirer.transaction()
         await taking.start()
@@ -115,10 +120,7 @@ async def test_an_idle_window_nobody_takes_still_goes(
     assert (await backend.acquire_window("w", 6, HOUR, 2)).allowed
     conn = await asyncpg.connect(pg.dsn)
     try:
-        await conn.execute(
-            f"UPDATE {pg.schema}.rate_limit_window_entries "
-            "SET occurred_at = occurred_at - interval '2 hours'"
-        )
+        await rest_windows(conn, pg)
         swept = await backend.sweep_idle_limiter_state(HOUR)
         left = await conn.fetchval(f"SELECT count(*) FROM {pg.schema}.rate_limit_window_entries")
     finally:
