@@ -7,7 +7,7 @@ raised as one ConfigError line naming the variable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
@@ -38,6 +38,13 @@ def validate_dsn(value: str) -> str:
     """Accept ``embedded``, ``embedded:PATH`` or a ``postgres(ql)://`` URL asyncpg reads as
     written; raise ValueError saying what is wrong, never repeating the value (see dsn.py)."""
     return check_dsn(value)
+
+
+def _unless_blank(value: str | None, check: Callable[[str], str]) -> str | None:
+    """None for an unset or blank optional setting; else ``value`` as ``check`` returns it."""
+    if value is None or not value.strip():
+        return None
+    return check(value)
 
 
 # Retentions of the prune and of the archive (its expiry): each must be positive.
@@ -318,16 +325,12 @@ class TaskqSettings(BaseSettings):
     @field_validator("pg_dsn_direct", "pg_dsn_pooled", "pg_dsn_replica")
     @classmethod
     def _check_optional_dsn(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        return validate_dsn(value)
+        return _unless_blank(value, validate_dsn)
 
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        return check_redis_url(value)
+        return _unless_blank(value, check_redis_url)
 
     @field_validator("schema_name")
     @classmethod
@@ -369,9 +372,7 @@ class TaskqSettings(BaseSettings):
     @field_validator("prune_cron_expr", "archive_expiry_cron_expr")
     @classmethod
     def _check_cron(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None  # unset: the daily HH:MM time applies
-        return check_cron_expression(value)
+        return _unless_blank(value, check_cron_expression)  # unset: the daily HH:MM time applies
 
     @model_validator(mode="after")
     def _check_invariants(self) -> Self:
