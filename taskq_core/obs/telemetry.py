@@ -64,6 +64,11 @@ _OTLP_CLASSES: dict[tuple[str, str], tuple[str, str]] = {
         "OTLPMetricExporter",
     ),
 }
+# The SDK's console exporter classes: signal -> (module, class).
+_CONSOLE_CLASSES: dict[str, tuple[str, str]] = {
+    "traces": ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter"),
+    "metrics": ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter"),
+}
 # Exporter names each signal accepts. ``prometheus`` for metrics names the worker's /metrics,
 # which is there whether or not it is listed.
 _EXPORTERS = {
@@ -222,9 +227,9 @@ def build_telemetry(
     telemetry = Telemetry()
     described = resource(settings, role)
     missing: list[str] = []  # signals asking for OTLP without the package
-    span_exporters = [_span_exporter(name, environ, missing) for name in span_names]
+    span_exporters = [_exporter("traces", name, environ, missing) for name in span_names]
     span_pairs = [pair for pair in span_exporters if pair is not None]
-    metric_exporters = [_metric_exporter(name, environ, missing) for name in metric_names]
+    metric_exporters = [_exporter("metrics", name, environ, missing) for name in metric_names]
     metric_pairs = [pair for pair in metric_exporters if pair is not None]
     if missing:
         get_logger("telemetry").warning(
@@ -337,24 +342,14 @@ def render_metrics(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
 
 
-def _span_exporter(
-    name: str, environ: Mapping[str, str], missing: list[str]
+def _exporter(
+    signal: str, name: str, environ: Mapping[str, str], missing: list[str]
 ) -> tuple[str, Any] | None:
+    """The exporter ``name`` of ``signal``: the SDK's console one, else OTLP (see ``_otlp``)."""
     if name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        return "console", ConsoleSpanExporter()
-    return _otlp("traces", environ, missing)
-
-
-def _metric_exporter(
-    name: str, environ: Mapping[str, str], missing: list[str]
-) -> tuple[str, Any] | None:
-    if name == "console":
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-        return "console", ConsoleMetricExporter()
-    return _otlp("metrics", environ, missing)
+        module_name, class_name = _CONSOLE_CLASSES[signal]
+        return "console", getattr(importlib.import_module(module_name), class_name)()
+    return _otlp(signal, environ, missing)
 
 
 def _otlp(signal: str, environ: Mapping[str, str], missing: list[str]) -> tuple[str, Any] | None:
