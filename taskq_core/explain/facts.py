@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from taskq_core.backend.protocol import (
@@ -18,32 +19,25 @@ from taskq_core.explain.answer import (
 from taskq_core.liveness import heard_from, worker_is_alive
 
 
+@dataclass
 class JobFacts:
-    """Everything the checks read, fetched once through the Backend protocol."""
+    """Everything the checks read, fetched once through the Backend protocol (``explain_job``
+    fills in the fields past ``settings`` as the job's status needs them)."""
 
-    def __init__(
-        self,
-        job: JobRow,
-        now: datetime,
-        ahead: int,
-        ahead_other_cohorts: int,
-        mode: str,
-        settings: ExplainSettings,
-    ) -> None:
-        self.job = job
-        self.now = now
-        self.ahead = ahead
-        self.ahead_other_cohorts = ahead_other_cohorts
-        self.mode = mode
-        self.settings = settings
-        self.workers: list[WorkerRow] = []
-        self.leader: LeaderRow | None = None
-        self.queue: QueueRow | None = None
-        self.actor_cap: int | None = None
-        self.actor_queue: str | None = None  # the queue the actor registered, if it did
-        self.actor_running: list[JobSummary] = []
-        self.queue_running: list[JobSummary] = []
-        self.events: list[EventRow] = []
+    job: JobRow
+    now: datetime
+    ahead: int
+    ahead_other_cohorts: int
+    mode: str
+    settings: ExplainSettings
+    workers: list[WorkerRow] = field(default_factory=list)
+    leader: LeaderRow | None = None
+    queue: QueueRow | None = None
+    actor_cap: int | None = None
+    actor_queue: str | None = None  # the queue the actor registered, if it did
+    actor_running: list[JobSummary] = field(default_factory=list)
+    queue_running: list[JobSummary] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
 
     def is_live(self, worker: WorkerRow) -> bool:
         """Registered as running and heard from within the staleness window."""
