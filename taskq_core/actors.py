@@ -160,6 +160,8 @@ class JobContext(Generic[P]):
         self._cancel_event.set()
 
 
+# Alike protocol/values.py's EnqueueArgs by shape only: defaulted fields, but an actor's
+# declaration, not one job's insert.
 @dataclass(frozen=True)
 class ActorRef:
     """A registered actor: the function plus everything the queue needs to know about it."""

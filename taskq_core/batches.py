@@ -60,6 +60,7 @@ class BatchCompletionStatus(ChildCounts):
     status: BatchStatus | None
     by_status: Mapping[JobStatus, int] = field(default_factory=dict)
 
+    # One property per terminal status, alike by shape only: each reads its own count.
     @property
     def succeeded(self) -> int:
         return self.of(JobStatus.SUCCEEDED)

@@ -321,6 +321,8 @@ class JobsClient(BatchMethods, WorkflowMethods, ScheduleMethods, ReclaimMethods,
         self, job_id: UUID | str, *, timeout: float | None = None, poll_interval: float = 0.05
     ) -> JobRow:
         """Wait until the job is terminal and return that row (TimeoutError after ``timeout``)."""
+        # Alike client_workflows.py's wait_workflow by shape only: each polls its own row through
+        # poll_until, with its own end test.
         ident = _uuid(job_id)
         return await poll_until(
             lambda: self.backend.get(ident),

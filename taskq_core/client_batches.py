@@ -56,7 +56,8 @@ DEFAULT_WAIT_POLL = 0.1
 
 
 # Each client_* mixin states what it needs of JobsClient, so none imports another; this one
-# repeats client_workflows.py's on purpose.
+# repeats client_workflows.py's on purpose (protocol/history.py's SucceededJob is alike by
+# shape only).
 class _Client(Protocol):
     """The parts of JobsClient these methods use."""
 

@@ -33,7 +33,8 @@ DEFAULT_WAIT_POLL = 0.05
 
 
 # Each client_* mixin states what it needs of JobsClient, so none imports another; this one
-# repeats client_batches.py's on purpose.
+# repeats client_batches.py's on purpose (protocol/history.py's SucceededJob is alike by
+# shape only).
 class _Client(Protocol):
     """The parts of JobsClient these methods use."""
 
@@ -105,6 +106,8 @@ class WorkflowMethods:
         """Wait until the workflow ended (every step did) and return its row: its status
         (succeeded, failed or cancelled) and its steps' counts. TimeoutError after
         ``timeout``; JobNotFoundError for an unknown workflow."""
+        # Alike client.py's JobsClient.wait by shape only: each polls its own row through
+        # poll_until, with its own end test.
         ident = workflow_uuid(workflow_id)
         return await poll_until(
             lambda: self.backend.get_workflow(ident),

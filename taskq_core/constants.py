@@ -20,6 +20,8 @@ DEFAULT_SCHEMA: Final = "taskq"
 DEFAULT_QUEUE: Final = "default"
 DEFAULT_DSN: Final = "postgresql://taskq:taskq@localhost:5432/taskq"
 
+# Exit codes; they and the intervals and limits further down are alike by shape only (named
+# Final values, each its own).
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
 EXIT_WATCHDOG: Final = 2

@@ -114,6 +114,7 @@ def cron(
                 f"{where}: the actor has a schedule of that name already (give each "
                 "@cron its own name=)"
             )
+        # Keyword arguments, alike worker/runtime.py's _build_deps by shape only: other data.
         spec = ScheduleSpec(
             name=schedule_name,
             actor=ref.name,

@@ -32,6 +32,7 @@ from taskq_core.obs.logs import get_logger
 _log = get_logger("di")
 
 
+# A plain enum, alike worker/active.py's CancelPhase by shape only (other members).
 class Scope(IntEnum):
     """How long a provided value lives; lower is wider."""
 
@@ -257,6 +258,7 @@ async def _finish(gen: Any) -> None:
 class Resolver:
     """Resolves annotated types against a registry and the open scope containers."""
 
+    # Alike worker/runtime.py's Worker constructor by shape only: typed parameters.
     def __init__(
         self,
         registry: ProviderRegistry,

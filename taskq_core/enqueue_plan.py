@@ -251,6 +251,8 @@ class EnqueuePlanner:
     max_pending check. ``backend`` returns the client's open backend (or raises); the
     capacity cache is set when the client opens."""
 
+    # Plain field assignments, alike the constructors of FallbackLimiterStore
+    # (ratelimit/fallback.py), HookPipe and ParentWatch by shape only: other data.
     def __init__(
         self,
         backend: Callable[[], Backend],

@@ -48,6 +48,7 @@ class Step:
     name: str
 
 
+# Alike supervisor/schema.py's WorkgroupConfig by shape only: a frozen record's fields, other data.
 @dataclass(frozen=True, slots=True)
 class StepSpec:
     """One step as added: its job, its name, what it waits for and on what terms."""

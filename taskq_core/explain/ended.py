@@ -62,6 +62,7 @@ def poison_check(c: JobFacts) -> Check:
     return Check("poison_job", True, message, facts)
 
 
+# Alike backend/memory/admin.py's _policy by shape only: a dict of named fields, other data.
 def _outcome_facts(job: JobRow) -> dict[str, Any]:
     """When a job ended, its attempts and its last error."""
     return {

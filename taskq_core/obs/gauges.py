@@ -55,6 +55,8 @@ class _Liveness(Protocol):
     def ages(self) -> dict[str, float]: ...
 
 
+# _RunState and WatchedWorker: read-only Protocols, alike each other and protocol/history.py's
+# SucceededJob by shape only (other properties).
 class _RunState(Protocol):
     """A worker's run state as the gauges read it (``worker.state.WorkerState``)."""
 

@@ -60,6 +60,7 @@ class Spec:
 _JOB = ("messaging.system", "messaging.destination.name", "messaging.consumer.group.name",
         "taskq.actor", "taskq.outcome")  # fmt: skip
 
+# One Spec per instrument: the rows are alike by shape only, each describing its own.
 CATALOGUE: tuple[Spec, ...] = (
     # --- dispatch and execution (the hot path) ------------------------------------------
     Spec("dispatch_duration", "taskq.dispatch.duration", "histogram", "s",
@@ -189,6 +190,7 @@ SPECS: dict[str, Spec] = {spec.key: spec for spec in CATALOGUE}
 class Instruments:
     """The counters and histograms of ``CATALOGUE`` (the gauges live in ``obs.gauges``)."""
 
+    # One field per counter or histogram of CATALOGUE, in its order (alike by shape only).
     dispatch_duration: Histogram
     dispatched_jobs: Counter
     process_duration: Histogram

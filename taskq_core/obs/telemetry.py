@@ -205,6 +205,8 @@ def resource(settings: TaskqSettings, role: Role) -> Resource:
     return Resource.create({**ours, **from_env})
 
 
+# Its signature is alike worker/batch_hook.py's HookPipe constructor by shape only: typed
+# parameters.
 def build_telemetry(
     settings: TaskqSettings,
     *,

@@ -40,6 +40,8 @@ def redis_errors() -> tuple[type[BaseException], ...]:
 class FallbackLimiterStore:
     """A LimiterStore over a primary (Redis) and an optional fallback (PostgreSQL)."""
 
+    # Plain field assignments, alike the constructors of EnqueuePlanner (enqueue_plan.py),
+    # HookPipe and ParentWatch by shape only: other data.
     def __init__(
         self,
         primary: LimiterStore,

@@ -59,6 +59,8 @@ def give_up(
         elif slot.state in (ChildState.PENDING, ChildState.BACKOFF) or slot is trigger:
             slot.state, slot.restart_at = ChildState.GIVEN_UP, None
             slot.final_code = slot.last_exit_code if slot.last_exit_code is not None else code
+    # Log fields, alike memory/schedules.py's _job_of and worker/runtime.py's _build_deps by
+    # shape only: keyword arguments, other data.
     emit(
         "spec_given_up",
         "error",

@@ -78,6 +78,7 @@ PlanReader = Callable[[], WorkgroupPlan]
 class WorkgroupManager:
     """Spawns, watches, restarts, health-checks and stops the children of one plan."""
 
+    # Alike worker/health.py's HealthServer constructor by shape only: typed keyword parameters.
     def __init__(
         self,
         plan: WorkgroupPlan,

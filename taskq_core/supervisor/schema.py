@@ -193,6 +193,7 @@ class WorkerSpec:
         return [f"{self.name}-{ordinal}" for ordinal in range(1, self.processes + 1)]
 
 
+# Alike workflows.py's StepSpec by shape only: a frozen record's fields, other data.
 @dataclass(frozen=True, slots=True)
 class WorkgroupConfig:
     """A validated workgroup file."""
@@ -265,6 +266,8 @@ def _resolve(file: Path, model: WorkgroupFile) -> WorkgroupConfig:
         path=file,
         actors=model.actors,
         specs=tuple(specs),
+        # Keyword fields, alike memory/batches.py's create_batch, protocol/schedules.py's
+        # new_schedule and worker/execute.py's job_context by shape only: other data.
         restart=RestartPolicy(
             backoff_initial=sup.backoff_initial,
             backoff_max=sup.backoff_max,

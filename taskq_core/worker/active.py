@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from taskq_core.backend.protocol.workflows import Upstream
 
 
+# CancelPhase and Stage: plain enums, alike di.py's Scope and protocol/batches.py's BatchStatus
+# by shape only (other members).
 class CancelPhase(IntEnum):
     """Cancel progress of one job. ABANDON_PENDING never reaches the database."""
 

@@ -155,6 +155,8 @@ async def clear_to_start(deps: WorkerDeps, held: ActiveJob) -> bool:
     return True
 
 
+# Its warning is alike report_start_without_body's below by shape only: each names its own
+# event and says what becomes of the job.
 async def _hand_back_unstarted(deps: WorkerDeps, held: ActiveJob) -> None:
     """Give a job back unstarted (fenced) while an earlier body of it still runs here."""
     deps.log.warning(

@@ -120,6 +120,8 @@ async def _release_steps(backend: Backend, log: Any, ended: Sequence[UUID]) -> N
         log.info("workflow_ended", workflow_id=str(workflow_id), status=status.value)
 
 
+# Shaped as _release_steps above on purpose: each hook call is shielded and its failure
+# logged, not raised (a leader's sweep catches up); the calls and what they log differ.
 async def _apply_to_batches(backend: Backend, log: Any, outcomes: Sequence[BatchOutcome]) -> None:
     """Apply outcomes to their batches; log what ended. A failure is logged and left to the
     leader's sweep (shielded: a worker shutting down does not cut the batch's transaction
@@ -154,6 +156,9 @@ class HookPipe:
     wait, or a failure comes), then one call applies them all; each job stays held until its
     outcome was applied (or the call failed, logged)."""
 
+    # Plain field assignments, alike the constructors of ParentWatch, Completer, LoopLagWatchdog,
+    # EnqueuePlanner and FallbackLimiterStore (and obs/telemetry.py's build_telemetry's
+    # signature) by shape only: other data.
     def __init__(
         self,
         backend: Backend,

@@ -72,6 +72,8 @@ class FlushResult:
 class Completer:
     """Buffers starts and successes and flushes them; ``close`` writes whatever is left."""
 
+    # Plain field assignments, alike the constructors of HookPipe (batch_hook.py), ParentWatch
+    # and LoopLagWatchdog by shape only: other data.
     def __init__(
         self,
         backend: Backend,
@@ -289,6 +291,8 @@ class Completer:
             while self._successes or self._starts or self._lost:
                 await self._flush_until_written(deadline)
         except TRANSIENT_ERRORS as exc:
+            # Alike report_result.py's failed commit by shape only: a transient error logged
+            # with what becomes of the jobs.
             self.log.error(
                 "completions_unwritten",
                 count=len(self._successes),

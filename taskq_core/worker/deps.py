@@ -27,6 +27,7 @@ from taskq_core.worker.transient import DatabaseOutage
 from taskq_core.worker.watchdog import LoopLiveness
 
 
+# Alike memory/store.py's JobRecord by shape only: typed dataclass fields, other data.
 @dataclass(frozen=True)
 class WorkerDeps:
     """The fixed dependencies of one worker process, and its run state as ``state``."""

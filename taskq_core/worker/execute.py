@@ -75,6 +75,8 @@ def job_context(
     if workflow_id is not None:
         step = str(job.metadata.get(WORKFLOW_STEP_KEY, ""))
         workflow = WorkflowHandle(workflow_id, step, deps.backend, deps.registry)
+    # Keyword fields, alike memory/workflows.py's _row, protocol/schedules.py's new_schedule and
+    # supervisor/schema.py's _resolve by shape only: other records, other data.
     return JobContext(
         job_id=job.id,
         attempt=job.attempt,

@@ -145,6 +145,7 @@ async def socket_answers(path: str, *, timeout: float = IN_USE_CONNECT_TIMEOUT) 
 class HealthServer:
     """Serves the health endpoints of one worker."""
 
+    # Alike supervisor/manager.py's WorkgroupManager constructor by shape only: typed parameters.
     def __init__(
         self,
         deps: WorkerDeps,

@@ -23,6 +23,8 @@ LOOP_NAME = "parent_watch"
 class ParentWatch:
     """Requests a shutdown once the process that started this worker is no longer its parent."""
 
+    # Plain field assignments, alike the constructors of HookPipe, Completer, LoopLagWatchdog,
+    # EnqueuePlanner and FallbackLimiterStore by shape only: other data.
     def __init__(
         self,
         deps: WorkerDeps,

@@ -125,6 +125,8 @@ class JobProgress:
         "writes",
     )
 
+    # Plain field assignments, alike ShutdownWatchdog's constructor (watchdog.py) by shape only:
+    # other data.
     def __init__(
         self,
         lease: Lease,

@@ -157,6 +157,8 @@ async def record_in_transaction(
     try:
         await shielded(transaction.aclose())  # COMMIT: the writes and the success
     except TRANSIENT_ERRORS as exc:
+        # Alike Completer.close's unwritten completions (completer.py) by shape only: a transient
+        # error logged with what becomes of the job.
         deps.log.error(
             "transactional_commit_failed",
             job_id=str(lease.job_id),

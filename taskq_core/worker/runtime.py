@@ -62,6 +62,7 @@ def _package_version() -> str | None:
 class Worker:
     """One worker: ``await Worker(settings, registry).run()`` returns the process exit code."""
 
+    # Alike di.py's Resolver constructor by shape only: typed parameters.
     def __init__(
         self,
         settings: TaskqSettings,
@@ -190,6 +191,8 @@ class Worker:
             # Unbounded: the producer claims only up to capacity, and a held job that lost its
             # lease leaves the count while it still sits here, to be skipped.
             local_queue=asyncio.Queue(),
+            # Keyword arguments, alike supervisor/exits.py's give_up, cron_schedules.py's wrap and
+            # memory/schedules.py's _job_of by shape only: other calls, other data.
             completer=Completer(
                 backend,
                 self.worker_id,

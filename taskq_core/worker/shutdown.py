@@ -139,6 +139,8 @@ class ShutdownOrchestrator:
                 held.ctx.signal_cancel()
         await self._wait_idle(deps.settings.cancellation_grace_period)
 
+    # Shaped as _cancel_cooperatively above and _abandon below on purpose: each phase marks
+    # itself and walks the running jobs; what each does to a job differs.
     async def _force(self) -> None:
         deps = self.deps
         deps.state.shutdown_phase = ShutdownPhase.FORCING

@@ -143,6 +143,8 @@ def trip(log: Any, detector: str, reason: str, *, dump: bool = True) -> None:
 class LoopLagWatchdog:
     """Detector 4: a daemon thread that trips when the event loop stops scheduling beats."""
 
+    # Plain field assignments, alike the constructors of HookPipe, Completer, ParentWatch and
+    # ShutdownWatchdog below by shape only: other data.
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -255,6 +257,8 @@ class ShutdownWatchdog:
     waits for.
     """
 
+    # Plain field assignments, alike the constructors of LoopLagWatchdog above and
+    # worker/progress.py's JobProgress by shape only: other data.
     def __init__(
         self,
         clock: Clock,
