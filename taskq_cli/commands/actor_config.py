@@ -93,6 +93,8 @@ def _unknown(name: str) -> ConfigError:
     )
 
 
+# Alike queues.list_queues by shape only: each listing reads its own rows and gives
+# print_listing its own document, columns and cells.
 @app.command("list")
 def list_configs(
     ctx: typer.Context,

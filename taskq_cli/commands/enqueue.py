@@ -99,8 +99,8 @@ async def _refusal(backend: Backend, error: SingletonCollisionError) -> TaskqErr
     return TaskqError(f"--unique-key {error.unique_key!r}: held by {held_by}; {hint}")
 
 
-# Option declarations here mirror other commands' line for line on purpose: typer reads
-# each command's options from its own signature (options.py holds the shared ones).
+# Option declarations here mirror other commands' and each other line for line on purpose:
+# typer reads each command's options from its own signature (options.py holds the shared ones).
 def enqueue(
     ctx: typer.Context,
     actor: ActorArgument,
@@ -192,6 +192,7 @@ def enqueue(
     key, window = _unique_options(unique_key, unique_for, count)
     _check_on_conflict(on_conflict, key)
     registry = _registered(actors, actor)
+    # Alike serving.uvicorn_config's call by shape only: keyword arguments, other data.
     item = EnqueueItem(
         actor,
         document,

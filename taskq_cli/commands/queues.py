@@ -83,6 +83,8 @@ def _paused_cell(row: QueueRow) -> Any:
     return output.styled(f"yes, {note}" if note else "yes", "yellow")
 
 
+# Alike actor_config.list_configs by shape only: each listing reads its own rows and gives
+# print_listing its own document, columns and cells.
 @app.command("list")
 def list_queues(
     ctx: typer.Context,

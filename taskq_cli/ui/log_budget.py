@@ -23,6 +23,8 @@ CLIENT_DRIVEN_LOGGERS = ("uvicorn.error", "uvicorn.access", "uvicorn.asgi", "asy
 class LogBudget:
     """How many lines of each kind may still be written in the current window."""
 
+    # Alike the constructors of LoginThrottle (login_throttle.py) and SessionStore
+    # (sessions.py) by shape only: limits and a clock kept as given, different data.
     def __init__(
         self,
         burst: int = DEFAULT_BURST,

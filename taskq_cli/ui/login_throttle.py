@@ -38,6 +38,8 @@ class _Record:
 class LoginThrottle:
     """Failed sign-ins by client address, and how long each must wait."""
 
+    # Alike the constructors of LogBudget (log_budget.py) and SessionStore (sessions.py)
+    # by shape only: limits and a clock kept as given, different data.
     def __init__(
         self,
         *,

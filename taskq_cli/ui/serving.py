@@ -180,6 +180,7 @@ class GuardedH11Protocol(H11Protocol):
 
 def uvicorn_config(app: Any, limits: ServeLimits, budget: LogBudget) -> uvicorn.Config:
     """uvicorn's settings for the admin UI (the module docstring says why)."""
+    # Alike the EnqueueItem call in commands/enqueue.py by shape only: keyword arguments.
     return uvicorn.Config(
         app,
         http=GuardedH11Protocol.bound(ConnectionCap(limits.connections), limits, budget),

@@ -27,6 +27,8 @@ _ID_BYTES = 32
 class SessionStore:
     """The open sessions: a cookie value's digest and its expiry (Unix seconds)."""
 
+    # Alike the constructors of LogBudget (log_budget.py) and LoginThrottle
+    # (login_throttle.py) by shape only: limits and a clock kept as given, different data.
     def __init__(
         self,
         lifetime: timedelta,

@@ -36,6 +36,8 @@ def _bar(progress: BatchProgress) -> str:
     return "█" * filled + "░" * (_BAR - filled)
 
 
+# Alike WorkflowsTable (workflows_table.py) by shape only: each SnapshotTable names its
+# columns and its snapshot's rows and their id (fill_with_ids does the rest); the cells differ.
 class BatchesTable(SnapshotTable):
     """One row per active batch, keyed by its id."""
 

@@ -50,6 +50,8 @@ def _count(palette: Palette, value: int, meaning: str) -> Text:
     return palette.text(str(value), meaning if value else "muted", right=True)
 
 
+# Alike BatchesTable (batches_table.py) by shape only: each SnapshotTable names its
+# columns and its snapshot's rows and their id (fill_with_ids does the rest); the cells differ.
 class WorkflowsTable(SnapshotTable):
     """One row per workflow, keyed by its id."""
 

@@ -101,6 +101,8 @@ class ProgressView(BaseModel):
     message: str | None
     reported_at: datetime
 
+    # Alike the pages' other ``of`` (queues.QueueView, schedules.ScheduleView,
+    # workers.WorkerItem) by shape only: each copies its own record's fields into its model.
     @classmethod
     def of(cls, job: JobRow) -> ProgressView | None:
         """The report stored on the row; None when there is none."""
@@ -267,6 +269,7 @@ class BatchSummary(BaseModel):
     children: str
     summary: str
 
+    # Alike limits.LimitView by shape only: fields, then an ``of`` copying its own record's.
     @classmethod
     def of(cls, progress: BatchProgress) -> BatchSummary:
         row = progress.row

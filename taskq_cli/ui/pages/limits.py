@@ -37,6 +37,7 @@ class LimitView(BaseModel):
     store: str
     keyed: bool
 
+    # Alike job_views.BatchSummary by shape only: fields, then an ``of`` copying its own record's.
     @classmethod
     def of(cls, usage: LimitUsage) -> LimitView:
         limit = usage.limit
@@ -65,13 +66,14 @@ def _view(snapshot: Snapshot) -> LimitsView:
     return LimitsView(now=snapshot.now, limits=[LimitView.of(u) for u in snapshot.limits])
 
 
+# The reader, the page and its /api twin mirror the other snapshot pages' on purpose
+# (workers.py, overview.py): each reads one snapshot into its own view, and litestar reads
+# each route from its own handler (the API's docstring is its description there).
 async def read_limits(ui: Ui) -> LimitsView:
     """One snapshot, as the limits page shows it."""
     return _view(await ui.snapshot())
 
 
-# The page and its /api twin mirror the other snapshot pages' on purpose: litestar reads
-# each route from its own handler, and the API's docstring is its description there.
 @get("/limits", include_in_schema=False)
 async def limits_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The limits page, or only its live part (``?part=live``)."""

@@ -73,6 +73,8 @@ class QueueView(BaseModel):
     pause: PauseNote | None
     why: str
 
+    # Alike schedules.ScheduleView.of and job_views.ProgressView.of by shape only: each
+    # copies its own record's fields into its model.
     @classmethod
     def of(cls, queue: QueueActivity, snapshot: Snapshot) -> QueueView:
         note = snapshot.pauses.get(queue.name) if queue.paused else None

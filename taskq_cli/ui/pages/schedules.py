@@ -57,6 +57,8 @@ class ScheduleView(BaseModel):
     last_fired_at: datetime | None
     last_job_id: UUID | None
 
+    # Alike queues.QueueView.of and job_views.ProgressView.of by shape only: each copies its
+    # own record's fields into its model.
     @classmethod
     def of(cls, record: ScheduleRecord) -> ScheduleView:
         zone = ZoneInfo(record.timezone)

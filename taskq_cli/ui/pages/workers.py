@@ -55,6 +55,8 @@ class WorkerItem(BaseModel):
     acknowledged_at: datetime | None = None
     acknowledged_by: str | None = None
 
+    # Alike job_views.ProgressView.of by shape only: each copies its own record's fields
+    # into its model.
     @classmethod
     def of(cls, view: WorkerView) -> WorkerItem:
         row = view.row
@@ -108,13 +110,14 @@ def _view(snapshot: Snapshot) -> WorkersView:
     )
 
 
+# The reader, the page and its /api twin mirror the other snapshot pages' on purpose
+# (limits.py, overview.py): each reads one snapshot into its own view, and litestar reads
+# each route from its own handler (the API's docstring is its description there).
 async def read_workers(ui: Ui) -> WorkersView:
     """One snapshot, as the workers page shows it."""
     return _view(await ui.snapshot())
 
 
-# The page and its /api twin mirror the other snapshot pages' on purpose: litestar reads
-# each route from its own handler, and the API's docstring is its description there.
 @get("/workers", include_in_schema=False)
 async def workers_page(ui: UiDependency, part: FromQuery[str | None] = None) -> Template:
     """The workers page, or only its live part (``?part=live``)."""
