@@ -212,6 +212,14 @@ class AdminPart(BackendCore):
             if stamp:
                 await conn.execute(self._queries["stamp_operator_events"], since, bulk.dumps(stamp))
 
+    async def _audited_where(
+        self, audit: Audit | None, query: str, filter: JobFilter, *args: Any
+    ) -> asyncpg.Record:
+        """The bulk write ``query`` over the jobs ``filter`` matches (then ``args``), in an
+        ``_audited`` transaction: its one record."""
+        async with self._audited(audit) as conn:
+            return await one_on(conn, self._queries[query], *rows.filter_args(filter), *args)
+
     async def list_operator_log(
         self, *, action: str | None = None, target: str | None = None, limit: int = 100
     ) -> list[OperatorLogEntry]:
@@ -236,14 +244,9 @@ class AdminPart(BackendCore):
     async def cancel_where(
         self, filter: JobFilter, reason: str | None, *, audit: Audit | None = None
     ) -> BulkCancelResult:
-        async with self._audited(audit) as conn:
-            record = await one_on(
-                conn,
-                self._queries["cancel_where"],
-                *rows.filter_args(filter),
-                reason,
-                self._events_channel,
-            )
+        record = await self._audited_where(
+            audit, "cancel_where", filter, reason, self._events_channel
+        )
         return BulkCancelResult(cancelled=record["cancelled"], requested=record["requested"])
 
     # --- admin -------------------------------------------------------------------------------
@@ -254,10 +257,7 @@ class AdminPart(BackendCore):
         return bool(record["retried"])
 
     async def retry_where(self, filter: JobFilter, *, audit: Audit | None = None) -> int:
-        async with self._audited(audit) as conn:
-            record = await one_on(
-                conn, self._queries["retry_jobs"], *rows.filter_args(filter), self._wake_channel
-            )
+        record = await self._audited_where(audit, "retry_jobs", filter, self._wake_channel)
         return int(record["retried"])
 
     # --- stuck work --------------------------------------------------------------------------
@@ -281,14 +281,7 @@ class AdminPart(BackendCore):
         return ForcedEndResult(await self.get(job_id), settled=bool(settled))
 
     async def move_where(self, filter: JobFilter, to_queue: str, audit: Audit) -> int:
-        async with self._audited(audit) as conn:
-            record = await one_on(
-                conn,
-                self._queries["move_jobs"],
-                *rows.filter_args(filter),
-                to_queue,
-                self._wake_channel,
-            )
+        record = await self._audited_where(audit, "move_jobs", filter, to_queue, self._wake_channel)
         return int(record["moved"])
 
     async def purge_where(self, filter: JobFilter, audit: Audit) -> PurgeResult:
