@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+# Names postgres/registry.py imports too, on purpose: both implement protocol.admin.
 from taskq_core.backend.protocol import (
     UNSET,
     ActorConfigDrift,
@@ -70,6 +71,7 @@ from .store import (
 )
 
 
+# Alike explain/ended.py's _outcome_facts by shape only: a dict of named fields, other data.
 def _policy(decl: ActorDeclaration) -> dict[str, Any]:
     """The code-owned columns of a declaration: its retry policy and priority."""
     return {

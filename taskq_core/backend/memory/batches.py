@@ -82,6 +82,7 @@ class BatchPart(MemoryStore):
         handle = None if connection is None else self._transaction_handle(connection)
         if batch.id in self._batches or (handle is not None and batch.id in handle.batches):
             raise ValueError(f"a batch with id {batch.id} already exists")
+        # Alike supervisor/schema.py's RestartPolicy in _resolve by shape only: keyword fields.
         record = BatchRecord(
             id=batch.id,
             queue=batch.queue,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
+# Names postgres/ratelimit.py imports too, on purpose: both implement protocol.ratelimit.
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
     IdleStateSwept,

@@ -157,6 +157,8 @@ class SchedulePart(MemoryStore):
         config = None if stored is None else stored.snapshot()
         retry = (None if config is None else stored_retry(config)) or DEFAULT_RETRY_POLICY
         budget = retry.time_budget if retry.kind == "indefinite" else None
+        # Alike supervisor/exits.py's give_up and worker/runtime.py's _build_deps by shape only:
+        # keyword arguments, other data.
         return JobRecord(
             id=uuid7(),
             actor=row.actor,

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
+# Names postgres/settle.py imports too, on purpose: both implement protocol.worker.
 from taskq_core.backend.protocol import (
     ErrorInfo,
     JobRow,

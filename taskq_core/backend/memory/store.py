@@ -50,6 +50,7 @@ NULL_COHORT = "__null__"
 
 
 # --- stored records --------------------------------------------------------------------------
+# Alike worker/deps.py's WorkerDeps by shape only: typed dataclass fields, other data.
 @dataclass(slots=True)
 class JobRecord:
     """A mutable ``jobs`` row: JobRow's fields, defaulted as the schema defaults them."""
@@ -398,6 +399,7 @@ class MemoryStore:
         duration = None
         if started_at is not None:
             duration = max((finished_at - started_at).total_seconds(), 0.0) * 1000.0
+        # Alike postgres/core.py's connect (keywords handed to __init__) by shape only.
         self._attempts.setdefault(job_id, []).append(
             AttemptRow(
                 id=next(self._attempt_ids),

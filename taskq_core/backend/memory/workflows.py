@@ -250,6 +250,7 @@ class WorkflowPart(MemoryStore):
     # --- reads --------------------------------------------------------------------------------
     def _row(self, record: WorkflowRecord) -> WorkflowRow:
         counts = Counter(job.status for job in self._steps(record.id))
+        # Alike worker/execute.py's job_context by shape only: keyword fields, other data.
         return WorkflowRow(
             id=record.id,
             name=record.name,

@@ -179,7 +179,8 @@ class BackendCore:
         )
 
     # ``connect`` repeats ``__init__``'s tuning keywords on purpose and hands them through:
-    # one call opens the pools and builds the backend.
+    # one call opens the pools and builds the backend. (Its head and its hand-through are alike
+    # protocol/worker.py's mark_succeeded and memory/store.py's _add_attempt_row by shape only.)
     @classmethod
     async def connect(
         cls,

@@ -93,6 +93,8 @@ class DispatchPart(BackendCore):
             return 0
         return int(
             await self._pool.fetchval(
+                # One array per column, as settle.py's _settle_successes passes its successes:
+                # alike by shape, other columns.
                 self._queries["record_lost_attempts"],
                 worker_id,
                 [a.job_id for a in lost],

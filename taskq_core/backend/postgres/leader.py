@@ -153,6 +153,8 @@ class LeaderPart(BackendCore):
                     _log.warning("leader_release_failed", schema=self.schema, error=str(exc))
             await self._drop_leader_connection()
 
+    # Closes as notify.py's NotifyListener._discard_connection does, kept apart on purpose: here
+    # only database trouble falls back to terminate (anything else propagates), there a cancel too.
     async def _drop_leader_connection(self) -> None:
         conn, self._leader_conn = self._leader_conn, None
         if conn is None or conn.is_closed():

@@ -231,6 +231,8 @@ class NotifyListener:
             _set_all(self._cancel_subscribers)
             return
 
+    # Closes as leader.py's LeaderPart._drop_leader_connection does, kept apart on purpose: here
+    # any connection error or a cancel terminates, there only database trouble does.
     async def _discard_connection(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None or conn.is_closed():

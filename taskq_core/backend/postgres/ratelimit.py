@@ -13,6 +13,7 @@ from datetime import timedelta
 from itertools import accumulate
 from uuid import UUID
 
+# Names memory/ratelimit.py imports too, on purpose: both implement protocol.ratelimit.
 from taskq_core.backend.protocol.ratelimit import (
     HeldSlot,
     IdleStateSwept,

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+# Names memory/admin.py imports too, on purpose: both implement protocol.admin.
 from taskq_core.backend.protocol import (
     UNSET,
     ActorConfigDrift,
@@ -188,6 +189,8 @@ class RegistryPart(BackendCore):
     async def list_queues(self) -> list[QueueRow]:
         return [rows.queue(r) for r in await self._pool.fetch(self._queries["list_queues"], None)]
 
+    # Alike get_actor_config and update_actor_config above by shape only: a row by its key,
+    # then its update, for another table.
     async def get_queue(self, name: str) -> QueueRow | None:
         record = await self._pool.fetchrow(self._queries["list_queues"], name)
         return None if record is None else rows.queue(record)

@@ -17,6 +17,8 @@ from uuid import UUID
 import asyncpg
 
 from taskq_core import jsontext
+
+# Names memory/settle.py imports too, on purpose: both implement protocol.worker.
 from taskq_core.backend.protocol import (
     ErrorInfo,
     JobRow,
@@ -54,6 +56,8 @@ class Settlement:
     Fields in the statement's parameter order ($1..$14); see ``sql/settle.sql``.
     """
 
+    # Alike ActorConfigRow (protocol/values.py) and memory/store.py's ActorConfigRecord by shape
+    # only: typed fields with None defaults, other data.
     job_id: UUID
     attempt: int
     worker_id: UUID
@@ -145,6 +149,8 @@ class SettlePart(BackendCore):
         ``sql/settle.sql``) on ``executor``; one record (id) per lease still the row's."""
         return await _unstorable_as_taskq_error(
             executor.fetch(
+                # One array per column, as dispatch.py's record_lost_attempts passes its attempts:
+                # alike by shape, other columns.
                 self._queries["settle_succeeded"],
                 worker_id,
                 [s.job_id for s in successes],

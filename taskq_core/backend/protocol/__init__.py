@@ -55,6 +55,9 @@ from taskq_core.backend.protocol.admin_rules import (
     check_queue_update,
     check_recent_limit,
 )
+
+# The package's re-exports; memory/batches.py and postgres/batches.py import several of the
+# same names from protocol.batches, each the ones it uses.
 from taskq_core.backend.protocol.batches import (
     BATCH_ABORT_MESSAGE,
     BATCH_ID_KEY,

@@ -158,6 +158,7 @@ MOVABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.SCHEDULED})
 PURGEABLE_STATUSES = frozenset(JobStatus) - {JobStatus.RUNNING}
 
 
+# Alike batches.py's BatchOutcome by shape only: a two-field frozen record, other data.
 @dataclass(frozen=True, slots=True)
 class BulkCancelResult:
     """Outcome of ``cancel_where``: cancelled at once vs. flagged for their running worker."""

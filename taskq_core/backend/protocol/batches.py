@@ -36,6 +36,7 @@ FINALIZES_KEY = "finalizes_batch"
 BATCH_ABORT_MESSAGE = "Batch aborted due to consecutive failures"
 
 
+# Alike worker/active.py's Stage and LeaseTerms by shape only: a StrEnum, then a frozen record.
 class BatchStatus(StrEnum):
     ACTIVE = "active"
     COMPLETE = "complete"
@@ -131,6 +132,7 @@ class BatchFilter:
             raise ValueError(f"limit must be at least 1, got {self.limit}")
 
 
+# Alike admin.py's BulkCancelResult by shape only: a two-field frozen record, other data.
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """One terminal write of a batched job, as the hook receives it."""

@@ -22,6 +22,8 @@ from taskq_core.statemachine import JobStatus
 SUCCESS_ROW_ID = 0
 
 
+# Alike obs/gauges.py's _RunState and the _Client of client_batches.py and client_workflows.py
+# by shape only: read-only Protocol properties, other members.
 class SucceededJob(Protocol):
     """What the rows are read from: a job row, live or archived."""
 

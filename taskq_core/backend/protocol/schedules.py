@@ -137,6 +137,8 @@ def new_schedule(spec: ScheduleSpec, now: datetime, *, declared_in_code: bool) -
     for name in ("name", "actor", "payload", "queue"):
         _checked(name, getattr(spec, name))
     schedule = Schedule(spec.cron, spec.timezone)
+    # Alike supervisor/schema.py's _resolve and worker/execute.py's job_context by shape only:
+    # keyword fields, other data.
     return ScheduleRecord(
         id=uuid7(),
         name=spec.name,

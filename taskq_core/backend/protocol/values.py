@@ -65,6 +65,8 @@ class EnqueueArgs:
     duplicate raises SingletonCollisionError and inserts nothing.
     """
 
+    # Alike actors.py's ActorRef by shape only: defaulted fields, some of the same names (the
+    # enqueue carries what it resolved from the actor, and more).
     actor: str
     payload: dict[str, Any] = field(default_factory=dict)
     queue: str = DEFAULT_QUEUE

@@ -278,6 +278,8 @@ identity_dedup AS (
     UNION ALL
     SELECT f.* FROM identity_free f WHERE f.identity_key IS NULL
 ),
+-- actor_ranked and ranked (and eligible below) number rows in the same dispatch order, on
+-- purpose: each over its own partition (actor, queue) for its own cap.
 actor_ranked AS (
     SELECT d.*,
            row_number() OVER (
