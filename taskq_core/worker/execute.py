@@ -47,6 +47,9 @@ def job_context(
     """The body's ``ctx``. Its transaction is opened on first use into ``transaction`` and
     ``connection``; its progress reporter, made on first report, lands in ``made``."""
     job, lease = held.job, held.lease
+    # Weak: the progress lives on the job's context, which the holding keeps; a strong
+    # reference here would make holding and context a cycle only the garbage collector frees.
+    held_ref = weakref.ref(held)
 
     async def open_connection() -> Any:
         if not connection:
@@ -64,8 +67,7 @@ def job_context(
                 log=deps.log,
                 database=deps.database,
                 publisher=publisher_of(deps.worker_id),
-                # Weak: the progress lives on the job's context, which the holding keeps.
-                lost=functools.partial(_lease_lost, weakref.ref(held)),
+                lost=functools.partial(_lease_lost, held_ref),
             )
         )
         return made[0]
