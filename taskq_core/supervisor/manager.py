@@ -78,8 +78,7 @@ PlanReader = Callable[[], WorkgroupPlan]
 class WorkgroupManager:
     """Spawns, watches, restarts, health-checks and stops the children of one plan."""
 
-    # Alike worker/health.py's HealthServer constructor by shape only: typed keyword parameters.
-    def __init__(
+    def __init__(  # alike worker/health.py's HealthServer constructor by shape only
         self,
         plan: WorkgroupPlan,
         *,
