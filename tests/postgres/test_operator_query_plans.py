@@ -92,6 +92,13 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
                            THEN now() - interval '5 days' + make_interval(secs => n * 4) END
                 FROM generate_series(1, {ROWS}) AS n"""
         )
+        # And 20k scheduled over the next days, 100 of them due now.
+        await conn.execute(
+            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, scheduled_at)
+                SELECT gen_random_uuid(), 'work', 'q0', 'scheduled',
+                       now() + make_interval(secs => n * 10 - 1000)
+                FROM generate_series(1, 20000) AS n"""
+        )
         await conn.execute(f"ANALYZE {schema}.jobs")
         await conn.execute(f"ANALYZE {schema}.workers")
 
@@ -104,6 +111,20 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         assert fetched <= QUEUES + 1, fetched
         records = await conn.fetch(render("list_waiting_queues", schema))
         assert sorted(r["queue"] for r in records) == [f"q{n}" for n in range(QUEUES)]
+
+        # promote_scheduled_jobs: the due rows along jobs_scheduled_idx up to one clock
+        # reading, the update by primary key (a scan of every scheduled row, then a hash join
+        # against a scan of the whole table, before).
+        promoted = await generic_plan(
+            conn, render("promote_scheduled_jobs", schema), "text", "'wake'", analyze=True
+        )
+        promote = scan_names(promoted)
+        assert "Index Scan jobs_scheduled_idx" in promote, promote
+        assert any(scan.endswith("jobs_pkey") for scan in promote), promote
+        assert "Seq Scan jobs" not in promote, promote
+        [pick] = [n for n in scans(promoted) if n.get("Index Name") == "jobs_scheduled_idx"]
+        assert "scheduled_at" in pick.get("Index Cond", ""), pick  # not a filter on every row
+        assert pick["Actual Rows"] == 100, pick
 
         # expire_results: the pick walks jobs_result_expiry_idx, the update finds its rows by
         # primary key.

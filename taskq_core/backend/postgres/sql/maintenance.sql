@@ -15,17 +15,20 @@ WHERE j.status = 'scheduled';
 
 -- name: promote_scheduled_jobs
 -- Due scheduled jobs -> pending. scheduled_at is kept: it is the FIFO key once pending.
+-- The clock is read once (a subquery), so the bound is an index condition on
+-- jobs_scheduled_idx: compared with clock_timestamp() itself, every scheduled row was read on
+-- every pass. The update finds the due rows by id (`= ANY`), so the planner, which cannot
+-- tell how many are due, never joins them against a scan of the whole table.
 WITH due AS (
     SELECT j.id
     FROM {schema}.jobs j
-    WHERE j.status = 'scheduled' AND j.scheduled_at <= clock_timestamp()
+    WHERE j.status = 'scheduled' AND j.scheduled_at <= (SELECT clock_timestamp())
     FOR UPDATE SKIP LOCKED
 ),
 moved AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', updated_at = clock_timestamp()
-    FROM due d
-    WHERE j.id = d.id
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
     RETURNING j.id
 ),
 events AS (
