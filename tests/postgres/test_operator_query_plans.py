@@ -92,11 +92,15 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
                            THEN now() - interval '5 days' + make_interval(secs => n * 4) END
                 FROM generate_series(1, {ROWS}) AS n"""
         )
-        # And 20k scheduled over the next days, 100 of them due now.
+        # And 20k scheduled over the next days, 100 of them due now; a tenth of them with a
+        # deadline, 10 of those passed.
         await conn.execute(
-            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, scheduled_at)
+            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, scheduled_at,
+                    schedule_to_close)
                 SELECT gen_random_uuid(), 'work', 'q0', 'scheduled',
-                       now() + make_interval(secs => n * 10 - 1000)
+                       now() + make_interval(secs => n * 10 - 1000),
+                       CASE WHEN n % 10 = 0
+                           THEN now() + make_interval(secs => n * 10 - 1000) END
                 FROM generate_series(1, 20000) AS n"""
         )
         await conn.execute(f"ANALYZE {schema}.jobs")
@@ -125,6 +129,15 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         [pick] = [n for n in scans(promoted) if n.get("Index Name") == "jobs_scheduled_idx"]
         assert "scheduled_at" in pick.get("Index Cond", ""), pick  # not a filter on every row
         assert pick["Actual Rows"] == 100, pick
+
+        # fail_overdue_jobs: the same way along jobs_deadline_idx.
+        overdue = await generic_plan(conn, render("fail_overdue_jobs", schema), analyze=True)
+        late = scan_names(overdue)
+        assert "Seq Scan jobs" not in late, late
+        assert any(scan.endswith("jobs_pkey") for scan in late), late
+        [pick] = [n for n in scans(overdue) if n.get("Index Name") == "jobs_deadline_idx"]
+        assert "schedule_to_close" in pick.get("Index Cond", ""), pick
+        assert pick["Actual Rows"] == 10, pick
 
         # expire_results: the pick walks jobs_result_expiry_idx, the update finds its rows by
         # primary key.

@@ -42,11 +42,13 @@ SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS wo
 
 -- name: fail_overdue_jobs
 -- Waiting jobs whose schedule_to_close passed -> failed (DeadlineExceeded). No attempt ran,
--- so no attempt row.
+-- so no attempt row. As in promote_scheduled_jobs: the clock read once (an index condition
+-- on jobs_deadline_idx), the update by id (never a join against a scan of the whole table).
 WITH late AS (
     SELECT j.id, j.status
     FROM {schema}.jobs j
-    WHERE j.status IN ('pending', 'scheduled') AND j.schedule_to_close < clock_timestamp()
+    WHERE j.status IN ('pending', 'scheduled')
+      AND j.schedule_to_close < (SELECT clock_timestamp())
     FOR UPDATE SKIP LOCKED
 ),
 moved AS (
@@ -54,13 +56,13 @@ moved AS (
     SET status = 'failed', finished_at = k.now, updated_at = k.now,
         error_class = 'DeadlineExceeded',
         error_message = 'schedule_to_close passed before the job ran', error_traceback = NULL
-    FROM late l CROSS JOIN (SELECT clock_timestamp() AS now) k
-    WHERE j.id = l.id
-    RETURNING j.id, l.status AS from_status
+    FROM (SELECT clock_timestamp() AS now) k
+    WHERE j.id = ANY (ARRAY(SELECT l.id FROM late l))
+    RETURNING j.id
 ),
 events AS (
     INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status)
-    SELECT m.id, 'state_change', m.from_status, 'failed' FROM moved m
+    SELECT m.id, 'state_change', l.status, 'failed' FROM moved m JOIN late l ON l.id = m.id
 )
 SELECT count(*) FROM moved;
 
