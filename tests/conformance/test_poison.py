@@ -358,3 +358,24 @@ async def test_deaths_a_job_only_happened_to_see_do_not_make_it_poison(harness: 
     row = await crash(harness, job)  # the third blamed death in a row
     assert (row.status, row.error_class) == (JobStatus.FAILED, POISON_JOB_ERROR)
     assert (await reload(backend, bystander.id)).status is JobStatus.PENDING
+
+
+async def test_a_blamed_job_goes_back_ahead_of_the_bodies_its_worker_died_with(
+    harness: Harness,
+) -> None:
+    # One worker runs three bodies, started in claim order; it dies. The last started is
+    # blamed, and it goes back first: on the next claim it starts before the other two, so a
+    # second death of that worker's successor that is not its doing is not blamed on it.
+    backend, queue, worker = harness.backend, new_queue(), uuid4()
+    for n in range(3):
+        await backend.enqueue(args(queue=queue, payload={"n": n}))
+    claimed = await backend.dispatch_batch(worker, [queue], 3, LEASE)
+    assert len(claimed) == 3
+    ran = [Start(job.id, job.attempt, ran_for=0.3 - 0.1 * n) for n, job in enumerate(claimed)]
+    assert await backend.mark_started_many(worker, ran) == {job.id for job in claimed}
+    await harness.travel(EXPIRED)
+    assert await backend.reclaim_expired_leases(GRACE, GRACE, poison_reclaims=POISON) == 3
+    blamed = [(await backend.get_events(job.id))[-1].detail["blamed"] for job in claimed]
+    assert blamed == [False, False, True]
+    again = await backend.dispatch_batch(uuid4(), [queue], 3, LEASE)
+    assert [job.id for job in again] == [claimed[2].id, claimed[0].id, claimed[1].id]

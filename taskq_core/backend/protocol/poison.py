@@ -13,6 +13,14 @@ because it was reclaimed unstarted UNSTARTED_RECLAIM_LIMIT times (``start_assume
 that kills its worker before the batched start mark is written is still caught: its
 unstarted reclaim counts in ``JobRow.unstarted_reclaims``, and a worker that claims a job
 with a count records its start before the body runs, so its later deaths are blamed.
+
+A blamed job goes back a microsecond ahead of the other bodies its worker died with
+(``BLAMED_AHEAD``; they go back due now, at the back of the queue). Those are reclaimed
+together, so a worker claims them together and starts them in queue order: without the
+step, the member that started last would start last again, and a kill storm whose cadence
+meets the reclaims (one kill every 2 s, leases of 3 s) blamed one healthy job three times
+in a row. Ahead of them it starts first: a poison job still kills its worker before another
+starts, and a death that is not its doing falls on a body started after it.
 The memory backend and ``jobs explain`` read the rule here; PostgreSQL writes the same rule
 and message in ``sql/settle.sql``, held to this one by ``tests/conformance/test_poison.py``.
 """
@@ -20,11 +28,16 @@ and message in ``sql/settle.sql``, held to this one by ``tests/conformance/test_
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from taskq_core.backend.protocol.values import ErrorInfo, JobRow
 from taskq_core.constants import POISON_JOB_ERROR
 from taskq_core.statemachine import JobStatus
+
+# How far ahead of the other bodies of its dead worker a blamed job goes back (see above);
+# sql/settle.sql writes the same interval.
+BLAMED_AHEAD = timedelta(microseconds=1)
 
 
 class _Event(Protocol):

@@ -202,9 +202,12 @@ moved AS (
     UPDATE {schema}.jobs j
     SET status = s.status::{schema}.job_status,
         uncounted_attempts = j.uncounted_attempts + CASE WHEN s.uncounted THEN 1 ELSE 0 END,
-        -- Pending again after a body ran: due now, at the back. An unstarted give-back and a
-        -- shutdown's interrupt keep their place.
+        -- Pending again after a body ran: due now, at the back; a reclaim blamed on the job a
+        -- microsecond ahead of the other bodies its worker died with (protocol/poison.py,
+        -- BLAMED_AHEAD). An unstarted give-back and a shutdown's interrupt keep their place.
         scheduled_at = CASE WHEN s.status = 'scheduled' THEN s.now + s.delay
+                            WHEN s.status = 'pending' AND s.started AND s.blamed
+                                THEN s.now - interval '1 microsecond'
                             WHEN s.status = 'pending' AND s.started
                                  AND s.outcome <> 'interrupted' THEN s.now
                             ELSE j.scheduled_at END,
