@@ -65,6 +65,18 @@ async def test_list_jobs_uses_indexes_on_a_big_table(pg: PgTarget) -> None:
 QUEUES = 8
 
 
+def _picks_due_rows(plan: dict[str, Any], index: str, column: str, *, due: int) -> None:
+    """A sweep's analyzed plan: its pick reads the ``due`` rows along ``index`` bounded on
+    ``column`` (an index condition, not a filter on every row), its update finds them by
+    primary key, and nothing scans the whole of jobs."""
+    names = scan_names(plan)
+    assert "Seq Scan jobs" not in names, names
+    assert any(scan.endswith("jobs_pkey") for scan in names), names
+    [pick] = [n for n in scans(plan) if n.get("Index Name") == index]
+    assert column in pick.get("Index Cond", ""), pick
+    assert pick["Actual Rows"] == due, pick
+
+
 async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget) -> None:
     schema = pg.schema
     conn = await asyncpg.connect(pg.dsn)
@@ -122,22 +134,12 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         promoted = await generic_plan(
             conn, render("promote_scheduled_jobs", schema), "text", "'wake'", analyze=True
         )
-        promote = scan_names(promoted)
-        assert "Index Scan jobs_scheduled_idx" in promote, promote
-        assert any(scan.endswith("jobs_pkey") for scan in promote), promote
-        assert "Seq Scan jobs" not in promote, promote
-        [pick] = [n for n in scans(promoted) if n.get("Index Name") == "jobs_scheduled_idx"]
-        assert "scheduled_at" in pick.get("Index Cond", ""), pick  # not a filter on every row
-        assert pick["Actual Rows"] == 100, pick
+        assert "Index Scan jobs_scheduled_idx" in scan_names(promoted), scan_names(promoted)
+        _picks_due_rows(promoted, "jobs_scheduled_idx", "scheduled_at", due=100)
 
         # fail_overdue_jobs: the same way along jobs_deadline_idx.
         overdue = await generic_plan(conn, render("fail_overdue_jobs", schema), analyze=True)
-        late = scan_names(overdue)
-        assert "Seq Scan jobs" not in late, late
-        assert any(scan.endswith("jobs_pkey") for scan in late), late
-        [pick] = [n for n in scans(overdue) if n.get("Index Name") == "jobs_deadline_idx"]
-        assert "schedule_to_close" in pick.get("Index Cond", ""), pick
-        assert pick["Actual Rows"] == 10, pick
+        _picks_due_rows(overdue, "jobs_deadline_idx", "schedule_to_close", due=10)
 
         # expire_results: the pick walks jobs_result_expiry_idx, the update finds its rows by
         # primary key.
