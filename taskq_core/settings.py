@@ -120,7 +120,8 @@ class TaskqSettings(BaseSettings):
     """Jobs one worker runs at once; its general pool holds 1.5 x this many connections."""
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
     """Jobs claimed ahead of free consumers, so a consumer never waits for a dispatch round
-    trip and claims come in large batches; unset, 4 x TASKQ_MAX_CONCURRENCY (at least 16)."""
+    trip and claims come in large batches; unset, what the consumers start in 50 ms at the
+    recent mean body time, from a quarter of TASKQ_MAX_CONCURRENCY up to 8 x it (at least 16)."""
     completion_batch_max: int = Field(default=200, ge=1, le=10_000)
     """The most successes one flush writes: bigger flushes hold their row locks longer."""
     pool_max_inactive_lifetime: Seconds = 300.0
@@ -441,8 +442,9 @@ class TaskqSettings(BaseSettings):
 
     @property
     def effective_prefetch(self) -> int:
-        """Jobs claimed beyond max_concurrency."""
-        return max(4 * self.max_concurrency, 16) if self.prefetch is None else self.prefetch
+        """The most jobs claimed beyond max_concurrency (the worker's pace sets how many
+        when TASKQ_PREFETCH is unset: worker/pace.py)."""
+        return max(8 * self.max_concurrency, 16) if self.prefetch is None else self.prefetch
 
     @property
     def lock_lease_delta(self) -> timedelta:

@@ -36,6 +36,7 @@ from uuid import UUID
 
 from taskq_core.actors import JobContext
 from taskq_core.backend.protocol import JobRow, Lease
+from taskq_core.worker.pace import BodyPace
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -125,6 +126,7 @@ class ActiveJobs:
         self._running = 0
         self._settling = 0  # held jobs in SETTLING: in_flight is read per dispatch, kept O(1)
         self.changes = 0  # claims and releases so far: a reader can tell whether any happened
+        self.pace = BodyPace()  # how long bodies run: how far ahead the producer claims
         self.idle = asyncio.Event()
         self.idle.set()
         self.slot_freed = asyncio.Event()
@@ -163,6 +165,7 @@ class ActiveJobs:
         if held.ended_monotonic is not None:
             return
         held.ended_monotonic = now
+        self.pace.ran(now - held.started_monotonic)
         if self._bodies.get(held.job.id) is held:
             del self._bodies[held.job.id]
         if held.body_ended is not None:

@@ -76,5 +76,6 @@ class WorkerDeps:
 
     @property
     def capacity(self) -> int:
-        """How many jobs this worker holds at most: consumers plus prefetch."""
+        """How many jobs this worker holds at most: consumers plus the most prefetch (the
+        producer's pace may hold fewer: worker/pace.py)."""
         return self.settings.max_concurrency + self.settings.effective_prefetch

@@ -1,6 +1,7 @@
 """ProducerLoop: claims due jobs into the bounded local queue, woken by NOTIFY or a poll.
 
-Capacity is max_concurrency plus TASKQ_PREFETCH: consumers find their next job already
+Capacity is max_concurrency plus the prefetch (``pace.BodyPace``: TASKQ_PREFETCH, or what
+the consumers will start within the next 50 ms): consumers find their next job already
 claimed instead of waiting for a round trip. The producer claims at most the free capacity,
 so the local queue never blocks, and it waits until a quarter of the capacity is free (or
 the local queue ran dry) before claiming again, so claims come in batches, not one per job.
@@ -46,15 +47,20 @@ class ProducerLoop:
         )
         self._guard = UnexpectedErrorGuard("producer", deps.log, meters=deps.meters)
         self._backoff = Backoff()
-        self.min_batch = max(1, deps.capacity // 2)
 
     async def run_once(self) -> ProducerTick:
         """Claim up to the free capacity; return how many were asked for and claimed."""
         deps = self.deps
-        free = deps.capacity - deps.in_flight()
+        settings = deps.settings
+        consumers = settings.max_concurrency
+        prefetch = deps.active.pace.prefetch(
+            consumers, settings.prefetch, settings.effective_prefetch
+        )
+        capacity = consumers + prefetch
+        free = capacity - deps.in_flight()
         if free <= 0 or not deps.queues:
             return ProducerTick(0, 0)
-        if free < self.min_batch and not deps.local_queue.empty():
+        if free < max(1, capacity // 4) and not deps.local_queue.empty():
             return ProducerTick(0, 0)  # enough work queued locally: wait for a bigger batch
         if deps.completer.backlog >= deps.completer.backlog_limit:
             return ProducerTick(0, 0)  # successes wait to be written: claim no more until then
