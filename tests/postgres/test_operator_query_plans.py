@@ -180,3 +180,29 @@ async def test_the_cleanup_sweeps_walk_their_indexes_on_a_big_table(pg: PgTarget
         assert any("jobs_cancel_requested_idx" in scan for scan in polled), polled
     finally:
         await conn.close()
+
+
+async def test_the_batch_prune_reads_only_the_batches_past_their_retention(pg: PgTarget) -> None:
+    schema = pg.schema
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        # 20k ended batches, one every 30 s: the oldest 100 ended over 7 days ago.
+        await conn.execute(
+            f"""INSERT INTO {schema}.batches (id, queue, status, created_at, completed_at)
+                SELECT gen_random_uuid(), 'q0', 'complete', at, at
+                FROM (SELECT now() - interval '7 days 50 minutes 15 seconds'
+                             + make_interval(secs => n * 30) AS at
+                      FROM generate_series(1, 20100) AS n) ended"""
+        )
+        await conn.execute(f"ANALYZE {schema}.batches")
+        pruned = await generic_plan(
+            conn, render("prune_old_batches", schema), "interval, integer", "'7 days', 1000",
+            analyze=True,
+        )  # fmt: skip
+        # Along batches_ended_idx up to one clock reading: the 100 due, not every ended batch
+        # filtered one by one (the volatile clock_timestamp() is never an index condition).
+        [pick] = [n for n in scans(pruned) if n.get("Index Name") == "batches_ended_idx"]
+        assert "completed_at" in pick.get("Index Cond", ""), pick
+        assert pick["Actual Rows"] == 100 and not pick.get("Rows Removed by Filter"), pick
+    finally:
+        await conn.close()

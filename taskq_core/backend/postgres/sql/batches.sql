@@ -175,12 +175,14 @@ ORDER BY b.created_at DESC, b.id DESC;
 -- name: prune_old_batches
 -- One bounded batch of the prune: up to $2 complete or aborted batches that ended more than
 -- $1 ago with no child left in the jobs table (their children pruned to the archive first),
--- oldest first along batches_ended_idx; returns how many were deleted.
+-- oldest first along batches_ended_idx, bounded by one clock reading (the volatile
+-- clock_timestamp() itself is never an index condition: every ended batch was read and
+-- filtered); returns how many were deleted.
 WITH due AS (
     SELECT b.id
     FROM {schema}.batches b
     WHERE b.status <> 'active'
-      AND b.completed_at < clock_timestamp() - $1::interval
+      AND b.completed_at < (SELECT clock_timestamp()) - $1::interval
       AND NOT EXISTS (
           SELECT 1 FROM {schema}.jobs j
           WHERE j.metadata->>'batch_id' = b.id::text AND j.metadata ? 'batch_id'
