@@ -104,65 +104,13 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
     """Run the actor in its own task; classify how it ended as (outcome, value)."""
     ctx = held.ctx
     assert ctx is not None
-
-    def arguments(di_kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs = dict(di_kwargs)
-        if ref.payload_param is not None:
-            kwargs[ref.payload_param] = payload
-        if ref.context_param is not None:
-            kwargs[ref.context_param] = ctx
-        return kwargs
-
-    async def call(di_kwargs: dict[str, Any]) -> Any:
-        kwargs = arguments(di_kwargs)
-        if ref.is_async:
-            check_lease_at_start(deps, held)
-            mark_start(deps, held)
-            return await ref.fn(**kwargs)
-        loop = asyncio.get_running_loop()
-        # The thread runs in a copy of this task's context: the job's log fields go with it.
-        body = functools.partial(
-            contextvars.copy_context().run,
-            _start_in_thread,
-            deps,
-            held,
-            loop,
-            functools.partial(ref.fn, **kwargs),
-        )
-        thread = held.thread = loop.run_in_executor(deps.executor, body)
-        return await _until_thread_ends(deps, held, thread)
-
-    async def call_with_dependencies() -> Any:
-        if ref.is_async or not deps.scopes.uses_thread_scope(ref.dependency_params):
-            async with actor_scope(deps.scopes, ref.dependency_params) as di_kwargs:
-                return await call(di_kwargs)
-        # THREAD-scoped values belong to the thread that runs the body: hold one first.
-        loop = asyncio.get_running_loop()
-        seat = ActorThread(loop, contextvars.copy_context())
-        thread = held.thread = loop.run_in_executor(deps.executor, seat.serve)
-        try:
-            await seat.claimed()
-            async with actor_scope(deps.scopes, ref.dependency_params, seat) as di_kwargs:
-                fn = functools.partial(ref.fn, **arguments(di_kwargs))
-                seat.run(functools.partial(_start_in_thread, deps, held, loop, fn))
-                return await _until_thread_ends(deps, held, thread)
-        finally:
-            seat.release()
-
-    async def with_upstream(body: Coroutine[Any, Any, Any]) -> Any:
-        # A step's inputs, read with its claimed batch (worker.upstream), before its lease
-        # check (a failure to read them fails the attempt).
-        assert ctx is not None
-        try:
-            ctx.upstream = await read_upstream(deps.backend, held)
-        except BaseException:
-            body.close()  # never started
-            raise
-        return await body
-
-    body = call_with_dependencies() if ref.dependency_params else call({})
+    body: Coroutine[Any, Any, Any]
+    if ref.dependency_params:
+        body = _call_with_dependencies(deps, ref, held, payload)
+    else:
+        body = _call(deps, ref, held, payload, {})
     if reads_upstream(ref, held.job):
-        body = with_upstream(body)
+        body = _with_upstream(deps, held, body)
     if ref.timeout is not None:
         body = _with_timeout(body, ref.timeout.total_seconds())
     task = asyncio.create_task(body)
@@ -198,6 +146,74 @@ async def invoke(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any)
     if ctx.interrupted:
         return "cancelled", None  # a cooperative exit: the actor saw the signal and stopped
     return "returned", value
+
+
+def _arguments(
+    ref: ActorRef, held: ActiveJob, payload: Any, di_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The body's keyword arguments: its dependencies, its payload and its ``ctx``."""
+    kwargs = dict(di_kwargs)
+    if ref.payload_param is not None:
+        kwargs[ref.payload_param] = payload
+    if ref.context_param is not None:
+        kwargs[ref.context_param] = held.ctx
+    return kwargs
+
+
+# Module functions, not closures of invoke: a job makes none of them (four closures a job
+# were a measurable share of a no-op's cost).
+async def _call(
+    deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any, di_kwargs: dict[str, Any]
+) -> Any:
+    kwargs = _arguments(ref, held, payload, di_kwargs)
+    if ref.is_async:
+        check_lease_at_start(deps, held)
+        mark_start(deps, held)
+        return await ref.fn(**kwargs)
+    loop = asyncio.get_running_loop()
+    # The thread runs in a copy of this task's context: the job's log fields go with it.
+    body = functools.partial(
+        contextvars.copy_context().run,
+        _start_in_thread,
+        deps,
+        held,
+        loop,
+        functools.partial(ref.fn, **kwargs),
+    )
+    thread = held.thread = loop.run_in_executor(deps.executor, body)
+    return await _until_thread_ends(deps, held, thread)
+
+
+async def _call_with_dependencies(
+    deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any
+) -> Any:
+    if ref.is_async or not deps.scopes.uses_thread_scope(ref.dependency_params):
+        async with actor_scope(deps.scopes, ref.dependency_params) as di_kwargs:
+            return await _call(deps, ref, held, payload, di_kwargs)
+    # THREAD-scoped values belong to the thread that runs the body: hold one first.
+    loop = asyncio.get_running_loop()
+    seat = ActorThread(loop, contextvars.copy_context())
+    thread = held.thread = loop.run_in_executor(deps.executor, seat.serve)
+    try:
+        await seat.claimed()
+        async with actor_scope(deps.scopes, ref.dependency_params, seat) as di_kwargs:
+            fn = functools.partial(ref.fn, **_arguments(ref, held, payload, di_kwargs))
+            seat.run(functools.partial(_start_in_thread, deps, held, loop, fn))
+            return await _until_thread_ends(deps, held, thread)
+    finally:
+        seat.release()
+
+
+async def _with_upstream(deps: WorkerDeps, held: ActiveJob, body: Coroutine[Any, Any, Any]) -> Any:
+    # A step's inputs, read with its claimed batch (worker.upstream), before its lease check
+    # (a failure to read them fails the attempt).
+    assert held.ctx is not None
+    try:
+        held.ctx.upstream = await read_upstream(deps.backend, held)
+    except BaseException:
+        body.close()  # never started
+        raise
+    return await body
 
 
 def _start_in_thread(

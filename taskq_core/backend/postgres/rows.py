@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +38,10 @@ _TEXT_JSON_INDEXES = tuple(
     _JOB_FIELDS.index(name) for name in ("payload", "result", "metadata", "progress_state")
 )
 _SUMMARY_FIELDS = tuple(f.name for f in fields(JobSummary))  # the leading JobRow fields
+# A record's values in field order, taken by name in one C call (a Python call per field
+# cost three times as much: a dispatch converts every claimed row).
+_job_values = operator.itemgetter(*_JOB_FIELDS)
+_summary_values = operator.itemgetter(*_SUMMARY_FIELDS)
 _RowT = TypeVar("_RowT", bound="DataclassInstance")
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # _row's, by row type
 
@@ -76,21 +81,21 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 # --- records -> protocol rows ----------------------------------------------------------------
 def job(record: asyncpg.Record) -> JobRow:
     """A ``jobs`` record as a JobRow (JSON columns already decoded by the pool codec)."""
-    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values = list(_job_values(record))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
     return from_values(JobRow, values)
 
 
 def job_summary(record: asyncpg.Record) -> JobSummary:
     """A listing's record (the job_summary_columns fragment) as a JobSummary."""
-    values = list(map(record.__getitem__, _SUMMARY_FIELDS))
+    values = list(_summary_values(record))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
     return from_values(JobSummary, values)
 
 
 def job_from_text_json(record: asyncpg.Record) -> JobRow:
     """A row whose JSON columns came back as text (the codec-independent enqueue queries)."""
-    values = list(map(record.__getitem__, _JOB_FIELDS))
+    values = list(_job_values(record))
     values[_STATUS_INDEX] = _JOB_STATUS[values[_STATUS_INDEX]]
     for index in _TEXT_JSON_INDEXES:
         if values[index] is not None:
