@@ -73,9 +73,3 @@ class WorkerDeps:
     def in_flight(self) -> int:
         """Jobs claimed by this worker: executing plus waiting in the local queue."""
         return self.active.in_flight()
-
-    @property
-    def capacity(self) -> int:
-        """How many jobs this worker holds at most: consumers plus the most prefetch (the
-        producer's pace may hold fewer: worker/pace.py)."""
-        return self.settings.max_concurrency + self.settings.effective_prefetch
