@@ -311,6 +311,9 @@ class Worker:
             queues=sorted(queues),
             actors=sorted(self.registry),
             concurrency=self.settings.max_concurrency,
+            # Claimed ahead of free consumers: TASKQ_PREFETCH, or paced up to the ceiling.
+            prefetch="fixed" if self.settings.prefetch is not None else "paced",
+            prefetch_max=self.settings.effective_prefetch,
             until_idle=self.until_idle,
         )
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from taskq_core.actors import actor
 from taskq_core.backend.memory import InMemoryBackend
@@ -180,3 +181,18 @@ def test_the_mean_follows_a_change_of_pace_within_a_few_dozen_bodies() -> None:
     for _ in range(40):
         pace.ran(1.0)
     assert pace.prefetch(16, None, 128) == 4
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "said"),
+    [(None, ("paced", CEILING)), (2, ("fixed", 2))],
+    ids=["unset: paced", "set: fixed"],
+)
+async def test_the_start_line_says_how_far_ahead_the_worker_claims(
+    make_worker: Callable[..., Worker], prefetch: int | None, said: tuple[str, int]
+) -> None:
+    worker = make_worker(InMemoryBackend(), [instant], prefetch=prefetch)
+    with capture_logs() as logs:
+        assert await asyncio.wait_for(worker.run(), 30) == 0
+    [started] = [entry for entry in logs if entry["event"] == "worker_started"]
+    assert (started["prefetch"], started["prefetch_max"]) == said
