@@ -49,7 +49,7 @@ JOBS_VACUUM_DEAD_FRACTION: Final = 0.01
 JOBS_VACUUM_TIMEOUT: Final = 600.0
 
 # The worker's youngest-generation threshold of the garbage collector (the default is 700: a
-# busy worker collected every few jobs). See worker/runtime.py, _tune_garbage_collector.
+# busy worker collected every few jobs). See worker/collector.py.
 GC_YOUNG_THRESHOLD: Final = 10_000
 
 # The leader's cron loop (worker/cron_loop.py): fires due schedules every CRON_TICK_INTERVAL

@@ -12,7 +12,6 @@ closed.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import socket
 import sys
@@ -27,7 +26,6 @@ from taskq_core.actor_config import sync_actor_configs
 from taskq_core.actors import ActorRef
 from taskq_core.backend.protocol import Backend, WorkerInfo
 from taskq_core.clock import Clock, SystemClock
-from taskq_core.constants import GC_YOUNG_THRESHOLD
 from taskq_core.cron_schedules import sync_cron_schedules
 from taskq_core.di import ProcessScopes, ProviderRegistry, Scope, split_annotation
 from taskq_core.ids import uuid7
@@ -40,6 +38,7 @@ from taskq_core.ratelimit.registry import RateLimitRegistry
 from taskq_core.settings import TaskqSettings, settings_not_in_effect
 from taskq_core.worker.active import ActiveJobs, LeaseTerms
 from taskq_core.worker.cancel import CancelController
+from taskq_core.worker.collector import freeze_start_up, young_collections_spaced
 from taskq_core.worker.completer import Completer
 from taskq_core.worker.deps import WorkerDeps
 from taskq_core.worker.health import HealthServer
@@ -111,7 +110,12 @@ class Worker:
             self.shutdown.request(reason)
 
     async def run(self) -> int:
-        """Run until shutdown; return the exit code (0, 1, 3 or 4)."""
+        """Run until shutdown; return the exit code (0, 1, 3 or 4). Meanwhile the process's
+        garbage collector runs its young passes less often (``collector``)."""
+        with young_collections_spaced():
+            return await self._run()
+
+    async def _run(self) -> int:
         self.providers.validate(
             (f"actor {ref.name}", ref.dependency_params) for ref in self.registry.values()
         )
@@ -379,7 +383,7 @@ def run_worker(
     worker = Worker(
         settings, registry, until_idle=until_idle, providers=providers, stall_sensor=sensor
     )
-    _tune_garbage_collector()
+    freeze_start_up()
     with asyncio.Runner(
         loop_factory=lambda: asyncio.SelectorEventLoop(sensor.selector())
     ) as runner:
@@ -396,22 +400,6 @@ def run_worker(
             sys.stderr.flush()
             os._exit(code)
     return code
-
-
-def _tune_garbage_collector() -> None:
-    """Keep the collector off what start-up built, and run it less often.
-
-    Every object alive now (modules, classes, the actors, the settings) lives as long as the
-    process: frozen, no full collection walks them again. And a job makes a few dozen
-    short-lived containers (its row, context, task, futures), so at the default threshold of
-    700 the youngest generation was collected every few jobs: about a fifth of a busy
-    worker's CPU went to the collector. Measured on no-op drains: 5-10% less worker CPU per
-    job (docs/performance.md).
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def _unstoppable(loop: asyncio.AbstractEventLoop) -> list[str]:
