@@ -77,7 +77,7 @@ class LeaseTerms:
         return renewed_at + self.lease - self.margin
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class ActiveJob:
     """One held job: its row and lease, when the lease was last renewed, and, once running,
     its context, the task running the actor and its cancel state."""
@@ -186,7 +186,11 @@ class ActiveJobs:
         return held.body_ended
 
     def settle(self, held: ActiveJob) -> None:
-        """RUNNING -> SETTLING: the body ended; its consumer slot is free."""
+        """RUNNING -> SETTLING: the body ended; its consumer slot is free. Its context and
+        task are let go: a holding may wait a while for its write and its batch's hook, and
+        what it keeps then is what the garbage collector walks."""
+        held.ctx = None
+        held.task = None
         if held.stage is Stage.RUNNING:
             self._stopped_running()
         if held.stage is not Stage.SETTLING and self._held.get(held.job.id) is held:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -20,7 +21,9 @@ from taskq_core.actors import JobContext, actor
 from taskq_core.backend.protocol import Backend, EnqueueArgs, JobFilter
 from taskq_core.constants import EXIT_OK
 from taskq_core.statemachine import JobStatus
+from taskq_core.worker import consumer
 from taskq_core.worker.active import ActiveJob
+from taskq_core.worker.completer import Completer
 from taskq_core.worker.runtime import Worker
 from tests.backend_pair import KINDS, open_backend
 
@@ -79,3 +82,29 @@ async def test_finished_jobs_leave_no_cyclic_garbage(
     per_job = (ActiveJob, JobContext, asyncio.Task)
     left = [type(o).__name__ for o in unreachable if isinstance(o, per_job)]
     assert left == []
+
+
+async def test_a_job_waiting_for_its_write_has_let_go_of_its_context_and_task(
+    backend: Backend, make_worker: Callable[..., Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A holding waits for the completer's flush (and a batch child for its batch's hook too):
+    # what it keeps meanwhile is what the collector walks, job after job.
+    contexts: dict[Any, weakref.ref[JobContext[Any]]] = {}
+    alive_at_submit: list[tuple[bool, bool]] = []
+    make_context = consumer.job_context
+    submit = Completer.submit
+
+    def tracked_context(deps: Any, ref: Any, held: ActiveJob, *args: Any) -> JobContext[Any]:
+        ctx = make_context(deps, ref, held, *args)
+        contexts[held.job.id] = weakref.ref(ctx)
+        return ctx
+
+    def tracked_submit(self: Completer, held: ActiveJob, success: Any) -> None:
+        alive_at_submit.append((contexts[held.job.id]() is not None, held.task is not None))
+        submit(self, held, success)
+
+    monkeypatch.setattr(consumer, "job_context", tracked_context)
+    monkeypatch.setattr(Completer, "submit", tracked_submit)
+    await backend.enqueue_batch_fast([EnqueueArgs(plain.name, {"n": n}) for n in range(JOBS)])
+    assert await asyncio.wait_for(make_worker(backend, [plain]).run(), 60) == EXIT_OK
+    assert alive_at_submit == [(False, False)] * JOBS
