@@ -86,7 +86,10 @@ class JobContext(Generic[P]):
     actor: str
     queue: str
     payload: P
-    _cancel_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    # Made on first read (most bodies never look): an Event per job was a tenth of the
+    # context's cost. ``_cancel_signalled`` is the truth; the event follows it.
+    _cancel_event: asyncio.Event | None = field(default=None, repr=False)
+    _cancel_signalled: bool = field(default=False, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
     cancel_observed: bool = field(default=False, repr=False)
     _open_connection: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
@@ -143,21 +146,31 @@ class JobContext(Generic[P]):
     def cancel_event(self) -> asyncio.Event:
         """Set when the job should stop; reading it marks the actor as cancel-aware."""
         self.cancel_observed = True
-        return self._cancel_event
+        event = self._cancel_event
+        if event is None:
+            # Published before the signal is read: a signal_cancel racing from the loop while
+            # a plain ``def`` body makes it either sees the event or was seen here.
+            event = self._cancel_event = asyncio.Event()
+            if self._cancel_signalled:
+                event.set()
+        return event
 
     @property
     def cancel_requested(self) -> bool:
         """True once the job should stop: finish up and return."""
-        return self.cancel_event.is_set()
+        self.cancel_observed = True
+        return self._cancel_signalled
 
     @property
     def interrupted(self) -> bool:
         """The actor saw the cancel signal (so a normal return means it stopped early)."""
-        return self.cancel_observed and self._cancel_event.is_set()
+        return self.cancel_observed and self._cancel_signalled
 
     def signal_cancel(self) -> None:
         """Set the cancel event (worker side; does not count as the actor observing it)."""
-        self._cancel_event.set()
+        self._cancel_signalled = True
+        if self._cancel_event is not None:
+            self._cancel_event.set()
 
 
 # Alike protocol/values.py's EnqueueArgs by shape only: defaulted fields, but an actor's

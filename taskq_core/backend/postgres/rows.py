@@ -57,7 +57,7 @@ _EMPTY_JSONB = b"\x01{}"  # the usual payload and metadata
 def _decode_jsonb(data: bytes) -> Any:
     if data == _EMPTY_JSONB:
         return {}
-    return json.loads(data[1:])
+    return json.loads(data[1:].decode())  # text: json.loads of bytes detects the encoding first
 
 
 def _encode_json(value: Any) -> bytes:
