@@ -7,7 +7,9 @@
 The consumer span starts a trace of its own and links to the enqueue and to the claim, as
 the messaging conventions draw a consumer that is causally related to, but not part of,
 its producer's trace. Spans are made only while a tracer provider is installed
-(``tracing_installed``); the worker checks once per dispatch, not per job.
+(``tracing_installed``); the worker checks once per dispatch, not per job. When ``taskq
+worker`` installed the provider itself, the CONSUMER span is recorded without the SDK and
+exported from a process of its own (``span_shipping``).
 """
 
 from __future__ import annotations
@@ -16,17 +18,28 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from taskq_core.obs.metrics import INSTRUMENTATION, SYSTEM
+from taskq_core.obs.span_shipping import SpanShipper
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _ENQUEUE_LINK = {"taskq.link": "enqueue"}
 _DISPATCH_LINK = {"taskq.link": "dispatch"}
 _NEW_TRACE = Context()  # no parent: a claim and a job each start a trace of their own
+
+
+_shipper: SpanShipper | None = None  # set when taskq worker installed the provider itself
+
+
+def ship_consumer_spans(shipper: SpanShipper | None) -> None:
+    """Make CONSUMER spans through ``shipper`` while its provider is the global one."""
+    global _shipper
+    _shipper = shipper
 
 
 def tracing_installed() -> bool:
@@ -154,13 +167,16 @@ def consumer_span(
         links.append(enqueue)
     if dispatch is not None:
         links.append(Link(dispatch, _DISPATCH_LINK))
+    name = f"process {actor}"
+    attributes: dict[str, Any] = {**labels.attributes, "messaging.destination.name": queue,
+                  "messaging.operation.type": "process", "messaging.message.id": job_id,
+                  "taskq.actor": actor, "taskq.attempt": attempt}  # fmt: skip
+    shipper = _shipper
+    if shipper is not None and trace.get_tracer_provider() is shipper.provider:
+        with shipper.span(name, SpanKind.CONSUMER, attributes, links) as span:
+            yield span
+        return
     with tracer().start_as_current_span(
-        f"process {actor}",
-        context=_NEW_TRACE,
-        kind=SpanKind.CONSUMER,
-        links=links,
-        attributes={**labels.attributes, "messaging.destination.name": queue,
-                    "messaging.operation.type": "process", "messaging.message.id": job_id,
-                    "taskq.actor": actor, "taskq.attempt": attempt},
-    ) as span:  # fmt: skip
+        name, context=_NEW_TRACE, kind=SpanKind.CONSUMER, links=links, attributes=attributes
+    ) as span:
         yield span

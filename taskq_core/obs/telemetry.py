@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
     from prometheus_client import CollectorRegistry
+
+    from taskq_core.obs.span_shipping import SpanShipper
 
 Role = Literal["worker", "workgroup"]
 SERVICE_NAMES: dict[str, str] = {"worker": "taskq-worker", "workgroup": "taskq-workgroup"}
@@ -91,6 +94,8 @@ class Telemetry:
     span_exporters: tuple[str, ...] = ()  # ``otlp (grpc)``, ``console``
     metric_exporters: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()  # ``traces``/``metrics``: the application's provider was kept
+    # A worker's CONSUMER spans, exported from a process of their own (obs.span_shipping).
+    span_shipper: SpanShipper | None = None
     # Only /metrics reads the meters: finished jobs are tallied in plain dicts (obs.job_tally).
     jobs_counted_locally: bool = False
 
@@ -118,6 +123,8 @@ class Telemetry:
 
     def _shutdown(self, timeout: float) -> None:
         try:
+            if self.span_shipper is not None:
+                self.span_shipper.close(timeout)
             if self.tracer_provider is not None:
                 self.tracer_provider.force_flush(int(timeout * 1000))
                 self.tracer_provider.shutdown()
@@ -249,6 +256,15 @@ def build_telemetry(
             provider.add_span_processor(BatchSpanProcessor(exporter))
         telemetry.tracer_provider = provider
         telemetry.span_exporters = tuple(label for label, _ in span_pairs)
+        if role == "worker":
+            from taskq_core.obs.metrics import INSTRUMENTATION
+            from taskq_core.obs.span_shipping import SpanShipper
+
+            shipped = [name for name, pair in zip(span_names, span_exporters, strict=True) if pair]
+            # The scope of the tracer spans.tracer() gets: the name, no version.
+            telemetry.span_shipper = SpanShipper(
+                provider, shipped, described.attributes, (INSTRUMENTATION, None), environ
+            )
     readers: list[MetricReader] = []
     if metric_pairs:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -299,6 +315,9 @@ def setup_telemetry(settings: TaskqSettings, *, role: Role) -> Telemetry:
     )
     if telemetry.tracer_provider is not None:
         trace.set_tracer_provider(telemetry.tracer_provider)
+        from taskq_core.obs.spans import ship_consumer_spans
+
+        ship_consumer_spans(telemetry.span_shipper)
     if telemetry.meter_provider is not None:
         metrics.set_meter_provider(telemetry.meter_provider)
     if telemetry.registry is not None:
@@ -342,6 +361,16 @@ def render_metrics(registry: CollectorRegistry) -> bytes:
     from prometheus_client import generate_latest
 
     return generate_latest(registry)
+
+
+def span_exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
+    """The span exporter ``name`` (``otlp``, ``console``) as ``build_telemetry`` makes it: for
+    the span exporter process (obs.span_shipping), which reads the same variables."""
+    made = _exporter("traces", name, environ, [])
+    if made is None:
+        raise ConfigError(f"no {name} span exporter: {OTLP_HINT}")
+    exporter: SpanExporter = made[1]
+    return exporter
 
 
 def _exporter(

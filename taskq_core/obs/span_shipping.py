@@ -1,0 +1,417 @@
+"""The worker's CONSUMER spans recorded as plain tuples and exported from a process of their own.
+
+The SDK makes a span in about 37 us on the event loop (attribute checks, links, processors) and
+its OTLP exporter encodes it in about 31 us more on a thread that holds the interpreter's lock:
+a worker exporting every job's span drained at a third of its rate. When ``taskq worker``
+installed the tracer provider itself (``telemetry.build_telemetry``), the span of each job is a
+``ShippedSpan`` instead: the API's ``Span`` (the body can read it, annotate it, parent its own
+spans on it), recorded as a tuple when it ends. The tuples go in batches
+(OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or every OTEL_BSP_SCHEDULE_DELAY) to one exporter process,
+which turns them into the SDK's spans and hands them to the exporters OTEL_TRACES_EXPORTER
+names, configured from the same variables. Sampling is the provider's sampler, asked as the SDK
+asks it. As the SDK's batch processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans
+already waiting is dropped (and counted). The exporter process ends with the worker: at
+shutdown after the last batch, and on its own when the worker died (``kill -9``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.process
+import os
+import queue
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+from taskq_core.obs.logs import get_logger
+
+# The SDK's batch span processor's variables and defaults, read the same way.
+_BATCH_SIZE = ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+_QUEUE_SIZE = ("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+_SCHEDULE_DELAY = ("OTEL_BSP_SCHEDULE_DELAY", 5000)  # milliseconds
+_PARENT_CHECK = 1.0  # seconds between the exporter process's checks that the worker lives
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+# One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
+# attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
+# attributes), status code and description.
+Record = tuple[
+    str,
+    int,
+    int,
+    int,
+    int,
+    int,
+    dict[str, Any],
+    list[tuple[int, int, int, Mapping[str, Any]]],
+    list[tuple[str, int, Mapping[str, Any]]],
+    int,
+    str | None,
+]
+
+
+_SCALARS = (str, bool, int, float, bytes)
+
+
+def _carried(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes whose values OTLP carries (scalars, or sequences of them); the SDK
+    drops the others with a warning, and so they are dropped here, silently."""
+    return {
+        key: value
+        for key, value in attributes.items()
+        if isinstance(value, _SCALARS)
+        or (isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value))
+    }
+
+
+def _setting(environ: Mapping[str, str], variable: tuple[str, int]) -> int:
+    """A positive integer variable; its default when unset or not one (as the SDK does)."""
+    name, default = variable
+    try:
+        value = int(environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class ShippedSpan(trace.Span):
+    """A recording span whose end hands one tuple to the shipper."""
+
+    __slots__ = (
+        "_attributes", "_context", "_ended", "_events", "_kind", "_links", "_name", "_shipper",
+        "_start", "_status",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        shipper: SpanShipper,
+        name: str,
+        kind: SpanKind,
+        context: SpanContext,
+        attributes: dict[str, Any],
+        links: list[tuple[int, int, int, Mapping[str, Any]]],
+    ) -> None:
+        self._shipper = shipper
+        self._name = name
+        self._kind = kind
+        self._context = context
+        self._start = time.time_ns()
+        self._attributes = attributes
+        self._links = links
+        self._events: list[tuple[str, int, Mapping[str, Any]]] = []
+        self._status: tuple[int, str | None] = (StatusCode.UNSET.value, None)
+        self._ended = False
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return not self._ended
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        self.set_attributes({key: value})
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        if not self._ended:
+            self._attributes.update(_carried(attributes))
+
+    def add_event(
+        self,
+        name: str,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+    ) -> None:
+        if not self._ended:
+            self._events.append((name, timestamp or time.time_ns(), _carried(attributes or {})))
+
+    def update_name(self, name: str) -> None:
+        if not self._ended:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._ended or self._status[0] == StatusCode.OK.value:  # OK is final, as in the SDK
+            return
+        if isinstance(status, Status):
+            code, description = status.status_code, status.description
+        else:
+            code = status
+        self._status = (code.value, description if code is StatusCode.ERROR else None)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        self.add_event(
+            "exception",
+            {
+                "exception.type": type(exception).__qualname__,
+                "exception.message": str(exception),
+                "exception.stacktrace": "".join(traceback.format_exception(exception)),
+                "exception.escaped": escaped,
+                **(attributes or {}),
+            },
+            timestamp,
+        )
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        context = self._context
+        self._shipper.ship(
+            (
+                self._name, self._kind.value, context.trace_id, context.span_id, self._start,
+                end_time or time.time_ns(), self._attributes, self._links, self._events,
+                *self._status,
+            )
+        )  # fmt: skip
+
+
+class SpanShipper:
+    """Batches ended spans' records to the exporter process (see the module docstring).
+
+    The event loop only appends to a list; full batches (and, every OTEL_BSP_SCHEDULE_DELAY,
+    what there is) go to a sender thread, which starts the exporter process with the first
+    one and writes each to its pipe. Spans waiting for the sender count against
+    OTEL_BSP_MAX_QUEUE_SIZE.
+    """
+
+    def __init__(
+        self,
+        provider: trace.TracerProvider,
+        exporters: Sequence[str],
+        resource: Mapping[str, Any],
+        scope: tuple[str, str | None],
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.provider = provider  # the spans are shipped only while it is the global one
+        self._sampler = getattr(provider, "sampler", None)
+        self._ids = getattr(provider, "id_generator", None)
+        self._exporting = (list(exporters), dict(resource), scope)
+        self.batch_size = _setting(environ, _BATCH_SIZE)
+        self.queue_size = max(_setting(environ, _QUEUE_SIZE), self.batch_size)
+        self.delay = _setting(environ, _SCHEDULE_DELAY) / 1000
+        self.dropped = 0  # spans dropped for a full queue
+        self._lock = threading.Lock()
+        self._buffer: list[Record] = []
+        self._queued = 0  # spans handed to the sender, not written to the pipe yet
+        self._batches: queue.SimpleQueue[list[Record] | None] = queue.SimpleQueue()
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._closed = threading.Event()
+        self._sender = threading.Thread(target=self._send_all, name="taskq-spans", daemon=True)
+        self._sender.start()
+        self._ticker = threading.Thread(target=self._tick, name="taskq-spans-tick", daemon=True)
+        self._ticker.start()
+
+    # --- the event loop's side ----------------------------------------------------------
+    @contextmanager
+    def span(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+    ) -> Iterator[trace.Span]:
+        """A span of a new trace, current meanwhile (as ``start_as_current_span``)."""
+        ids = self._ids
+        if ids is not None:
+            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+        else:
+            trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
+        sampled = True
+        if self._sampler is not None:
+            decision = self._sampler.should_sample(None, trace_id, name, kind, attributes, links)
+            sampled = decision.decision.is_sampled()
+            if sampled and decision.attributes:
+                attributes.update(decision.attributes)
+        flags = _SAMPLED if sampled else _UNSAMPLED
+        context = SpanContext(trace_id, span_id, False, trace_flags=flags)
+        if not sampled:
+            span: trace.Span = trace.NonRecordingSpan(context)
+        else:
+            span = ShippedSpan(
+                self, name, kind, context, attributes,
+                [(link.context.trace_id, link.context.span_id, link.context.trace_flags,
+                  dict(link.attributes or {})) for link in links],
+            )  # fmt: skip
+        with trace.use_span(span, end_on_exit=True):
+            yield span
+
+    def ship(self, record: Record) -> None:
+        """Queue one ended span's record; a full batch goes to the sender at once."""
+        with self._lock:
+            self._buffer.append(record)
+            if len(self._buffer) < self.batch_size:
+                return
+            batch, self._buffer = self._buffer, []
+            self._hand_over(batch)
+
+    def _hand_over(self, batch: list[Record]) -> None:
+        """Give a batch to the sender, or drop it when the queue is full (lock held)."""
+        if self._closed.is_set() or self._queued + len(batch) > self.queue_size:
+            before, self.dropped = self.dropped, self.dropped + len(batch)
+            if before == 0 or before // 10_000 != self.dropped // 10_000:
+                get_logger("telemetry").warning(
+                    "spans_dropped",
+                    dropped=self.dropped,
+                    note="the span exporter is behind or gone; the jobs ran",
+                )
+            return
+        self._queued += len(batch)
+        self._batches.put(batch)
+
+    # --- the threads ----------------------------------------------------------------------
+    def _tick(self) -> None:
+        while not self._closed.wait(self.delay):
+            with self._lock:
+                if self._buffer:
+                    batch, self._buffer = self._buffer, []
+                    self._hand_over(batch)
+
+    def _send_all(self) -> None:
+        """Write each batch to the exporter process, started with the first; a None ends."""
+        writer: Any = None
+        while (batch := self._batches.get()) is not None:
+            with self._lock:
+                self._queued -= len(batch)
+            try:
+                if writer is None:
+                    writer = self._start()
+                writer.send(batch)
+            except Exception as exc:  # a dead process: the next batch starts another
+                get_logger("telemetry").warning(
+                    "span_export_failed", spans=len(batch), error=f"{type(exc).__name__}: {exc}"
+                )
+                if isinstance(exc, OSError):
+                    writer = None
+        if writer is not None:
+            writer.close()  # the exporter process reads to the end and exits
+
+    def _start(self) -> Any:
+        context = multiprocessing.get_context("spawn")
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_export_all,
+            args=(reader, os.getpid(), *self._exporting),
+            name="taskq-span-exporter",
+            daemon=True,  # ended at the worker's exit if it did not end by then
+        )
+        process.start()
+        reader.close()
+        self._process = process
+        return writer
+
+    def close(self, timeout: float) -> None:
+        """Send what is buffered, wait up to ``timeout`` seconds for the exporter process to
+        export it and end, then end it."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            batch, self._buffer = self._buffer, []
+            if batch:
+                self._hand_over(batch)
+            self._closed.set()
+        self._batches.put(None)
+        self._sender.join(timeout)
+        process = self._process
+        if process is not None:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+
+
+# --- the exporter process ---------------------------------------------------------------------
+def _export_all(
+    reader: Any,
+    worker_pid: int,
+    exporters: Sequence[str],
+    resource: Mapping[str, Any],
+    scope: tuple[str, str | None],
+) -> None:
+    """The exporter process: export each batch read until the pipe ends (the worker closed it
+    at shutdown, or died), then shut the exporters down."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    from taskq_core.obs.telemetry import span_exporter
+
+    # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
+    # ends it (the end of the pipe), after the last spans.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_watch_worker, args=(worker_pid,), daemon=True).start()
+    made = [span_exporter(name, os.environ) for name in exporters]
+    described = Resource(dict(resource))
+    instrumentation = InstrumentationScope(*scope)
+    while True:
+        try:
+            batch = reader.recv()
+        except EOFError:
+            break
+        spans = _readable_spans(batch, described, instrumentation)
+        for exporter in made:
+            try:
+                exporter.export(spans)
+            except Exception as exc:  # one batch lost, not the exporter
+                get_logger("telemetry").warning(
+                    "span_export_failed", spans=len(spans), error=f"{type(exc).__name__}: {exc}"
+                )
+    for exporter in made:
+        exporter.shutdown()
+
+
+def _watch_worker(worker_pid: int) -> None:
+    """End this process once the worker that started it is gone (killed: no end of pipe
+    reaches a process whose parent vanished while it was blocked elsewhere)."""
+    while os.getppid() == worker_pid:
+        time.sleep(_PARENT_CHECK)
+    os._exit(0)
+
+
+def _readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]:
+    """The SDK's spans for a batch of records, their attributes checked as the SDK checks
+    them (a value of a type OTLP cannot carry is dropped, not the batch)."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+
+    return [
+        ReadableSpan(
+            name=name,
+            context=SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED),
+            parent=None,
+            resource=resource,
+            attributes=BoundedAttributes(attributes=attributes),
+            events=[
+                Event(event, BoundedAttributes(attributes=attrs), ts) for event, ts, attrs in events
+            ],
+            links=[
+                Link(
+                    SpanContext(tid, sid, True, trace_flags=TraceFlags(flags)),
+                    BoundedAttributes(attributes=attrs),
+                )
+                for tid, sid, flags, attrs in links
+            ],
+            kind=SpanKind(kind),
+            status=Status(StatusCode(code), description),
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=scope,
+        )
+        for (
+            name, kind, trace_id, span_id, start, end, attributes, links, events, code,
+            description,
+        ) in batch
+    ]  # fmt: skip
