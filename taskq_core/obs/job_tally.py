@@ -6,8 +6,9 @@ exports the meters (no OTEL_METRICS_EXPORTER, no application provider), a job's 
 duration go here instead (well under a microsecond), and ``JobTallyCollector`` renders them
 at a scrape under the names and labels the OpenTelemetry Prometheus exporter gives
 ``messaging.client.consumed.messages`` and ``messaging.process.duration``, so /metrics reads
-the same either way. When an exporter reads the meters, jobs are recorded on the SDK
-instruments (``obs.metrics.record_job``) and this stays empty.
+the same either way. An OTLP or console metrics exporter that ``taskq worker`` set up reads
+them too (``job_tally_export``). Only when the application installed its own meter provider
+are jobs recorded on the SDK instruments (``obs.metrics.record_job``) and this stays empty.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ _Key = tuple[str, str, str, str]  # actor, queue, outcome, consumer group
 
 
 class JobTally:
-    """Per (actor, queue, outcome, group): the count, the duration buckets and their sum.
+    """Per (actor, queue, outcome, group): the count per duration bucket, then the sum, the
+    least and the most seconds (``entry[:len(buckets) + 1]``, ``entry[sum_at]``, ``entry[min_at]``,
+    ``entry[max_at]``).
 
     Written on the event loop's thread; read by a scrape (the health server, same thread) or
     an exporter's thread, which copies the dict first (a C-level copy under the GIL).
@@ -33,7 +36,9 @@ class JobTally:
 
     def __init__(self, buckets: tuple[float, ...] = JOB_BUCKETS) -> None:
         self.buckets = buckets
-        # Per key: one count per bucket (and one past the last), then the sum of seconds.
+        self.sum_at = len(buckets) + 1
+        self.min_at = self.sum_at + 1
+        self.max_at = self.sum_at + 2
         self._entries: dict[_Key, list[float]] = {}
 
     def record(self, actor: str, queue: str, outcome: str, group: str, seconds: float) -> None:
@@ -41,9 +46,17 @@ class JobTally:
         key = (actor, queue, outcome, group)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = [0.0] * (len(self.buckets) + 2)
+            entry = self._entries[key] = [0.0] * (len(self.buckets) + 2) + [seconds, seconds]
         entry[bisect_left(self.buckets, seconds)] += 1
-        entry[-1] += seconds
+        entry[self.sum_at] += seconds
+        if seconds < entry[self.min_at]:
+            entry[self.min_at] = seconds
+        elif seconds > entry[self.max_at]:
+            entry[self.max_at] = seconds
+
+    def counts(self, entry: list[float]) -> list[float]:
+        """An entry's count per bucket (the last past the last bound)."""
+        return entry[: self.sum_at]
 
     def snapshot(self) -> list[tuple[_Key, list[float]]]:
         """Every key with a copy of its entry."""
@@ -76,13 +89,13 @@ class JobTallyCollector(Collector):
         )
         for (actor, queue, outcome, group), entry in entries:
             values = [str(v) for v in job_attributes(actor, queue, outcome, group).values()]
-            jobs = sum(entry[:-1])
-            count.add_metric(values, jobs)
+            counts = self.tally.counts(entry)
+            count.add_metric(values, sum(counts))
             cumulative, running = [], 0.0
-            for bound, n in zip((*self.tally.buckets, float("inf")), entry[:-1], strict=True):
+            for bound, n in zip((*self.tally.buckets, float("inf")), counts, strict=True):
                 running += n
                 cumulative.append((_bound(bound), running))
-            duration.add_metric(values, cumulative, sum_value=entry[-1])
+            duration.add_metric(values, cumulative, sum_value=entry[self.tally.sum_at])
         yield count
         yield duration
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +148,6 @@ def _link_to_enqueue(trace_id: str | None, span_id: str | None) -> Link | None:
     return Link(linked, _ENQUEUE_LINK)
 
 
-@contextmanager
 def consumer_span(
     labels: SpanLabels,
     actor: str,
@@ -158,9 +157,9 @@ def consumer_span(
     trace_id: str | None,
     span_id: str | None,
     dispatch: SpanContext | None = None,
-) -> Iterator[trace.Span]:
+) -> AbstractContextManager[trace.Span]:
     """Span for one job execution, linked to the span that enqueued it and to the dispatch
-    that claimed it."""
+    that claimed it; current while its ``with`` block runs."""
     links = []
     enqueue = _link_to_enqueue(trace_id, span_id)
     if enqueue is not None:
@@ -169,14 +168,12 @@ def consumer_span(
         links.append(Link(dispatch, _DISPATCH_LINK))
     name = f"process {actor}"
     attributes: dict[str, Any] = {**labels.attributes, "messaging.destination.name": queue,
-                  "messaging.operation.type": "process", "messaging.message.id": job_id,
-                  "taskq.actor": actor, "taskq.attempt": attempt}  # fmt: skip
+                                  "messaging.operation.type": "process",
+                                  "messaging.message.id": job_id, "taskq.actor": actor,
+                                  "taskq.attempt": attempt}  # fmt: skip
     shipper = _shipper
     if shipper is not None and trace.get_tracer_provider() is shipper.provider:
-        with shipper.span(name, SpanKind.CONSUMER, attributes, links) as span:
-            yield span
-        return
-    with tracer().start_as_current_span(
+        return shipper.span(name, SpanKind.CONSUMER, attributes, links)
+    return tracer().start_as_current_span(
         name, context=_NEW_TRACE, kind=SpanKind.CONSUMER, links=links, attributes=attributes
-    ) as span:
-        yield span
+    )

@@ -266,12 +266,22 @@ def build_telemetry(
                 provider, shipped, described.attributes, (INSTRUMENTATION, None), environ
             )
     readers: list[MetricReader] = []
+    # A worker counts its finished jobs in plain dicts (obs.job_tally), which /metrics and
+    # its exporters read: two SDK instrument calls per job cost a quarter of a no-op drain.
+    telemetry.jobs_counted_locally = (
+        metrics and role == "worker" and bool(metric_pairs or metrics_endpoint)
+    )
     if metric_pairs:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+        exporters = [exporter for _, exporter in metric_pairs]
+        if telemetry.jobs_counted_locally:
+            from taskq_core.obs.job_tally_export import tallied
+
+            exporters = tallied(exporters, described)
         readers += [
             PeriodicExportingMetricReader(exporter, export_interval_millis=interval)
-            for _, exporter in metric_pairs
+            for exporter in exporters
         ]
         telemetry.metric_exporters = tuple(label for label, _ in metric_pairs)
     if metrics and metrics_endpoint:
@@ -279,11 +289,10 @@ def build_telemetry(
 
         telemetry.registry = CollectorRegistry(auto_describe=True)
         readers.append(metrics_reader(telemetry.registry))
-        if not metric_pairs:  # only /metrics reads the meters: count jobs the cheap way
+        if telemetry.jobs_counted_locally:
             from taskq_core.obs.job_tally import JobTallyCollector
 
             telemetry.registry.register(JobTallyCollector())
-            telemetry.jobs_counted_locally = True
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider
 

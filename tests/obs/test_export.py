@@ -246,6 +246,26 @@ async def export_one_job(
     metrics = received.metric_names()
     assert "messaging.client.consumed.messages" in metrics
     assert metrics["messaging.client.consumed.messages"]["service.name"] == service
+    # The job counted (from the worker's tally) once, under its actor and outcome.
+    counted = job_points(received, "messaging.client.consumed.messages", "sum")
+    assert [(p.as_int, attributes(p.attributes)["taskq.outcome"]) for p in counted] == [
+        (1, "succeeded")
+    ]
+    (timed,) = job_points(received, "messaging.process.duration", "histogram")
+    assert timed.count == 1 and timed.sum >= 0
+
+
+def job_points(received: Received, name: str, kind: str) -> list[Any]:
+    """The data points of metric ``name`` (a ``sum`` or a ``histogram``) in the last export."""
+    *_, last = received.metrics
+    return [
+        point
+        for rm in last.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == name
+        for point in getattr(metric, kind).data_points
+    ]
 
 
 @pytest.mark.slow
