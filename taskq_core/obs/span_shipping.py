@@ -376,7 +376,7 @@ def _export_all(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from taskq_core.obs.telemetry import span_exporter
+    from taskq_core.obs.exporters import span_exporter
 
     # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
     # ends it (the end of the pipe), after the last spans.

@@ -18,14 +18,14 @@ their configuration themselves (OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, _TIMEOUT,
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from taskq_core.errors import ConfigError
+from taskq_core.obs.exporters import OTLP_HINT, named_exporter
 from taskq_core.obs.logs import get_logger
 from taskq_core.settings import TaskqSettings
 
@@ -35,43 +35,15 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
     from prometheus_client import CollectorRegistry
 
     from taskq_core.obs.span_shipping import SpanShipper
 
 Role = Literal["worker", "workgroup"]
 SERVICE_NAMES: dict[str, str] = {"worker": "taskq-worker", "workgroup": "taskq-workgroup"}
-PROTOCOLS = ("http/protobuf", "grpc")
-DEFAULT_PROTOCOL = "http/protobuf"  # the specification's default
-OTLP_HINT = "pip install 'taskq[otlp]'"
 # How long the exit waits, at most, for the last spans and metrics to leave.
 SHUTDOWN_TIMEOUT = 5.0
 
-# The OTLP exporter classes: (signal, protocol) -> (module, class).
-_OTLP_CLASSES: dict[tuple[str, str], tuple[str, str]] = {
-    ("traces", "http/protobuf"): (
-        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-        "OTLPSpanExporter",
-    ),
-    ("traces", "grpc"): (
-        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-        "OTLPSpanExporter",
-    ),
-    ("metrics", "http/protobuf"): (
-        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-        "OTLPMetricExporter",
-    ),
-    ("metrics", "grpc"): (
-        "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
-        "OTLPMetricExporter",
-    ),
-}
-# The SDK's console exporter classes: signal -> (module, class).
-_CONSOLE_CLASSES: dict[str, tuple[str, str]] = {
-    "traces": ("opentelemetry.sdk.trace.export", "ConsoleSpanExporter"),
-    "metrics": ("opentelemetry.sdk.metrics.export", "ConsoleMetricExporter"),
-}
 # Exporter names each signal accepts. ``prometheus`` for metrics names the worker's /metrics,
 # which is there whether or not it is listed.
 _EXPORTERS = {
@@ -151,22 +123,6 @@ def exporter_names(signal: str, environ: Mapping[str, str]) -> list[str]:
     return [name for name in names if name not in ("none", "prometheus")]
 
 
-def otlp_protocol(signal: str, environ: Mapping[str, str]) -> str:
-    """OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else the default."""
-    for variable in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ):
-        value = environ.get(variable, "").strip().lower()
-        if value:
-            if value not in PROTOCOLS:
-                raise ConfigError(
-                    f"{variable}: unsupported protocol {value!r} (use grpc or http/protobuf)"
-                )
-            return value
-    return DEFAULT_PROTOCOL
-
-
 def metric_export_interval(environ: Mapping[str, str]) -> float:
     """OTEL_METRIC_EXPORT_INTERVAL in milliseconds (default 60000)."""
     raw = environ.get("OTEL_METRIC_EXPORT_INTERVAL", "").strip()
@@ -236,9 +192,9 @@ def build_telemetry(
     telemetry = Telemetry()
     described = resource(settings, role)
     missing: list[str] = []  # signals asking for OTLP without the package
-    span_exporters = [_exporter("traces", name, environ, missing) for name in span_names]
+    span_exporters = [named_exporter("traces", name, environ, missing) for name in span_names]
     span_pairs = [pair for pair in span_exporters if pair is not None]
-    metric_exporters = [_exporter("metrics", name, environ, missing) for name in metric_names]
+    metric_exporters = [named_exporter("metrics", name, environ, missing) for name in metric_names]
     metric_pairs = [pair for pair in metric_exporters if pair is not None]
     if missing:
         get_logger("telemetry").warning(
@@ -370,36 +326,3 @@ def render_metrics(registry: CollectorRegistry) -> bytes:
     from prometheus_client import generate_latest
 
     return generate_latest(registry)
-
-
-def span_exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
-    """The span exporter ``name`` (``otlp``, ``console``) as ``build_telemetry`` makes it: for
-    the span exporter process (obs.span_shipping), which reads the same variables."""
-    made = _exporter("traces", name, environ, [])
-    if made is None:
-        raise ConfigError(f"no {name} span exporter: {OTLP_HINT}")
-    exporter: SpanExporter = made[1]
-    return exporter
-
-
-def _exporter(
-    signal: str, name: str, environ: Mapping[str, str], missing: list[str]
-) -> tuple[str, Any] | None:
-    """The exporter ``name`` of ``signal``: the SDK's console one, else OTLP (see ``_otlp``)."""
-    if name == "console":
-        module_name, class_name = _CONSOLE_CLASSES[signal]
-        return "console", getattr(importlib.import_module(module_name), class_name)()
-    return _otlp(signal, environ, missing)
-
-
-def _otlp(signal: str, environ: Mapping[str, str], missing: list[str]) -> tuple[str, Any] | None:
-    """The official OTLP exporter for ``signal``, or None (the signal added to ``missing``)
-    when the package is not installed."""
-    protocol = otlp_protocol(signal, environ)
-    module_name, class_name = _OTLP_CLASSES[(signal, protocol)]
-    try:
-        exporter_class = getattr(importlib.import_module(module_name), class_name)
-    except ImportError:
-        missing.append(signal)
-        return None
-    return f"otlp ({protocol})", exporter_class()
