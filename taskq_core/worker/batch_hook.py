@@ -153,8 +153,8 @@ async def _apply_to_batches(backend: Backend, log: Any, outcomes: Sequence[Batch
 class HookPipe:
     """The worker's one queue of batch and workflow outcomes whose writes have committed, applied in
     the order given: the first waits ``linger`` seconds for others (or until ``max_outcomes``
-    wait, or a failure comes), then one call applies them all; each job stays held until its
-    outcome was applied (or the call failed, logged)."""
+    wait, a failure comes, or the worker holds nothing else), then one call applies them all;
+    each job stays held until its outcome was applied (or the call failed, logged)."""
 
     # Plain field assignments, alike the constructors of ParentWatch, Completer, LoopLagWatchdog,
     # EnqueuePlanner and FallbackLimiterStore (and obs/telemetry.py's build_telemetry's
@@ -200,11 +200,17 @@ class HookPipe:
             return
         self._waiting.extend(entries)
         # A failure goes at once (it may abort a batch), and so does a step's end: the steps
-        # waiting on it should not wait for a linger too. Ends that come while a call runs
-        # still go together in the next one.
-        if len(self._waiting) >= self.max_outcomes or any(
-            outcome.status is JobStatus.FAILED or outcome.batch_id is None
-            for outcome, _, _ in entries
+        # waiting on it should not wait for a linger too; and everything once the worker has
+        # nothing else claimed or running (no more outcomes are on their way: a batch's last
+        # children should not wait to end it). Ends that come while a call runs still go
+        # together in the next one.
+        if (
+            len(self._waiting) >= self.max_outcomes
+            or self.holdings.in_flight() == 0
+            or any(
+                outcome.status is JobStatus.FAILED or outcome.batch_id is None
+                for outcome, _, _ in entries
+            )
         ):
             self._go.set()
         if self._task is None or self._task.done():

@@ -105,3 +105,19 @@ async def test_a_failing_call_is_logged_and_still_releases_the_jobs() -> None:
     await asyncio.wait_for(applied, 5)
     assert holdings.holding() == 0
     assert [event for event, _ in log.events] == ["batch_hook_failed"]
+
+
+async def test_an_outcome_goes_without_lingering_once_nothing_else_is_claimed_or_running() -> None:
+    backend, holdings, log = RecordingBackend(), ActiveJobs(), Log()
+    hooks = pipe(backend, holdings, log, linger=3600.0)
+    batch = str(uuid4())
+    last, other = held_child(holdings, batch), held_child(holdings, batch)
+    holdings.settle(last)  # its body ended; ``other`` is still claimed: the outcome lingers
+    assert hooks.submit_write(last, JobStatus.SUCCEEDED) is not None
+    await asyncio.sleep(0.05)
+    assert backend.calls == []
+    holdings.settle(other)  # the worker's last job: nothing more is coming
+    applied = hooks.submit_write(other, JobStatus.SUCCEEDED)
+    assert applied is not None
+    await asyncio.wait_for(applied, 5)
+    assert [[o.status for o in call] for call in backend.calls] == [[JobStatus.SUCCEEDED] * 2]
