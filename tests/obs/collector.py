@@ -21,6 +21,20 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 
+def exporting_worker_env(base: dict[str, str], **otel: str) -> dict[str, str]:
+    """A `taskq worker --until-idle` environment for the export tests: ``base`` (a test
+    schema's) without its OTEL_* variables, quiet and quick to go idle, with ``otel``."""
+    env = {k: v for k, v in base.items() if not k.startswith("OTEL_")}
+    env.update(
+        TASKQ_HEALTH_ENABLED="false",
+        TASKQ_LOG_LEVEL="WARNING",
+        TASKQ_IDLE_SETTLE_WINDOW="0",
+        TASKQ_IDLE_POLL_INTERVAL="0.05",
+        **otel,
+    )
+    return env
+
+
 def value_of(value: AnyValue) -> Any:
     """The Python value of an OTLP AnyValue."""
     kind = value.WhichOneof("value")

@@ -22,7 +22,13 @@ from taskq_core.errors import ConfigError
 from taskq_core.obs.telemetry import Telemetry, build_telemetry, resource
 from taskq_core.settings import TaskqSettings
 from tests.conftest import TASKQ_BIN, PgTarget
-from tests.obs.collector import Received, attributes, grpc_collector, http_collector
+from tests.obs.collector import (
+    Received,
+    attributes,
+    exporting_worker_env,
+    grpc_collector,
+    http_collector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OTLP_HTTP_TRACES = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
@@ -193,12 +199,8 @@ async def backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
 
 async def run_exporting_worker(pg: PgTarget, **otel: str) -> str:
     """`taskq worker --until-idle` with the given OTEL_* variables; returns its stderr."""
-    env = {k: v for k, v in pg.env().items() if not k.startswith("OTEL_")}
-    env.update(
-        TASKQ_HEALTH_ENABLED="false",
-        TASKQ_LOG_LEVEL="WARNING",
-        TASKQ_IDLE_SETTLE_WINDOW="0",
-        TASKQ_IDLE_POLL_INTERVAL="0.05",
+    env = exporting_worker_env(
+        pg.env(),
         TASKQ_ENVIRONMENT="staging",
         TASKQ_WORKER_GROUP="media",
         OTEL_METRIC_EXPORT_INTERVAL="600000",  # the exit's flush is what the test reads

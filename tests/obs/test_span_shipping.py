@@ -21,7 +21,7 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter
 from taskq_core.statemachine import JobStatus
 from tests.conftest import TASKQ_BIN, PgTarget
-from tests.obs.collector import Received, attributes, http_collector
+from tests.obs.collector import Received, attributes, exporting_worker_env, http_collector
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.postgres]
 
@@ -37,18 +37,13 @@ async def backend(pg: PgTarget) -> AsyncIterator[PostgresBackend]:
 
 
 def worker_env(pg: PgTarget, endpoint: str, **otel: str) -> dict[str, str]:
-    env = {k: v for k, v in pg.env().items() if not k.startswith("OTEL_")}
-    env.update(
-        TASKQ_HEALTH_ENABLED="false",
-        TASKQ_LOG_LEVEL="WARNING",
-        TASKQ_IDLE_SETTLE_WINDOW="0",
-        TASKQ_IDLE_POLL_INTERVAL="0.05",
+    return exporting_worker_env(
+        pg.env(),
         OTEL_TRACES_EXPORTER="otlp",
         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
         **otel,
     )
-    return env
 
 
 async def drain(pg: PgTarget, endpoint: str, **otel: str) -> None:
