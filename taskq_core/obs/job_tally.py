@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from taskq_core.obs import metrics
 from taskq_core.obs.metrics import JOB_BUCKETS, SPECS, job_attributes
 
-_Key = tuple[str, str, str, str]  # actor, queue, outcome, consumer group
+TallyKey = tuple[str, str, str, str]  # actor, queue, outcome, consumer group
 
 
 class JobTally:
@@ -39,14 +39,14 @@ class JobTally:
         self.sum_at = len(buckets) + 1
         self.min_at = self.sum_at + 1
         self.max_at = self.sum_at + 2
-        self._entries: dict[_Key, list[float]] = {}
+        self._entries: dict[TallyKey, list[float]] = {}
 
     def record(self, actor: str, queue: str, outcome: str, group: str, seconds: float) -> None:
         """One finished job."""
         key = (actor, queue, outcome, group)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = [0.0] * (len(self.buckets) + 2) + [seconds, seconds]
+            entry = self._entries[key] = [0.0] * self.min_at + [seconds, seconds]
         entry[bisect_left(self.buckets, seconds)] += 1
         entry[self.sum_at] += seconds
         if seconds < entry[self.min_at]:
@@ -58,7 +58,7 @@ class JobTally:
         """An entry's count per bucket (the last past the last bound)."""
         return entry[: self.sum_at]
 
-    def snapshot(self) -> list[tuple[_Key, list[float]]]:
+    def snapshot(self) -> list[tuple[TallyKey, list[float]]]:
         """Every key with a copy of its entry."""
         return [(key, list(entry)) for key, entry in list(self._entries.items())]
 

@@ -32,10 +32,8 @@ from opentelemetry.sdk.metrics.export import Sum as SumData
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from taskq_core.obs.job_tally import JOB_TALLY, JobTally
+from taskq_core.obs.job_tally import JOB_TALLY, JobTally, TallyKey
 from taskq_core.obs.metrics import INSTRUMENTATION, SPECS, job_attributes
-
-_Key = tuple[str, str, str, str]
 
 
 class TallyExporter(MetricExporter):
@@ -52,13 +50,11 @@ class TallyExporter(MetricExporter):
         self.inner = inner
         self.resource = resource  # the provider's: for an export that carries nothing else
         self.tally = tally
-        self.delta = {
-            Counter: preferred.get(Counter) is AggregationTemporality.DELTA,
-            Histogram: preferred.get(Histogram) is AggregationTemporality.DELTA,
-        }
+        self.counter_delta = preferred.get(Counter) is AggregationTemporality.DELTA
+        self.histogram_delta = preferred.get(Histogram) is AggregationTemporality.DELTA
         self._started = time.time_ns()
         self._last_export = self._started
-        self._last: dict[_Key, list[float]] = {}  # what the last export counted, per key
+        self._last: dict[TallyKey, list[float]] = {}  # what the last export counted, per key
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
@@ -93,37 +89,35 @@ class TallyExporter(MetricExporter):
         return MetricsData([ResourceMetrics(first.resource, scopes, first.schema_url), *rest])
 
     def _tally_metrics(self, now: int) -> list[Metric]:
-        tally = self.tally
+        tally, counter_delta, histogram_delta = self.tally, self.counter_delta, self.histogram_delta
         counted: list[NumberDataPoint] = []
         timed: list[HistogramDataPoint] = []
         for key, entry in tally.snapshot():
-            attributes = job_attributes(*key)
             before = self._last.get(key)
             self._last[key] = entry
             counts = tally.counts(entry)
-            delta_counts = counts
-            total = entry[tally.sum_at]
+            new = counts
             if before is not None:
-                delta_counts = [n - b for n, b in zip(counts, tally.counts(before), strict=True)]
-                if not any(delta_counts) and (self.delta[Counter] or self.delta[Histogram]):
+                new = [n - b for n, b in zip(counts, tally.counts(before), strict=True)]
+                if (counter_delta or histogram_delta) and not any(new):
                     continue  # nothing new: a delta exporter sends no point for it
-            jobs, new_jobs = int(sum(counts)), int(sum(delta_counts))
-            counter_delta, histogram_delta = self.delta[Counter], self.delta[Histogram]
+            attributes = job_attributes(*key)
             counted.append(
                 NumberDataPoint(
                     attributes=attributes,
                     start_time_unix_nano=self._last_export if counter_delta else self._started,
                     time_unix_nano=now,
-                    value=new_jobs if counter_delta else jobs,
+                    value=int(sum(new if counter_delta else counts)),
                 )
             )
-            since = self._last_export if histogram_delta else self._started
-            used = delta_counts if histogram_delta else counts
-            seconds = total - (before[tally.sum_at] if histogram_delta and before else 0.0)
+            used = new if histogram_delta else counts
+            seconds = entry[tally.sum_at] - (
+                before[tally.sum_at] if histogram_delta and before is not None else 0.0
+            )
             timed.append(
                 HistogramDataPoint(
                     attributes=attributes,
-                    start_time_unix_nano=since,
+                    start_time_unix_nano=self._last_export if histogram_delta else self._started,
                     time_unix_nano=now,
                     count=int(sum(used)),
                     sum=seconds,
@@ -137,8 +131,8 @@ class TallyExporter(MetricExporter):
         if not counted:
             return []
         return [
-            _metric("consumed_messages", SumData(counted, _temporality(self.delta[Counter]), True)),
-            _metric("process_duration", HistogramData(timed, _temporality(self.delta[Histogram]))),
+            _metric("consumed_messages", SumData(counted, _temporality(counter_delta), True)),
+            _metric("process_duration", HistogramData(timed, _temporality(histogram_delta))),
         ]
 
 
