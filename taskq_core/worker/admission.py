@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from taskq_core.actors import ActorRef
-from taskq_core.backend.protocol import ErrorInfo, Start
+from taskq_core.backend.protocol import Denied, ErrorInfo, Start
 from taskq_core.ratelimit.gate import STORE_UNAVAILABLE_RETRY_AFTER, Denial
 from taskq_core.ratelimit.registry import KeyFunctionError
 from taskq_core.worker.active import ActiveJob
@@ -64,14 +64,9 @@ async def admit(deps: WorkerDeps, ref: ActorRef, held: ActiveJob, payload: Any) 
     if not isinstance(verdict, Denial):
         return None
     deps.active.settle(held)
-    state = await settle(
-        deps,
-        held,
-        lambda: deps.backend.mark_retry_after(
-            lease, verdict.retry_after, consume_budget=False, reason=verdict.reason
-        ),
-        status_of_reschedule,
-    )
+    # Gathered with the worker's other denials: a limit's backlog is denied by the thousand.
+    denied = Denied(job.id, lease.attempt, verdict.retry_after, verdict.reason)
+    state = await settle(deps, held, lambda: deps.denials.ask(denied), status_of_reschedule)
     deps.state.stats.rate_limited += 1
     deps.log.debug(
         "job_rate_limited",

@@ -13,9 +13,10 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.actors import ActorRef
-from taskq_core.backend.protocol import Backend
+from taskq_core.backend.protocol import Backend, Denied, RetryAfterOutcome
 from taskq_core.clock import Clock
 from taskq_core.di import ProcessScopes
+from taskq_core.gathered import GatheredCalls
 from taskq_core.obs.metrics import Instruments, meters_for
 from taskq_core.obs.spans import SpanLabels
 from taskq_core.ratelimit.gate import RateLimiter
@@ -48,12 +49,19 @@ class WorkerDeps:
     limiter: RateLimiter | None = None  # admission under rate limits and queue caps
     state: WorkerState = field(default_factory=WorkerState)  # everything a run changes
     labels: SpanLabels = field(init=False)  # worker group and environment, on every span
+    # The limits' denials of this worker, written together (admission.py).
+    denials: GatheredCalls[Denied, RetryAfterOutcome] = field(init=False)
 
     def __post_init__(self) -> None:
-        # Derived once from the settings; the dataclass is frozen, hence the setattr.
+        # Derived once; the dataclass is frozen, hence the setattr.
         object.__setattr__(
             self, "labels", SpanLabels(self.settings.worker_group, self.settings.environment)
         )
+        object.__setattr__(self, "denials", GatheredCalls(self._write_denials, "denials"))
+
+    async def _write_denials(self, denials: list[Denied]) -> list[RetryAfterOutcome]:
+        outcomes = await self.backend.mark_denied_many(self.worker_id, denials)
+        return [outcomes[denied.job_id] for denied in denials]
 
     @property
     def metering(self) -> bool:

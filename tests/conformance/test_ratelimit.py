@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import uuid4
 
-from taskq_core.backend.protocol import LimitDefinition
+from taskq_core.backend.protocol import Denied, LimitDefinition
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import LEASE, between, job_in, reload, running_job
@@ -238,3 +238,41 @@ async def test_the_idle_sweep_is_bounded(harness: Harness) -> None:
     assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (2, 0, 0)
     assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (1, 0, 0)
     assert await backend.sweep_idle_limiter_state(IDLE, limit=2) == (0, 0, 0)
+
+
+async def test_denials_written_together_end_as_each_retry_after_would(harness: Harness) -> None:
+    """``mark_denied_many``: a plain denial back to scheduled (its claim and the limit in the
+    events, no attempt row); a cancel requested meanwhile wins; a delay past the deadline
+    fails it; a start on the row keeps its attempt row; a lost lease writes nothing."""
+    backend, worker = harness.backend, uuid4()
+    plain, _ = await running_job(backend, worker=worker, started=False)
+    cancelled, _ = await running_job(backend, worker=worker, started=False)
+    assert await backend.write_cancel_request(cancelled.id, "operator") == "requested"
+    late, _ = await running_job(
+        backend, worker=worker, started=False, schedule_to_close=timedelta(seconds=30)
+    )
+    started, _ = await running_job(backend, worker=worker)
+    lost, _ = await running_job(backend, started=False)  # another worker's lease
+    delay = timedelta(minutes=5)
+    denials = [
+        Denied(job.id, job.attempt, delay, "rate_limit:api")
+        for job in (plain, cancelled, late, started, lost)
+    ]
+    outcomes = await backend.mark_denied_many(worker, denials)
+    assert outcomes == {
+        plain.id: "scheduled",
+        cancelled.id: "cancelled",
+        late.id: "failed:DeadlineExceeded",
+        started.id: "scheduled",
+        lost.id: "noop",
+    }
+    row = await reload(backend, plain.id)
+    assert (row.status, row.attempts_used, row.locked_by_worker) == (JobStatus.SCHEDULED, 0, None)
+    assert await backend.get_attempts(plain.id) == []
+    moves = [(e.from_status, e.to_status, e.detail) for e in await backend.get_events(plain.id)]
+    assert moves[-2:] == [
+        (JobStatus.PENDING, JobStatus.RUNNING, {}),
+        (JobStatus.RUNNING, JobStatus.SCHEDULED, {"reason": "rate_limit:api"}),
+    ]
+    assert [a.outcome for a in await backend.get_attempts(started.id)] == ["retry_after"]
+    assert (await reload(backend, lost.id)).status is JobStatus.RUNNING

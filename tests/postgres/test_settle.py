@@ -153,6 +153,17 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     "'unheard'",
                 ],
             ),
+            "settle_denied": (
+                "uuid, uuid[], integer[], interval[], text[], text",
+                [
+                    f"'{worker}'",
+                    _array([job.id for job in claimed], "uuid"),
+                    _array([job.attempt for job in claimed], "integer"),
+                    _array(["5 minutes"] * n, "interval"),
+                    _array(["rate_limit:api"] * n, "text"),
+                    "'unheard'",
+                ],
+            ),
         }
         for name, (types, literals) in statements.items():
             await conn.execute(f"PREPARE {name}({types}) AS {render(name, pg.schema)}")
@@ -270,5 +281,90 @@ async def test_the_success_statement_settles_as_settle_does(pg: PgTarget) -> Non
                 seen.append((sorted(r["id"] for r in settled), state))
         assert seen[0] == seen[1]
         assert len(seen[0][0]) == 4  # the lost lease settled nothing in either
+    finally:
+        await backend.close()
+
+
+async def test_the_denial_statement_settles_as_settle_does(pg: PgTarget) -> None:
+    """settle_denied is settle's rate-limit denial written out for speed: from one snapshot,
+    it and settle (for the rows it leaves: a cancel requested, a deadline the delay passes,
+    a start on the row) leave the same jobs, attempts and events; a claim event stored at the
+    claim is not written twice, and a lease lost writes nothing."""
+    backend = await PostgresBackend.connect(pg.dsn, pg.schema)
+    try:
+        cases = ("plain", "claim_stored", "cancel", "deadline", "started", "lost")
+        await backend.enqueue_batch_fast(
+            [EnqueueArgs(case, {}, queue="same") for case in cases[:-1]]
+            + [EnqueueArgs("lost", {}, queue="same")]
+        )
+        worker = uuid4()
+        claimed = await backend.dispatch_batch(worker, ["same"], len(cases), LEASE)
+        by_actor = {job.actor: job for job in claimed}
+        await backend.mark_started_many(worker, [Start(by_actor["started"].id, 1)])
+        ids = sorted(job.id for job in claimed)
+        async with backend._pool.acquire() as conn:
+            await conn.execute(
+                f"UPDATE {pg.schema}.jobs SET cancel_requested_at = clock_timestamp()"
+                " WHERE id = $1",
+                by_actor["cancel"].id,
+            )
+            await conn.execute(
+                f"UPDATE {pg.schema}.jobs SET schedule_to_close = clock_timestamp()"
+                " + interval '1 minute' WHERE id = $1",
+                by_actor["deadline"].id,
+            )
+            await conn.execute(
+                f"INSERT INTO {pg.schema}.job_events (job_id, occurred_at, kind, from_status,"
+                " to_status, worker_id) SELECT id, claimed_at, 'state_change', 'pending',"
+                f" 'running', locked_by_worker FROM {pg.schema}.jobs WHERE id = $1",
+                by_actor["claim_stored"].id,
+            )
+            delay = timedelta(minutes=5)
+            denials = [(job.id, 2 if job.actor == "lost" else job.attempt) for job in claimed]
+            settlements = [
+                Settlement(
+                    job_id, attempt, worker, "retry_after", delay=delay,
+                    consume_budget=False, reason="rate_limit:api",
+                )
+                for job_id, attempt in denials
+            ]  # fmt: skip
+            seen = []
+            for statement in ("settle_denied", "settle"):
+                tx = conn.transaction()
+                await tx.start()
+                try:
+                    if statement == "settle":
+                        settled = await settle_rows(backend, conn, settlements)
+                        covered = set()
+                    else:
+                        records = await conn.fetch(
+                            render("settle_denied", pg.schema),
+                            worker,
+                            [job_id for job_id, _ in denials],
+                            [attempt for _, attempt in denials],
+                            [delay] * len(denials),
+                            ["rate_limit:api"] * len(denials),
+                            "unheard",
+                        )
+                        covered = {r["id"] for r in records if r["covered"]}
+                        left = [s for s in settlements if s.job_id not in covered]
+                        settled = [*records, *await settle_rows(backend, conn, left)]
+                    state = await _settled_state(conn, pg.schema, ids)
+                    due = await conn.fetch(
+                        f"SELECT id, scheduled_at - updated_at AS due FROM {pg.schema}.jobs"
+                        " WHERE id = ANY($1) AND status = 'scheduled' ORDER BY id",
+                        ids,
+                    )
+                finally:
+                    await tx.rollback()
+                jobs = [{k: v for k, v in j.items() if k != "scheduled_at"} for j in state[0]]
+                seen.append(
+                    (sorted({r["id"] for r in settled}), jobs, state[1], state[2], list(due))
+                )
+                if statement == "settle_denied":
+                    names = {job.id: job.actor for job in claimed}
+                    assert sorted(names[i] for i in covered) == ["claim_stored", "plain"]
+        assert seen[0] == seen[1]
+        assert len(seen[0][0]) == 5  # the lost lease settled nothing in either
     finally:
         await backend.close()

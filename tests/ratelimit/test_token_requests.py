@@ -11,6 +11,7 @@ import pytest
 from taskq_core.backend.memory import InMemoryBackend
 from taskq_core.backend.protocol.ratelimit import LimitGrant
 from taskq_core.clock import FakeClock
+from taskq_core.ratelimit import coalesce
 from taskq_core.ratelimit.coalesce import TokenRequests
 
 
@@ -107,3 +108,14 @@ async def test_gathered_callers_each_take_their_own_cost() -> None:
     assert store.costs == [[4, 1, 6, 1]]  # one call, each caller's cost in its order
     assert [grant.allowed for grant in grants] == [True, True, False, False]
     assert grants[2].retry_after < grants[3].retry_after
+
+
+async def test_idle_buckets_are_let_go_once_many_were_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(coalesce, "KEPT", 2)
+    store = CountingStore()
+    requests = TokenRequests(store)  # type: ignore[arg-type]
+    for key in ("a", "b", "c", "d"):
+        assert (await requests.take(key, 1.0, 1.0)).allowed
+    assert len(requests._buckets) <= 2

@@ -20,6 +20,7 @@ from uuid import UUID
 
 # Names postgres/settle.py imports too, on purpose: both implement protocol.worker.
 from taskq_core.backend.protocol import (
+    Denied,
     ErrorInfo,
     JobRow,
     Lease,
@@ -462,6 +463,17 @@ class SettlePart(MemoryStore):
         if plan.job_error is not None and plan.job_error.error_class == "MaxAttemptsExceeded":
             return "failed:MaxAttemptsExceeded"
         return "failed:DeadlineExceeded"
+
+    async def mark_denied_many(
+        self, worker_id: UUID, denials: Sequence[Denied]
+    ) -> dict[UUID, RetryAfterOutcome]:
+        outcomes: dict[UUID, RetryAfterOutcome] = {}
+        for denied in denials:
+            lease = Lease(denied.job_id, worker_id, denied.attempt)
+            outcomes[denied.job_id] = await self.mark_retry_after(
+                lease, denied.delay, consume_budget=False, reason=denied.reason
+            )
+        return outcomes
 
     async def write_cancel_escalation(self, lease: Lease, *, reason: str = "requested") -> bool:
         job = self._leased(lease)

@@ -20,6 +20,7 @@ from taskq_core import jsontext
 
 # Names memory/settle.py imports too, on purpose: both implement protocol.worker.
 from taskq_core.backend.protocol import (
+    Denied,
     ErrorInfo,
     JobRow,
     Lease,
@@ -276,6 +277,38 @@ class SettlePart(BackendCore):
             reason=reason,
         )
         return cast(RetryAfterOutcome, "noop" if settled is None else settled)
+
+    async def mark_denied_many(
+        self, worker_id: UUID, denials: Sequence[Denied]
+    ) -> dict[UUID, RetryAfterOutcome]:
+        # settle_denied writes the denials it covers; settle the rest (a cancel requested, a
+        # deadline, a start on the row: seldom). Not one transaction: settle's own fence
+        # re-reads whatever changed in between.
+        outcomes: dict[UUID, RetryAfterOutcome] = {d.job_id: "noop" for d in denials}
+        if not outcomes:
+            return outcomes
+        records = await _unstorable_as_taskq_error(
+            self._pool.fetch(
+                self._queries["settle_denied"],
+                worker_id,
+                [d.job_id for d in denials],
+                [d.attempt for d in denials],
+                [d.delay for d in denials],
+                [d.reason for d in denials],
+                self._wake_channel,
+            )
+        )
+        left = {r["id"] for r in records if not r["covered"]}
+        outcomes.update((r["id"], "scheduled") for r in records if r["covered"])
+        for denied in denials:
+            if denied.job_id not in left:
+                continue
+            left.discard(denied.job_id)  # a job listed twice is settled once
+            lease = Lease(denied.job_id, worker_id, denied.attempt)
+            outcomes[denied.job_id] = await self.mark_retry_after(
+                lease, denied.delay, consume_budget=False, reason=denied.reason
+            )
+        return outcomes
 
     async def release_leases(
         self,

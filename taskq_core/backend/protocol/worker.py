@@ -98,6 +98,17 @@ class Success:
 
 
 @dataclass(frozen=True, slots=True)
+class Denied:
+    """A claimed job a limit held back before its body began, for ``mark_denied_many``: due
+    again in ``delay``; ``reason`` names the limit (the event's detail)."""
+
+    job_id: UUID
+    attempt: int
+    delay: timedelta
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class LostAttempt:
     """A body that ran under a lease its worker lost before the outcome was written, for
     ``record_lost_attempts``: it started ``started_ago`` and ended ``ended_ago`` seconds
@@ -400,6 +411,14 @@ class WorkerBackend(Protocol):
         (uncounted_attempts + 1). Outcome ``retry_after``; no attempt row when the body never began
         (``ran_for`` None and no start recorded: a rate limit held the job back). ``reason``
         becomes the event's detail ``{"reason": reason}``."""
+
+    async def mark_denied_many(
+        self, worker_id: UUID, denials: Sequence[Denied]
+    ) -> dict[UUID, RetryAfterOutcome]:
+        """Each denial as ``mark_retry_after(lease, delay, consume_budget=False,
+        reason=reason)`` of a body that never began (the worker's lease at the denial's
+        attempt); the outcome of each, ``noop`` where the lease is not the row's any more.
+        The rate limits' many denials go together."""
 
     async def poll_cancel_flags(self, worker_id: UUID) -> list[CancelFlag]:
         """Running jobs of this worker with a cancel requested, oldest request first."""

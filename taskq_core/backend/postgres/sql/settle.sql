@@ -404,6 +404,64 @@ wake AS (
 )
 SELECT d.id FROM done d LEFT JOIN wake ON true;
 
+-- name: settle_denied
+-- `settle` for a batch of rate-limit denials (a retry-after that spends no budget, of a body
+-- that never began, naming the limit), kept as its own statement because the general one
+-- costs a denial several times more, and a limit's backlog is denied by the thousand. It is
+-- settle's branch written out for the rows it covers: the same fence and lock order, the row
+-- back to scheduled at now + delay with the attempt uncounted, the claim's event when it was
+-- not stored, the denial's event naming the limit, no attempt row, the wake of capped
+-- actors and queues, no announcement. A row it does not cover (a cancel was requested, the
+-- delay passes schedule_to_close, a start is on the row) is locked and left as it is:
+-- returned with `covered` false, for `settle` to write. tests/postgres/test_settle.py holds
+-- the two copies together. Change one, change both.
+-- $1 worker, $2 ids, $3 attempts, $4 delays, $5 reasons (parallel arrays), $6 the wake
+-- channel. Returns each row whose lease it was, and whether it was written here.
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+),
+owned AS (
+    SELECT j.id, i.delay, i.reason, j.claimed_at,
+           j.cancel_requested_at IS NULL AND j.started_at IS NULL
+           AND (j.schedule_to_close IS NULL OR k.now + i.delay <= j.schedule_to_close)
+               AS covered
+    FROM unnest($2::uuid[], $3::integer[], $4::interval[], $5::text[])
+        AS i(id, attempt, delay, reason)
+    CROSS JOIN clock k
+    JOIN {schema}.jobs j ON j.id = i.id
+    {fragment:worker_lease_fence}
+),
+moved AS (
+    UPDATE {schema}.jobs j
+    SET status = 'scheduled', uncounted_attempts = j.uncounted_attempts + 1,
+        scheduled_at = k.now + o.delay, finished_at = NULL, locked_by_worker = NULL,
+        lock_expires_at = NULL, cancel_phase = 0, updated_at = k.now
+    FROM owned o, clock k
+    WHERE j.id = o.id AND o.covered
+    RETURNING j.id, j.actor, j.queue, j.claimed_at, o.reason, k.now
+),
+claims AS (
+    -- As settle's: the claim's event, dated at the claim, unless it was stored then.
+    INSERT INTO {schema}.job_events (job_id, occurred_at, kind, from_status, to_status,
+                                     worker_id)
+    SELECT m.id, COALESCE(m.claimed_at, m.now), 'state_change', 'pending', 'running', $1::uuid
+    FROM moved m
+    WHERE NOT EXISTS ({fragment:stored_claim_of_m})
+    ORDER BY m.id
+),
+events AS (
+    INSERT INTO {schema}.job_events (job_id, kind, from_status, to_status, worker_id, detail)
+    SELECT m.id, 'state_change', 'running', 'scheduled', $1::uuid,
+           jsonb_build_object('reason', m.reason)
+    FROM moved m
+    ORDER BY m.id
+),
+wake AS (
+    SELECT pg_notify($6::text, '')
+    WHERE EXISTS (SELECT 1 FROM moved e WHERE {fragment:held_a_capped_slot})
+)
+SELECT o.id, o.covered FROM owned o LEFT JOIN wake ON true;
+
 -- name: delete_succeeded
 -- `settle_succeeded` for an ephemeral actor's successes: the rows are deleted, their events
 -- and attempts with them (ON DELETE CASCADE), instead of kept as succeeded. The same fence
