@@ -73,6 +73,13 @@ RECLAIM_EVENT_VISIBILITY_DELAY_SECONDS: Final = 2.0
 # once would otherwise come back forever).
 UNSTARTED_RECLAIM_LIMIT: Final = 10
 
+# A job a rate limit held back is due again at the next multiple of this, on the database's
+# clock, instead of at its own microsecond: a limit's line (a job every 10 ms at 100/s) then
+# comes due in steps the leader promotes together, not one promotion pass and one wake of
+# every worker per job (docs/performance.md, "Rate limits"). Its place in the line moves by
+# less than this; a job that waits for its own time is never rounded.
+DENIAL_GRID: Final = timedelta(milliseconds=50)
+
 # A job whose worker died while running it (its lease expired with its body started) this
 # many times is failed by the reclaim (error_class POISON_JOB_ERROR) instead of being handed
 # to another worker: one bad payload must not take down a fleet in a loop. The setting is

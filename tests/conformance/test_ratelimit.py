@@ -8,6 +8,7 @@ from datetime import timedelta
 from uuid import uuid4
 
 from taskq_core.backend.protocol import Denied, LimitDefinition
+from taskq_core.constants import DENIAL_GRID
 from taskq_core.statemachine import JobStatus
 from tests.conformance.conftest import Harness
 from tests.conformance.states import LEASE, between, job_in, reload, running_job
@@ -113,13 +114,16 @@ async def test_a_job_held_back_by_a_limit_goes_back_scheduled_without_an_attempt
     assert outcome == "scheduled"
     row = await reload(backend, job.id)
     assert (row.status, row.attempts_used, row.started_at) == (JobStatus.SCHEDULED, 0, None)
-    assert between(row.scheduled_at, before + timedelta(seconds=3), after + timedelta(seconds=3))
+    # Due again on the grid: the next multiple of DENIAL_GRID from its own time.
+    wait = timedelta(seconds=3)
+    assert between(row.scheduled_at, before + wait, after + wait + DENIAL_GRID)
+    assert round(row.scheduled_at.timestamp() / DENIAL_GRID.total_seconds(), 4) % 1 == 0
     assert await backend.get_attempts(job.id) == []  # the body never began
     last = (await backend.get_events(job.id))[-1]
     assert (last.from_status, last.to_status) == (JobStatus.RUNNING, JobStatus.SCHEDULED)
     assert last.detail == {"reason": "rate_limit:api"}
     # It runs again later under a new number, its one counted attempt still unused.
-    await harness.travel(3)
+    await harness.travel(4)  # past the grid's step too
     assert await backend.promote_scheduled_jobs() >= 1
     claimed = await backend.dispatch_batch(uuid4(), [job.queue], 1, LEASE)
     assert [(c.id, c.attempt, c.attempts_used) for c in claimed] == [(job.id, 2, 1)]

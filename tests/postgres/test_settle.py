@@ -16,6 +16,7 @@ from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.postgres.queries import render
 from taskq_core.backend.postgres.settle import Settlement, settle_rows
 from taskq_core.backend.protocol import ActorDeclaration, EnqueueArgs, JobRow, Lease, Start, Success
+from taskq_core.constants import DENIAL_GRID
 from taskq_core.retry import retries_left
 from taskq_core.statemachine import JobStatus
 from tests.conftest import PgTarget
@@ -127,7 +128,8 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
         statements = {
             "settle": (
                 "uuid[], integer[], uuid[], text[], interval[], boolean[], text[], interval[], "
-                "float8[], text[], text[], text[], text[], boolean[], text, integer, integer, text",
+                "float8[], text[], text[], text[], text[], boolean[], text, integer, integer, "
+                "text, float8",
                 [
                     _array([job.id for job in claimed], "uuid"),
                     _array([job.attempt for job in claimed], "integer"),
@@ -140,6 +142,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     "10",
                     "3",  # TASKQ_POISON_RECLAIMS
                     "'unheard'",  # the events channel
+                    "0.05",  # DENIAL_GRID
                 ],
             ),
             "settle_succeeded": (
@@ -154,7 +157,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                 ],
             ),
             "settle_denied": (
-                "uuid, uuid[], integer[], interval[], text[], text",
+                "uuid, uuid[], integer[], interval[], text[], text, float8",
                 [
                     f"'{worker}'",
                     _array([job.id for job in claimed], "uuid"),
@@ -162,6 +165,7 @@ async def test_settle_finds_its_rows_by_primary_key(pg: PgTarget) -> None:
                     _array(["5 minutes"] * n, "interval"),
                     _array(["rate_limit:api"] * n, "text"),
                     "'unheard'",
+                    "0.05",
                 ],
             ),
         }
@@ -345,21 +349,28 @@ async def test_the_denial_statement_settles_as_settle_does(pg: PgTarget) -> None
                             [delay] * len(denials),
                             ["rate_limit:api"] * len(denials),
                             "unheard",
+                            DENIAL_GRID.total_seconds(),
                         )
                         covered = {r["id"] for r in records if r["covered"]}
                         left = [s for s in settlements if s.job_id not in covered]
                         settled = [*records, *await settle_rows(backend, conn, left)]
                     state = await _settled_state(conn, pg.schema, ids)
+                    # Due again on the grid, from the clock's reading plus the delay.
                     due = await conn.fetch(
-                        f"SELECT id, scheduled_at - updated_at AS due FROM {pg.schema}.jobs"
+                        f"SELECT scheduled_at, updated_at FROM {pg.schema}.jobs"
                         " WHERE id = ANY($1) AND status = 'scheduled' ORDER BY id",
                         ids,
                     )
                 finally:
                     await tx.rollback()
+                grid = DENIAL_GRID.total_seconds()
+                for row in due:
+                    late = row["scheduled_at"] - row["updated_at"] - delay
+                    assert timedelta(0) <= late < DENIAL_GRID
+                    assert round(row["scheduled_at"].timestamp() / grid, 4) % 1 == 0
                 jobs = [{k: v for k, v in j.items() if k != "scheduled_at"} for j in state[0]]
                 seen.append(
-                    (sorted({r["id"] for r in settled}), jobs, state[1], state[2], list(due))
+                    (sorted({r["id"] for r in settled}), jobs, state[1], state[2], len(due))
                 )
                 if statement == "settle_denied":
                     names = {job.id: job.actor for job in claimed}

@@ -12,6 +12,7 @@ lease (``MemoryStore._leased``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -31,7 +32,7 @@ from taskq_core.backend.protocol import (
     first_success_per_job,
 )
 from taskq_core.backend.protocol.poison import BLAMED_AHEAD, poison_error, worker_crashes
-from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
+from taskq_core.constants import DENIAL_GRID, UNSTARTED_RECLAIM_LIMIT
 from taskq_core.retry import retries_left
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
 
@@ -174,6 +175,14 @@ def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
 
 # The settle path as functions of the store: the leader's reclaim and the operator's end of
 # a running job write through them too, without being settle parts themselves.
+def on_denial_grid(due: datetime, deadline: datetime | None) -> datetime:
+    """A denied job's due time rounded up to the next multiple of DENIAL_GRID (as the
+    settle statements do), never past its deadline."""
+    grid = DENIAL_GRID.total_seconds()
+    rounded = datetime.fromtimestamp(math.ceil(due.timestamp() / grid) * grid, tz=due.tzinfo)
+    return rounded if deadline is None else min(rounded, deadline)
+
+
 def plan_ending(store: MemoryStore, job: JobRecord, ending: Ending) -> Settlement:
     """Date a start the worker had not recorded yet, then decide ``ending``."""
     if ending.ran_for is not None and job.started_at is None:
@@ -455,6 +464,8 @@ class SettlePart(MemoryStore):
         if never_ran:
             plan = replace(plan, attempt_outcome=None)
         detail = None if reason is None else {"reason": reason}
+        if reason is not None and plan.run_at is not None:  # a denial: on the grid
+            plan = replace(plan, run_at=on_denial_grid(plan.run_at, job.schedule_to_close))
         write_settlement(self, job, lease.worker_id, plan, detail=detail, announce=reason is None)
         if plan.status is SCHEDULED:
             return "scheduled"

@@ -30,7 +30,7 @@ from taskq_core.backend.protocol import (
     derived,
     first_success_per_job,
 )
-from taskq_core.constants import UNSTARTED_RECLAIM_LIMIT
+from taskq_core.constants import DENIAL_GRID, UNSTARTED_RECLAIM_LIMIT
 from taskq_core.statemachine import JobStatus
 
 from . import rows
@@ -80,6 +80,7 @@ class Settlement:
         return cls(lease.job_id, lease.attempt, lease.worker_id, outcome, **carried)
 
 
+DENIAL_GRID_SECONDS = DENIAL_GRID.total_seconds()
 _SETTLEMENT_FIELDS = tuple(f.name for f in fields(Settlement))
 
 
@@ -108,6 +109,7 @@ async def settle_rows(
             UNSTARTED_RECLAIM_LIMIT,
             poison_reclaims,
             core._events_channel,
+            DENIAL_GRID_SECONDS,
         )
     )
 
@@ -296,6 +298,7 @@ class SettlePart(BackendCore):
                 [d.delay for d in denials],
                 [d.reason for d in denials],
                 self._wake_channel,
+                DENIAL_GRID_SECONDS,
             )
         )
         left = {r["id"] for r in records if not r["covered"]}

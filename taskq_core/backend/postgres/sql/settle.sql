@@ -68,7 +68,10 @@
 -- retry-after, a release) is announced there as an enqueue announces one, so the leader
 -- promotes it when due. A rate limit's denial (a retry-after with a reason) is not: denials
 -- come by the thousand, and the leader's passes, each reading the next due time, already
--- follow the limit's line.
+-- follow the limit's line. $19 is DENIAL_GRID in seconds: a denial is due again at the next
+-- multiple of it on this clock, so a limit's line comes due in steps the leader promotes
+-- together (constants.DENIAL_GRID), never past schedule_to_close (the deadline rule reads the
+-- unrounded time).
 -- Nothing here reads other rows of the worker: each row is found by its primary key.
 -- Returns one row per settled lease: its id, its new status and, when a rule failed it, the
 -- rule's error class (DeadlineExceeded, MaxAttemptsExceeded, PoisonJob).
@@ -205,7 +208,12 @@ moved AS (
         -- Pending again after a body ran: due now, at the back; a reclaim blamed on the job a
         -- microsecond ahead of the other bodies its worker died with (protocol/poison.py,
         -- BLAMED_AHEAD). An unstarted give-back and a shutdown's interrupt keep their place.
-        scheduled_at = CASE WHEN s.status = 'scheduled' THEN s.now + s.delay
+        scheduled_at = CASE WHEN s.status = 'scheduled' AND s.outcome = 'retry_after'
+                                 AND s.reason IS NOT NULL
+                                THEN LEAST(to_timestamp(ceil(extract(epoch FROM s.now + s.delay)
+                                                             / $19::float8) * $19::float8),
+                                           COALESCE(s.schedule_to_close, 'infinity'))
+                            WHEN s.status = 'scheduled' THEN s.now + s.delay
                             WHEN s.status = 'pending' AND s.started AND s.blamed
                                 THEN s.now - interval '1 microsecond'
                             WHEN s.status = 'pending' AND s.started
@@ -416,7 +424,8 @@ SELECT d.id FROM done d LEFT JOIN wake ON true;
 -- returned with `covered` false, for `settle` to write. tests/postgres/test_settle.py holds
 -- the two copies together. Change one, change both.
 -- $1 worker, $2 ids, $3 attempts, $4 delays, $5 reasons (parallel arrays), $6 the wake
--- channel. Returns each row whose lease it was, and whether it was written here.
+-- channel, $7 DENIAL_GRID in seconds. Returns each row whose lease it was, and whether it was
+-- written here.
 WITH clock AS (
     SELECT clock_timestamp() AS now
 ),
@@ -434,7 +443,11 @@ owned AS (
 moved AS (
     UPDATE {schema}.jobs j
     SET status = 'scheduled', uncounted_attempts = j.uncounted_attempts + 1,
-        scheduled_at = k.now + o.delay, finished_at = NULL, locked_by_worker = NULL,
+        -- On the DENIAL_GRID ($7 seconds) as in settle.
+        scheduled_at = LEAST(to_timestamp(ceil(extract(epoch FROM k.now + o.delay) / $7::float8)
+                                          * $7::float8),
+                             COALESCE(j.schedule_to_close, 'infinity')),
+        finished_at = NULL, locked_by_worker = NULL,
         lock_expires_at = NULL, cancel_phase = 0, updated_at = k.now
     FROM owned o, clock k
     WHERE j.id = o.id AND o.covered
