@@ -56,6 +56,11 @@ class Ended:
     in_workflow: bool = False
 
 
+# What the pipe applies: one job's end (Ended), or a run of a batch's children that ended
+# alike (BatchOutcome with its count).
+Outcome = Ended | BatchOutcome
+
+
 def is_hooked(metadata: Mapping[str, Any]) -> bool:
     """Whether a job's terminal write goes to the hook: a batch child's or a step's."""
     return BATCH_ID_KEY in metadata or WORKFLOW_ID_KEY in metadata
@@ -94,11 +99,43 @@ def status_of_reschedule(outcome: str) -> JobStatus | None:
     return _RESCHEDULE_ENDS.get(outcome.split(":", 1)[0])
 
 
-async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[Ended]) -> None:
+async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[Outcome]) -> None:
     """Apply committed terminal outcomes to their batches and workflows; log what ended."""
-    batched = [BatchOutcome(o.batch_id, o.status) for o in outcomes if o.batch_id is not None]
+    batched: list[BatchOutcome] = []
+    steps: list[UUID] = []
+    for o in outcomes:
+        if isinstance(o, BatchOutcome):
+            batched.append(o)
+            continue
+        if o.batch_id is not None:
+            batched.append(BatchOutcome(o.batch_id, o.status))
+        if o.in_workflow:
+            steps.append(o.job_id)
     await _apply_to_batches(backend, log, batched)
-    await _release_steps(backend, log, [o.job_id for o in outcomes if o.in_workflow])
+    await _release_steps(backend, log, steps)
+
+
+def succeeded_children(held: Sequence[ActiveJob]) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
+    """The hook's input for the successes of a flush: one outcome per batch for its children
+    (counted: a flush writes hundreds of one batch's), one per job for workflow steps; jobs
+    of neither are left out."""
+    runs: dict[UUID, list[ActiveJob]] = {}
+    steps: list[tuple[Outcome, Sequence[ActiveJob]]] = []
+    for job in held:
+        metadata = job.job.metadata
+        if WORKFLOW_ID_KEY in metadata:
+            outcome = outcome_of(job.job, JobStatus.SUCCEEDED)
+            if outcome is not None:
+                steps.append((outcome, [job]))
+            continue
+        batch_id = batch_id_of(metadata)
+        if batch_id is not None:
+            runs.setdefault(batch_id, []).append(job)
+    counted = [
+        (BatchOutcome(batch_id, JobStatus.SUCCEEDED, len(jobs)), jobs)
+        for batch_id, jobs in runs.items()
+    ]
+    return [*steps, *counted]
 
 
 async def _release_steps(backend: Backend, log: Any, ended: Sequence[UUID]) -> None:
@@ -173,14 +210,14 @@ class HookPipe:
         self.holdings = holdings
         self.linger = linger
         self.max_outcomes = max_outcomes
-        # Each outcome, its job, and a future resolved once applied (None: nobody waits).
-        self._waiting: list[tuple[Ended, ActiveJob, asyncio.Future[None] | None]] = []
+        # Each outcome, its jobs, and a future resolved once applied (None: nobody waits).
+        self._waiting: list[tuple[Outcome, Sequence[ActiveJob], asyncio.Future[None] | None]] = []
         self._go = asyncio.Event()  # set: apply what waits without lingering
         self._task: asyncio.Task[None] | None = None
 
-    def submit(self, outcomes: Sequence[tuple[Ended, ActiveJob]]) -> None:
+    def submit(self, outcomes: Sequence[tuple[Outcome, Sequence[ActiveJob]]]) -> None:
         """Queue outcomes; their jobs are released once applied."""
-        self._add([(outcome, held, None) for outcome, held in outcomes])
+        self._add([(outcome, jobs, None) for outcome, jobs in outcomes])
 
     def submit_write(
         self, held: ActiveJob, status: JobStatus | None
@@ -192,10 +229,12 @@ class HookPipe:
         if outcome is None:
             return None
         applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._add([(outcome, held, applied)])
+        self._add([(outcome, [held], applied)])
         return applied
 
-    def _add(self, entries: list[tuple[Ended, ActiveJob, asyncio.Future[None] | None]]) -> None:
+    def _add(
+        self, entries: list[tuple[Outcome, Sequence[ActiveJob], asyncio.Future[None] | None]]
+    ) -> None:
         if not entries:
             return
         self._waiting.extend(entries)
@@ -208,7 +247,8 @@ class HookPipe:
             len(self._waiting) >= self.max_outcomes
             or self.holdings.in_flight() == 0
             or any(
-                outcome.status is JobStatus.FAILED or outcome.batch_id is None
+                outcome.status is JobStatus.FAILED
+                or (isinstance(outcome, Ended) and outcome.in_workflow)
                 for outcome, _, _ in entries
             )
         ):
@@ -224,8 +264,9 @@ class HookPipe:
             try:
                 await apply_outcomes(self.backend, self.log, [outcome for outcome, _, _ in taken])
             finally:
-                for _, held, applied in taken:
-                    self.holdings.remove(held)
+                for _, jobs, applied in taken:
+                    for held in jobs:
+                        self.holdings.remove(held)
                     if applied is not None and not applied.done():
                         applied.set_result(None)
 

@@ -29,16 +29,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, ErrorInfo, LostAttempt, Start, Success
 from taskq_core.clock import Clock
-from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
-from taskq_core.worker.batch_hook import Ended, HookPipe, outcome_of, status_of_row
+from taskq_core.worker.batch_hook import (
+    HookPipe,
+    Outcome,
+    is_hooked,
+    outcome_of,
+    status_of_row,
+    succeeded_children,
+)
 from taskq_core.worker.transient import (
     TRANSIENT_ERRORS,
     Backoff,
@@ -188,7 +194,7 @@ class Completer:
             self.database.succeeded()
             return FlushResult(0, 0, len(starts))
         successes = [success for held, success in batch if held.lost is None]
-        refused: list[tuple[Ended, ActiveJob]] = []
+        refused: list[tuple[Outcome, Sequence[ActiveJob]]] = []
         try:
             written = await shielded(self.backend.mark_succeeded_many(self.worker_id, successes))
         except TRANSIENT_ERRORS:
@@ -199,7 +205,7 @@ class Completer:
         self.database.succeeded()
         hooked = [*self._batch_outcomes(batch, written), *refused]
         self.hooks.submit(hooked)  # they stay held until applied
-        kept = {held for _, held in hooked}  # identity: ActiveJob compares by identity
+        kept = {held for _, jobs in hooked for held in jobs}  # ActiveJob: by identity
         for _ in range(count):
             held, success = self._successes.popleft()
             self._waiting.discard(held.job.id)
@@ -240,18 +246,20 @@ class Completer:
     @staticmethod
     def _batch_outcomes(
         batch: list[tuple[ActiveJob, Success]], written: set[UUID]
-    ) -> list[tuple[Ended, ActiveJob]]:
-        """The written successes of batch children (one lookup per success otherwise)."""
-        outcomes = []
-        for held, success in batch:
-            if success.job_id in written:
-                outcome = outcome_of(held.job, JobStatus.SUCCEEDED)
-                if outcome is not None:
-                    outcomes.append((outcome, held))
-        return outcomes
+    ) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
+        """The written successes of batch children and workflow steps (one lookup per
+        success otherwise)."""
+        hooked = [
+            held
+            for held, success in batch
+            if success.job_id in written and is_hooked(held.job.metadata)
+        ]
+        return succeeded_children(hooked) if hooked else []
 
     async def _one_by_one(
-        self, batch: list[tuple[ActiveJob, Success]], refused: list[tuple[Ended, ActiveJob]]
+        self,
+        batch: list[tuple[ActiveJob, Success]],
+        refused: list[tuple[Outcome, Sequence[ActiveJob]]],
     ) -> set[UUID]:
         """Isolate a poisonous item: write each success on its own; one the database refuses
         fails its job instead of leaving it running (a batch child's failure goes to
@@ -278,7 +286,7 @@ class Completer:
                 )
                 outcome = outcome_of(held.job, status_of_row(row))
                 if outcome is not None:
-                    refused.append((outcome, held))
+                    refused.append((outcome, [held]))
         return written
 
     async def close(self, *, within: float | None = None) -> None:

@@ -8,6 +8,7 @@ from uuid import uuid4
 
 from taskq_core.backend.protocol import BatchOutcome, EnqueueArgs
 from taskq_core.backend.protocol.batches import (
+    BatchTally,
     count_failures,
     finalizer_from_json,
     finalizer_to_json,
@@ -42,7 +43,24 @@ def test_outcomes_by_batch_keeps_each_batchs_order_and_drops_non_terminal_status
         ]
     )
     assert list(grouped) == [second, first]
-    assert grouped == {second: [S.FAILED, S.SUCCEEDED], first: [S.SUCCEEDED]}
+    assert grouped == {
+        second: BatchTally([S.FAILED, S.SUCCEEDED], ended=2),
+        first: BatchTally([S.SUCCEEDED], ended=1),
+    }
+
+
+def test_a_counted_outcome_ends_that_many_children_and_counts_each_failure() -> None:
+    batch = uuid4()
+    tally = outcomes_by_batch(
+        [
+            BatchOutcome(batch, S.SUCCEEDED, count=300),
+            BatchOutcome(batch, S.FAILED, count=2),
+            BatchOutcome(batch, S.CANCELLED, count=3),
+        ]
+    )[batch]
+    assert tally.ended == 305
+    assert count_failures(1, None, tally.statuses) == (2, False)  # the run reset it first
+    assert count_failures(0, 2, tally.statuses) == (2, True)  # two failures reach 2
 
 
 def test_a_finalizer_round_trips_through_its_stored_json() -> None:

@@ -12,9 +12,10 @@ from uuid import uuid4
 
 from taskq_core.backend.protocol import Backend, JobRow
 from taskq_core.backend.protocol.batches import BATCH_ID_KEY, BatchOutcome, BatchTransition
+from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY
 from taskq_core.statemachine import JobStatus
 from taskq_core.worker.active import ActiveJob, ActiveJobs
-from taskq_core.worker.batch_hook import HookPipe
+from taskq_core.worker.batch_hook import HookPipe, succeeded_children
 
 
 class RecordingBackend:
@@ -61,7 +62,7 @@ async def test_outcomes_gather_into_one_call_in_order_and_release_their_jobs() -
     hooks = pipe(backend, holdings, log, linger=0.2)
     batch = str(uuid4())
     first, second, third = (held_child(holdings, batch) for _ in range(3))
-    hooks.submit([(BatchOutcome(uuid4(), JobStatus.SUCCEEDED), first)])
+    hooks.submit([(BatchOutcome(uuid4(), JobStatus.SUCCEEDED), [first])])
     applied = hooks.submit_write(second, JobStatus.CANCELLED)
     assert hooks.submit_write(third, JobStatus.SCHEDULED) is None  # not an ending
     assert applied is not None
@@ -121,3 +122,22 @@ async def test_an_outcome_goes_without_lingering_once_nothing_else_is_claimed_or
     assert applied is not None
     await asyncio.wait_for(applied, 5)
     assert [[o.status for o in call] for call in backend.calls] == [[JobStatus.SUCCEEDED] * 2]
+
+
+def test_a_flush_of_successes_is_one_counted_outcome_per_batch_and_one_per_step() -> None:
+    holdings = ActiveJobs()
+    first, second = str(uuid4()), str(uuid4())
+    children = [held_child(holdings, batch) for batch in (first, second, first, first)]
+    row = SimpleNamespace(
+        id=uuid4(), metadata={WORKFLOW_ID_KEY: str(uuid4())}, locked_by_worker=uuid4(), attempt=1
+    )
+    step, _ = holdings.claim(cast(JobRow, row), renewed_at=0.0)
+    hooked = succeeded_children([*children, step])
+    assert [(type(o).__name__, o.status, len(jobs)) for o, jobs in hooked] == [
+        ("Ended", JobStatus.SUCCEEDED, 1),
+        ("BatchOutcome", JobStatus.SUCCEEDED, 3),
+        ("BatchOutcome", JobStatus.SUCCEEDED, 1),
+    ]
+    counted = [o for o, _ in hooked if isinstance(o, BatchOutcome)]
+    assert [(str(o.batch_id), o.count) for o in counted] == [(first, 3), (second, 1)]
+    assert hooked[1][1] == [children[0], children[2], children[3]]

@@ -125,15 +125,15 @@ class BatchPart(MemoryStore):
     # --- the hook and the sweeps ---------------------------------------------------------------
     async def apply_batch_outcomes(self, outcomes: Sequence[BatchOutcome]) -> list[BatchTransition]:
         transitions: list[BatchTransition] = []
-        for batch_id, statuses in outcomes_by_batch(outcomes).items():
+        for batch_id, tally in outcomes_by_batch(outcomes).items():
             record = self._batches.get(batch_id)
             if record is None or record.status is not BatchStatus.ACTIVE:
                 continue
             count, abort = count_failures(
-                record.consecutive_failures, record.failure_threshold, statuses
+                record.consecutive_failures, record.failure_threshold, tally.statuses
             )
             record.consecutive_failures = count
-            record.outcomes_left -= len(statuses)
+            record.outcomes_left -= tally.ended
             if abort:
                 transitions.append(self._leave(record, BatchStatus.ABORTED))
             elif record.outcomes_left <= 0 and not self._any_unfinished(batch_id):

@@ -104,7 +104,9 @@ class BatchPart(BackendCore):
             if not locked:
                 return []
             folded = [
-                count_failures(r["consecutive_failures"], r["failure_threshold"], grouped[r["id"]])
+                count_failures(
+                    r["consecutive_failures"], r["failure_threshold"], grouped[r["id"]].statuses
+                )
                 for r in locked
             ]
             settled = await conn.fetch(
@@ -113,7 +115,7 @@ class BatchPart(BackendCore):
                 [count for count, _ in folded],
                 [abort for _, abort in folded],
                 BATCH_ABORT_MESSAGE,
-                [r["outcomes_left"] - len(grouped[r["id"]]) for r in locked],
+                [r["outcomes_left"] - grouped[r["id"]].ended for r in locked],
             )
             moved = await self._end_batches(conn, settled)
         return [moved[batch_id] for batch_id in grouped if batch_id in moved]

@@ -135,10 +135,12 @@ class BatchFilter:
 # Alike admin.py's BulkCancelResult by shape only: a two-field frozen record, other data.
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """One terminal write of a batched job, as the hook receives it."""
+    """Terminal writes of a batch's children, as the hook receives them: ``count`` children,
+    one after another, ended ``status`` (a worker's flush of successes is one outcome)."""
 
     batch_id: UUID
     status: JobStatus
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +231,29 @@ def count_failures(
     return count, False
 
 
-def outcomes_by_batch(outcomes: Sequence[BatchOutcome]) -> dict[UUID, list[JobStatus]]:
-    """The terminal statuses of ``outcomes`` per batch, each batch's in the given order, the
+@dataclass(slots=True)
+class BatchTally:
+    """One batch's share of a hook call: its children's terminal statuses in order, as the
+    failure counter reads them (a run of equal statuses once, but a failure each time: only
+    failures count one by one), and how many children ended."""
+
+    statuses: list[JobStatus]
+    ended: int = 0
+
+
+def outcomes_by_batch(outcomes: Sequence[BatchOutcome]) -> dict[UUID, BatchTally]:
+    """The terminal outcomes of ``outcomes`` per batch, each batch's in the given order, the
     batches in order of first appearance (non-terminal statuses dropped: not outcomes)."""
-    grouped: dict[UUID, list[JobStatus]] = {}
+    grouped: dict[UUID, BatchTally] = {}
     for outcome in outcomes:
-        if outcome.status in TERMINAL_STATUSES:
-            grouped.setdefault(outcome.batch_id, []).append(outcome.status)
+        status = outcome.status
+        if status not in TERMINAL_STATUSES:
+            continue
+        tally = grouped.get(outcome.batch_id)
+        if tally is None:
+            tally = grouped[outcome.batch_id] = BatchTally([])
+        tally.ended += outcome.count
+        tally.statuses.extend([status] * (outcome.count if status is JobStatus.FAILED else 1))
     return grouped
 
 
