@@ -410,7 +410,9 @@ class WorkerBackend(Protocol):
         (-> cancelled), then the deadline. Without ``consume_budget`` the attempt is uncounted
         (uncounted_attempts + 1). Outcome ``retry_after``; no attempt row when the body never began
         (``ran_for`` None and no start recorded: a rate limit held the job back). ``reason``
-        becomes the event's detail ``{"reason": reason}``."""
+        becomes the event's detail ``{"reason": reason}``; with a reason (a limit's hold) the
+        job is due at the next multiple of ``constants.DENIAL_GRID`` on the backend's clock,
+        never past schedule_to_close, so a limit's line comes due in steps."""
 
     async def mark_denied_many(
         self, worker_id: UUID, denials: Sequence[Denied]
