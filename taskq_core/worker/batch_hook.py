@@ -4,8 +4,9 @@ its finalizer, ``release_workflow_steps`` decides the steps that wait on the job
 
 A job outside a batch and a workflow costs two dict lookups (its ``metadata.batch_id`` and
 ``metadata.workflow_id``), nothing more. A batch child's or a step's outcome goes to the
-worker's one ``HookPipe`` (the completer's successes, the consumer's other endings, the cancel
-controller's abandons), which applies outcomes in the order they came: the first waits
+worker's one ``HookPipe`` (the completer's successes, one counted outcome per batch per
+flush; the consumer's other endings and the cancel controller's abandons, one per job),
+which applies outcomes in the order they came: the first waits
 ``HOOK_LINGER`` for others, then one call applies all. So a busy batch costs a worker one hook
 call per linger, not one per job or per flush, and the workers of a fleet seldom queue for the
 batch's row lock; and a success is never applied after a failure that came later from the same
@@ -115,22 +116,24 @@ async def apply_outcomes(backend: Backend, log: Any, outcomes: Sequence[Outcome]
     await _release_steps(backend, log, steps)
 
 
-def succeeded_children(held: Sequence[ActiveJob]) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
-    """The hook's input for the successes of a flush: one outcome per batch for its children
-    (counted: a flush writes hundreds of one batch's), one per job for workflow steps; jobs
-    of neither are left out."""
+def succeeded_children(
+    written: Sequence[ActiveJob],
+) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
+    """The hook's input for the successes a flush wrote: one outcome per batch for its
+    children (counted: a flush writes hundreds of one batch's), one per job for workflow
+    steps; jobs of neither are left out."""
     runs: dict[UUID, list[ActiveJob]] = {}
     steps: list[tuple[Outcome, Sequence[ActiveJob]]] = []
-    for job in held:
-        metadata = job.job.metadata
+    for holding in written:
+        metadata = holding.job.metadata
         if WORKFLOW_ID_KEY in metadata:
-            outcome = outcome_of(job.job, JobStatus.SUCCEEDED)
+            outcome = outcome_of(holding.job, JobStatus.SUCCEEDED)
             if outcome is not None:
-                steps.append((outcome, [job]))
+                steps.append((outcome, [holding]))
             continue
         batch_id = batch_id_of(metadata)
         if batch_id is not None:
-            runs.setdefault(batch_id, []).append(job)
+            runs.setdefault(batch_id, []).append(holding)
     counted = [
         (BatchOutcome(batch_id, JobStatus.SUCCEEDED, len(jobs)), jobs)
         for batch_id, jobs in runs.items()
