@@ -234,8 +234,8 @@ def count_failures(
 @dataclass(slots=True)
 class BatchTally:
     """One batch's share of a hook call: its children's terminal statuses in order, as the
-    failure counter reads them (a run of equal statuses once, but a failure each time: only
-    failures count one by one), and how many children ended."""
+    failure counter reads them (a counted outcome's status once, but a failure once per
+    child: only failures count one by one), and how many children ended."""
 
     statuses: list[JobStatus]
     ended: int = 0

@@ -417,7 +417,8 @@ SELECT d.id FROM done d LEFT JOIN wake ON true;
 -- that never began, naming the limit), kept as its own statement because the general one
 -- costs a denial several times more, and a limit's backlog is denied by the thousand. It is
 -- settle's branch written out for the rows it covers: the same fence and lock order, the row
--- back to scheduled at now + delay with the attempt uncounted, the claim's event when it was
+-- back to scheduled at now + delay on the DENIAL_GRID (as settle rounds a denial) with the
+-- attempt uncounted, the claim's event when it was
 -- not stored, the denial's event naming the limit, no attempt row, the wake of capped
 -- actors and queues, no announcement. A row it does not cover (a cancel was requested, the
 -- delay passes schedule_to_close, a start is on the row) is locked and left as it is:
