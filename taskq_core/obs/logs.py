@@ -186,10 +186,9 @@ def job_context() -> Mapping[str, Any]:
     return _JOB_FIELDS.get() or {}
 
 
-def recording_trace_id(fallback: str | None) -> str | None:
-    """The trace id of the current span when it records (the CONSUMER span while a job
-    runs), else ``fallback`` (the trace id stored on the job)."""
-    span = trace.get_current_span()
+def recording_trace_id(span: trace.Span, fallback: str | None) -> str | None:
+    """The trace id of ``span`` when it records (a job's CONSUMER span), else ``fallback``
+    (the trace id stored on the job)."""
     if not span.is_recording():
         return fallback
     return format(span.get_span_context().trace_id, "032x")

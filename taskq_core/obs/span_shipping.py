@@ -7,8 +7,9 @@ installed the tracer provider itself (``telemetry.build_telemetry``), the span o
 ``ShippedSpan`` instead: the API's ``Span`` (the body can read it, annotate it, parent its own
 spans on it), recorded as a tuple when it ends. The tuples go in batches
 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or every OTEL_BSP_SCHEDULE_DELAY) to one exporter process,
-which turns them into the SDK's spans and hands them to the exporters OTEL_TRACES_EXPORTER
-names, configured from the same variables. Sampling is the provider's sampler, asked as the SDK
+which hands them to the exporters OTEL_TRACES_EXPORTER names, configured from the same
+variables: to the OTLP ones as a request it wrote itself (``otlp_wire``), to others as the
+SDK's spans. Sampling is the provider's sampler, asked as the SDK
 asks it. As the SDK's batch processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans
 already waiting is dropped (and counted). The exporter process ends with the worker: at
 shutdown after the last batch, and on its own when the worker died (``kill -9``).
@@ -44,6 +45,9 @@ _PARENT_CHECK = 1.0  # seconds between the exporter process's checks that the wo
 _ALWAYS_ON = (ALWAYS_ON, DEFAULT_ON)  # a new trace's span is sampled: no need to ask
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's status to begin with
+_OK = StatusCode.OK.value
+_NONE: Mapping[str, Any] = {}  # no attributes (never written to)
 
 # One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
 # attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
@@ -104,16 +108,17 @@ class ShippedSpan(trace.Span):
         context: SpanContext,
         attributes: dict[str, Any],
         links: list[tuple[int, int, int, Mapping[str, Any]]],
+        start: int | None = None,
     ) -> None:
         self._shipper = shipper
         self._name = name
-        self._kind = kind
+        self._kind = kind.value
         self._context = context
-        self._start = time.time_ns()
+        self._start = start or time.time_ns()
         self._attributes = attributes
         self._links = links
         self._events: list[tuple[str, int, Mapping[str, Any]]] = []
-        self._status: tuple[int, str | None] = (StatusCode.UNSET.value, None)
+        self._status: tuple[int, str | None] = _UNSET
         self._ended = False
 
     def get_span_context(self) -> SpanContext:
@@ -147,7 +152,7 @@ class ShippedSpan(trace.Span):
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self._ended or self._status[0] == StatusCode.OK.value:  # OK is final, as in the SDK
+        if self._ended or self._status[0] == _OK:  # OK is final, as in the SDK
             return
         if isinstance(status, Status):
             code, description = status.status_code, status.description
@@ -181,7 +186,7 @@ class ShippedSpan(trace.Span):
         context = self._context
         self._shipper.ship(
             (
-                self._name, self._kind.value, context.trace_id, context.span_id, self._start,
+                self._name, self._kind, context.trace_id, context.span_id, self._start,
                 end_time or time.time_ns(), self._attributes, self._links, self._events,
                 *self._status,
             )
@@ -217,8 +222,8 @@ class SpanShipper:
     """Batches ended spans' records to the exporter process (see the module docstring).
 
     The event loop only appends to a list; full batches (and, every OTEL_BSP_SCHEDULE_DELAY,
-    what there is) go to a sender thread, which starts the exporter process with the first
-    one and writes each to its pipe. Spans waiting for the sender count against
+    what there is) go to a sender thread, which starts the exporter process at once and
+    writes each to its pipe. Spans waiting for the sender count against
     OTEL_BSP_MAX_QUEUE_SIZE.
     """
 
@@ -259,27 +264,52 @@ class SpanShipper:
     ) -> CurrentSpan:
         """A span of a new trace, current while its ``with`` block runs (as
         ``start_as_current_span``)."""
+        context = self._new_trace(name, kind, attributes, links)
+        if not context.trace_flags.sampled:
+            return CurrentSpan(trace.NonRecordingSpan(context))
+        carried: list[tuple[int, int, int, Mapping[str, Any]]] = []
+        for link in links:  # a link's attributes do not change (the API's Link)
+            linked = link.context
+            carried.append((linked.trace_id, linked.span_id, linked.trace_flags,
+                            link.attributes or _NONE))  # fmt: skip
+        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, carried))
+
+    def ended(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start: int,
+        error: BaseException | None = None,
+    ) -> SpanContext:
+        """A span of a new trace that began at ``start`` (ns) and ends now, shipped when
+        sampled (as the SDK's ``start_span`` then ``end``); ``error`` marks it failed."""
+        context = self._new_trace(name, kind, attributes, ())
+        if context.trace_flags.sampled:
+            span = ShippedSpan(self, name, kind, context, attributes, [], start)
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.end()
+        return context
+
+    def _new_trace(
+        self, name: str, kind: SpanKind, attributes: dict[str, Any], links: Sequence[Link]
+    ) -> SpanContext:
+        """The context of a new trace's root span: fresh ids, sampled as the provider's
+        sampler decides (its attributes added to ``attributes``)."""
         ids = self._ids
         if ids is not None:
             trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
         else:
             trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
-        sampled = True
         if self._sampler is not None and self._sampler not in _ALWAYS_ON:
             decision = self._sampler.should_sample(None, trace_id, name, kind, attributes, links)
-            sampled = decision.decision.is_sampled()
-            if sampled and decision.attributes:
+            if not decision.decision.is_sampled():
+                return SpanContext(trace_id, span_id, False, trace_flags=_UNSAMPLED)
+            if decision.attributes:
                 attributes.update(decision.attributes)
-        if not sampled:
-            context = SpanContext(trace_id, span_id, False, trace_flags=_UNSAMPLED)
-            return CurrentSpan(trace.NonRecordingSpan(context))
-        context = SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED)
-        carried: list[tuple[int, int, int, Mapping[str, Any]]] = [
-            (link.context.trace_id, link.context.span_id, link.context.trace_flags,
-             dict(link.attributes or {}))
-            for link in links
-        ]  # fmt: skip
-        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, carried))
+        return SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED)
 
     def ship(self, record: Record) -> None:
         """Queue one ended span's record; a full batch goes to the sender at once."""
@@ -313,8 +343,16 @@ class SpanShipper:
                     self._hand_over(batch)
 
     def _send_all(self) -> None:
-        """Write each batch to the exporter process, started with the first; a None ends."""
+        """Start the exporter process (its imports take about half a second of a core: not
+        during the first burst of jobs), then write each batch to it; a None ends."""
         writer: Any = None
+        if self._exporting[0]:
+            try:
+                writer = self._start()
+            except Exception as exc:  # the first batch tries again
+                get_logger("telemetry").warning(
+                    "span_exporter_start_failed", error=f"{type(exc).__name__}: {exc}"
+                )
         while (batch := self._batches.get()) is not None:
             with self._lock:
                 self._queued -= len(batch)
@@ -377,6 +415,7 @@ def _export_all(
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     from taskq_core.obs.exporters import span_exporter
+    from taskq_core.obs.otlp_wire import EncodedSpans, RequestWriter, accept_encoded
 
     # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
     # ends it (the end of the pipe), after the last spans.
@@ -384,20 +423,30 @@ def _export_all(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_worker, args=(worker_pid,), daemon=True).start()
     made = [span_exporter(name, os.environ) for name in exporters]
+    encoded = [accept_encoded(exporter) for exporter in made]
     described = Resource(dict(resource))
     instrumentation = InstrumentationScope(*scope)
+    writer = RequestWriter(resource, scope)
     while True:
         try:
             batch = reader.recv()
         except EOFError:
             break
-        spans = _readable_spans(batch, described, instrumentation)
-        for exporter in made:
+        request: EncodedSpans | None = None
+        spans: list[Any] | None = None
+        for exporter, takes_encoded in zip(made, encoded, strict=True):
             try:
-                exporter.export(spans)
+                if takes_encoded:
+                    if request is None:
+                        request = EncodedSpans(writer.request(batch), len(batch))
+                    exporter.export(request)  # type: ignore[arg-type]  # its encode_spans takes it
+                else:
+                    if spans is None:
+                        spans = _readable_spans(batch, described, instrumentation)
+                    exporter.export(spans)
             except Exception as exc:  # one batch lost, not the exporter
                 get_logger("telemetry").warning(
-                    "span_export_failed", spans=len(spans), error=f"{type(exc).__name__}: {exc}"
+                    "span_export_failed", spans=len(batch), error=f"{type(exc).__name__}: {exc}"
                 )
     for exporter in made:
         exporter.shutdown()

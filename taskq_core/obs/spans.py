@@ -8,8 +8,8 @@ The consumer span starts a trace of its own and links to the enqueue and to the 
 the messaging conventions draw a consumer that is causally related to, but not part of,
 its producer's trace. Spans are made only while a tracer provider is installed
 (``tracing_installed``); the worker checks once per dispatch, not per job. When ``taskq
-worker`` installed the provider itself, the CONSUMER span is recorded without the SDK and
-exported from a process of its own (``span_shipping``).
+worker`` installed the provider itself, the CONSUMER and DISPATCH spans are recorded without
+the SDK and exported from a process of its own (``span_shipping``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ _NEW_TRACE = Context()  # no parent: a claim and a job each start a trace of the
 _shipper: SpanShipper | None = None  # set when taskq worker installed the provider itself
 
 
-def ship_consumer_spans(shipper: SpanShipper | None) -> None:
-    """Make CONSUMER spans through ``shipper`` while its provider is the global one."""
+def ship_worker_spans(shipper: SpanShipper | None) -> None:
+    """Make CONSUMER and DISPATCH spans through ``shipper`` while its provider is the global
+    one."""
     global _shipper
     _shipper = shipper
 
@@ -108,7 +109,7 @@ class DispatchSpan:
 
     def __init__(self, labels: SpanLabels, queues: Sequence[str], requested: int) -> None:
         self._labels = labels
-        self._queues = list(queues)
+        self._queues = tuple(queues)
         self._requested = requested
         self._start = time.time_ns()
 
@@ -117,16 +118,20 @@ class DispatchSpan:
         CONSUMER spans link to."""
         if not claimed and error is None:
             return None
+        attributes: dict[str, Any] = {
+            **self._labels.attributes,
+            "messaging.operation.type": "receive",
+            "taskq.dispatch.queues": self._queues,
+            "taskq.dispatch.requested": self._requested,
+            "messaging.batch.message_count": claimed,
+        }
+        shipper = _shipper
+        if shipper is not None and trace.get_tracer_provider() is shipper.provider:
+            return shipper.ended("dispatch", SpanKind.INTERNAL, attributes, self._start, error)
         span = tracer().start_span(
             "dispatch",
             kind=SpanKind.INTERNAL,
-            attributes={
-                **self._labels.attributes,
-                "messaging.operation.type": "receive",
-                "taskq.dispatch.queues": self._queues,
-                "taskq.dispatch.requested": self._requested,
-                "messaging.batch.message_count": claimed,
-            },
+            attributes=attributes,
             context=_NEW_TRACE,
             start_time=self._start,
         )

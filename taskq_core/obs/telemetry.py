@@ -280,9 +280,9 @@ def setup_telemetry(settings: TaskqSettings, *, role: Role) -> Telemetry:
     )
     if telemetry.tracer_provider is not None:
         trace.set_tracer_provider(telemetry.tracer_provider)
-        from taskq_core.obs.spans import ship_consumer_spans
+        from taskq_core.obs.spans import ship_worker_spans
 
-        ship_consumer_spans(telemetry.span_shipper)
+        ship_worker_spans(telemetry.span_shipper)
     if telemetry.meter_provider is not None:
         metrics.set_meter_provider(telemetry.meter_provider)
     if telemetry.registry is not None:

@@ -95,17 +95,17 @@ async def execute_job(deps: WorkerDeps, held: ActiveJob) -> str:
             deps.labels, job.actor, job.queue, str(job.id), job.attempt,
             job.trace_id, job.span_id, held.dispatch_span,
         ) as span:  # fmt: skip
-            outcome = await _execute(deps, held)
+            outcome = await _execute(deps, held, recording_trace_id(span, job.trace_id))
             span.set_attribute("taskq.outcome", outcome)
     else:
-        outcome = await _execute(deps, held)
+        outcome = await _execute(deps, held, job.trace_id)
     if deps.metering:
         seconds = deps.clock.monotonic() - started
         record_job(job.actor, job.queue, outcome, deps.settings.worker_group, seconds)
     return outcome
 
 
-async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
+async def _execute(deps: WorkerDeps, held: ActiveJob, trace_id: str | None) -> str:
     """Run the job with its fields bound to the log context: every line the actor and this
     consumer write about it carries them (a plain ``def`` actor's thread too)."""
     job = held.job
@@ -114,7 +114,7 @@ async def _execute(deps: WorkerDeps, held: ActiveJob) -> str:
         actor=job.actor,
         queue=job.queue,
         attempt=job.attempt,
-        trace_id=recording_trace_id(job.trace_id) if deps.state.telemetry else job.trace_id,
+        trace_id=trace_id,
         identity_key=job.identity_key,
     )
     try:

@@ -68,3 +68,28 @@ def test_an_unsampled_span_records_nothing_and_is_not_shipped(
         assert not span.is_recording() and span.get_span_context().is_valid
     shipper.close(timeout=1.0)
     assert records == []
+
+
+def test_a_dispatch_span_is_shipped_ended_and_marked_by_its_error(
+    shipped: tuple[SpanShipper, list[Record]],
+) -> None:
+    shipper, records = shipped
+    context = shipper.ended("dispatch", SpanKind.INTERNAL, {"n": 3}, 1_000, ConnectionError("x"))
+    (record,) = records
+    name, kind, trace_id, span_id, start, end, attrs, links, events, code, text = record
+    assert (name, kind, start, attrs, links) == ("dispatch", SpanKind.INTERNAL.value, 1_000,
+                                                 {"n": 3}, [])  # fmt: skip
+    assert (trace_id, span_id) == (context.trace_id, context.span_id) and end > start
+    assert (code, text) == (StatusCode.ERROR.value, "ConnectionError")
+    assert [event[0] for event in events] == ["exception"]
+
+
+def test_an_unsampled_dispatch_span_still_has_a_context_to_link_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shipper = SpanShipper(TracerProvider(sampler=ALWAYS_OFF), [], {}, ("taskq", None))
+    records: list[Record] = []
+    monkeypatch.setattr(shipper, "ship", records.append)
+    context = shipper.ended("dispatch", SpanKind.INTERNAL, {}, 1_000)
+    shipper.close(timeout=1.0)
+    assert context.is_valid and not context.trace_flags.sampled and records == []
