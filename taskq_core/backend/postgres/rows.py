@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import fields
+from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -51,13 +52,22 @@ def _encode_jsonb(value: Any) -> bytes:
     return b"\x01" + bulk.dumps(value).encode()  # jsonb binary format: version byte, then text
 
 
-_EMPTY_JSONB = b"\x01{}"  # the usual payload and metadata
+_EMPTY_JSONB = b"\x01{}"  # the usual metadata
+# The C scanner json.loads runs once it has skipped whitespace around the value, which
+# PostgreSQL's jsonb text never has: 0.4 us for a small object instead of 1.0, once for every
+# payload and again for a batch child's metadata.
+_scan_value = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # duck-typed context
 
 
 def _decode_jsonb(data: bytes) -> Any:
     if data == _EMPTY_JSONB:
         return {}
-    return json.loads(data[1:].decode())  # text: json.loads of bytes detects the encoding first
+    text = data[1:].decode()  # text: json.loads of bytes detects the encoding first
+    try:
+        value, end = _scan_value(text, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    return value if end == len(text) else json.loads(text)  # json.loads says what is wrong
 
 
 def _encode_json(value: Any) -> bytes:
