@@ -44,6 +44,8 @@ _NO_STATUS = _SPAN_STATUS + b"\x00"  # UNSET, no message: written, as the encode
 
 _fixed64 = struct.Struct("<Q").pack
 _KEPT_PER_KEY = 256  # an attribute key's values whose bytes are kept for reuse
+_KEPT_KEYS = 1024  # attribute keys whose values are kept
+_FULL: dict[tuple[type, Any], bytes] = {}  # keeps nothing: see _Attributes.fields
 
 
 def _varint(n: int) -> bytes:
@@ -84,7 +86,8 @@ class _Attributes:
 
     Each key keeps up to ``_KEPT_PER_KEY`` of its values' bytes: a key whose values repeat
     (a label, an actor, a queue) is written once, one whose values do not (a job's id) fills
-    its share once and is then written each time without being kept.
+    its share once and is then written each time without being kept. Up to ``_KEPT_KEYS``
+    keys keep values at all.
     """
 
     def __init__(self) -> None:
@@ -98,7 +101,10 @@ class _Attributes:
         for key, value in attributes.items():
             values = seen.get((field, key))
             if values is None:
-                values = seen[field, key] = {}
+                if len(seen) < _KEPT_KEYS:
+                    values = seen[field, key] = {}
+                else:  # past _KEPT_KEYS keys (names made per job, say), keep nothing new
+                    values = _FULL
             try:
                 written.append(values[type(value), value])
                 continue
@@ -107,7 +113,7 @@ class _Attributes:
             except TypeError:  # a list: not kept
                 written.append(_field(field, _key_value(key, value)))
                 continue
-            if len(values) < _KEPT_PER_KEY:
+            if len(values) < _KEPT_PER_KEY and values is not _FULL:
                 values[type(value), value] = encoded
             written.append(encoded)
         return written

@@ -87,14 +87,19 @@ def test_equal_values_of_other_types_keep_their_types() -> None:
     assert writer.request(batch) == official(batch)
 
 
-def test_a_key_with_many_values_is_written_right_past_its_cache(
+def test_keys_and_values_past_the_cache_are_written_right(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(otlp_wire, "_KEPT_PER_KEY", 4)
+    monkeypatch.setattr(otlp_wire, "_KEPT_KEYS", 16)
     writer = RequestWriter(RESOURCE, SCOPE)
     batch = [record(n) for n in range(12)]  # twelve message ids, four kept
     assert writer.request(batch) == official(batch)
     assert writer.request(batch) == official(batch)
+    named = [record(n, **{f"item.{n}": n}) for n in range(30)]  # a key per span
+    assert writer.request(named) == official(named)
+    assert writer.request(named) == official(named)
+    assert otlp_wire._FULL == {}
 
 
 @pytest.fixture
