@@ -46,7 +46,10 @@ system-packages:
 PYTEST_PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
 # With bytecode caching on (an environment may turn it off), the hundreds of `taskq`
 # processes the tests start compile the package once, not each (0.17 s of CPU apiece).
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+# The benchmarks too: a deployment has its bytecode, and a worker's span exporter process,
+# started with it, would otherwise compile the OpenTelemetry SDK during the timed drain.
+CACHED := env -u PYTHONDONTWRITEBYTECODE
+PYTEST := $(CACHED) $(BIN)/pytest
 # The linters (11 s of one core) run beside the tests, whose first seconds wait on their
 # servers' start: their output comes after the tests', and either failing fails the target.
 test: $(STAMP) system-packages
@@ -72,9 +75,9 @@ demo: $(DEMO_STAMP)
 	TASKQ_PG_DSN=$${TASKQ_PG_DSN:-embedded} $(BIN)/python -m examples.demo --workgroup workgroup.example.toml
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench.py
-	$(BIN)/python benchmarks/startup.py
-	$(BIN)/python benchmarks/cron_tick.py
+	$(CACHED) $(BIN)/python benchmarks/bench.py
+	$(CACHED) $(BIN)/python benchmarks/startup.py
+	$(CACHED) $(BIN)/python benchmarks/cron_tick.py
 
 # Drain rate with 1,000,000 jobs waiting vs 10,000 and the worker's memory, then the steady
 # state: enqueue and drain for 6 minutes while the worker's leader prunes jobs finished more
@@ -84,7 +87,7 @@ bench: $(STAMP)
 # 0004's autovacuum settings, to compare); `benchmarks/scale.py --help` lists the rest.
 SCALE_ARGS ?=
 bench-scale: $(STAMP)
-	$(BIN)/python benchmarks/scale.py $(SCALE_ARGS)
+	$(CACHED) $(BIN)/python benchmarks/scale.py $(SCALE_ARGS)
 
 # TaskQ side by side with the peer queues on the same PostgreSQL (BENCH_PG, default the local
 # server), with the harness in ../shared/bench-peers. The peers get a venv of their own.
@@ -107,7 +110,7 @@ bench-peers: $(BENCH_STAMP)
 	BENCH_PY=$(abspath $(BENCH_VENV))/bin/python EXTRA_DIR=$(abspath benchmarks) \
 	  PYTHONPATH=$(abspath $(PEERS_DIR)) PEERS="pgqueuer procrastinate taskq" REPS=$(REPS) \
 	  CEILINGS=$${CEILINGS:-0} OUT=$(abspath $(BENCH_RESULTS))/raw.jsonl \
-	  bash $(PEERS_DIR)/run_all.sh
+	  $(CACHED) bash $(PEERS_DIR)/run_all.sh
 	@echo
 	$(BENCH_VENV)/bin/python benchmarks/peer_ratios.py $(BENCH_RESULTS)/raw.jsonl
 

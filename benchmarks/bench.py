@@ -589,9 +589,10 @@ def main(argv: list[str] | None = None) -> int:
             off, meters, on, sampled = (otel.rate(v) for v in telemetry_sections.VARIANTS)
             console.print(
                 f"telemetry: exporting over OTLP drained at {on / meters:.0%} of the rate without "
-                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s), {sampled / meters:.0%} with "
-                f"10% of traces sampled ({otel.requests} requests received); the /metrics "
-                f"meters alone at {meters / off:.0%} of no SDK ({off:,.0f}/s); load average "
+                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s) and {on / off:.0%} of no SDK "
+                f"({off:,.0f}/s); {sampled / meters:.0%} and {sampled / off:.0%} with 10% of "
+                f"traces sampled ({otel.requests} requests received); the /metrics meters alone "
+                f"at {meters / off:.0%} of no SDK; load average "
                 f"{' / '.join(f'{x:.2f}' for x in otel.load)}"
             )
     finally:
