@@ -31,7 +31,8 @@ from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
@@ -52,6 +53,7 @@ _NONE: Mapping[str, Any] = {}  # no attributes (never written to)
 # One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
 # attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
 # attributes), status code and description.
+CarriedLink = tuple[int, int, int, Mapping[str, Any]]
 Record = tuple[
     str,
     int,
@@ -60,7 +62,7 @@ Record = tuple[
     int,
     int,
     dict[str, Any],
-    list[tuple[int, int, int, Mapping[str, Any]]],
+    list[CarriedLink],
     list[tuple[str, int, Mapping[str, Any]]],
     int,
     str | None,
@@ -107,7 +109,7 @@ class ShippedSpan(trace.Span):
         kind: SpanKind,
         context: SpanContext,
         attributes: dict[str, Any],
-        links: list[tuple[int, int, int, Mapping[str, Any]]],
+        links: list[CarriedLink],
         start: int | None = None,
     ) -> None:
         self._shipper = shipper
@@ -236,8 +238,13 @@ class SpanShipper:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.provider = provider  # the spans are shipped only while it is the global one
-        self._sampler = getattr(provider, "sampler", None)
-        self._ids = getattr(provider, "id_generator", None)
+        sampler = getattr(provider, "sampler", None)
+        # None: every span sampled. The ratio sampler's rule is applied here, as it applies
+        # it (a root span: no parent to ask); any other sampler is asked.
+        self._sampler = None if sampler is None or sampler in _ALWAYS_ON else sampler
+        self._ratio_bound = sampler.bound if type(sampler) is TraceIdRatioBased else None
+        ids = getattr(provider, "id_generator", None)
+        self._ids = None if ids is None or type(ids) is RandomIdGenerator else ids  # None: random
         self._exporting = (list(exporters), dict(resource), scope)
         self.batch_size = _setting(environ, _BATCH_SIZE)
         self.queue_size = max(_setting(environ, _QUEUE_SIZE), self.batch_size)
@@ -260,19 +267,15 @@ class SpanShipper:
         name: str,
         kind: SpanKind,
         attributes: dict[str, Any],
-        links: Sequence[Link],
+        links: list[CarriedLink],
     ) -> CurrentSpan:
         """A span of a new trace, current while its ``with`` block runs (as
-        ``start_as_current_span``)."""
-        context = self._new_trace(name, kind, attributes, links)
-        if not context.trace_flags.sampled:
+        ``start_as_current_span``); ``links`` as the record carries them (no SDK ``Link``
+        object a job unless a sampler of the application's asks to see them)."""
+        context, sampled = self._new_trace(name, kind, attributes, links)
+        if not sampled:
             return CurrentSpan(trace.NonRecordingSpan(context))
-        carried: list[tuple[int, int, int, Mapping[str, Any]]] = []
-        for link in links:  # a link's attributes do not change (the API's Link)
-            linked = link.context
-            carried.append((linked.trace_id, linked.span_id, linked.trace_flags,
-                            link.attributes or _NONE))  # fmt: skip
-        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, carried))
+        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, links))
 
     def ended(
         self,
@@ -284,8 +287,8 @@ class SpanShipper:
     ) -> SpanContext:
         """A span of a new trace that began at ``start`` (ns) and ends now, shipped when
         sampled (as the SDK's ``start_span`` then ``end``); ``error`` marks it failed."""
-        context = self._new_trace(name, kind, attributes, ())
-        if context.trace_flags.sampled:
+        context, sampled = self._new_trace(name, kind, attributes, [])
+        if sampled:
             span = ShippedSpan(self, name, kind, context, attributes, [], start)
             if error is not None:
                 span.record_exception(error)
@@ -294,22 +297,29 @@ class SpanShipper:
         return context
 
     def _new_trace(
-        self, name: str, kind: SpanKind, attributes: dict[str, Any], links: Sequence[Link]
-    ) -> SpanContext:
-        """The context of a new trace's root span: fresh ids, sampled as the provider's
-        sampler decides (its attributes added to ``attributes``)."""
+        self, name: str, kind: SpanKind, attributes: dict[str, Any], links: list[CarriedLink]
+    ) -> tuple[SpanContext, bool]:
+        """The context of a new trace's root span, and whether it is sampled: fresh ids,
+        sampled as the provider's sampler decides (its attributes added to ``attributes``)."""
         ids = self._ids
-        if ids is not None:
-            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
-        else:
+        if ids is None:  # as the SDK's RandomIdGenerator, without its two calls
             trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
-        if self._sampler is not None and self._sampler not in _ALWAYS_ON:
-            decision = self._sampler.should_sample(None, trace_id, name, kind, attributes, links)
-            if not decision.decision.is_sampled():
-                return SpanContext(trace_id, span_id, False, trace_flags=_UNSAMPLED)
-            if decision.attributes:
+        else:
+            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+        sampler = self._sampler
+        if sampler is None:
+            sampled = True
+        elif self._ratio_bound is not None:
+            sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._ratio_bound
+        else:
+            decision = sampler.should_sample(
+                None, trace_id, name, kind, attributes, [_link(carried) for carried in links]
+            )
+            sampled = decision.decision.is_sampled()
+            if sampled and decision.attributes:
                 attributes.update(decision.attributes)
-        return SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED)
+        flags = _SAMPLED if sampled else _UNSAMPLED
+        return SpanContext(trace_id, span_id, False, trace_flags=flags), sampled
 
     def ship(self, record: Record) -> None:
         """Queue one ended span's record; a full batch goes to the sender at once."""
@@ -460,6 +470,12 @@ def _watch_worker(worker_pid: int) -> None:
     os._exit(0)
 
 
+def _link(carried: CarriedLink) -> Link:
+    """The API's link of a carried one (its context remote: another trace's span)."""
+    trace_id, span_id, flags, attributes = carried
+    return Link(SpanContext(trace_id, span_id, True, trace_flags=TraceFlags(flags)), attributes)
+
+
 def _readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]:
     """The SDK's spans for a batch of records. Their attributes are passed as they are: the
     worker set them (or checked them, ``_carried``), so the SDK's checks would find nothing
@@ -474,10 +490,7 @@ def _readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]
             resource=resource,
             attributes=attributes,
             events=[Event(event, attrs, ts) for event, ts, attrs in events],
-            links=[
-                Link(SpanContext(tid, sid, True, trace_flags=TraceFlags(flags)), attrs)
-                for tid, sid, flags, attrs in links
-            ],
+            links=[_link(carried) for carried in links],
             kind=SpanKind(kind),
             status=Status(StatusCode(code), description),
             start_time=start,

@@ -25,7 +25,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from taskq_core.obs.metrics import INSTRUMENTATION, SYSTEM
-from taskq_core.obs.span_shipping import SpanShipper
+from taskq_core.obs.span_shipping import CarriedLink, SpanShipper
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _ENQUEUE_LINK = {"taskq.link": "enqueue"}
@@ -143,14 +143,14 @@ class DispatchSpan:
         return context if context.is_valid else None
 
 
-def _link_to_enqueue(trace_id: str | None, span_id: str | None) -> Link | None:
+def _enqueue_ids(trace_id: str | None, span_id: str | None) -> tuple[int, int] | None:
+    """The enqueue span's ids stored on the job, as numbers (None: none, or not ids)."""
     if not (trace_id and span_id):
         return None
     try:
-        linked = SpanContext(int(trace_id, 16), int(span_id, 16), True, trace_flags=_SAMPLED)
+        return int(trace_id, 16), int(span_id, 16)
     except ValueError:
         return None  # ids written by something else: no link rather than no span
-    return Link(linked, _ENQUEUE_LINK)
 
 
 def consumer_span(
@@ -165,20 +165,27 @@ def consumer_span(
 ) -> AbstractContextManager[trace.Span]:
     """Span for one job execution, linked to the span that enqueued it and to the dispatch
     that claimed it; current while its ``with`` block runs."""
-    links = []
-    enqueue = _link_to_enqueue(trace_id, span_id)
-    if enqueue is not None:
-        links.append(enqueue)
-    if dispatch is not None:
-        links.append(Link(dispatch, _DISPATCH_LINK))
     name = f"process {actor}"
     attributes: dict[str, Any] = {**labels.attributes, "messaging.destination.name": queue,
                                   "messaging.operation.type": "process",
                                   "messaging.message.id": job_id, "taskq.actor": actor,
                                   "taskq.attempt": attempt}  # fmt: skip
+    enqueue = _enqueue_ids(trace_id, span_id)
     shipper = _shipper
     if shipper is not None and trace.get_tracer_provider() is shipper.provider:
-        return shipper.span(name, SpanKind.CONSUMER, attributes, links)
+        carried: list[CarriedLink] = []
+        if enqueue is not None:
+            carried.append((*enqueue, TraceFlags.SAMPLED, _ENQUEUE_LINK))
+        if dispatch is not None:
+            carried.append((dispatch.trace_id, dispatch.span_id, dispatch.trace_flags,
+                            _DISPATCH_LINK))  # fmt: skip
+        return shipper.span(name, SpanKind.CONSUMER, attributes, carried)
+    links = []
+    if enqueue is not None:
+        context = SpanContext(*enqueue, True, trace_flags=_SAMPLED)
+        links.append(Link(context, _ENQUEUE_LINK))
+    if dispatch is not None:
+        links.append(Link(dispatch, _DISPATCH_LINK))
     return tracer().start_as_current_span(
         name, context=_NEW_TRACE, kind=SpanKind.CONSUMER, links=links, attributes=attributes
     )

@@ -4,17 +4,24 @@ it records becomes an exportable SDK span in the exporter process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    Decision,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode, TraceFlags
 
-from taskq_core.obs.span_shipping import Record, SpanShipper, _readable_spans
+from taskq_core.obs.span_shipping import CarriedLink, Record, SpanShipper, _readable_spans
 
 DISPATCH = SpanContext(0xABC, 0xDEF, False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
@@ -33,7 +40,9 @@ def test_a_failing_body_marks_its_span_and_odd_values_are_dropped(
     shipped: tuple[SpanShipper, list[Record]],
 ) -> None:
     shipper, records = shipped
-    links = [Link(DISPATCH, {"taskq.link": "dispatch"})]
+    links: list[CarriedLink] = [
+        (DISPATCH.trace_id, DISPATCH.span_id, DISPATCH.trace_flags, {"taskq.link": "dispatch"})
+    ]
     with (
         pytest.raises(ValueError),
         shipper.span("process a", SpanKind.CONSUMER, {"taskq.actor": "a"}, links) as span,
@@ -93,3 +102,53 @@ def test_an_unsampled_dispatch_span_still_has_a_context_to_link_to(
     context = shipper.ended("dispatch", SpanKind.INTERNAL, {}, 1_000)
     shipper.close(timeout=1.0)
     assert context.is_valid and not context.trace_flags.sampled and records == []
+
+
+def test_the_ratio_sampler_decides_each_trace_as_it_would_itself() -> None:
+    sampler = TraceIdRatioBased(0.3)
+    shipper = SpanShipper(TracerProvider(sampler=sampler), [], {}, ("taskq", None))
+    decided = []
+    for _ in range(400):
+        with shipper.span("process a", SpanKind.CONSUMER, {}, []) as span:
+            context = span.get_span_context()
+        asked = sampler.should_sample(None, context.trace_id, "process a").decision
+        assert span.is_recording() is False  # ended
+        assert context.trace_flags.sampled == asked.is_sampled()
+        decided.append(asked.is_sampled())
+    shipper.close(timeout=1.0)
+    assert 40 < sum(decided) < 200  # about 120: both decisions are taken
+
+
+class LinkSeeing(Sampler):
+    """An application's sampler that reads the links and adds an attribute."""
+
+    def __init__(self) -> None:
+        self.seen: list[Sequence[Link] | None] = []
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
+                      attributes: Any = None, links: Sequence[Link] | None = None,
+                      trace_state: Any = None) -> SamplingResult:  # fmt: skip
+        self.seen.append(links)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, {"app.sampled_by": "me"})
+
+    def get_description(self) -> str:
+        return "LinkSeeing"
+
+
+def test_a_sampler_of_the_application_sees_the_links_as_the_api_draws_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sampler = LinkSeeing()
+    shipper = SpanShipper(TracerProvider(sampler=sampler), [], {}, ("taskq", None))
+    records: list[Record] = []
+    monkeypatch.setattr(shipper, "ship", records.append)
+    carried: list[CarriedLink] = [(0xABC, 0xDEF, 1, {"taskq.link": "dispatch"})]
+    with shipper.span("process a", SpanKind.CONSUMER, {"taskq.actor": "a"}, carried):
+        pass
+    shipper.close(timeout=1.0)
+    [[link]] = sampler.seen
+    assert (link.context.trace_id, link.context.span_id, link.context.is_remote) == (
+        0xABC, 0xDEF, True)  # fmt: skip
+    assert link.context.trace_flags.sampled and link.attributes == {"taskq.link": "dispatch"}
+    [record] = records
+    assert record[6] == {"taskq.actor": "a", "app.sampled_by": "me"}
