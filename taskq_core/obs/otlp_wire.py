@@ -4,7 +4,7 @@ the span exporter process (``span_shipping``).
 Those exporters encode with ``encode_spans``, which builds a protobuf message for each span,
 attribute, value and link out of the SDK's span objects: about 48 us a span counting the SDK
 span made for it, the bulk of the exporter process's work and, on a machine with no core to
-spare, most of what exporting every job's span costs the drain. ``encode_request`` writes the
+spare, most of what exporting every job's span costs the drain. ``RequestWriter`` writes the
 same request from the records directly (about 6 us a span), reusing an attribute's bytes
 while its key and value repeat (the worker's labels, the actor, the queue). The request is
 parsed into the official message (C code, about a microsecond a span) and reaches the exporter

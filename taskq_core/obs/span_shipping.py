@@ -48,7 +48,6 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's status to begin with
 _OK = StatusCode.OK.value
-_NONE: Mapping[str, Any] = {}  # no attributes (never written to)
 
 # One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
 # attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
