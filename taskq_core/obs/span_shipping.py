@@ -1,4 +1,5 @@
-"""The worker's CONSUMER spans recorded as plain tuples and exported from a process of their own.
+"""The worker's CONSUMER and DISPATCH spans recorded as plain tuples and exported from a process
+of their own (``span_export``).
 
 The SDK makes a span in about 37 us on the event loop (attribute checks, links, processors) and
 its OTLP exporter encodes it in about 31 us more on a thread that holds the interpreter's lock:
@@ -9,8 +10,7 @@ spans on it), recorded as a tuple when it ends. The tuples go in batches
 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or every OTEL_BSP_SCHEDULE_DELAY) to one exporter process,
 which hands them to the exporters OTEL_TRACES_EXPORTER names, configured from the same
 variables: to the OTLP ones as a request it wrote itself (``otlp_wire``), to others as the
-SDK's spans. Sampling is the provider's sampler, asked as the SDK
-asks it. As the SDK's batch processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans
+SDK's spans. Sampling is the provider's sampler, asked as the SDK asks it. As the SDK's batch processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans
 already waiting is dropped (and counted). The exporter process ends with the worker: at
 shutdown after the last batch, and on its own when the worker died (``kill -9``).
 """
@@ -22,7 +22,6 @@ import multiprocessing.process
 import os
 import queue
 import random
-import signal
 import threading
 import time
 import traceback
@@ -33,40 +32,21 @@ from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, TraceIdRatioBased
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
 from taskq_core.obs.logs import get_logger
+from taskq_core.obs.span_export import CarriedLink, Record, export_all, link_of
 
 # The SDK's batch span processor's variables and defaults, read the same way.
 _BATCH_SIZE = ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
 _QUEUE_SIZE = ("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
 _SCHEDULE_DELAY = ("OTEL_BSP_SCHEDULE_DELAY", 5000)  # milliseconds
-_PARENT_CHECK = 1.0  # seconds between the exporter process's checks that the worker lives
 _ALWAYS_ON = (ALWAYS_ON, DEFAULT_ON)  # a new trace's span is sampled: no need to ask
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's status to begin with
 _OK = StatusCode.OK.value
-
-# One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
-# attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
-# attributes), status code and description.
-CarriedLink = tuple[int, int, int, Mapping[str, Any]]
-Record = tuple[
-    str,
-    int,
-    int,
-    int,
-    int,
-    int,
-    dict[str, Any],
-    list[CarriedLink],
-    list[tuple[str, int, Mapping[str, Any]]],
-    int,
-    str | None,
-]
-
 
 _SCALARS = (str, bool, int, float, bytes)
 
@@ -312,7 +292,7 @@ class SpanShipper:
             sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._ratio_bound
         else:
             decision = sampler.should_sample(
-                None, trace_id, name, kind, attributes, [_link(carried) for carried in links]
+                None, trace_id, name, kind, attributes, [link_of(carried) for carried in links]
             )
             sampled = decision.decision.is_sampled()
             if sampled and decision.attributes:
@@ -382,7 +362,7 @@ class SpanShipper:
         context = multiprocessing.get_context("spawn")
         reader, writer = context.Pipe(duplex=False)
         process = context.Process(
-            target=_export_all,
+            target=export_all,
             args=(reader, os.getpid(), *self._exporting),
             name="taskq-span-exporter",
             daemon=True,  # ended at the worker's exit if it did not end by then
@@ -408,96 +388,3 @@ class SpanShipper:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
-
-
-# --- the exporter process ---------------------------------------------------------------------
-def _export_all(
-    reader: Any,
-    worker_pid: int,
-    exporters: Sequence[str],
-    resource: Mapping[str, Any],
-    scope: tuple[str, str | None],
-) -> None:
-    """The exporter process: export each batch read until the pipe ends (the worker closed it
-    at shutdown, or died), then shut the exporters down."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-    from taskq_core.obs.exporters import span_exporter
-    from taskq_core.obs.otlp_wire import EncodedSpans, RequestWriter, accept_encoded
-
-    # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
-    # ends it (the end of the pipe), after the last spans.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_watch_worker, args=(worker_pid,), daemon=True).start()
-    made = [span_exporter(name, os.environ) for name in exporters]
-    encoded = [accept_encoded(exporter) for exporter in made]
-    described = Resource(dict(resource))
-    instrumentation = InstrumentationScope(*scope)
-    writer = RequestWriter(resource, scope)
-    while True:
-        try:
-            batch = reader.recv()
-        except EOFError:
-            break
-        request: EncodedSpans | None = None
-        spans: list[Any] | None = None
-        for exporter, takes_encoded in zip(made, encoded, strict=True):
-            try:
-                if takes_encoded:
-                    if request is None:
-                        request = EncodedSpans(writer.request(batch), len(batch))
-                    exporter.export(request)  # type: ignore[arg-type]  # its encode_spans takes it
-                else:
-                    if spans is None:
-                        spans = _readable_spans(batch, described, instrumentation)
-                    exporter.export(spans)
-            except Exception as exc:  # one batch lost, not the exporter
-                get_logger("telemetry").warning(
-                    "span_export_failed", spans=len(batch), error=f"{type(exc).__name__}: {exc}"
-                )
-    for exporter in made:
-        exporter.shutdown()
-
-
-def _watch_worker(worker_pid: int) -> None:
-    """End this process once the worker that started it is gone (killed: no end of pipe
-    reaches a process whose parent vanished while it was blocked elsewhere)."""
-    while os.getppid() == worker_pid:
-        time.sleep(_PARENT_CHECK)
-    os._exit(0)
-
-
-def _link(carried: CarriedLink) -> Link:
-    """The API's link of a carried one (its context remote: another trace's span)."""
-    trace_id, span_id, flags, attributes = carried
-    return Link(SpanContext(trace_id, span_id, True, trace_flags=TraceFlags(flags)), attributes)
-
-
-def _readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]:
-    """The SDK's spans for a batch of records. Their attributes are passed as they are: the
-    worker set them (or checked them, ``_carried``), so the SDK's checks would find nothing
-    and cost this process about a fifth of its time per span."""
-    from opentelemetry.sdk.trace import Event, ReadableSpan
-
-    return [
-        ReadableSpan(
-            name=name,
-            context=SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED),
-            parent=None,
-            resource=resource,
-            attributes=attributes,
-            events=[Event(event, attrs, ts) for event, ts, attrs in events],
-            links=[_link(carried) for carried in links],
-            kind=SpanKind(kind),
-            status=Status(StatusCode(code), description),
-            start_time=start,
-            end_time=end,
-            instrumentation_scope=scope,
-        )
-        for (
-            name, kind, trace_id, span_id, start, end, attributes, links, events, code,
-            description,
-        ) in batch
-    ]  # fmt: skip

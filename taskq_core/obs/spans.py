@@ -25,7 +25,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from taskq_core.obs.metrics import INSTRUMENTATION, SYSTEM
-from taskq_core.obs.span_shipping import CarriedLink, SpanShipper
+from taskq_core.obs.span_export import CarriedLink
+from taskq_core.obs.span_shipping import SpanShipper
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _ENQUEUE_LINK = {"taskq.link": "enqueue"}

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from taskq_core.obs import otlp_wire
 from taskq_core.obs.otlp_wire import EncodedSpans, RequestWriter, accept_encoded
-from taskq_core.obs.span_shipping import Record, _readable_spans
+from taskq_core.obs.span_export import Record, readable_spans
 from tests.obs.collector import attributes, grpc_collector, http_collector
 
 RESOURCE: dict[str, Any] = {
@@ -67,7 +67,7 @@ def record(n: int, **extra: Any) -> Record:
 
 
 def official(batch: list[Record], scope: tuple[str, str | None] = SCOPE) -> Any:
-    return encode_spans(_readable_spans(batch, Resource(RESOURCE), InstrumentationScope(*scope)))
+    return encode_spans(readable_spans(batch, Resource(RESOURCE), InstrumentationScope(*scope)))
 
 
 def test_the_request_is_the_one_the_official_encoder_makes() -> None:
@@ -119,7 +119,7 @@ def test_only_exporters_that_encode_with_encode_spans_take_encoded_spans(
     assert not accept_encoded(ConsoleSpanExporter())
     # The wrapped encoder still encodes the SDK's spans as before.
     module = __import__(type(http).__module__, fromlist=["encode_spans"])
-    spans = _readable_spans([record(2)], Resource(RESOURCE), InstrumentationScope(*SCOPE))
+    spans = readable_spans([record(2)], Resource(RESOURCE), InstrumentationScope(*SCOPE))
     assert module.encode_spans(spans) == encode_spans(spans)
 
 

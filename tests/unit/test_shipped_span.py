@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode, TraceFlags
 
-from taskq_core.obs.span_shipping import CarriedLink, Record, SpanShipper, _readable_spans
+from taskq_core.obs.span_export import CarriedLink, Record, readable_spans
+from taskq_core.obs.span_shipping import SpanShipper
 
 DISPATCH = SpanContext(0xABC, 0xDEF, False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
@@ -62,7 +63,7 @@ def test_a_failing_body_marks_its_span_and_odd_values_are_dropped(
     assert events[0][2]["exception.type"] == "ValueError"
     assert start <= end and span.get_span_context().span_id == span_id != 0 and trace_id != 0
     # What the exporter process makes of it encodes as OTLP.
-    (sdk_span,) = _readable_spans(records, Resource({}), InstrumentationScope("taskq"))
+    (sdk_span,) = readable_spans(records, Resource({}), InstrumentationScope("taskq"))
     assert sdk_span.status.status_code is StatusCode.ERROR
     assert encode_spans([sdk_span]).resource_spans[0].scope_spans[0].spans[0].name == "process a"
 
