@@ -10,8 +10,9 @@ spans on it), recorded as a tuple when it ends. The tuples go in batches
 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or every OTEL_BSP_SCHEDULE_DELAY) to one exporter process,
 which hands them to the exporters OTEL_TRACES_EXPORTER names, configured from the same
 variables: to the OTLP ones as a request it wrote itself (``otlp_wire``), to others as the
-SDK's spans. Sampling is the provider's sampler, asked as the SDK asks it. As the SDK's batch processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans
-already waiting is dropped (and counted). The exporter process ends with the worker: at
+SDK's spans. Sampling is the provider's sampler, asked as the SDK asks it. As the SDK's batch
+processor does, a batch that finds OTEL_BSP_MAX_QUEUE_SIZE spans already waiting is dropped
+(and counted). The exporter process ends with the worker: at
 shutdown after the last batch, and on its own when the worker died (``kill -9``).
 """
 
