@@ -173,8 +173,6 @@ def _given_back(job: JobRecord, ending: Ending, now: datetime) -> Settlement:
     )
 
 
-# The settle path as functions of the store: the leader's reclaim and the operator's end of
-# a running job write through them too, without being settle parts themselves.
 def on_denial_grid(due: datetime, deadline: datetime | None) -> datetime:
     """A denied job's due time rounded up to the next multiple of DENIAL_GRID (as the
     settle statements do), never past its deadline."""
@@ -183,6 +181,8 @@ def on_denial_grid(due: datetime, deadline: datetime | None) -> datetime:
     return rounded if deadline is None else min(rounded, deadline)
 
 
+# The settle path as functions of the store: the leader's reclaim and the operator's end of
+# a running job write through them too, without being settle parts themselves.
 def plan_ending(store: MemoryStore, job: JobRecord, ending: Ending) -> Settlement:
     """Date a start the worker had not recorded yet, then decide ``ending``."""
     if ending.ran_for is not None and job.started_at is None:
