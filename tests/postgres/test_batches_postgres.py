@@ -277,3 +277,44 @@ async def test_the_hook_probe_counts_and_sweeps_use_jobs_batch_idx(pg: PgTarget)
         found = scan_names(plans[name])
         assert "Seq Scan batches" not in found, (name, found)
     assert "Seq Scan batches" not in scan_names(finalizers), scan_names(finalizers)
+
+
+@pytest.mark.slow
+async def test_a_hook_of_a_batch_that_fills_the_table_reads_no_job_it_does_not_cancel(
+    pg: PgTarget,
+) -> None:
+    # The shape of a big batch's drain: nearly every job a pending child of one batch. The
+    # hook's cancel (empty unless the batch aborts) once joined its jobs by a hash over a scan
+    # of every pending job, on every hook call; it finds them by primary key.
+    schema = pg.schema
+    batch_id = uuid7()
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        await conn.execute(
+            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
+                SELECT gen_random_uuid(), 'work', 'q', 'pending',
+                       jsonb_build_object('batch_id', $1::uuid::text)
+                FROM generate_series(1, 50000)""",
+            batch_id,
+        )
+        await conn.execute(
+            f"INSERT INTO {schema}.batches (id, queue, status) VALUES ($1, 'q', 'active')",
+            batch_id,
+        )
+        for table in ("jobs", "batches"):
+            await conn.execute(f"ANALYZE {schema}.{table}")
+        one = f"ARRAY['{batch_id}']::uuid[]"
+        plans = [
+            await generic_plan(
+                conn,
+                render("settle_batches", schema),
+                "uuid[], integer[], boolean[], text, integer[]",
+                f"{one}, ARRAY[0], ARRAY[{abort}], 'aborted', ARRAY[100]",
+            )
+            for abort in ("false", "true")
+        ]
+    finally:
+        await conn.close()
+    for plan in plans:
+        found = scan_names(plan)
+        assert "Seq Scan jobs" not in found, found

@@ -80,11 +80,15 @@ waiting AS (
     FOR UPDATE OF j
 ),
 cancelled AS (
+    -- By primary key, the ids as one array: joined to `waiting` alone, the generic plan of a
+    -- table full of one batch's pending children hashed a scan of every pending job, on every
+    -- hook call (this CTE runs whether the batch aborts or not).
     UPDATE {schema}.jobs j
     SET status = 'cancelled', cancel_requested_at = k.now, cancel_reason = $4::text,
         error_message = $4::text, finished_at = k.now, updated_at = k.now
     FROM waiting w CROSS JOIN clock k
-    WHERE j.id = w.id AND j.status IN ('pending', 'scheduled')
+    WHERE j.id = ANY (ARRAY(SELECT x.id FROM waiting x)) AND j.id = w.id
+      AND j.status IN ('pending', 'scheduled')
     RETURNING j.id, w.status AS from_status, w.batch_id
 ),
 events AS (
