@@ -206,3 +206,34 @@ async def test_the_batch_prune_reads_only_the_batches_past_their_retention(pg: P
         assert pick["Actual Rows"] == 100 and not pick.get("Rows Removed by Filter"), pick
     finally:
         await conn.close()
+
+
+# --- the drain monitor -----------------------------------------------------------------------
+async def test_the_drain_monitor_reads_the_queue_head_with_statistics_of_an_all_pending_table(
+    pg: PgTarget,
+) -> None:
+    # A drain's shape: statistics taken while the backlog was all pending, most of it done
+    # since. The pending side once became a sequential scan that stepped over every done job,
+    # on every call of `--until-idle`'s check (and of a benchmark's drain watch).
+    schema = pg.schema
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        await conn.execute(
+            f"""INSERT INTO {schema}.jobs (id, actor, queue, status)
+                SELECT gen_random_uuid(), 'work', 'default', 'pending'
+                FROM generate_series(1, 50000)"""
+        )
+        await conn.execute(f"ANALYZE {schema}.jobs")
+        await conn.execute(
+            f"""UPDATE {schema}.jobs SET status = 'succeeded', finished_at = now()
+                WHERE id IN (SELECT id FROM {schema}.jobs ORDER BY id LIMIT 49990)"""
+        )
+        plan = await generic_plan(
+            conn, render("has_active_jobs", schema), "text[]", "ARRAY['default']", analyze=True
+        )
+    finally:
+        await conn.close()
+    names = scan_names(plan)
+    assert "Seq Scan jobs" not in names, names
+    read = sum(node.get("Actual Rows", 0) for node in scans(plan))
+    assert read <= 10, (read, names)

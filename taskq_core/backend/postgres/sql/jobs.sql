@@ -377,9 +377,19 @@ GROUP BY queue, status
 ORDER BY queue, status;
 
 -- name: has_active_jobs
--- The drain monitor's question, answered by the first index entry found, not a count.
-SELECT EXISTS (SELECT 1 FROM {schema}.jobs
-               WHERE status = 'pending' AND queue = ANY ($1::text[]))
+-- The drain monitor's question, answered by the first index entry found, not a count. The
+-- pending side walks each queue's head in jobs_fair_dispatch_idx's order: as a plain EXISTS,
+-- statistics taken while the backlog was all pending (a drain's start) made it a
+-- sequential scan that stepped over every job done since, on every call.
+SELECT EXISTS (SELECT 1
+               FROM unnest($1::text[]) AS q(name)
+               CROSS JOIN LATERAL (
+                   SELECT 1 FROM {schema}.jobs j
+                   WHERE j.status = 'pending' AND j.queue = q.name
+                   ORDER BY j.queue, COALESCE(j.fairness_key, '__null__'), j.priority DESC,
+                            j.scheduled_at, j.id
+                   LIMIT 1
+               ) head)
     OR EXISTS (SELECT 1 FROM {schema}.jobs
                WHERE status IN ('scheduled', 'running', 'waiting') AND queue = ANY ($1::text[]));
 
