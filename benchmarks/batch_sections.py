@@ -3,12 +3,15 @@ finalizer, the hook after every flush) against as many plain jobs, same worker s
 
 Both backlogs are the same no-op jobs, loaded in bulk and ANALYZEd before the worker starts.
 A plain drain ends when no job waits or runs; a batch drain when its finalizer has ended
-(the hook enqueued it after the last child). Rounds alternate plain and batch, and the best
-of each counts, so a neighbour's burst on a shared machine hurts both alike.
+(the hook enqueued it after the last child). Each round drains one of each back to back, the
+order swapped every round; the share is the median of the rounds' own shares, so a shared
+machine's speed, which drifts by a fifth within a minute, is the same on both sides of each
+share, and one lucky drain on either side does not set it.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -25,17 +28,31 @@ Settle = Callable[[PostgresBackend], Awaitable[None]]
 
 @dataclass(frozen=True)
 class BatchFigures:
-    """Best drain seconds of each kind over the rounds, for ``jobs`` jobs."""
+    """Each round's drain seconds of each kind, for ``jobs`` jobs."""
 
     jobs: int
-    plain: float
-    batch: float
+    rounds: tuple[tuple[float, float], ...]  # (plain, batch) seconds
     exit_codes: tuple[int, ...]
 
     @property
+    def plain(self) -> float:
+        """The median plain drain's seconds."""
+        return statistics.median(plain for plain, _ in self.rounds)
+
+    @property
+    def batch(self) -> float:
+        """The median batch drain's seconds."""
+        return statistics.median(batch for _, batch in self.rounds)
+
+    @property
+    def ratios(self) -> list[float]:
+        """Each round's batch drain rate as a fraction of its plain one's."""
+        return [plain / batch if batch > 0 else 0.0 for plain, batch in self.rounds]
+
+    @property
     def ratio(self) -> float:
-        """The batch's drain rate as a fraction of the plain one's."""
-        return self.plain / self.batch if self.batch > 0 else 0.0
+        """The median of the rounds' shares."""
+        return statistics.median(self.ratios)
 
 
 async def _load(backend: PostgresBackend, jobs: int, *, batch: bool) -> UUID | None:
@@ -69,15 +86,17 @@ async def _drain(backend: PostgresBackend, dsn: str, batch_id: UUID | None) -> t
 async def measure(
     fresh_backend: FreshBackend, settle: Settle, dsn: str, jobs: int, rounds: int
 ) -> BatchFigures:
-    """``rounds`` drains of each kind on fresh schemas, alternating plain and batch."""
-    best = {False: float("inf"), True: float("inf")}
+    """``rounds`` rounds of one drain of each kind on fresh schemas, back to back, the
+    order swapped every round."""
+    pairs: list[tuple[float, float]] = []
     codes: list[int] = []
-    for _ in range(rounds):
-        for batch in (False, True):
+    for number in range(rounds):
+        seconds = {}
+        for batch in (False, True) if number % 2 == 0 else (True, False):
             async with fresh_backend() as backend:
                 batch_id = await _load(backend, jobs, batch=batch)
                 await settle(backend)
-                seconds, code = await _drain(backend, dsn, batch_id)
-            best[batch] = min(best[batch], seconds)
+                seconds[batch], code = await _drain(backend, dsn, batch_id)
             codes.append(code)
-    return BatchFigures(jobs, best[False], best[True], tuple(codes))
+        pairs.append((seconds[False], seconds[True]))
+    return BatchFigures(jobs, tuple(pairs), tuple(codes))
