@@ -107,10 +107,11 @@ async def timed_drain(
 
 
 async def _backlog_done(backend: PostgresBackend) -> Callable[[], Awaitable[bool]]:
-    """Whether no job waits or runs on ``default``, asked once the newest job of the backlog
-    (the last a FIFO drain claims) has ended: until then a read by primary key. The watch
-    must cost the drain it times no more than a batch's or a workflow's does (the
-    full question steps over the index entries of every job claimed so far)."""
+    """A plain drain's watch: whether no job waits or runs on ``default``, asked once the
+    newest job of the backlog (the last a FIFO drain claims) has ended, a read by primary
+    key until then. It must cost the drain it times no more than a batch's or a workflow's
+    watch does (the full question steps over the index entries of every job claimed so
+    far)."""
     newest = await backend.list_jobs(JobFilter(limit=1))
 
     async def done() -> bool:
