@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -199,6 +200,35 @@ async def test_the_stale_sweep_skips_a_batch_a_hook_holds_and_the_hook_ends_it(
 
 
 # --- index paths -----------------------------------------------------------------------------
+async def add_pending_children(
+    conn: asyncpg.Connection, schema: str, batch_id: UUID, count: int
+) -> None:
+    await conn.execute(
+        f"""INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
+            SELECT gen_random_uuid(), 'work', 'q', 'pending',
+                   jsonb_build_object('batch_id', $1::uuid::text)
+            FROM generate_series(1, {count})""",
+        batch_id,
+    )
+
+
+async def settle_batches_plan(
+    conn: asyncpg.Connection, schema: str, batch_id: UUID, *, abort: bool
+) -> dict[str, Any]:
+    """The hook's settle statement's generic plan for one batch, aborting or not."""
+    args = (
+        "ARRAY[3], ARRAY[true], 'aborted', ARRAY[5]"
+        if abort
+        else ("ARRAY[0], ARRAY[false], 'aborted', ARRAY[0]")
+    )
+    return await generic_plan(
+        conn,
+        render("settle_batches", schema),
+        "uuid[], integer[], boolean[], text, integer[]",
+        f"ARRAY['{batch_id}']::uuid[], {args}",
+    )
+
+
 @pytest.mark.slow
 async def test_the_hook_probe_counts_and_sweeps_use_jobs_batch_idx(pg: PgTarget) -> None:
     schema = pg.schema
@@ -213,13 +243,7 @@ async def test_the_hook_probe_counts_and_sweeps_use_jobs_batch_idx(pg: PgTarget)
                        jsonb_build_object('n', n)
                 FROM generate_series(1, {NON_BATCH_JOBS}) AS n"""
         )
-        await conn.execute(
-            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
-                SELECT gen_random_uuid(), 'work', 'q', 'pending',
-                       jsonb_build_object('batch_id', $1::uuid::text)
-                FROM generate_series(1, 50)""",
-            batch_id,
-        )
+        await add_pending_children(conn, schema, batch_id, 50)
         await conn.execute(
             f"""INSERT INTO {schema}.batches (id, queue, status, completed_at)
                 SELECT CASE WHEN n = 1 THEN $1::uuid ELSE gen_random_uuid() END, 'q',
@@ -232,18 +256,8 @@ async def test_the_hook_probe_counts_and_sweeps_use_jobs_batch_idx(pg: PgTarget)
             await conn.execute(f"ANALYZE {schema}.{table}")
         one = f"ARRAY['{batch_id}']::uuid[]"
         plans = {
-            "settle_batches": await generic_plan(
-                conn,
-                render("settle_batches", schema),
-                "uuid[], integer[], boolean[], text, integer[]",
-                f"{one}, ARRAY[0], ARRAY[false], 'aborted', ARRAY[0]",
-            ),
-            "settle_batches (abort)": await generic_plan(
-                conn,
-                render("settle_batches", schema),
-                "uuid[], integer[], boolean[], text, integer[]",
-                f"{one}, ARRAY[3], ARRAY[true], 'aborted', ARRAY[5]",
-            ),
+            "settle_batches": await settle_batches_plan(conn, schema, batch_id, abort=False),
+            "settle_batches (abort)": await settle_batches_plan(conn, schema, batch_id, abort=True),
             "count_batch_jobs": await generic_plan(
                 conn, render("count_batch_jobs", schema), "uuid", f"'{batch_id}'"
             ),
@@ -290,28 +304,16 @@ async def test_a_hook_of_a_batch_that_fills_the_table_reads_no_job_it_does_not_c
     batch_id = uuid7()
     conn = await asyncpg.connect(pg.dsn)
     try:
-        await conn.execute(
-            f"""INSERT INTO {schema}.jobs (id, actor, queue, status, metadata)
-                SELECT gen_random_uuid(), 'work', 'q', 'pending',
-                       jsonb_build_object('batch_id', $1::uuid::text)
-                FROM generate_series(1, 50000)""",
-            batch_id,
-        )
+        await add_pending_children(conn, schema, batch_id, 50_000)
         await conn.execute(
             f"INSERT INTO {schema}.batches (id, queue, status) VALUES ($1, 'q', 'active')",
             batch_id,
         )
         for table in ("jobs", "batches"):
             await conn.execute(f"ANALYZE {schema}.{table}")
-        one = f"ARRAY['{batch_id}']::uuid[]"
         plans = [
-            await generic_plan(
-                conn,
-                render("settle_batches", schema),
-                "uuid[], integer[], boolean[], text, integer[]",
-                f"{one}, ARRAY[0], ARRAY[{abort}], 'aborted', ARRAY[100]",
-            )
-            for abort in ("false", "true")
+            await settle_batches_plan(conn, schema, batch_id, abort=abort)
+            for abort in (False, True)
         ]
     finally:
         await conn.close()
