@@ -373,13 +373,13 @@ TELEMETRY: list[TelemetryFigures] = []
 async def telemetry_section(bench: Bench) -> list[Measurement]:
     """A worker's drain (concurrency 16) with no SDK, with the /metrics meters, and exporting
     traces and metrics over OTLP/HTTP to a local receiver (all traces, then 10% sampled), in
-    alternating rounds."""
+    five rounds, the order rotated every round (medians)."""
     figures = await telemetry_sections.measure(
         bench.fresh_backend,
         bench.settle,
         bench.dsn,
         jobs=bench.size(20_000),
-        rounds=1 if bench.quick else 3,
+        rounds=1 if bench.quick else 5,
     )
     TELEMETRY.append(figures)
     failed = "" if figures.exit_codes == {0} else f" (exits {sorted(figures.exit_codes)})"
@@ -389,7 +389,7 @@ async def telemetry_section(bench: Bench) -> list[Measurement]:
             "telemetry",
             f"worker drain, concurrency {concurrency}, {variant}{failed}",
             figures.jobs,
-            figures.drain[variant],
+            figures.seconds(variant),
         )
         for variant in telemetry_sections.VARIANTS
     ]
@@ -589,14 +589,17 @@ def main(argv: list[str] | None = None) -> int:
             for line in archive_sections.describe(figures):
                 console.print(line)
         for otel in TELEMETRY:
-            off, meters, on, sampled = (otel.rate(v) for v in telemetry_sections.VARIANTS)
+            off, meters, on, sampled = telemetry_sections.VARIANTS
             console.print(
-                f"telemetry: exporting over OTLP drained at {on / meters:.0%} of the rate without "
-                f"an exporter ({on:,.0f}/s against {meters:,.0f}/s) and {on / off:.0%} of no SDK "
-                f"({off:,.0f}/s); {sampled / meters:.0%} and {sampled / off:.0%} with 10% of "
-                f"traces sampled ({otel.requests} requests received); the /metrics meters alone "
-                f"at {meters / off:.0%} of no SDK; load average "
-                f"{' / '.join(f'{x:.2f}' for x in otel.load)}"
+                f"telemetry (medians of {len(otel.rounds)} rounds' own shares): exporting over "
+                f"OTLP drained at {otel.share(on, meters):.0%} of the rate without an exporter "
+                f"and {otel.share(on, off):.0%} of no SDK ({otel.rate(on):,.0f}/s against "
+                f"{otel.rate(meters):,.0f}/s and {otel.rate(off):,.0f}/s); "
+                f"{otel.share(sampled, meters):.0%} and {otel.share(sampled, off):.0%} with 10% "
+                f"of traces sampled ({otel.requests} requests received); the /metrics meters "
+                f"alone at {otel.share(meters, off):.0%} of no SDK; every span, per round: "
+                + " / ".join(f"{drains[off] / drains[on]:.0%}" for drains in otel.rounds)
+                + f" of no SDK; load average {' / '.join(f'{x:.2f}' for x in otel.load)}"
             )
     finally:
         if root is not None:

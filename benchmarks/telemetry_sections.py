@@ -1,8 +1,10 @@
 """Telemetry: a worker's drain with no OpenTelemetry SDK, with the meters /metrics reads, and
 exporting traces and metrics over OTLP/HTTP, side by side.
 
-Three variants of one `taskq worker --until-idle` (concurrency 16) over the same backlog, in
-alternating rounds (best of each):
+Variants of one `taskq worker --until-idle` (concurrency 16) over the same backlog. Each
+round drains once per variant, back to back, the order rotated every round; a share of one
+variant against another is the median of the rounds' own shares (a shared machine's speed
+drifts by a fifth within a minute: both sides of each share see the same machine):
 
 - ``no SDK``: TASKQ_OTEL_ENABLED=false; no provider is installed, no instrument records.
 - ``/metrics meters``: the default worker: its health server's Prometheus reader on an SDK
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -37,16 +40,26 @@ Settle = Callable[[PostgresBackend], Awaitable[None]]
 
 @dataclass
 class TelemetryFigures:
-    """Best drain seconds per variant, what the receiver got, and the load around the run."""
+    """Each round's drain seconds per variant, what the receiver got, and the load around
+    the run."""
 
     jobs: int
-    drain: dict[str, float] = field(default_factory=dict)
+    rounds: list[dict[str, float]] = field(default_factory=list)
     exit_codes: set[int] = field(default_factory=set)
     requests: int = 0  # OTLP requests the receiver accepted
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
+    def seconds(self, variant: str) -> float:
+        """The variant's median drain seconds."""
+        return statistics.median(drains[variant] for drains in self.rounds)
+
     def rate(self, variant: str) -> float:
-        return self.jobs / self.drain[variant]
+        """The variant's median drain rate."""
+        return self.jobs / self.seconds(variant)
+
+    def share(self, variant: str, base: str) -> float:
+        """``variant``'s rate as a fraction of ``base``'s: the median of the rounds' own."""
+        return statistics.median(drains[base] / drains[variant] for drains in self.rounds)
 
 
 @contextmanager
@@ -125,19 +138,21 @@ async def _drain(
 async def measure(
     fresh: FreshBackend, settle: Settle, dsn: str, jobs: int, rounds: int
 ) -> TelemetryFigures:
-    """Each variant's best drain over ``rounds`` alternating rounds."""
+    """``rounds`` rounds of one drain per variant, the order rotated every round."""
     figures = TelemetryFigures(jobs)
     clean = {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
     for key in clean:  # the variants say what is exported, not the caller's shell
         os.environ.pop(key)
     try:
         with discarding_receiver() as (endpoint, count):
-            for _ in range(rounds):
-                for variant in VARIANTS:
+            for number in range(rounds):
+                drains: dict[str, float] = {}
+                turn = number % len(VARIANTS)
+                for variant in VARIANTS[turn:] + VARIANTS[:turn]:
                     env = variant_env(variant, endpoint)
-                    seconds, code = await _drain(fresh, settle, dsn, env, jobs)
+                    drains[variant], code = await _drain(fresh, settle, dsn, env, jobs)
                     figures.exit_codes.add(code)
-                    figures.drain[variant] = min(figures.drain.get(variant, seconds), seconds)
+                figures.rounds.append(drains)
             figures.requests = count[0]
     finally:
         os.environ.update(clean)
