@@ -3,7 +3,8 @@
 A job's life in four phases on a fresh schema: the enqueue (one statement each, and one COPY
 for all), the processing by a real ``taskq worker --until-idle`` (claim, start, settle), and
 the prune that moves it to the archive; then the processing of an ephemeral actor's jobs
-(``@actor(ephemeral=True)``: deleted at their success, nothing left to prune). For each
+(``@actor(ephemeral=True)``: deleted at their success, nothing left to prune) and of one
+batch's children (with a finalizer; its hook and finalizer counted with them). For each
 phase, per job: the WAL bytes written (``pg_current_wal_lsn`` before and after, so it
 counts everything the server wrote meanwhile: run it on a quiet server), the transactions
 committed, the rows inserted, updated (HOT among them) and deleted in TaskQ's tables
@@ -32,6 +33,7 @@ from benchmarks.worker_sections import worker_process
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
 from taskq_core.backend.protocol.retention import PrunePolicy
+from taskq_core.client import EnqueueItem, JobsClient
 from taskq_core.statemachine import JobStatus
 
 STATS_FLUSH_WAIT = 11.0  # seconds: PGSTAT_IDLE_INTERVAL (10 s) and a margin
@@ -138,7 +140,18 @@ async def measure(backend: PostgresBackend, dsn: str, jobs: int) -> list[PhaseCo
         await backend.enqueue_batch_fast(
             [EnqueueArgs("noop_ephemeral", {"n": n}) for n in range(jobs)]
         )
+        await _settled_stats()  # the enqueue's rows counted before the processing starts
         costs.append(await _processing(conn, dsn, schema, ", ephemeral actor", jobs))
+
+        # One batch's children, with a finalizer: what a child costs beyond a plain job (as
+        # many as the plain processing's, so the worker's start weighs alike per job).
+        async with JobsClient(backend=backend) as client:
+            await client.enqueue_batch(
+                [("noop", {"n": n}) for n in range(2 * jobs)],
+                finalizer=EnqueueItem("noop", {"final": True}),
+            )
+        await _settled_stats()
+        costs.append(await _processing(conn, dsn, schema, ", batch children", 2 * jobs))
         return costs
     finally:
         await conn.close()
