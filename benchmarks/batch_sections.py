@@ -4,19 +4,17 @@ finalizer, the hook after every flush) against as many plain jobs, same worker s
 Both backlogs are the same no-op jobs, loaded in bulk and ANALYZEd before the worker starts.
 A plain drain ends when no job waits or runs; a batch drain when its finalizer has ended
 (the hook enqueued it after the last child). Each round drains one of each back to back, the
-order swapped every round; the share is the median of the rounds' own shares, so a shared
-machine's speed, which drifts by a fifth within a minute, is the same on both sides of each
-share, and one lucky drain on either side does not set it.
+order swapped every round; the share is the median of the rounds' own shares (``paired``).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from uuid import UUID
 
+from benchmarks.paired import median_seconds, median_share, rotated, shares
 from benchmarks.worker_sections import timed_drain
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.client import EnqueueItem, JobsClient
@@ -28,31 +26,31 @@ Settle = Callable[[PostgresBackend], Awaitable[None]]
 
 @dataclass(frozen=True)
 class BatchFigures:
-    """Each round's drain seconds of each kind, for ``jobs`` jobs."""
+    """Each round's drain seconds of each kind (``True``: the batch), for ``jobs`` jobs."""
 
     jobs: int
-    rounds: tuple[tuple[float, float], ...]  # (plain, batch) seconds
+    rounds: tuple[dict[bool, float], ...]
     exit_codes: tuple[int, ...]
 
     @property
     def plain(self) -> float:
         """The median plain drain's seconds."""
-        return statistics.median(plain for plain, _ in self.rounds)
+        return median_seconds(self.rounds, False)
 
     @property
     def batch(self) -> float:
         """The median batch drain's seconds."""
-        return statistics.median(batch for _, batch in self.rounds)
+        return median_seconds(self.rounds, True)
 
     @property
     def ratios(self) -> list[float]:
         """Each round's batch drain rate as a fraction of its plain one's."""
-        return [plain / batch if batch > 0 else 0.0 for plain, batch in self.rounds]
+        return shares(self.rounds, True, False)
 
     @property
     def ratio(self) -> float:
         """The median of the rounds' shares."""
-        return statistics.median(self.ratios)
+        return median_share(self.rounds, True, False)
 
 
 async def _load(backend: PostgresBackend, jobs: int, *, batch: bool) -> UUID | None:
@@ -88,15 +86,15 @@ async def measure(
 ) -> BatchFigures:
     """``rounds`` rounds of one drain of each kind on fresh schemas, back to back, the
     order swapped every round."""
-    pairs: list[tuple[float, float]] = []
+    drains: list[dict[bool, float]] = []
     codes: list[int] = []
     for number in range(rounds):
-        seconds = {}
-        for batch in (False, True) if number % 2 == 0 else (True, False):
+        seconds: dict[bool, float] = {}
+        for batch in rotated((False, True), number):
             async with fresh_backend() as backend:
                 batch_id = await _load(backend, jobs, batch=batch)
                 await settle(backend)
                 seconds[batch], code = await _drain(backend, dsn, batch_id)
             codes.append(code)
-        pairs.append((seconds[False], seconds[True]))
-    return BatchFigures(jobs, tuple(pairs), tuple(codes))
+        drains.append(seconds)
+    return BatchFigures(jobs, tuple(drains), tuple(codes))

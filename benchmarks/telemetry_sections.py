@@ -3,8 +3,7 @@ exporting traces and metrics over OTLP/HTTP, side by side.
 
 Variants of one `taskq worker --until-idle` (concurrency 16) over the same backlog. Each
 round drains once per variant, back to back, the order rotated every round; a share of one
-variant against another is the median of the rounds' own shares (a shared machine's speed
-drifts by a fifth within a minute: both sides of each share see the same machine):
+variant against another is the median of the rounds' own shares (``paired``):
 
 - ``no SDK``: TASKQ_OTEL_ENABLED=false; no provider is installed, no instrument records.
 - ``/metrics meters``: the default worker: its health server's Prometheus reader on an SDK
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,6 +25,7 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from benchmarks.paired import median_seconds, median_share, rotated
 from benchmarks.worker_sections import worker_process
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
@@ -51,7 +50,7 @@ class TelemetryFigures:
 
     def seconds(self, variant: str) -> float:
         """The variant's median drain seconds."""
-        return statistics.median(drains[variant] for drains in self.rounds)
+        return median_seconds(self.rounds, variant)
 
     def rate(self, variant: str) -> float:
         """The variant's median drain rate."""
@@ -59,7 +58,7 @@ class TelemetryFigures:
 
     def share(self, variant: str, base: str) -> float:
         """``variant``'s rate as a fraction of ``base``'s: the median of the rounds' own."""
-        return statistics.median(drains[base] / drains[variant] for drains in self.rounds)
+        return median_share(self.rounds, variant, base)
 
 
 @contextmanager
@@ -147,8 +146,7 @@ async def measure(
         with discarding_receiver() as (endpoint, count):
             for number in range(rounds):
                 drains: dict[str, float] = {}
-                turn = number % len(VARIANTS)
-                for variant in VARIANTS[turn:] + VARIANTS[:turn]:
+                for variant in rotated(VARIANTS, number):
                     env = variant_env(variant, endpoint)
                     drains[variant], code = await _drain(fresh, settle, dsn, env, jobs)
                     figures.exit_codes.add(code)
