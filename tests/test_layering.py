@@ -21,6 +21,17 @@ def test_importing_taskq_core_loads_no_cli_or_tui_modules() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_an_application_that_enqueues_or_runs_a_worker_loads_no_telemetry_sdk() -> None:
+    # The SDK (about a tenth of the client's import on a slow host) is for a worker that
+    # exports: taskq worker builds its providers only when an exporter is named.
+    code = (
+        "import sys, taskq_core.client, taskq_core.worker.runtime;"
+        "print(','.join(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_no_taskq_core_module_imports_the_cli_stack() -> None:
     root = Path(__file__).resolve().parents[1] / "taskq_core"
     offenders = []

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -26,7 +26,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from taskq_core.obs.metrics import INSTRUMENTATION, SYSTEM
 from taskq_core.obs.span_export import CarriedLink
-from taskq_core.obs.span_shipping import SpanShipper
+
+if TYPE_CHECKING:  # the shipper imports the SDK: only a worker that traces needs it
+    from taskq_core.obs.span_shipping import SpanShipper
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _ENQUEUE_LINK = {"taskq.link": "enqueue"}
