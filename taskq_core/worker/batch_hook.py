@@ -30,7 +30,12 @@ from typing import Any
 from uuid import UUID
 
 from taskq_core.backend.protocol import Backend, JobRow
-from taskq_core.backend.protocol.batches import BATCH_ID_KEY, BatchOutcome, batch_id_of
+from taskq_core.backend.protocol.batches import (
+    BATCH_ID_KEY,
+    BatchOutcome,
+    batch_id_of,
+    parse_batch_id,
+)
 from taskq_core.backend.protocol.workflows import WORKFLOW_ID_KEY
 from taskq_core.obs.metrics import count_batch_end, instruments
 from taskq_core.statemachine import TERMINAL_STATUSES, JobStatus
@@ -122,7 +127,7 @@ def succeeded_children(
     """The hook's input for the successes a flush wrote: one outcome per batch for its
     children (counted: a flush writes hundreds of one batch's), one per job for workflow
     steps; jobs of neither are left out."""
-    runs: dict[UUID, list[ActiveJob]] = {}
+    runs: dict[str, list[ActiveJob]] = {}  # by the batch id's text
     steps: list[tuple[Outcome, Sequence[ActiveJob]]] = []
     for holding in written:
         metadata = holding.job.metadata
@@ -131,12 +136,13 @@ def succeeded_children(
             if outcome is not None:
                 steps.append((outcome, [holding]))
             continue
-        batch_id = batch_id_of(metadata)
-        if batch_id is not None:
-            runs.setdefault(batch_id, []).append(holding)
-    counted = [
+        raw = metadata.get(BATCH_ID_KEY)
+        if raw is not None:
+            runs.setdefault(str(raw), []).append(holding)  # str: any JSON value
+    counted = [  # each run's id parsed once, not once a child
         (BatchOutcome(batch_id, JobStatus.SUCCEEDED, len(jobs)), jobs)
-        for batch_id, jobs in runs.items()
+        for raw, jobs in runs.items()
+        if (batch_id := parse_batch_id(raw)) is not None
     ]
     return [*steps, *counted]
 

@@ -141,3 +141,16 @@ def test_a_flush_of_successes_is_one_counted_outcome_per_batch_and_one_per_step(
     counted = [o for o, _ in hooked if isinstance(o, BatchOutcome)]
     assert [(str(o.batch_id), o.count) for o in counted] == [(first, 3), (second, 1)]
     assert hooked[1][1] == [children[0], children[2], children[3]]
+
+
+def test_a_flush_leaves_out_a_job_whose_batch_id_is_no_uuid() -> None:
+    # metadata is the application's too: a batch_id that no batch made (a list, a typo) is
+    # no batch, and the flush that wrote its success goes on.
+    holdings = ActiveJobs()
+    batch = str(uuid4())
+    child = held_child(holdings, batch)
+    strangers = [held_child(holdings, cast(str, odd)) for odd in (["a"], "not-a-uuid", 7)]
+    hooked = succeeded_children([*strangers, child])
+    assert [(str(o.batch_id), jobs) for o, jobs in hooked if isinstance(o, BatchOutcome)] == [
+        (batch, [child])
+    ]

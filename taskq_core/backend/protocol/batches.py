@@ -325,7 +325,11 @@ def batch_id_of(metadata: Mapping[str, Any] | None) -> UUID | None:
     """The batch a job belongs to, from its metadata (None: not a batch child)."""
     if not metadata:
         return None
-    raw = metadata.get(BATCH_ID_KEY)
+    return parse_batch_id(metadata.get(BATCH_ID_KEY))
+
+
+def parse_batch_id(raw: object) -> UUID | None:
+    """A ``metadata.batch_id`` value as a UUID (None: absent, or not a UUID)."""
     return None if raw is None else _batch_uuid(str(raw))
 
 
