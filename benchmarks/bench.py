@@ -598,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{otel.share(sampled, meters):.0%} and {otel.share(sampled, off):.0%} with 10% "
                 f"of traces sampled ({otel.requests} requests received); the /metrics meters "
                 f"alone at {otel.share(meters, off):.0%} of no SDK; every span, per round: "
-                + " / ".join(f"{drains[off] / drains[on]:.0%}" for drains in otel.rounds)
+                + " / ".join(f"{share:.0%}" for share in otel.round_shares(on, off))
                 + f" of no SDK; load average {' / '.join(f'{x:.2f}' for x in otel.load)}"
             )
     finally:

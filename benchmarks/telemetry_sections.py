@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from benchmarks.paired import median_seconds, median_share, rotated
+from benchmarks.paired import median_seconds, median_share, rotated, shares
 from benchmarks.worker_sections import worker_process
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
@@ -59,6 +59,10 @@ class TelemetryFigures:
     def share(self, variant: str, base: str) -> float:
         """``variant``'s rate as a fraction of ``base``'s: the median of the rounds' own."""
         return median_share(self.rounds, variant, base)
+
+    def round_shares(self, variant: str, base: str) -> list[float]:
+        """``variant``'s rate as a fraction of ``base``'s, round by round."""
+        return shares(self.rounds, variant, base)
 
 
 @contextmanager

@@ -219,7 +219,7 @@ async def settle_batches_plan(
     args = (
         "ARRAY[3], ARRAY[true], 'aborted', ARRAY[5]"
         if abort
-        else ("ARRAY[0], ARRAY[false], 'aborted', ARRAY[0]")
+        else "ARRAY[0], ARRAY[false], 'aborted', ARRAY[0]"
     )
     return await generic_plan(
         conn,
