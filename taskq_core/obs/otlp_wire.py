@@ -6,11 +6,13 @@ attribute, value and link out of the SDK's span objects: about 48 us a span coun
 span made for it, the bulk of the exporter process's work and, on a machine with no core to
 spare, most of what exporting every job's span costs the drain. ``RequestWriter`` writes the
 same request from the records directly (about 6 us a span), reusing an attribute's bytes
-while its key and value repeat (the worker's labels, the actor, the queue). The request is
-parsed into the official message (C code, about a microsecond a span) and reaches the exporter
-through its module's ``encode_spans``, which ``accept_encoded`` wraps: records already encoded
-pass through, anything else goes to the original. An exporter whose module has no
-``encode_spans`` is given the SDK's spans, as before.
+while its key and value repeat (the worker's labels, the actor, the queue). The request
+reaches the exporter through its module's ``encode_spans``, which ``accept_encoded`` wraps:
+records already encoded pass through, anything else goes to the original. The OTLP/HTTP
+exporter only serializes its request and posts the bytes, so it is given the written bytes as
+they are; the others get them parsed into the official message (C code, yet the parse and the
+exporter's serializing again cost about 2.5 us a span, a fifth of the process's work). An
+exporter whose module has no ``encode_spans`` is given the SDK's spans, as before.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ _NO_STATUS = _SPAN_STATUS + b"\x00"  # UNSET, no message: written, as the encode
 _fixed64 = struct.Struct("<Q").pack
 _KEPT_PER_KEY = 256  # an attribute key's values whose bytes are kept for reuse
 _KEPT_KEYS = 1024  # attribute keys whose values are kept
-_FULL: dict[tuple[type, Any], bytes] = {}  # keeps nothing: see _Attributes.fields
 
 
 def _varint(n: int) -> bytes:
@@ -59,9 +60,15 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+# The lengths of a span's fields and of most spans, written once.
+_SHORT = 2048
+_SHORT_VARINTS = tuple(_varint(n) for n in range(_SHORT))
+
+
 def _field(key: bytes, payload: bytes) -> bytes:
     """A length-delimited field: a message, a string or bytes."""
-    return key + _varint(len(payload)) + payload
+    n = len(payload)
+    return key + (_SHORT_VARINTS[n] if n < _SHORT else _varint(n)) + payload
 
 
 def _value(value: Any) -> AnyValue:
@@ -92,31 +99,34 @@ class _Attributes:
 
     def __init__(self) -> None:
         # By type too: True == 1 == 1.0, and each is written as its own kind of value.
-        self._seen: dict[tuple[bytes, str], dict[tuple[type, Any], bytes]] = {}
+        self._kept: dict[tuple[bytes, str, type, Any], bytes] = {}
+        self._counts: dict[tuple[bytes, str], int] = {}  # values kept, by field and key
 
     def fields(self, field: bytes, attributes: Mapping[str, Any]) -> list[bytes]:
         """``attributes`` as the repeated ``KeyValue`` field keyed ``field``."""
-        seen = self._seen
+        kept = self._kept
         written = []
         for key, value in attributes.items():
-            values = seen.get((field, key))
-            if values is None:
-                if len(seen) < _KEPT_KEYS:
-                    values = seen[field, key] = {}
-                else:  # past _KEPT_KEYS keys (names made per job, say), keep nothing new
-                    values = _FULL
             try:
-                written.append(values[type(value), value])
-                continue
-            except KeyError:
-                encoded = _field(field, _key_value(key, value))
+                encoded = kept.get((field, key, type(value), value))
             except TypeError:  # a list: not kept
                 written.append(_field(field, _key_value(key, value)))
                 continue
-            if len(values) < _KEPT_PER_KEY and values is not _FULL:
-                values[type(value), value] = encoded
-            written.append(encoded)
+            written.append(encoded or self._keep(field, key, value))
         return written
+
+    def _keep(self, field: bytes, key: str, value: Any) -> bytes:
+        encoded = _field(field, _key_value(key, value))
+        counts = self._counts
+        count = counts.get((field, key))
+        if count is None:
+            if len(counts) >= _KEPT_KEYS:  # past them (names made per job, say): keep nothing
+                return encoded
+            count = 0
+        if count < _KEPT_PER_KEY:
+            self._kept[field, key, type(value), value] = encoded
+            counts[field, key] = count + 1
+        return encoded
 
 
 def _key_value(key: str, value: Any) -> bytes:
@@ -141,18 +151,18 @@ class RequestWriter:
         )
         self._scope = _field(_SCOPE_SPANS_SCOPE, scope_bytes)
 
-    def request(self, batch: Sequence[Any]) -> ExportTraceServiceRequest:
-        parsed: ExportTraceServiceRequest = ExportTraceServiceRequest.FromString(self.encode(batch))
-        return parsed
-
     def encode(self, batch: Sequence[Any]) -> bytes:
+        """The request for ``batch``, serialized."""
         if not batch:
             return b""  # no resource without spans, as the official encoder
-        spans = b"".join([_field(_SCOPE_SPANS_SPAN, self._span(record)) for record in batch])
+        # A link's attributes and flags, by the mapping's identity: every link of a batch
+        # shares one of a few mappings (unpickled once each), alive while the batch is.
+        tails: dict[int, tuple[bytes, bytes]] = {}
+        spans = b"".join([_field(_SCOPE_SPANS_SPAN, self._span(record, tails)) for record in batch])
         resource_spans = self._resource + _field(_RESOURCE_SPANS_SCOPE_SPANS, self._scope + spans)
         return _field(_REQUEST_RESOURCE_SPANS, resource_spans)
 
-    def _span(self, record: Any) -> bytes:
+    def _span(self, record: Any, tails: dict[int, tuple[bytes, bytes]]) -> bytes:
         name, kind, trace_id, span_id, start, end, attributes, links, events, code, message = record
         fields = self._attributes.fields
         parts = [
@@ -166,12 +176,12 @@ class RequestWriter:
             written += fields(_EVENT_ATTRIBUTE, event_attributes)
             parts.append(_field(_SPAN_EVENT, b"".join(written)))
         for link_trace, link_span, _flags, link_attributes in links:
-            written = [
-                _LINK_TRACE_ID, link_trace.to_bytes(16, "big"),
-                _LINK_SPAN_ID, link_span.to_bytes(8, "big"),
-                *fields(_LINK_ATTRIBUTE, link_attributes), _LINK_FLAGS,
-            ]  # fmt: skip
-            parts.append(_field(_SPAN_LINK, b"".join(written)))
+            head_tail = tails.get(id(link_attributes))
+            if head_tail is None:
+                head_tail = tails[id(link_attributes)] = self._link_ends(link_attributes)
+            head, tail = head_tail
+            parts += (head, link_trace.to_bytes(16, "big"), _LINK_SPAN_ID,
+                      link_span.to_bytes(8, "big"), tail)  # fmt: skip
         if code or message:
             status = Status(code=code, message=message).SerializeToString()
             parts.append(_field(_SPAN_STATUS, status))
@@ -180,18 +190,57 @@ class RequestWriter:
         parts.append(_SPAN_FLAGS)
         return b"".join(parts)
 
+    def _link_ends(self, attributes: Mapping[str, Any]) -> tuple[bytes, bytes]:
+        """What a link with ``attributes`` writes before its trace id (the field's key, its
+        length and the trace id's key) and after its span id (the attributes, the flags)."""
+        tail = b"".join(self._attributes.fields(_LINK_ATTRIBUTE, attributes)) + _LINK_FLAGS
+        length = len(_LINK_TRACE_ID) + 16 + len(_LINK_SPAN_ID) + 8 + len(tail)
+        return _SPAN_LINK + _varint(length) + _LINK_TRACE_ID, tail
+
 
 class EncodedSpans:
-    """A batch already encoded, passed to an exporter in place of its spans."""
+    """A batch already written, passed to an exporter in place of its spans: the request's
+    bytes, parsed into the official message once, for an exporter that needs one."""
 
-    __slots__ = ("count", "request")
+    __slots__ = ("_parsed", "count", "written")
 
-    def __init__(self, request: ExportTraceServiceRequest, count: int) -> None:
-        self.request = request
+    def __init__(self, written: bytes, count: int) -> None:
+        self.written = written
         self.count = count
+        self._parsed: ExportTraceServiceRequest | None = None
 
     def __len__(self) -> int:
         return self.count
+
+    def message(self) -> ExportTraceServiceRequest:
+        """The request as the official message."""
+        if self._parsed is None:
+            self._parsed = ExportTraceServiceRequest.FromString(self.written)
+        return self._parsed
+
+
+class SerializedRequest:
+    """The request the OTLP/HTTP exporter is given: serializing it, all that exporter does with
+    one, returns the written bytes; anything else a later version might ask of it goes to the
+    parsed message."""
+
+    __slots__ = ("_spans",)
+
+    def __init__(self, spans: EncodedSpans) -> None:
+        self._spans = spans
+
+    def SerializePartialToString(self, **_options: Any) -> bytes:  # protobuf's name
+        return self._spans.written
+
+    def SerializeToString(self, **_options: Any) -> bytes:  # protobuf's name
+        return self._spans.written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spans.message(), name)
+
+
+# The exporter modules whose exporter only serializes the request and sends the bytes.
+_SENDS_BYTES = frozenset({"opentelemetry.exporter.otlp.proto.http.trace_exporter"})
 
 
 def accept_encoded(exporter: Any) -> bool:
@@ -199,18 +248,18 @@ def accept_encoded(exporter: Any) -> bool:
     False when the module has none (the exporter is then given the SDK's spans)."""
     module = sys.modules.get(type(exporter).__module__)
     original = getattr(module, "encode_spans", None)
-    if original is None:
+    if module is None or original is None:
         return False
     if getattr(original, "passes_encoded", False):
         return True
+    sends_bytes = module.__name__ in _SENDS_BYTES
 
-    def encode_spans(spans: Any) -> ExportTraceServiceRequest:
+    def encode_spans(spans: Any) -> Any:
         if isinstance(spans, EncodedSpans):
-            return spans.request
-        encoded: ExportTraceServiceRequest = original(spans)
-        return encoded
+            return SerializedRequest(spans) if sends_bytes else spans.message()
+        return original(spans)
 
-    passing: Callable[[Any], ExportTraceServiceRequest] = encode_spans
+    passing: Callable[[Any], Any] = encode_spans
     passing.passes_encoded = True  # type: ignore[attr-defined]
-    module.encode_spans = passing  # type: ignore[union-attr]
+    module.encode_spans = passing  # type: ignore[attr-defined]
     return True

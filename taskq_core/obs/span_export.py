@@ -6,6 +6,7 @@ ends on its own when the worker is gone."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from taskq_core.constants import GC_YOUNG_THRESHOLD
 from taskq_core.obs.logs import get_logger
 
 _PARENT_CHECK = 1.0  # seconds between the exporter process's checks that the worker lives
@@ -53,6 +55,7 @@ def export_all(
 
     from taskq_core.obs.exporters import span_exporter
     from taskq_core.obs.otlp_wire import EncodedSpans, RequestWriter, accept_encoded
+    from taskq_core.worker.collector import freeze_start_up
 
     # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
     # ends it (the end of the pipe), after the last spans.
@@ -64,6 +67,11 @@ def export_all(
     described = Resource(dict(resource))
     instrumentation = InstrumentationScope(*scope)
     writer = RequestWriter(resource, scope)
+    # A batch unpickles into thousands of short-lived containers: the youngest generation
+    # collected every few spans at the default threshold, and the SDK and protobuf's objects
+    # walked by the older ones (about a microsecond a span). As the worker's own process.
+    freeze_start_up()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     while True:
         try:
             batch = reader.recv()
@@ -75,7 +83,7 @@ def export_all(
             try:
                 if takes_encoded:
                     if request is None:
-                        request = EncodedSpans(writer.request(batch), len(batch))
+                        request = EncodedSpans(writer.encode(batch), len(batch))
                     exporter.export(request)  # type: ignore[arg-type]  # its encode_spans takes it
                 else:
                     if spans is None:

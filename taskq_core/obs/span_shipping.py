@@ -32,7 +32,14 @@ from typing import Any
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_ON,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
@@ -44,6 +51,7 @@ _BATCH_SIZE = ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
 _QUEUE_SIZE = ("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
 _SCHEDULE_DELAY = ("OTEL_BSP_SCHEDULE_DELAY", 5000)  # milliseconds
 _ALWAYS_ON = (ALWAYS_ON, DEFAULT_ON)  # a new trace's span is sampled: no need to ask
+_PARENT_BASED = (ParentBased, ParentBasedTraceIdRatio)  # exactly these: a subclass may differ
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's status to begin with
@@ -62,6 +70,14 @@ def _carried(attributes: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, _SCALARS)
         or (isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value))
     }
+
+
+def _deciding_root(sampler: Any) -> Any:
+    """The sampler that decides a new trace's root span: a parent-based sampler (the SDK's
+    default, and ``parentbased_*``) hands a span without a parent to its root sampler."""
+    while type(sampler) in _PARENT_BASED:
+        sampler = sampler._root  # the SDK keeps it there; a span here has no parent
+    return sampler
 
 
 def _setting(environ: Mapping[str, str], variable: tuple[str, int]) -> int:
@@ -218,11 +234,13 @@ class SpanShipper:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.provider = provider  # the spans are shipped only while it is the global one
-        sampler = getattr(provider, "sampler", None)
+        sampler = _deciding_root(getattr(provider, "sampler", None))
         # None: every span sampled. The ratio sampler's rule is applied here, as it applies
-        # it (a root span: no parent to ask); any other sampler is asked.
+        # it, and the never-sampler's answer (a root span: no parent to ask); any other
+        # sampler is asked.
         self._sampler = None if sampler is None or sampler in _ALWAYS_ON else sampler
         self._ratio_bound = sampler.bound if type(sampler) is TraceIdRatioBased else None
+        self._never = sampler is ALWAYS_OFF
         ids = getattr(provider, "id_generator", None)
         self._ids = None if ids is None or type(ids) is RandomIdGenerator else ids  # None: random
         self._exporting = (list(exporters), dict(resource), scope)
@@ -289,6 +307,8 @@ class SpanShipper:
         sampler = self._sampler
         if sampler is None:
             sampled = True
+        elif self._never:
+            sampled = False
         elif self._ratio_bound is not None:
             sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._ratio_bound
         else:

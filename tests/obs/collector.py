@@ -51,6 +51,7 @@ class Received:
     """What a collector stand-in was sent (decoded requests, in arrival order)."""
 
     traces: list[trace_service_pb2.ExportTraceServiceRequest] = field(default_factory=list)
+    trace_bodies: list[bytes] = field(default_factory=list)  # as posted over HTTP
     metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,6 +93,7 @@ def http_collector() -> Iterator[tuple[str, Received]]:
                 request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
                 with received.lock:
                     received.traces.append(request)
+                    received.trace_bodies.append(body)
                 reply = trace_service_pb2.ExportTraceServiceResponse()
             elif self.path == "/v1/metrics":
                 metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)

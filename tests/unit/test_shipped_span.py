@@ -8,12 +8,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
+    DEFAULT_OFF,
     Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
     Sampler,
     SamplingResult,
     TraceIdRatioBased,
@@ -105,19 +109,39 @@ def test_an_unsampled_dispatch_span_still_has_a_context_to_link_to(
     assert context.is_valid and not context.trace_flags.sampled and records == []
 
 
-def test_the_ratio_sampler_decides_each_trace_as_it_would_itself() -> None:
-    sampler = TraceIdRatioBased(0.3)
+@pytest.mark.parametrize(
+    "sampler",
+    [TraceIdRatioBased(0.3), ParentBasedTraceIdRatio(0.3), ParentBased(TraceIdRatioBased(0.3))],
+    ids=["traceidratio", "parentbased_traceidratio", "parentbased(traceidratio)"],
+)
+def test_a_ratio_sampler_decides_each_trace_as_it_would_itself(sampler: Sampler) -> None:
     shipper = SpanShipper(TracerProvider(sampler=sampler), [], {}, ("taskq", None))
     decided = []
     for _ in range(400):
         with shipper.span("process a", SpanKind.CONSUMER, {}, []) as span:
             context = span.get_span_context()
-        asked = sampler.should_sample(None, context.trace_id, "process a").decision
+        # A job's span starts a trace of its own: no parent, whatever is current.
+        asked = sampler.should_sample(Context(), context.trace_id, "process a").decision
         assert span.is_recording() is False  # ended
         assert context.trace_flags.sampled == asked.is_sampled()
         decided.append(asked.is_sampled())
     shipper.close(timeout=1.0)
     assert 40 < sum(decided) < 200  # about 120: both decisions are taken
+
+
+@pytest.mark.parametrize("sampler", [ALWAYS_OFF, DEFAULT_OFF], ids=["always_off", "parentbased"])
+def test_a_never_sampler_ships_nothing_of_a_new_trace(
+    sampler: Sampler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipper = SpanShipper(TracerProvider(sampler=sampler), [], {}, ("taskq", None))
+    records: list[Record] = []
+    monkeypatch.setattr(shipper, "ship", records.append)
+    for _ in range(20):
+        with shipper.span("process a", SpanKind.CONSUMER, {}, []) as span:
+            assert span.get_span_context().is_valid
+            assert not span.get_span_context().trace_flags.sampled
+    shipper.close(timeout=1.0)
+    assert records == []
 
 
 class LinkSeeing(Sampler):
