@@ -38,12 +38,14 @@ system-packages:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# Three test processes (pytest-xdist), a file's tests in one of them (module fixtures built
-# once). Three on two cores: most tests wait on real processes, servers and browsers, and a
-# third process fills those waits (the suite: 8 min 56 s with two, 7 min 5 s with three).
+# Four test processes (pytest-xdist), a file's tests in one of them (module fixtures built
+# once). Four on two cores: most tests wait on real processes, servers and browsers (the
+# suite's processes used 1.1-1.5 of the two cores with three), and the others fill those
+# waits (the suite: 8 min 56 s with two, 7 min 5 s with three; on a later machine 7 min 56 s
+# with three, 7 min 20 s with four).
 # Files are taken in collection order, the slow end-to-end ones first (tests/conftest.py):
 # xdist's own order (most tests first) left a 54 s file to end the run alone.
-PYTEST_PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
+PYTEST_PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
 # With bytecode caching on (an environment may turn it off), the hundreds of `taskq`
 # processes the tests start compile the package once, not each (0.17 s of CPU apiece).
 # The benchmarks too: a deployment has its bytecode, and a worker's span exporter process,
