@@ -55,7 +55,6 @@ def export_all(
 
     from taskq_core.obs.exporters import span_exporter
     from taskq_core.obs.otlp_wire import EncodedSpans, RequestWriter, accept_encoded
-    from taskq_core.worker.collector import freeze_start_up
 
     # A terminal's Ctrl-C or a group's SIGTERM reaches this process too: the worker's shutdown
     # ends it (the end of the pipe), after the last spans.
@@ -69,8 +68,10 @@ def export_all(
     writer = RequestWriter(resource, scope)
     # A batch unpickles into thousands of short-lived containers: the youngest generation
     # collected every few spans at the default threshold, and the SDK and protobuf's objects
-    # walked by the older ones (about a microsecond a span). As the worker's own process.
-    freeze_start_up()
+    # walked by the older ones (about a microsecond a span). As the worker's own process
+    # (worker/collector.py).
+    gc.collect()
+    gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     while True:
         try:
