@@ -76,7 +76,10 @@ def _deciding_root(sampler: Any) -> Any:
     """The sampler that decides a new trace's root span: a parent-based sampler (the SDK's
     default, and ``parentbased_*``) hands a span without a parent to its root sampler."""
     while type(sampler) in _PARENT_BASED:
-        sampler = sampler._root  # the SDK keeps it there; a span here has no parent
+        root = getattr(sampler, "_root", None)  # where the SDK keeps it (not its API)
+        if root is None:
+            break  # kept elsewhere by another version: the sampler is asked, as before
+        sampler = root
     return sampler
 
 
