@@ -99,6 +99,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 BENCH_RESULTS ?= .bench-results
 REPS ?= 3
 
+# A clone elsewhere than beside shared/ names the harness: one line, not make's "No rule".
+$(PEERS_DIR)/requirements.txt:
+	@echo "bench-peers: no peer harness at $(PEERS_DIR); pass PEERS_DIR=<its folder>" >&2; exit 2
+
 $(BENCH_STAMP): pyproject.toml $(PEERS_DIR)/requirements.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
