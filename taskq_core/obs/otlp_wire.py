@@ -232,8 +232,7 @@ class SerializedRequest:
     def SerializePartialToString(self, **_options: Any) -> bytes:  # protobuf's name
         return self._spans.written
 
-    def SerializeToString(self, **_options: Any) -> bytes:  # protobuf's name
-        return self._spans.written
+    SerializeToString = SerializePartialToString
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._spans.message(), name)
