@@ -132,6 +132,9 @@ def create_app(
             directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=configure
         ),
         openapi_config=openapi_config(config),
+        # Litestar's default would put its own handler on the root logger: every standard
+        # record (uvicorn's too) in its format, through its thread, not TaskQ's logging.
+        logging_config=None,
         debug=debug,
     )
     document_refusals(app, config)

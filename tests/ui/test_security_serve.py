@@ -61,3 +61,18 @@ def test_a_port_in_use_ends_it_with_one_line(taskq_cli: Cli, pg: PgTarget) -> No
 def test_a_short_token_is_refused(taskq_cli: Cli, pg: PgTarget) -> None:
     result = taskq_cli("ui", "serve", env=pg.env(TASKQ_ADMIN_TOKEN="hunter2"))
     assert "at least 32" in _one_line_error(result)
+
+
+@pytest.mark.slow
+def test_the_server_writes_uvicorns_warnings_in_taskqs_log_format(start_ui: StartUi) -> None:
+    # The web framework would otherwise put its own handler on the root logger: standard
+    # records in a second format, through a thread of its own.
+    server = start_ui()
+    server.wait_ready()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        sock.recv(1024)  # the server's 400, after it logged the request as invalid
+    lines = [line for line in server.output().splitlines() if "Invalid HTTP request" in line]
+    assert len(lines) == 1, server.output()
+    assert "[uvicorn.error]" in lines[0] and not lines[0].startswith("WARNING - "), lines[0]
+    assert server.stop() == 0
