@@ -155,20 +155,32 @@ class RequestWriter:
         """The request for ``batch``, serialized."""
         if not batch:
             return b""  # no resource without spans, as the official encoder
-        # A link's attributes and flags, by the mapping's identity: every link of a batch
-        # shares one of a few mappings (unpickled once each), alive while the batch is.
+        # A link's attributes and flags, and a span's shared attributes, by the mapping's
+        # identity: the spans of a batch share a few mappings (unpickled once each), alive
+        # while the batch is.
         tails: dict[int, tuple[bytes, bytes]] = {}
-        spans = b"".join([_field(_SCOPE_SPANS_SPAN, self._span(record, tails)) for record in batch])
+        shared: dict[int, bytes] = {}
+        spans = b"".join(
+            [_field(_SCOPE_SPANS_SPAN, self._span(record, tails, shared)) for record in batch]
+        )
         resource_spans = self._resource + _field(_RESOURCE_SPANS_SCOPE_SPANS, self._scope + spans)
         return _field(_REQUEST_RESOURCE_SPANS, resource_spans)
 
-    def _span(self, record: Any, tails: dict[int, tuple[bytes, bytes]]) -> bytes:
-        name, kind, trace_id, span_id, start, end, attributes, links, events, code, message = record
+    def _span(
+        self, record: Any, tails: dict[int, tuple[bytes, bytes]], shared: dict[int, bytes]
+    ) -> bytes:
+        (
+            name, kind, trace_id, span_id, start, end, common, attributes, links, events, code,
+            message,
+        ) = record  # fmt: skip
         fields = self._attributes.fields
+        common_bytes = shared.get(id(common))
+        if common_bytes is None:
+            common_bytes = shared[id(common)] = b"".join(fields(_SPAN_ATTRIBUTE, common))
         parts = [
             _SPAN_TRACE_ID, trace_id.to_bytes(16, "big"), _SPAN_ID, span_id.to_bytes(8, "big"),
             _field(_SPAN_NAME, name.encode()), _SPAN_KIND, _varint(kind + 1),  # SpanKind + 1
-            _SPAN_START, _fixed64(start), _SPAN_END, _fixed64(end),
+            _SPAN_START, _fixed64(start), _SPAN_END, _fixed64(end), common_bytes,
             *fields(_SPAN_ATTRIBUTE, attributes),
         ]  # fmt: skip
         for event, timestamp, event_attributes in events:

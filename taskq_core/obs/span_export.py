@@ -23,8 +23,9 @@ _PARENT_CHECK = 1.0  # seconds between the exporter process's checks that the wo
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 # One span as it travels: name, kind, trace id, span id, start and end (ns since the epoch),
-# attributes, links as (trace id, span id, flags, attributes), events as (name, ns,
-# attributes), status code and description.
+# the attributes it shares with other spans (one mapping for every job of an actor and queue:
+# pickled and written once a batch) and its own (no key in both), links as (trace id, span
+# id, flags, attributes), events as (name, ns, attributes), status code and description.
 CarriedLink = tuple[int, int, int, Mapping[str, Any]]
 Record = tuple[
     str,
@@ -33,6 +34,7 @@ Record = tuple[
     int,
     int,
     int,
+    Mapping[str, Any],
     dict[str, Any],
     list[CarriedLink],
     list[tuple[str, int, Mapping[str, Any]]],
@@ -124,7 +126,7 @@ def readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]:
             context=SpanContext(trace_id, span_id, False, trace_flags=_SAMPLED),
             parent=None,
             resource=resource,
-            attributes=attributes,
+            attributes={**shared, **attributes} if shared else attributes,
             events=[Event(event, attrs, ts) for event, ts, attrs in events],
             links=[link_of(carried) for carried in links],
             kind=SpanKind(kind),
@@ -134,7 +136,7 @@ def readable_spans(batch: list[Record], resource: Any, scope: Any) -> list[Any]:
             instrumentation_scope=scope,
         )
         for (
-            name, kind, trace_id, span_id, start, end, attributes, links, events, code,
+            name, kind, trace_id, span_id, start, end, shared, attributes, links, events, code,
             description,
         ) in batch
     ]  # fmt: skip

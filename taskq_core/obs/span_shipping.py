@@ -58,6 +58,7 @@ _UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's stat
 _OK = StatusCode.OK.value
 
 _SCALARS = (str, bool, int, float, bytes)
+_NOTHING_SHARED: Mapping[str, Any] = {}  # never changed (a record must pickle: no proxy)
 
 
 def _carried(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,11 +95,13 @@ def _setting(environ: Mapping[str, str], variable: tuple[str, int]) -> int:
 
 
 class ShippedSpan(trace.Span):
-    """A recording span whose end hands one tuple to the shipper."""
+    """A recording span whose end hands one tuple to the shipper. Its attributes are
+    ``shared`` (a mapping many spans carry, never changed here) and its own; setting a shared
+    key copies the shared ones into its own first."""
 
     __slots__ = (
-        "_attributes", "_context", "_ended", "_events", "_kind", "_links", "_name", "_shipper",
-        "_start", "_status",
+        "_attributes", "_context", "_ended", "_events", "_kind", "_links", "_name", "_shared",
+        "_shipper", "_start", "_status",
     )  # fmt: skip
 
     def __init__(
@@ -110,12 +113,14 @@ class ShippedSpan(trace.Span):
         attributes: dict[str, Any],
         links: list[CarriedLink],
         start: int | None = None,
+        shared: Mapping[str, Any] = _NOTHING_SHARED,
     ) -> None:
         self._shipper = shipper
         self._name = name
         self._kind = kind.value
         self._context = context
         self._start = start or time.time_ns()
+        self._shared = shared
         self._attributes = attributes
         self._links = links
         self._events: list[tuple[str, int, Mapping[str, Any]]] = []
@@ -131,13 +136,22 @@ class ShippedSpan(trace.Span):
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if type(value) in _SCALARS:  # the usual value: no check more
             if not self._ended:
+                if key in self._shared:
+                    self._unshare()
                 self._attributes[key] = value
             return
         self.set_attributes({key: value})
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         if not self._ended:
+            if not self._shared.keys().isdisjoint(attributes):
+                self._unshare()
             self._attributes.update(_carried(attributes))
+
+    def _unshare(self) -> None:
+        """Make the shared attributes this span's own (one of them is about to change)."""
+        self._attributes = {**self._shared, **self._attributes}
+        self._shared = _NOTHING_SHARED
 
     def add_event(
         self,
@@ -188,8 +202,8 @@ class ShippedSpan(trace.Span):
         self._shipper.ship(
             (
                 self._name, self._kind, context.trace_id, context.span_id, self._start,
-                end_time or time.time_ns(), self._attributes, self._links, self._events,
-                *self._status,
+                end_time or time.time_ns(), self._shared, self._attributes, self._links,
+                self._events, *self._status,
             )
         )  # fmt: skip
 
@@ -244,6 +258,7 @@ class SpanShipper:
         self._sampler = None if sampler is None or sampler in _ALWAYS_ON else sampler
         self._ratio_bound = sampler.bound if type(sampler) is TraceIdRatioBased else None
         self._never = sampler is ALWAYS_OFF
+        self._asked = not (self._sampler is None or self._never or self._ratio_bound is not None)
         ids = getattr(provider, "id_generator", None)
         self._ids = None if ids is None or type(ids) is RandomIdGenerator else ids  # None: random
         self._exporting = (list(exporters), dict(resource), scope)
@@ -269,14 +284,18 @@ class SpanShipper:
         kind: SpanKind,
         attributes: dict[str, Any],
         links: list[CarriedLink],
+        shared: Mapping[str, Any] = _NOTHING_SHARED,
     ) -> CurrentSpan:
         """A span of a new trace, current while its ``with`` block runs (as
-        ``start_as_current_span``); ``links`` as the record carries them (no SDK ``Link``
-        object a job unless a sampler of the application's asks to see them)."""
-        context, sampled = self._new_trace(name, kind, attributes, links)
+        ``start_as_current_span``) with ``shared`` and ``attributes`` (no key in both);
+        ``links`` as the record carries them (no SDK ``Link`` object a job unless a sampler
+        of the application's asks to see them)."""
+        context, sampled = self._new_trace(name, kind, attributes, links, shared)
         if not sampled:
             return CurrentSpan(trace.NonRecordingSpan(context))
-        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, links))
+        if self._asked and not shared.keys().isdisjoint(attributes):  # the sampler's own
+            attributes, shared = {**shared, **attributes}, _NOTHING_SHARED
+        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, links, None, shared))
 
     def ended(
         self,
@@ -298,10 +317,16 @@ class SpanShipper:
         return context
 
     def _new_trace(
-        self, name: str, kind: SpanKind, attributes: dict[str, Any], links: list[CarriedLink]
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: list[CarriedLink],
+        shared: Mapping[str, Any] = _NOTHING_SHARED,
     ) -> tuple[SpanContext, bool]:
         """The context of a new trace's root span, and whether it is sampled: fresh ids,
-        sampled as the provider's sampler decides (its attributes added to ``attributes``)."""
+        sampled as the provider's sampler decides (shown every attribute; its own added to
+        ``attributes``)."""
         ids = self._ids
         if ids is None:  # as the SDK's RandomIdGenerator, without its two calls
             trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
@@ -315,8 +340,9 @@ class SpanShipper:
         elif self._ratio_bound is not None:
             sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._ratio_bound
         else:
+            shown = {**shared, **attributes} if shared else attributes
             decision = sampler.should_sample(
-                None, trace_id, name, kind, attributes, [link_of(carried) for carried in links]
+                None, trace_id, name, kind, shown, [link_of(carried) for carried in links]
             )
             sampled = decision.decision.is_sampled()
             if sampled and decision.attributes:

@@ -77,6 +77,11 @@ class SpanLabels:
     worker_group: str
     environment: str | None = None
     attributes: Mapping[str, str] = field(init=False)
+    # A job span's name and the attributes every job of an actor and queue shares, by
+    # (actor, queue): made once, carried by every such span as one mapping.
+    _processing: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         attributes = {
@@ -86,6 +91,17 @@ class SpanLabels:
         if self.environment:
             attributes["deployment.environment.name"] = self.environment
         object.__setattr__(self, "attributes", attributes)
+        object.__setattr__(self, "_processing", {})
+
+    def processing(self, actor: str, queue: str) -> tuple[str, Mapping[str, Any]]:
+        """The name of a job span of ``actor`` on ``queue``, and the attributes it shares
+        with every other (never to be changed)."""
+        made = self._processing.get((actor, queue))
+        if made is None:
+            shared = {**self.attributes, "messaging.destination.name": queue,
+                      "messaging.operation.type": "process", "taskq.actor": actor}  # fmt: skip
+            made = self._processing[actor, queue] = (f"process {actor}", shared)
+        return made
 
 
 @contextmanager
@@ -168,11 +184,8 @@ def consumer_span(
 ) -> AbstractContextManager[trace.Span]:
     """Span for one job execution, linked to the span that enqueued it and to the dispatch
     that claimed it; current while its ``with`` block runs."""
-    name = f"process {actor}"
-    attributes: dict[str, Any] = {**labels.attributes, "messaging.destination.name": queue,
-                                  "messaging.operation.type": "process",
-                                  "messaging.message.id": job_id, "taskq.actor": actor,
-                                  "taskq.attempt": attempt}  # fmt: skip
+    name, shared = labels.processing(actor, queue)
+    own: dict[str, Any] = {"messaging.message.id": job_id, "taskq.attempt": attempt}
     enqueue = _enqueue_ids(trace_id, span_id)
     shipper = _shipper
     if shipper is not None and trace.get_tracer_provider() is shipper.provider:
@@ -182,7 +195,8 @@ def consumer_span(
         if dispatch is not None:
             carried.append((dispatch.trace_id, dispatch.span_id, dispatch.trace_flags,
                             _DISPATCH_LINK))  # fmt: skip
-        return shipper.span(name, SpanKind.CONSUMER, attributes, carried)
+        return shipper.span(name, SpanKind.CONSUMER, own, carried, shared)
+    attributes = {**shared, **own}
     links = []
     if enqueue is not None:
         context = SpanContext(*enqueue, True, trace_flags=_SAMPLED)

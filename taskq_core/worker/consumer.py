@@ -89,28 +89,30 @@ async def execute_job(deps: WorkerDeps, held: ActiveJob) -> str:
         deps.active.remove(held)
         return "lost"
     job = held.job
+    job_id = str(job.id)
     started = deps.clock.monotonic()
     if deps.state.telemetry:
         with consumer_span(
-            deps.labels, job.actor, job.queue, str(job.id), job.attempt,
+            deps.labels, job.actor, job.queue, job_id, job.attempt,
             job.trace_id, job.span_id, held.dispatch_span,
         ) as span:  # fmt: skip
-            outcome = await _execute(deps, held, recording_trace_id(span, job.trace_id))
+            trace_id = recording_trace_id(span, job.trace_id)
+            outcome = await _execute(deps, held, job_id, trace_id)
             span.set_attribute("taskq.outcome", outcome)
     else:
-        outcome = await _execute(deps, held, job.trace_id)
+        outcome = await _execute(deps, held, job_id, job.trace_id)
     if deps.metering:
         seconds = deps.clock.monotonic() - started
         record_job(job.actor, job.queue, outcome, deps.settings.worker_group, seconds)
     return outcome
 
 
-async def _execute(deps: WorkerDeps, held: ActiveJob, trace_id: str | None) -> str:
+async def _execute(deps: WorkerDeps, held: ActiveJob, job_id: str, trace_id: str | None) -> str:
     """Run the job with its fields bound to the log context: every line the actor and this
     consumer write about it carries them (a plain ``def`` actor's thread too)."""
     job = held.job
     tokens = bind_job_context(
-        job_id=str(job.id),
+        job_id=job_id,
         actor=job.actor,
         queue=job.queue,
         attempt=job.attempt,

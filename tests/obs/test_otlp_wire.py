@@ -36,10 +36,14 @@ RESOURCE: dict[str, Any] = {
 SCOPE = ("taskq", None)
 
 
+# What the spans of one actor and queue share: one mapping, carried by many records.
+SHARED: dict[str, Any] = {"messaging.system": "taskq", "taskq.actor": "actor", "taskq.cpus": 2}
+
+
 def record(n: int, **extra: Any) -> Record:
-    """A span record as the worker ships it, with values of every kind OTLP carries."""
+    """A span record as the worker ships it, with values of every kind OTLP carries; every
+    third shares nothing."""
     attrs: dict[str, Any] = {
-        "messaging.system": "taskq",
         "messaging.message.id": f"0190-{n:06d}",
         "taskq.attempt": n % 3 + 1,
         "ratio": 0.5,
@@ -62,7 +66,8 @@ def record(n: int, **extra: Any) -> Record:
     failed = n % 3 == 0
     return (
         f"process actor_{n % 2}", n % 5, random.getrandbits(128) or 1, random.getrandbits(64) or 1,
-        1_700_000_000_000_000_000 + n, 1_700_000_000_000_500_000 + n, attrs, links,
+        1_700_000_000_000_000_000 + n, 1_700_000_000_000_500_000 + n,
+        {} if n % 3 == 2 else SHARED, attrs, links,
         events if failed else [], StatusCode.ERROR.value if failed else 0,
         "ValueError: boom" if failed else None,
     )  # fmt: skip
@@ -93,11 +98,23 @@ def test_links_that_share_their_attributes_are_written_right() -> None:
     enqueue: dict[str, Any] = {"taskq.link": "enqueue"}
     batch = [record(n) for n in range(20)]
     for n, span in enumerate(batch):
-        links = span[7]
+        links = span[8]
         links[0] = (*links[0][:3], enqueue if n % 3 else {"taskq.link": f"other.{n}"})
     writer = RequestWriter(RESOURCE, SCOPE)
     assert parsed(writer, batch) == official(batch)
     assert parsed(writer, batch[5:]) == official(batch[5:])
+
+
+def test_spans_that_share_attributes_are_written_right() -> None:
+    """The records of one actor and queue carry one mapping of shared attributes (the writer
+    keeps its bytes by the mapping while it writes the batch), other actors' others."""
+    other: dict[str, Any] = {"messaging.system": "taskq", "taskq.actor": "other"}
+    batch = [record(n) for n in range(12)]
+    batch[4] = (*batch[4][:6], other, *batch[4][7:])
+    batch[9] = (*batch[9][:6], dict(other, **{"taskq.actor": "third"}), *batch[9][7:])
+    writer = RequestWriter(RESOURCE, SCOPE)
+    assert parsed(writer, batch) == official(batch)
+    assert parsed(writer, batch[::-1]) == official(batch[::-1])
 
 
 def test_equal_values_of_other_types_keep_their_types() -> None:

@@ -58,8 +58,10 @@ def test_a_failing_body_marks_its_span_and_odd_values_are_dropped(
         raise ValueError("boom")
     assert not span.is_recording()
     (record,) = records
-    name, kind, trace_id, span_id, start, end, attrs, link_values, events, code, text = record
-    assert (name, kind) == ("process a", SpanKind.CONSUMER.value)
+    name, kind, trace_id, span_id, start, end, shared, attrs, link_values, events, code, text = (
+        record
+    )
+    assert (name, kind, shared) == ("process a", SpanKind.CONSUMER.value, {})
     assert attrs == {"taskq.actor": "a", "app.ok": "yes", "app.list": [1, 2]}
     assert link_values == [(0xABC, 0xDEF, TraceFlags.SAMPLED, {"taskq.link": "dispatch"})]
     assert (code, text) == (StatusCode.ERROR.value, "ValueError: boom")
@@ -90,9 +92,9 @@ def test_a_dispatch_span_is_shipped_ended_and_marked_by_its_error(
     shipper, records = shipped
     context = shipper.ended("dispatch", SpanKind.INTERNAL, {"n": 3}, 1_000, ConnectionError("x"))
     (record,) = records
-    name, kind, trace_id, span_id, start, end, attrs, links, events, code, text = record
-    assert (name, kind, start, attrs, links) == ("dispatch", SpanKind.INTERNAL.value, 1_000,
-                                                 {"n": 3}, [])  # fmt: skip
+    name, kind, trace_id, span_id, start, end, shared, attrs, links, events, code, text = record
+    assert (name, kind, start, shared, attrs, links) == ("dispatch", SpanKind.INTERNAL.value,
+                                                         1_000, {}, {"n": 3}, [])  # fmt: skip
     assert (trace_id, span_id) == (context.trace_id, context.span_id) and end > start
     assert (code, text) == (StatusCode.ERROR.value, "ConnectionError")
     assert [event[0] for event in events] == ["exception"]
@@ -176,4 +178,52 @@ def test_a_sampler_of_the_application_sees_the_links_as_the_api_draws_them(
         0xABC, 0xDEF, True)  # fmt: skip
     assert link.context.trace_flags.sampled and link.attributes == {"taskq.link": "dispatch"}
     [record] = records
-    assert record[6] == {"taskq.actor": "a", "app.sampled_by": "me"}
+    assert record[7] == {"taskq.actor": "a", "app.sampled_by": "me"}
+
+
+def test_a_sampler_of_the_application_sees_the_shared_attributes_and_overrides_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Overriding(LinkSeeing):
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            self.shown = dict(args[4] if len(args) > 4 else kwargs["attributes"])
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, {"taskq.actor": "renamed"})
+
+    sampler = Overriding()
+    shipper = SpanShipper(TracerProvider(sampler=sampler), [], {}, ("taskq", None))
+    records: list[Record] = []
+    monkeypatch.setattr(shipper, "ship", records.append)
+    shared = {"taskq.actor": "a", "messaging.system": "taskq"}
+    with shipper.span("process a", SpanKind.CONSUMER, {"taskq.attempt": 1}, [], shared):
+        pass
+    shipper.close(timeout=1.0)
+    assert sampler.shown == {"taskq.actor": "a", "messaging.system": "taskq", "taskq.attempt": 1}
+    [record] = records
+    assert shared == {"taskq.actor": "a", "messaging.system": "taskq"}  # left as it was
+    assert {**record[6], **record[7]} == {
+        "taskq.actor": "renamed", "messaging.system": "taskq", "taskq.attempt": 1}  # fmt: skip
+    assert not record[6].keys() & record[7].keys()  # written once each
+
+
+def test_setting_a_shared_attribute_changes_this_span_only(
+    shipped: tuple[SpanShipper, list[Record]],
+) -> None:
+    shipper, records = shipped
+    shared = {"taskq.actor": "a", "messaging.system": "taskq"}
+    with shipper.span("process a", SpanKind.CONSUMER, {"taskq.attempt": 1}, [], shared) as span:
+        span.set_attribute("app.note", "kept")
+    with shipper.span("process a", SpanKind.CONSUMER, {"taskq.attempt": 2}, [], shared) as span:
+        span.set_attribute("taskq.actor", "b")
+    with shipper.span("process a", SpanKind.CONSUMER, {"taskq.attempt": 3}, [], shared) as span:
+        span.set_attributes({"messaging.system": "other", "app.n": 3})
+    first, second, third = records
+    assert first[6] is shared and first[7] == {"taskq.attempt": 1, "app.note": "kept"}
+    assert second[6] == {} and second[7] == {
+        "taskq.actor": "b", "messaging.system": "taskq", "taskq.attempt": 2}  # fmt: skip
+    assert third[6] == {}
+    assert third[7] == {"taskq.actor": "a", "messaging.system": "other", "taskq.attempt": 3,
+                        "app.n": 3}  # fmt: skip
+    assert shared == {"taskq.actor": "a", "messaging.system": "taskq"}
+    (sdk_span, *_) = readable_spans(records, Resource({}), InstrumentationScope("taskq"))
+    assert dict(sdk_span.attributes or {}) == {"taskq.actor": "a", "messaging.system": "taskq",
+                                                "taskq.attempt": 1, "app.note": "kept"}  # fmt: skip
