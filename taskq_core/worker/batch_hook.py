@@ -126,7 +126,7 @@ def succeeded_children(
 ) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
     """The hook's input for the successes a flush wrote: one outcome per batch for its
     children (counted: a flush writes hundreds of one batch's), one per job for workflow
-    steps; jobs of neither are left out."""
+    steps; jobs of neither are left out (two lookups each)."""
     runs: dict[str, list[ActiveJob]] = {}  # by the batch id's text
     steps: list[tuple[Outcome, Sequence[ActiveJob]]] = []
     for holding in written:
@@ -137,8 +137,8 @@ def succeeded_children(
                 steps.append((outcome, [holding]))
             continue
         raw = metadata.get(BATCH_ID_KEY)
-        if raw is not None:
-            runs.setdefault(str(raw), []).append(holding)  # str: any JSON value
+        if raw is not None:  # text, as written; anything else (any JSON value) as text
+            runs.setdefault(raw if type(raw) is str else str(raw), []).append(holding)
     counted = [  # each run's id parsed once, not once a child
         (BatchOutcome(batch_id, JobStatus.SUCCEEDED, len(jobs)), jobs)
         for raw, jobs in runs.items()

@@ -40,7 +40,6 @@ from taskq_core.worker.active import ActiveJob, ActiveJobs
 from taskq_core.worker.batch_hook import (
     HookPipe,
     Outcome,
-    is_hooked,
     outcome_of,
     status_of_row,
     succeeded_children,
@@ -247,14 +246,8 @@ class Completer:
     def _batch_outcomes(
         batch: list[tuple[ActiveJob, Success]], written: set[UUID]
     ) -> list[tuple[Outcome, Sequence[ActiveJob]]]:
-        """The written successes of batch children and workflow steps (one lookup per
-        success otherwise)."""
-        hooked = [
-            held
-            for held, success in batch
-            if success.job_id in written and is_hooked(held.job.metadata)
-        ]
-        return succeeded_children(hooked) if hooked else []
+        """The written successes of batch children and workflow steps."""
+        return succeeded_children([held for held, success in batch if success.job_id in written])
 
     async def _one_by_one(
         self,
