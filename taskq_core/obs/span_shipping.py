@@ -58,6 +58,8 @@ _UNSET: tuple[int, str | None] = (StatusCode.UNSET.value, None)  # a span's stat
 _OK = StatusCode.OK.value
 
 _SCALARS = (str, bool, int, float, bytes)
+# A new trace's root span: trace id, span id, sampled (None: the sampler is to be asked).
+Root = tuple[int, int, bool | None]
 _NOTHING_SHARED: Mapping[str, Any] = {}  # never changed (a record must pickle: no proxy)
 
 
@@ -285,12 +287,14 @@ class SpanShipper:
         attributes: dict[str, Any],
         links: list[CarriedLink],
         shared: Mapping[str, Any] = _NOTHING_SHARED,
+        root: Root | None = None,
     ) -> CurrentSpan:
         """A span of a new trace, current while its ``with`` block runs (as
         ``start_as_current_span``) with ``shared`` and ``attributes`` (no key in both);
         ``links`` as the record carries them (no SDK ``Link`` object a job unless a sampler
-        of the application's asks to see them)."""
-        context, sampled = self._new_trace(name, kind, attributes, links, shared)
+        of the application's asks to see them). ``root``: its ids and decision, drawn by
+        ``new_root`` (else drawn here)."""
+        context, sampled = self._new_trace(name, kind, attributes, links, shared, root)
         if not sampled:
             return CurrentSpan(trace.NonRecordingSpan(context))
         if self._asked and not shared.keys().isdisjoint(attributes):  # the sampler's own
@@ -316,6 +320,31 @@ class SpanShipper:
             span.end()
         return context
 
+    def new_root(self) -> Root:
+        """Fresh ids of a new trace's root span and whether it is sampled; None when the
+        provider's sampler must see the span's name, attributes and links first (one of the
+        application's). A ratio sampler's rule is applied here, as it applies it, and the
+        never-sampler's answer (a root span: no parent to ask)."""
+        ids = self._ids
+        if ids is None:  # as the SDK's RandomIdGenerator, without its two calls
+            trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
+        else:
+            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
+        if self._sampler is None:
+            return trace_id, span_id, True
+        if self._never:
+            return trace_id, span_id, False
+        if self._ratio_bound is not None:
+            bound = self._ratio_bound
+            return trace_id, span_id, trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+        return trace_id, span_id, None
+
+    def not_sampled(self, root: Root) -> CurrentSpan:
+        """The current span of a root ``new_root`` decided not to sample: nothing recorded,
+        its context current for what the body starts."""
+        context = SpanContext(root[0], root[1], False, trace_flags=_UNSAMPLED)
+        return CurrentSpan(trace.NonRecordingSpan(context))
+
     def _new_trace(
         self,
         name: str,
@@ -323,32 +352,22 @@ class SpanShipper:
         attributes: dict[str, Any],
         links: list[CarriedLink],
         shared: Mapping[str, Any] = _NOTHING_SHARED,
+        root: Root | None = None,
     ) -> tuple[SpanContext, bool]:
-        """The context of a new trace's root span, and whether it is sampled: fresh ids,
-        sampled as the provider's sampler decides (shown every attribute; its own added to
+        """The context of a new trace's root span (``root``, else drawn), and whether it is
+        sampled, as the provider's sampler decides (shown every attribute; its own added to
         ``attributes``)."""
-        ids = self._ids
-        if ids is None:  # as the SDK's RandomIdGenerator, without its two calls
-            trace_id, span_id = random.getrandbits(128) or 1, random.getrandbits(64) or 1
-        else:
-            trace_id, span_id = ids.generate_trace_id(), ids.generate_span_id()
-        sampler = self._sampler
-        if sampler is None:
-            sampled = True
-        elif self._never:
-            sampled = False
-        elif self._ratio_bound is not None:
-            sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._ratio_bound
-        else:
+        trace_id, span_id, sampled = root or self.new_root()
+        if sampled is None and self._sampler is not None:  # None: only with a sampler to ask
             shown = {**shared, **attributes} if shared else attributes
-            decision = sampler.should_sample(
+            decision = self._sampler.should_sample(
                 None, trace_id, name, kind, shown, [link_of(carried) for carried in links]
             )
             sampled = decision.decision.is_sampled()
             if sampled and decision.attributes:
                 attributes.update(decision.attributes)
         flags = _SAMPLED if sampled else _UNSAMPLED
-        return SpanContext(trace_id, span_id, False, trace_flags=flags), sampled
+        return SpanContext(trace_id, span_id, False, trace_flags=flags), bool(sampled)
 
     def ship(self, record: Record) -> None:
         """Queue one ended span's record; a full batch goes to the sender at once."""

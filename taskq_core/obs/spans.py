@@ -184,18 +184,24 @@ def consumer_span(
 ) -> AbstractContextManager[trace.Span]:
     """Span for one job execution, linked to the span that enqueued it and to the dispatch
     that claimed it; current while its ``with`` block runs."""
+    shipper = _shipper
+    if shipper is not None and trace.get_tracer_provider() is not shipper.provider:
+        shipper = None  # the application installed another provider since
+    if shipper is not None:
+        root = shipper.new_root()
+        if root[2] is False:  # decided on the trace id alone: no attribute or link made
+            return shipper.not_sampled(root)
     name, shared = labels.processing(actor, queue)
     own: dict[str, Any] = {"messaging.message.id": job_id, "taskq.attempt": attempt}
     enqueue = _enqueue_ids(trace_id, span_id)
-    shipper = _shipper
-    if shipper is not None and trace.get_tracer_provider() is shipper.provider:
+    if shipper is not None:
         carried: list[CarriedLink] = []
         if enqueue is not None:
             carried.append((*enqueue, TraceFlags.SAMPLED, _ENQUEUE_LINK))
         if dispatch is not None:
             carried.append((dispatch.trace_id, dispatch.span_id, dispatch.trace_flags,
                             _DISPATCH_LINK))  # fmt: skip
-        return shipper.span(name, SpanKind.CONSUMER, own, carried, shared)
+        return shipper.span(name, SpanKind.CONSUMER, own, carried, shared, root)
     attributes = {**shared, **own}
     links = []
     if enqueue is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter
@@ -107,6 +108,39 @@ async def test_the_sampler_decides_and_unsampled_jobs_still_run(
     assert consumer_spans(received) == {}
     done = await backend.list_jobs(JobFilter(limit=None))
     assert [job.status for job in done] == [JobStatus.SUCCEEDED] * 50
+
+
+async def test_a_ratio_sampler_exports_the_jobs_whose_trace_ids_it_samples(
+    pg: PgTarget, backend: PostgresBackend
+) -> None:
+    # Each body returns the trace id it ran under, sampled or not: the ratio's rule on that id
+    # says which spans must arrive, with everything a sampled span carries.
+    jobs = await backend.enqueue_batch(
+        [EnqueueArgs("traced", {"order": f"A-{n}"}) for n in range(60)]
+    )
+    with http_collector() as (endpoint, received):
+        await drain(pg, endpoint, OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG="0.5")
+    bound = TraceIdRatioBased(0.5).bound
+    ran_under = {}
+    for job in jobs:
+        row = await backend.get(job.id)
+        assert row is not None and row.status is JobStatus.SUCCEEDED
+        ran_under[str(job.id)] = row.result
+    sampled = {
+        job_id
+        for job_id, trace_id in ran_under.items()
+        if int(trace_id, 16) & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+    }
+    exported = consumer_spans(received)
+    assert set(exported) == sampled and 5 < len(sampled) < 55
+    for job_id, span in exported.items():
+        assert span.trace_id.hex() == ran_under[job_id]
+        attrs = attributes(span.attributes)
+        assert attrs["taskq.actor"] == "traced" and attrs["app.order"].startswith("A-")
+        assert attrs["messaging.system"] == "taskq" and attrs["taskq.outcome"] == "succeeded"
+    # A body under an unsampled span starts unsampled spans: only sampled traces' children.
+    children = {s.trace_id.hex() for _, s in received.spans() if s.name == "app.charge"}
+    assert children == {ran_under[job_id] for job_id in sampled}
 
 
 async def test_the_exporter_process_ends_when_the_worker_is_killed(
