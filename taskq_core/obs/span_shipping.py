@@ -345,6 +345,8 @@ class SpanShipper:
         context = SpanContext(root[0], root[1], False, trace_flags=_UNSAMPLED)
         return CurrentSpan(trace.NonRecordingSpan(context))
 
+    # The parameters of ``span``, which hands them on (``ended`` gives neither shared
+    # attributes nor a root).
     def _new_trace(
         self,
         name: str,

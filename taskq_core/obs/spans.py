@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the shipper imports the SDK: only a worker that traces need
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _ENQUEUE_LINK = {"taskq.link": "enqueue"}
 _DISPATCH_LINK = {"taskq.link": "dispatch"}
+_PROCESSING_KEPT = 1024  # (actor, queue) pairs whose span name and attributes are kept
 _NEW_TRACE = Context()  # no parent: a claim and a job each start a trace of their own
 
 
@@ -100,7 +101,9 @@ class SpanLabels:
         if made is None:
             shared = {**self.attributes, "messaging.destination.name": queue,
                       "messaging.operation.type": "process", "taskq.actor": actor}  # fmt: skip
-            made = self._processing[actor, queue] = (f"process {actor}", shared)
+            made = (f"process {actor}", shared)
+            if len(self._processing) < _PROCESSING_KEPT:  # names of unknown actors: not kept
+                self._processing[actor, queue] = made
         return made
 
 

@@ -227,3 +227,23 @@ def test_setting_a_shared_attribute_changes_this_span_only(
     (sdk_span, *_) = readable_spans(records, Resource({}), InstrumentationScope("taskq"))
     assert dict(sdk_span.attributes or {}) == {"taskq.actor": "a", "messaging.system": "taskq",
                                                 "taskq.attempt": 1, "app.note": "kept"}  # fmt: skip
+
+
+def test_the_jobs_of_an_actor_and_queue_share_one_mapping_of_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from taskq_core.obs import spans
+
+    labels = spans.SpanLabels("media", "staging")
+    name, shared = labels.processing("resize", "images")
+    assert name == "process resize" and labels.processing("resize", "images")[1] is shared
+    assert shared == {
+        "messaging.system": "taskq", "messaging.consumer.group.name": "media",
+        "deployment.environment.name": "staging", "messaging.destination.name": "images",
+        "messaging.operation.type": "process", "taskq.actor": "resize",
+    }  # fmt: skip
+    assert labels.processing("resize", "thumbs")[1]["messaging.destination.name"] == "thumbs"
+    monkeypatch.setattr(spans, "_PROCESSING_KEPT", 3)  # past the bound: made, not kept
+    made = [labels.processing(f"actor_{n}", "q") for n in range(5)]
+    assert [m[0] for m in made] == [f"process actor_{n}" for n in range(5)]
+    assert len(labels._processing) == 3
