@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from benchmarks.paired import median_seconds, median_share, rotated, shares
-from benchmarks.worker_sections import timed_drain
+from benchmarks.worker_cpu import CpuUse, median_part
+from benchmarks.worker_sections import Drained, timed_drain
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.client import EnqueueItem, JobsClient
 
@@ -26,11 +27,17 @@ Settle = Callable[[PostgresBackend], Awaitable[None]]
 
 @dataclass(frozen=True)
 class BatchFigures:
-    """Each round's drain seconds of each kind (``True``: the batch), for ``jobs`` jobs."""
+    """Each round's drain seconds of each kind (``True``: the batch), for ``jobs`` jobs, and
+    the worker's CPU a job (``worker_cpu``) from its registration to the drain's end."""
 
     jobs: int
     rounds: tuple[dict[bool, float], ...]
     exit_codes: tuple[int, ...]
+    cpu: tuple[dict[bool, CpuUse | None], ...] = ()
+
+    def loop_cpu(self, batch: bool) -> float | None:
+        """The median microseconds a job of the worker's event loop thread."""
+        return median_part((round_cpu[batch] for round_cpu in self.cpu), "loop")
 
     @property
     def plain(self) -> float:
@@ -74,11 +81,11 @@ async def _finalizer_ended(backend: PostgresBackend, batch_id: UUID) -> bool:
     return job is not None and job.is_terminal
 
 
-async def _drain(backend: PostgresBackend, dsn: str, batch_id: UUID | None) -> tuple[float, int]:
-    """Seconds from the worker's start until the backlog is done; the worker's exit code."""
-    if batch_id is None:
-        return await timed_drain(backend, dsn, CONCURRENCY)
-    return await timed_drain(backend, dsn, CONCURRENCY, lambda: _finalizer_ended(backend, batch_id))
+async def _drain(backend: PostgresBackend, dsn: str, batch_id: UUID | None) -> Drained:
+    """Seconds from the worker's start until the backlog is done; the worker's exit code and
+    CPU."""
+    done = None if batch_id is None else lambda: _finalizer_ended(backend, batch_id)
+    return await timed_drain(backend, dsn, CONCURRENCY, done)
 
 
 async def measure(
@@ -87,14 +94,19 @@ async def measure(
     """``rounds`` rounds of one drain of each kind on fresh schemas, back to back, the
     order swapped every round."""
     drains: list[dict[bool, float]] = []
+    cpu: list[dict[bool, CpuUse | None]] = []
     codes: list[int] = []
     for number in range(rounds):
         seconds: dict[bool, float] = {}
+        spent: dict[bool, CpuUse | None] = {}
         for batch in rotated((False, True), number):
             async with fresh_backend() as backend:
                 batch_id = await _load(backend, jobs, batch=batch)
                 await settle(backend)
-                seconds[batch], code = await _drain(backend, dsn, batch_id)
-            codes.append(code)
+                drained = await _drain(backend, dsn, batch_id)
+            seconds[batch] = drained.seconds
+            spent[batch] = None if drained.cpu is None else drained.cpu.per_job(jobs)
+            codes.append(drained.exit_code)
         drains.append(seconds)
-    return BatchFigures(jobs, tuple(drains), tuple(codes))
+        cpu.append(spent)
+    return BatchFigures(jobs, tuple(drains), tuple(codes), tuple(cpu))

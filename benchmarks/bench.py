@@ -561,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(batch.rounds)} paired rounds ("
                 + " / ".join(f"{ratio:.1%}" for ratio in batch.ratios)
                 + f"; median drains {batch.jobs / batch.batch:,.0f}/s against "
-                f"{batch.jobs / batch.plain:,.0f}/s)"
+                f"{batch.jobs / batch.plain:,.0f}/s); the worker's event loop thread "
+                f"{_micros(batch.loop_cpu(True))} a child against "
+                f"{_micros(batch.loop_cpu(False))} a plain job (medians, from its registration)"
             )
         for flow in WORKFLOWS:
             print_workflows(console, flow)
@@ -599,13 +601,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"of traces sampled ({otel.requests} requests received); the /metrics meters "
                 f"alone at {otel.share(meters, off):.0%} of no SDK; every span, per round: "
                 + " / ".join(f"{share:.0%}" for share in otel.round_shares(on, off))
-                + f" of no SDK; load average {' / '.join(f'{x:.2f}' for x in otel.load)}"
+                + f" of no SDK; load average {' / '.join(f'{x:.2f}' for x in otel.load)}; "
+                "the worker's event loop thread a job: "
+                + ", ".join(f"{v} {_micros(otel.cpu_part(v, 'loop'))}" for v in (off, meters))
+                + f", {on} {_micros(otel.cpu_part(on, 'loop'))} (its exporter process "
+                f"{_micros(otel.cpu_part(on, 'children'))}), 10% sampled "
+                f"{_micros(otel.cpu_part(sampled, 'loop'))}"
             )
     finally:
         if root is not None:
             embedded.stop(root / "pgdata")
             shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def _micros(figure: float | None) -> str:
+    """Microseconds a job as the summaries print them ("?" when no round had a figure)."""
+    return "?" if figure is None else f"{figure:.1f} µs"
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from benchmarks.paired import median_seconds, median_share, rotated, shares
-from benchmarks.worker_sections import worker_process
+from benchmarks.worker_cpu import CpuUse, Part, cpu_use, median_part
+from benchmarks.worker_sections import Drained, worker_process
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs
 
@@ -47,6 +48,12 @@ class TelemetryFigures:
     exit_codes: set[int] = field(default_factory=set)
     requests: int = 0  # OTLP requests the receiver accepted
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Each round's worker CPU a job per variant (``worker_cpu``), over the timed drain.
+    cpu: list[dict[str, CpuUse | None]] = field(default_factory=list)
+
+    def cpu_part(self, variant: str, part: Part) -> float | None:
+        """The median microseconds a job of ``part`` of the worker in ``variant``."""
+        return median_part((round_cpu[variant] for round_cpu in self.cpu), part)
 
     def seconds(self, variant: str) -> float:
         """The variant's median drain seconds."""
@@ -114,8 +121,9 @@ def variant_env(variant: str, endpoint: str) -> dict[str, str]:
 
 async def _drain(
     fresh: FreshBackend, settle: Settle, dsn: str, env: dict[str, str], jobs: int
-) -> tuple[float, int]:
-    """Seconds for one worker process to leave no active job of ``jobs`` no-ops.
+) -> Drained:
+    """Seconds for one worker process to leave no active job of ``jobs`` no-ops, its exit
+    code and its CPU over those seconds.
 
     Timed from the resume of the paused queue once the worker has registered, to the last
     job written: its start-up (the exporter's imports) and its exit (the last export) are
@@ -130,12 +138,15 @@ async def _drain(
         ) as proc:
             while not await backend.list_workers():
                 await asyncio.sleep(0.02)
+            before = cpu_use(proc.pid)
             started = time.perf_counter()
             await backend.update_queue("default", paused=False)  # wakes the worker
             while await backend.has_active_jobs(["default"]):
                 await asyncio.sleep(0.02)
             seconds = time.perf_counter() - started
-            return seconds, await proc.wait()
+            after = cpu_use(proc.pid)
+            spent = None if before is None or after is None else after.since(before)
+            return Drained(seconds, await proc.wait(), spent)
 
 
 async def measure(
@@ -150,11 +161,15 @@ async def measure(
         with discarding_receiver() as (endpoint, count):
             for number in range(rounds):
                 drains: dict[str, float] = {}
+                spent: dict[str, CpuUse | None] = {}
                 for variant in rotated(VARIANTS, number):
                     env = variant_env(variant, endpoint)
-                    drains[variant], code = await _drain(fresh, settle, dsn, env, jobs)
-                    figures.exit_codes.add(code)
+                    drained = await _drain(fresh, settle, dsn, env, jobs)
+                    drains[variant] = drained.seconds
+                    spent[variant] = None if drained.cpu is None else drained.cpu.per_job(jobs)
+                    figures.exit_codes.add(drained.exit_code)
                 figures.rounds.append(drains)
+                figures.cpu.append(spent)
             figures.requests = count[0]
     finally:
         os.environ.update(clean)

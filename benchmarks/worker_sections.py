@@ -14,7 +14,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
+from benchmarks.worker_cpu import CpuUse, cpu_use
 from taskq_core.backend.postgres.backend import PostgresBackend
 from taskq_core.backend.protocol import EnqueueArgs, JobFilter
 
@@ -83,7 +85,17 @@ async def drain(
 ) -> tuple[float, int]:
     """Seconds for one worker process to finish ``jobs`` pre-enqueued no-op jobs."""
     await backend.enqueue_batch_fast([EnqueueArgs("noop", {"n": n}) for n in range(jobs)])
-    return await timed_drain(backend, dsn, concurrency)
+    seconds, code, _ = await timed_drain(backend, dsn, concurrency)
+    return seconds, code
+
+
+class Drained(NamedTuple):
+    """A timed drain: its seconds, the worker's exit code, and the worker's CPU from its
+    registration to the drain's end (None when it had exited by then)."""
+
+    seconds: float
+    exit_code: int
+    cpu: CpuUse | None
 
 
 async def timed_drain(
@@ -91,19 +103,24 @@ async def timed_drain(
     dsn: str,
     concurrency: int,
     done: Callable[[], Awaitable[bool]] | None = None,
-) -> tuple[float, int]:
+) -> Drained:
     """Seconds from a worker process's start until the backlog is done (``done`` says so,
-    when given; else no job waits or runs on ``default``); the worker's exit code."""
+    when given; else no job waits or runs on ``default``); the worker's exit code and CPU."""
     done = done or await _backlog_done(backend)
     started = time.perf_counter()
     async with worker_process(
         dsn, backend.schema, "--concurrency", str(concurrency), "--until-idle"
     ) as proc:
+        registered: CpuUse | None = None
         while not await done():
+            if registered is None and await backend.list_workers():
+                registered = cpu_use(proc.pid)
             await asyncio.sleep(0.02)
         seconds = time.perf_counter() - started
+        ended = cpu_use(proc.pid)
         code = await proc.wait()
-    return seconds, code
+    cpu = None if registered is None or ended is None else ended.since(registered)
+    return Drained(seconds, code, cpu)
 
 
 async def _backlog_done(backend: PostgresBackend) -> Callable[[], Awaitable[bool]]:

@@ -108,9 +108,9 @@ async def _span(dsn: str, schema: str) -> float:
 async def _drain(backend: PostgresBackend, dsn: str, last: UUID | None) -> tuple[float, int]:
     """Seconds from the worker's start until the backlog is done (``last`` ended, when
     given); the worker's exit code."""
-    if last is None:
-        return await timed_drain(backend, dsn, CONCURRENCY)
-    return await timed_drain(backend, dsn, CONCURRENCY, lambda: _ended(backend, last))
+    done = None if last is None else lambda: _ended(backend, last)
+    seconds, code, _ = await timed_drain(backend, dsn, CONCURRENCY, done)
+    return seconds, code
 
 
 async def _workflow_round(
