@@ -260,7 +260,6 @@ class SpanShipper:
         self._sampler = None if sampler is None or sampler in _ALWAYS_ON else sampler
         self._ratio_bound = sampler.bound if type(sampler) is TraceIdRatioBased else None
         self._never = sampler is ALWAYS_OFF
-        self._asked = not (self._sampler is None or self._never or self._ratio_bound is not None)
         ids = getattr(provider, "id_generator", None)
         self._ids = None if ids is None or type(ids) is RandomIdGenerator else ids  # None: random
         self._exporting = (list(exporters), dict(resource), scope)
@@ -294,12 +293,13 @@ class SpanShipper:
         ``links`` as the record carries them (no SDK ``Link`` object a job unless a sampler
         of the application's asks to see them). ``root``: its ids and decision, drawn by
         ``new_root`` (else drawn here)."""
+        root = root or self.new_root()
         context, sampled = self._new_trace(name, kind, attributes, links, shared, root)
         if not sampled:
             return CurrentSpan(trace.NonRecordingSpan(context))
-        if self._asked and not shared.keys().isdisjoint(attributes):  # the sampler's own
+        if root[2] is None and not shared.keys().isdisjoint(attributes):  # the sampler's own
             attributes, shared = {**shared, **attributes}, _NOTHING_SHARED
-        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, links, None, shared))
+        return CurrentSpan(ShippedSpan(self, name, kind, context, attributes, links, shared=shared))
 
     def ended(
         self,
